@@ -1,0 +1,131 @@
+// Command provider-agent runs the provider agent and its operator tools.
+//
+// main is thin: it picks the subcommand, hands it the arguments, and maps its
+// error to an exit code. Each subcommand lives in its own file and registers
+// itself with register in an init function.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand of provider-agent.
+type command struct {
+	name    string // e.g. "run" or "courier"
+	summary string // one line for the top-level help
+	// run executes the command. args excludes the command name. A *usageError
+	// exits 2; any other error exits 1.
+	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var commands = map[string]command{}
+
+// register adds a subcommand; called from init functions.
+func register(c command) {
+	if _, dup := commands[c.name]; dup {
+		panic("provider-agent: command registered twice: " + c.name)
+	}
+	commands[c.name] = c
+}
+
+// usageError marks a bad command line: it exits with status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// runMain dispatches args to a subcommand and returns the exit code.
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
+				return exitCode(c.run(ctx, []string{"--help"}, stdout, stderr), stderr)
+			}
+		}
+		printTopUsage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "provider-agent: unknown command %q (run 'provider-agent --help' for the list)\n", args[0])
+		return 2
+	}
+	return exitCode(c.run(ctx, args[1:], stdout, stderr), stderr)
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "provider-agent: %v\n", err)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+func printTopUsage(w io.Writer) {
+	fmt.Fprintln(w, `provider-agent keeps a compute provider's workloads single-writer across relay
+outages, node failures and restarts, using M-of-N Nostr relays for coordination.
+
+Usage: provider-agent <command> [flags] [args]
+
+Commands:`)
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, `
+Run 'provider-agent <command> --help' for a command's flags and an example.`)
+}
+
+// newFlagSet returns a FlagSet that prints usage (with the given text and an
+// example) to stdout on --help and returns errors instead of exiting.
+func newFlagSet(name, usage string, stdout io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("provider-agent "+name, flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	fs.Usage = func() {
+		fmt.Fprintln(stdout, usage)
+		fmt.Fprintln(stdout, "\nFlags:")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args; a bad flag becomes a usage error and --help
+// returns flag.ErrHelp (exit 0).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{msg: err.Error()}
+	}
+	return nil
+}

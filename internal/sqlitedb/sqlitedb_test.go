@@ -1,0 +1,126 @@
+package sqlitedb
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+func TestOpenSetsPragmas(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "a.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for pragma, want := range map[string]string{
+		"journal_mode": "wal", "foreign_keys": "1", "synchronous": "2", "busy_timeout": "5000",
+	} {
+		var got string
+		if err := db.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("PRAGMA %s = %s, want %s", pragma, got, want)
+		}
+	}
+}
+
+func TestOpenRejectsBadInput(t *testing.T) {
+	ctx := context.Background()
+	if _, err := Open(ctx, "", Options{}); err == nil {
+		t.Error("Open(\"\") = nil error, want error")
+	}
+	if _, err := Open(ctx, filepath.Join(t.TempDir(), "a.db"), Options{Synchronous: "OFF"}); err == nil || !strings.Contains(err.Error(), "OFF") {
+		t.Errorf("Open(synchronous=OFF) = %v, want error naming OFF", err)
+	}
+	if _, err := Open(ctx, filepath.Join(t.TempDir(), "missing", "dir", "a.db"), Options{}); err == nil {
+		t.Error("Open(missing dir) = nil error, want error")
+	}
+}
+
+func TestMigrateUpDown(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "m.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	migs, err := LoadMigrations(os.DirFS("testdata"), "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(migs) != 2 || migs[0].Name != "create_things" || migs[1].Version != 2 {
+		t.Fatalf("LoadMigrations = %+v, want 2 ordered migrations", migs)
+	}
+	if err := Migrate(ctx, db, "test", migs, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO things (name) VALUES ('a'), ('b')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := Migrate(ctx, db, "test", migs, 0); err != nil {
+		t.Fatal(err)
+	}
+	var sum int
+	if err := db.QueryRowContext(ctx, `SELECT SUM(size) FROM things`).Scan(&sum); err != nil || sum != 0 {
+		t.Fatalf("SUM(size) = %d, %v, want 0, nil", sum, err)
+	}
+	if v, _ := Version(ctx, db, "test"); v != 2 {
+		t.Fatalf("Version = %d, want 2", v)
+	}
+	// Applying again is a no-op.
+	if err := Migrate(ctx, db, "test", migs, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := MigrateDown(ctx, db, "test", migs, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `SELECT size FROM things`); err == nil {
+		t.Fatal("column size still exists after rollback to 1")
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM things`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("rows after rollback = %d, %v, want 2", n, err)
+	}
+	if err := MigrateDown(ctx, db, "test", migs, 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := Version(ctx, db, "test"); v != 0 {
+		t.Fatalf("Version after full rollback = %d, want 0", v)
+	}
+}
+
+func TestLoadMigrationsRejectsBadNames(t *testing.T) {
+	cases := map[string]fstest.MapFS{
+		"bad suffix": {"m/0001_a.sql": {Data: []byte("x")}},
+		"no number":  {"m/abc_a.up.sql": {Data: []byte("x")}},
+		"gap":        {"m/0001_a.up.sql": {Data: []byte("x")}, "m/0003_c.up.sql": {Data: []byte("x")}},
+		"down only":  {"m/0001_a.down.sql": {Data: []byte("x")}},
+		"two names":  {"m/0001_a.up.sql": {Data: []byte("x")}, "m/0001_b.down.sql": {Data: []byte("x")}},
+	}
+	for name, fsys := range cases {
+		if _, err := LoadMigrations(fsys, "m"); err == nil {
+			t.Errorf("LoadMigrations(%s) = nil error, want error", name)
+		}
+	}
+}
+
+func TestMigrateRefusesNewerDatabase(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "n.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	migs, _ := LoadMigrations(os.DirFS("testdata"), "migrations")
+	if err := Migrate(ctx, db, "test", migs, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := Migrate(ctx, db, "test", migs[:1], 0); err == nil {
+		t.Fatal("Migrate with fewer known migrations than applied = nil error, want error")
+	}
+}

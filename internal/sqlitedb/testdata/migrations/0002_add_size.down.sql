@@ -1,0 +1,1 @@
+ALTER TABLE things DROP COLUMN size;
