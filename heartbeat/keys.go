@@ -1,0 +1,141 @@
+package heartbeat
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/btcsuite/btcd/btcec/v2"
+	"github.com/btcsuite/btcd/btcec/v2/schnorr"
+	"github.com/nbd-wtf/go-nostr/nip19"
+)
+
+// Key errors. Every error returned by the key functions wraps one of these, so
+// callers can classify with errors.Is; the messages name the kind of input that
+// was bad and never contain a secret key.
+var (
+	// ErrBadSecretKey means a secret key was neither 64 hex characters nor a
+	// valid NIP-19 nsec, or is not a valid secp256k1 scalar.
+	ErrBadSecretKey = errors.New("bad secret key")
+	// ErrBadPublicKey means a public key was neither 64 hex characters nor a
+	// valid NIP-19 npub, or is not a point on secp256k1.
+	ErrBadPublicKey = errors.New("bad public key")
+)
+
+// ParseSecretKey accepts a secret key as 64 hex characters (either case) or as
+// a NIP-19 "nsec1..." string and returns it as 64 lowercase hex characters.
+// Surrounding white space is ignored. The error never echoes the input.
+func ParseSecretKey(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	var raw []byte
+	switch {
+	case s == "":
+		return "", fmt.Errorf("parse secret key: empty: %w", ErrBadSecretKey)
+	case strings.HasPrefix(strings.ToLower(s), "nsec1"):
+		prefix, v, err := nip19.Decode(strings.ToLower(s))
+		if err != nil || prefix != "nsec" {
+			// err may quote the input (bech32 checksum messages do): drop it.
+			return "", fmt.Errorf("parse secret key: invalid nsec (bad bech32 or checksum): %w", ErrBadSecretKey)
+		}
+		h, ok := v.(string)
+		if !ok {
+			return "", fmt.Errorf("parse secret key: invalid nsec payload: %w", ErrBadSecretKey)
+		}
+		raw, _ = hex.DecodeString(h)
+	case strings.HasPrefix(strings.ToLower(s), "npub1"):
+		return "", fmt.Errorf("parse secret key: got an npub (public key) where a secret key is required: %w", ErrBadSecretKey)
+	default:
+		if len(s) != 64 {
+			return "", fmt.Errorf("parse secret key: want 64 hex characters or nsec, got %d characters: %w", len(s), ErrBadSecretKey)
+		}
+		b, err := hex.DecodeString(s)
+		if err != nil {
+			return "", fmt.Errorf("parse secret key: not hex: %w", ErrBadSecretKey)
+		}
+		raw = b
+	}
+	if len(raw) != 32 {
+		return "", fmt.Errorf("parse secret key: want 32 bytes, got %d: %w", len(raw), ErrBadSecretKey)
+	}
+	var scalar btcec.ModNScalar
+	if overflow := scalar.SetByteSlice(raw); overflow || scalar.IsZero() {
+		return "", fmt.Errorf("parse secret key: out of range for secp256k1: %w", ErrBadSecretKey)
+	}
+	return hex.EncodeToString(raw), nil
+}
+
+// ParsePublicKey accepts a public key as 64 hex characters (either case) or as
+// a NIP-19 "npub1..." string and returns it as 64 lowercase hex characters (the
+// form used in event pubkey fields and p tags). The key must be a valid x-only
+// secp256k1 point.
+func ParsePublicKey(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	var raw []byte
+	switch {
+	case s == "":
+		return "", fmt.Errorf("parse public key: empty: %w", ErrBadPublicKey)
+	case strings.HasPrefix(strings.ToLower(s), "npub1"):
+		prefix, v, err := nip19.Decode(strings.ToLower(s))
+		if err != nil || prefix != "npub" {
+			return "", fmt.Errorf("parse public key: invalid npub %q: %w", s, ErrBadPublicKey)
+		}
+		h, ok := v.(string)
+		if !ok {
+			return "", fmt.Errorf("parse public key: invalid npub payload %q: %w", s, ErrBadPublicKey)
+		}
+		raw, _ = hex.DecodeString(h)
+	case strings.HasPrefix(strings.ToLower(s), "nsec1"):
+		// Do not echo: this is a secret key given by mistake.
+		return "", fmt.Errorf("parse public key: got an nsec (secret key) where a public key is required: %w", ErrBadPublicKey)
+	default:
+		if len(s) != 64 {
+			return "", fmt.Errorf("parse public key: want 64 hex characters or npub, got %d characters: %w", len(s), ErrBadPublicKey)
+		}
+		b, err := hex.DecodeString(s)
+		if err != nil {
+			return "", fmt.Errorf("parse public key: not hex: %w", ErrBadPublicKey)
+		}
+		raw = b
+	}
+	if _, err := schnorr.ParsePubKey(raw); err != nil {
+		return "", fmt.Errorf("parse public key: not a secp256k1 x-only point: %w", ErrBadPublicKey)
+	}
+	return hex.EncodeToString(raw), nil
+}
+
+// EncodeNpub returns the NIP-19 npub form of a public key given as hex or
+// npub (an npub comes back normalised to lower case).
+func EncodeNpub(pub string) (string, error) {
+	h, err := ParsePublicKey(pub)
+	if err != nil {
+		return "", fmt.Errorf("encode npub: %w", err)
+	}
+	npub, err := nip19.EncodePublicKey(h)
+	if err != nil {
+		return "", fmt.Errorf("encode npub: %w", ErrBadPublicKey)
+	}
+	return npub, nil
+}
+
+// PublicKeyOf returns the hex x-only public key of a secret key given as hex
+// or nsec.
+func PublicKeyOf(secret string) (string, error) {
+	h, err := ParseSecretKey(secret)
+	if err != nil {
+		return "", fmt.Errorf("public key of: %w", err)
+	}
+	raw, _ := hex.DecodeString(h)
+	_, pk := btcec.PrivKeyFromBytes(raw)
+	return hex.EncodeToString(schnorr.SerializePubKey(pk)), nil
+}
+
+// npubOf is EncodeNpub for a hex key already known to be valid (a verified
+// event's pubkey); it skips the curve check.
+func npubOf(hexKey string) (string, error) {
+	npub, err := nip19.EncodePublicKey(hexKey)
+	if err != nil {
+		return "", fmt.Errorf("encode npub: %w", ErrBadPublicKey)
+	}
+	return npub, nil
+}
