@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Status is the JSON document served at /status and printed by
+// `provider-agent status`.
+type Status struct {
+	// Provider is this agent's public key (npub).
+	Provider string `json:"provider"`
+	// Source says where the document came from: "agent" (the running
+	// agent's endpoint) or "database" (read from the SQLite file while the
+	// agent is down).
+	Source string `json:"source"`
+	// Now is the agent's clock when the document was made.
+	Now time.Time `json:"now"`
+	// Synced is true once the agent has seen EOSE from at least M relays
+	// since it started (before that, restored Live workloads wait).
+	Synced    bool             `json:"synced"`
+	Workloads []WorkloadStatus `json:"workloads"`
+	Relays    []RelayStatus    `json:"relays"`
+}
+
+// WorkloadStatus is one workload as this agent sees it.
+type WorkloadStatus struct {
+	ID       string   `json:"id"`
+	State    string   `json:"state"`
+	Epoch    uint64   `json:"epoch"`
+	Primary  string   `json:"primary"`
+	Standbys []string `json:"standbys,omitempty"`
+	// Role is "primary" when this agent holds (or is promoting to) the
+	// lease, "standby" otherwise.
+	Role string `json:"role"`
+	// Running is whether the workload's process runs on this node.
+	Running bool   `json:"running"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// RelayStatus is one relay connection as this agent sees it.
+type RelayStatus struct {
+	URL         string    `json:"url"`
+	Connected   bool      `json:"connected"`
+	EOSE        bool      `json:"eose"`
+	Reconnects  int       `json:"reconnects"`
+	LastMessage time.Time `json:"last_message,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+}
+
+// httpServer serves /metrics, /healthz and /status on a real listener.
+type httpServer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+func newHTTPServer(addr string, g prometheus.Gatherer, status func() Status, healthy func() error) (*httpServer, error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := healthy(); err != nil {
+			http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(status())
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen status server on %s: %w", addr, err)
+	}
+	return &httpServer{
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
+		ln:  ln,
+	}, nil
+}
+
+// Addr is the listener's host:port.
+func (h *httpServer) Addr() string { return h.ln.Addr().String() }
+
+// serve runs until ctx ends, then shuts the server down gracefully.
+func (h *httpServer) serve(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- h.srv.Serve(h.ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("status server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := h.srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("status server shutdown: %w", err)
+	}
+	return nil
+}

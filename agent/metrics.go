@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the agent's Prometheus collectors, all prefixed agent_.
+type metrics struct {
+	workloads      *prometheus.GaugeVec   // by state
+	transitions    *prometheus.CounterVec // from, to
+	quorum         *prometheus.GaugeVec   // provider: relays counting now
+	relayConnected *prometheus.GaugeVec   // relay: 1 connected, 0 not
+	relayReconnect *prometheus.GaugeVec   // relay: reconnects so far
+	eventsReceived *prometheus.CounterVec // relay
+	eventsAccepted *prometheus.CounterVec // kind
+	eventsRejected *prometheus.CounterVec // reason
+	publish        *prometheus.CounterVec // relay, outcome
+	revocations    *prometheus.CounterVec // direction: sent, received
+	promotions     *prometheus.CounterVec // outcome
+	respawns       prometheus.Counter
+	effects        *prometheus.CounterVec // type
+	stepErrors     prometheus.Counter
+	stepSeconds    prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		workloads: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "agent_workloads", Help: "Workloads tracked by this agent, by lease state.",
+		}, []string{"state"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_transitions_total", Help: "Workload state transitions, by from and to state.",
+		}, []string{"from", "to"}),
+		quorum: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "agent_quorum_relays", Help: "Relays on which a provider's heartbeat counts now (quorum needs M).",
+		}, []string{"provider"}),
+		relayConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "agent_relay_connected", Help: "1 when the relay connection is up, 0 otherwise.",
+		}, []string{"relay"}),
+		relayReconnect: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "agent_relay_reconnects", Help: "Reconnections made to the relay since start.",
+		}, []string{"relay"}),
+		eventsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_events_received_total", Help: "Events received from relays (before any check), by relay.",
+		}, []string{"relay"}),
+		eventsAccepted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_events_accepted_total", Help: "Events that passed every check and were fed to the lease machine, by kind.",
+		}, []string{"kind"}),
+		eventsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_events_rejected_total", Help: "Events rejected by ingest, by reason.",
+		}, []string{"reason"}),
+		publish: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_publish_total", Help: "Publish outcomes per relay (accepted, rejected, timeout).",
+		}, []string{"relay", "outcome"}),
+		revocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_revocations_total", Help: "Lease revocations, by direction (queued by us, received).",
+		}, []string{"direction"}),
+		promotions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_promotions_total", Help: "Promotion claims, by outcome (claimed, announced, received).",
+		}, []string{"outcome"}),
+		respawns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agent_respawns_total", Help: "Workload process respawn attempts.",
+		}),
+		effects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_effects_total", Help: "Lease machine effects performed, by type.",
+		}, []string{"type"}),
+		stepErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agent_step_errors_total", Help: "Machine steps whose persistence or effects failed.",
+		}),
+		stepSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "agent_step_seconds", Help: "Time to persist one machine step and run its effects.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+	}
+	for _, c := range []prometheus.Collector{
+		m.workloads, m.transitions, m.quorum, m.relayConnected, m.relayReconnect,
+		m.eventsReceived, m.eventsAccepted, m.eventsRejected, m.publish, m.revocations,
+		m.promotions, m.respawns, m.effects, m.stepErrors, m.stepSeconds,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
