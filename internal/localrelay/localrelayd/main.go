@@ -1,0 +1,110 @@
+// Command localrelayd runs one internal/localrelay relay as a process, with
+// its faults chosen by flags. Tests (internal/relaytest) run it as a child
+// process built without -race, which also makes killing and restarting a
+// relay real. It prints "LISTEN ws://host:port" on stdout once it accepts
+// connections and stops on SIGINT, SIGTERM or (with --exit-on-stdin-eof) when
+// its standard input closes.
+//
+// Example:
+//
+//	localrelayd --listen 127.0.0.1:0 --reject-writes --admin
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"provideragent/internal/localrelay"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "localrelayd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("localrelayd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "localrelayd runs a local Nostr relay (khatru, in-memory) with optional faults.")
+		fmt.Fprintln(stderr, "Example: localrelayd --listen 127.0.0.1:0 --send-closed 'error: try again' --closed-times 1")
+		fs.PrintDefaults()
+	}
+	var (
+		o         localrelay.Options
+		listen    = fs.String("listen", "127.0.0.1:0", "host:port to listen on (port 0 picks a free port)")
+		stdinEOF  = fs.Bool("exit-on-stdin-eof", false, "exit when standard input closes (set by test harnesses)")
+		verbose   = fs.Bool("v", false, "log at debug level to stderr")
+		authAllow = fs.String("auth-allow", "", "comma-separated hex pubkeys allowed after AUTH (needs --require-auth)")
+	)
+	fs.BoolVar(&o.RejectWrites, "reject-writes", false, "answer every EVENT with OK false")
+	fs.StringVar(&o.RejectReason, "reject-reason", localrelay.DefaultRejectReason, "OK reason for --reject-writes")
+	fs.BoolVar(&o.HoldOK, "hold-ok", false, "never answer an EVENT until the connection closes")
+	fs.DurationVar(&o.WriteDelay, "write-delay", 0, "delay every OK by this long")
+	fs.BoolVar(&o.RequireAuth, "require-auth", false, "require NIP-42 AUTH for REQ and EVENT")
+	fs.StringVar(&o.ClosedReason, "send-closed", "", "end subscriptions with CLOSED and this reason (e.g. 'blocked: no' or 'error: later')")
+	fs.DurationVar(&o.ClosedAfter, "closed-after", 0, "send the CLOSED this long after the REQ (0: reject the REQ at once)")
+	fs.IntVar(&o.ClosedTimes, "closed-times", 0, "how many subscriptions get the CLOSED (0: all)")
+	fs.BoolVar(&o.ServeStale, "serve-stale", false, "ignore since/until in filters (re-serve old events)")
+	fs.DurationVar(&o.ReplayEvery, "replay", 0, "re-broadcast all stored events to subscribers at this period")
+	fs.BoolVar(&o.Forge, "forged", false, "send forged copies (id mismatch, bad signature) before every event")
+	fs.DurationVar(&o.FutureShift, "future", 0, "send a copy of every event moved this far into the future")
+	fs.DurationVar(&o.PastShift, "stale-shift", 0, "send a copy of every event moved this far into the past")
+	fs.StringVar(&o.InjectKey, "inject-key", "", "hex secret key that signs the --future/--stale-shift copies")
+	fs.IntVar(&o.Limits.MaxMessageLength, "max-message-length", 0, "NIP-11 max_message_length (0: absent)")
+	fs.IntVar(&o.Limits.MaxSubscriptions, "max-subscriptions", 0, "NIP-11 max_subscriptions (0: absent)")
+	fs.IntVar(&o.Limits.MaxLimit, "max-limit", 0, "NIP-11 max_limit, also enforced (0: absent)")
+	fs.BoolVar(&o.Admin, "admin", false, "enable "+localrelay.InjectPath+" and "+localrelay.StatsPath)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *authAllow != "" {
+		o.AuthAllow = strings.Split(*authAllow, ",")
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := o.Validate(); err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *stdinEOF {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			// Ends with the process; reading stdin cannot be interrupted.
+			_, _ = io.Copy(io.Discard, bufio.NewReader(stdin))
+			cancel()
+		}()
+	}
+
+	r := localrelay.New(o)
+	if err := r.Start(ctx, *listen); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "LISTEN %s\n", r.URL())
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return r.Shutdown(sctx)
+}

@@ -1,0 +1,650 @@
+package localrelay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fiatjaf/khatru"
+	"github.com/nbd-wtf/go-nostr"
+	"github.com/nbd-wtf/go-nostr/nip11"
+)
+
+// Errors returned by this package.
+var (
+	// ErrInvalidOptions is wrapped by Options.Validate.
+	ErrInvalidOptions = errors.New("invalid local relay options")
+	// ErrNotStarted is returned by URL-dependent calls before Start succeeded.
+	ErrNotStarted = errors.New("local relay not started")
+)
+
+// DefaultRejectReason is the OK reason sent by a relay with RejectWrites.
+const DefaultRejectReason = "blocked: writes are disabled on this relay"
+
+// InjectPath is the admin HTTP endpoint (enabled by Options.Admin) that
+// takes one raw event as JSON in a POST body and delivers it verbatim to every
+// matching subscriber, without any check; with the query `store=1` it is also
+// stored, so later REQs return it. Tests use it to serve forged, stale,
+// replayed and future-dated events.
+const InjectPath = "/localrelay/inject"
+
+// StatsPath is the admin HTTP endpoint (enabled by Options.Admin) that
+// answers GET with Stats as JSON.
+const StatsPath = "/localrelay/stats"
+
+// Limits are the NIP-11 limitations the relay advertises (zero = absent).
+// MaxLimit is also enforced: larger filter limits are clamped.
+type Limits struct {
+	MaxMessageLength int
+	MaxSubscriptions int
+	MaxLimit         int
+}
+
+// Options configure a local relay; the zero value is a well-behaved relay.
+// Every fault is off by default.
+type Options struct {
+	// RejectWrites answers every EVENT with OK false and RejectReason.
+	RejectWrites bool
+	// RejectReason is the OK reason for RejectWrites (default DefaultRejectReason).
+	RejectReason string
+	// HoldOK never answers an EVENT (no OK, nothing stored) until the
+	// connection closes: a relay that dies or stalls before its OK.
+	HoldOK bool
+	// WriteDelay delays every OK by this long (default 0).
+	WriteDelay time.Duration
+
+	// RequireAuth sends a NIP-42 AUTH challenge on connect and fails REQ and
+	// EVENT from an unauthenticated connection with "auth-required: ...".
+	RequireAuth bool
+	// AuthAllow, with RequireAuth, restricts reads and writes to these hex
+	// pubkeys; others get "restricted: ...". Empty allows any authenticated key.
+	AuthAllow []string
+
+	// ClosedReason, when non-empty, ends subscriptions with a CLOSED carrying
+	// this reason (a "blocked:" or "restricted:" prefix reads as permanent,
+	// "error:" as transient).
+	ClosedReason string
+	// ClosedAfter is how long after the REQ the CLOSED is sent; 0 rejects
+	// the REQ at once. The relay keeps delivering live events under that
+	// subscription id afterwards (khatru has no API to drop the listener);
+	// a client must ignore events for subscriptions it considers closed.
+	ClosedAfter time.Duration
+	// ClosedTimes is how many subscriptions get the CLOSED; 0 means all.
+	ClosedTimes int
+
+	// ServeStale drops since and until from every filter, so old stored
+	// events are served again after each reconnect.
+	ServeStale bool
+	// ReplayEvery, when positive, sends every stored event again at this
+	// period to every subscription whose filter matches it, ignoring the
+	// filter's since and until (replayed old events arriving as new).
+	ReplayEvery time.Duration
+	// Forge sends, before every event it serves (stored or live), two forged
+	// copies: one with altered content and the original id and signature (id
+	// mismatch), one with altered content, recomputed id and the original
+	// signature (bad signature).
+	Forge bool
+	// FutureShift, when positive, sends before every live or served event a
+	// copy with created_at moved this far into the future.
+	FutureShift time.Duration
+	// PastShift, when positive, sends before every live or served event a
+	// copy with created_at moved this far into the past.
+	PastShift time.Duration
+	// InjectKey is the hex secret key that signs shifted copies (a validly
+	// signed future-dated or stale event from that key); when empty the copies
+	// keep the original signature and so are forged too.
+	InjectKey string
+
+	// Limits are advertised over NIP-11.
+	Limits Limits
+	// Admin enables the InjectPath and StatsPath HTTP endpoints.
+	Admin bool
+
+	// Logger receives the relay's logs (default: discard).
+	Logger *slog.Logger
+}
+
+// Validate reports the first invalid field.
+func (o Options) Validate() error {
+	switch {
+	case o.WriteDelay < 0:
+		return fmt.Errorf("%w: WriteDelay = %v, want >= 0", ErrInvalidOptions, o.WriteDelay)
+	case o.ClosedAfter < 0:
+		return fmt.Errorf("%w: ClosedAfter = %v, want >= 0", ErrInvalidOptions, o.ClosedAfter)
+	case o.ClosedTimes < 0:
+		return fmt.Errorf("%w: ClosedTimes = %d, want >= 0", ErrInvalidOptions, o.ClosedTimes)
+	case o.ReplayEvery < 0:
+		return fmt.Errorf("%w: ReplayEvery = %v, want >= 0", ErrInvalidOptions, o.ReplayEvery)
+	case o.FutureShift < 0:
+		return fmt.Errorf("%w: FutureShift = %v, want >= 0", ErrInvalidOptions, o.FutureShift)
+	case o.PastShift < 0:
+		return fmt.Errorf("%w: PastShift = %v, want >= 0", ErrInvalidOptions, o.PastShift)
+	case o.Limits.MaxMessageLength < 0 || o.Limits.MaxSubscriptions < 0 || o.Limits.MaxLimit < 0:
+		return fmt.Errorf("%w: Limits = %+v, want no negative value", ErrInvalidOptions, o.Limits)
+	}
+	if len(o.AuthAllow) > 0 && !o.RequireAuth {
+		return fmt.Errorf("%w: AuthAllow = %v needs RequireAuth", ErrInvalidOptions, o.AuthAllow)
+	}
+	if o.InjectKey != "" {
+		if _, err := nostr.GetPublicKey(o.InjectKey); err != nil || len(o.InjectKey) != 64 {
+			return fmt.Errorf("%w: InjectKey is not a 64-char hex secret key", ErrInvalidOptions)
+		}
+	}
+	for _, pk := range o.AuthAllow {
+		if !nostr.IsValidPublicKey(pk) {
+			return fmt.Errorf("%w: AuthAllow entry %q is not a hex pubkey", ErrInvalidOptions, pk)
+		}
+	}
+	return nil
+}
+
+// Stats is a snapshot of what the relay holds.
+type Stats struct {
+	// Events is the number of stored events.
+	Events int `json:"events"`
+	// Closed is the number of subscriptions that got a fault CLOSED.
+	Closed int `json:"closed"`
+}
+
+type subKey struct {
+	ws *khatru.WebSocket
+	id string
+}
+
+// Relay is a local khatru relay. It is safe for concurrent use.
+type Relay struct {
+	opts   Options
+	logger *slog.Logger
+	kr     *khatru.Relay
+	store  *memStore
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	started  bool
+	addr     string
+	serveErr chan error
+	subs     map[subKey]bool // subscriptions seen by the CLOSED fault
+	closed   int
+	replayTo map[subKey][]nostr.Filter // subscriptions the replay fault serves
+
+	shutdownOnce sync.Once
+}
+
+// New builds a relay from opts, which must be valid (see Options.Validate);
+// invalid options make Start fail.
+func New(opts Options) *Relay {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.RejectReason == "" {
+		opts.RejectReason = DefaultRejectReason
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Relay{
+		opts:     opts,
+		logger:   logger,
+		ctx:      ctx,
+		cancel:   cancel,
+		subs:     make(map[subKey]bool),
+		replayTo: make(map[subKey][]nostr.Filter),
+	}
+	return r
+}
+
+// Start validates the options, listens on addr (host:port, port 0 picks a
+// free one) and serves in the background until Shutdown. It returns once the
+// relay accepts connections.
+func (r *Relay) Start(ctx context.Context, addr string) error {
+	if err := r.opts.Validate(); err != nil {
+		return fmt.Errorf("start local relay: %w", err)
+	}
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("start local relay: listen address %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return fmt.Errorf("start local relay: listen port %q is not a port number", portStr)
+	}
+	maxLimit := 5000
+	if r.opts.Limits.MaxLimit > 0 {
+		maxLimit = r.opts.Limits.MaxLimit
+	}
+	st, err := newMemStore(maxLimit)
+	if err != nil {
+		return fmt.Errorf("start local relay: %w", err)
+	}
+	r.mu.Lock()
+	if r.started {
+		r.mu.Unlock()
+		return fmt.Errorf("start local relay: already started")
+	}
+	r.started = true
+	r.store = st
+	r.kr = r.buildKhatru()
+	r.serveErr = make(chan error, 1)
+	r.mu.Unlock()
+
+	started := make(chan bool)
+	kr := r.kr
+	go func() { r.serveErr <- kr.Start(host, port, started) }()
+	select {
+	case <-started:
+	case err := <-r.serveErr:
+		r.serveErr <- err
+		return fmt.Errorf("start local relay on %s: %w", addr, err)
+	case <-ctx.Done():
+		// Let it finish starting, then take it down again.
+		select {
+		case <-started:
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = r.Shutdown(sctx)
+		case err := <-r.serveErr:
+			r.serveErr <- err
+		}
+		return fmt.Errorf("start local relay: %w", ctx.Err())
+	}
+	r.mu.Lock()
+	r.addr = kr.Addr
+	r.mu.Unlock()
+
+	if r.opts.ReplayEvery > 0 {
+		r.wg.Add(1)
+		go r.replayLoop()
+	}
+	r.logger.Info("local relay started", "url", r.URL())
+	return nil
+}
+
+// Addr is the host:port the relay listens on ("" before Start).
+func (r *Relay) Addr() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.addr
+}
+
+// URL is the relay's websocket URL, ws://host:port ("" before Start).
+func (r *Relay) URL() string {
+	a := r.Addr()
+	if a == "" {
+		return ""
+	}
+	return "ws://" + a
+}
+
+// Shutdown closes every client connection and the listener and waits for the
+// relay's goroutines. It is safe to call more than once. (khatru's NIP-40
+// expiration goroutine, started by khatru.NewRelay, cannot be stopped.)
+func (r *Relay) Shutdown(ctx context.Context) error {
+	var err error
+	r.shutdownOnce.Do(func() {
+		r.cancel()
+		r.mu.Lock()
+		kr, started, serveErr := r.kr, r.started, r.serveErr
+		r.mu.Unlock()
+		if started && kr != nil {
+			kr.Shutdown(ctx)
+			select {
+			case e := <-serveErr:
+				if e != nil {
+					err = fmt.Errorf("serve local relay: %w", e)
+				}
+			case <-ctx.Done():
+				err = fmt.Errorf("shutdown local relay: %w", ctx.Err())
+				return
+			}
+		}
+		done := make(chan struct{})
+		go func() { r.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = fmt.Errorf("shutdown local relay: %w", ctx.Err())
+		}
+	})
+	return err
+}
+
+// Stats reports what the relay holds.
+func (r *Relay) Stats() Stats {
+	r.mu.Lock()
+	st, closed := r.store, r.closed
+	r.mu.Unlock()
+	s := Stats{Closed: closed}
+	if st != nil {
+		s.Events = st.count()
+	}
+	return s
+}
+
+// Inject delivers ev verbatim (no checks at all) to every live subscription
+// whose filter matches, and stores it when store is true. It returns how many
+// subscriptions got it.
+func (r *Relay) Inject(ev nostr.Event, store bool) (int, error) {
+	r.mu.Lock()
+	kr, st := r.kr, r.store
+	r.mu.Unlock()
+	if kr == nil {
+		return 0, ErrNotStarted
+	}
+	if store {
+		if err := st.save(&ev); err != nil {
+			r.logger.Debug("inject: store", "id", ev.ID, "err", err)
+		}
+	}
+	return kr.BroadcastEvent(&ev), nil
+}
+
+func (r *Relay) buildKhatru() *khatru.Relay {
+	kr := khatru.NewRelay()
+	kr.Log = slog.NewLogLogger(r.logger.Handler(), slog.LevelDebug)
+	kr.Info.Name = "provider-agent local relay"
+	kr.Info.Software = "provider-agent/internal/localrelay (khatru)"
+	if l := r.opts.Limits; l != (Limits{}) || r.opts.RequireAuth || r.opts.RejectWrites {
+		kr.Info.Limitation = &nip11Limitation{
+			MaxMessageLength: l.MaxMessageLength,
+			MaxSubscriptions: l.MaxSubscriptions,
+			MaxLimit:         l.MaxLimit,
+			AuthRequired:     r.opts.RequireAuth,
+			RestrictedWrites: r.opts.RejectWrites,
+		}
+	}
+	if r.opts.Limits.MaxMessageLength > 0 {
+		kr.MaxMessageSize = int64(r.opts.Limits.MaxMessageLength)
+	}
+
+	kr.StoreEvent = append(kr.StoreEvent, func(_ context.Context, ev *nostr.Event) error { return r.store.save(ev) })
+	kr.ReplaceEvent = append(kr.ReplaceEvent, func(_ context.Context, ev *nostr.Event) error { return r.store.replace(ev) })
+	kr.DeleteEvent = append(kr.DeleteEvent, func(_ context.Context, ev *nostr.Event) error { return r.store.delete(ev) })
+	kr.QueryEvents = append(kr.QueryEvents, r.queryEvents)
+
+	if r.opts.RequireAuth {
+		kr.OnConnect = append(kr.OnConnect, func(ctx context.Context) { khatru.RequestAuth(ctx) })
+		kr.RejectFilter = append(kr.RejectFilter, func(ctx context.Context, _ nostr.Filter) (bool, string) {
+			return r.rejectUnauthed(ctx)
+		})
+		kr.RejectEvent = append(kr.RejectEvent, func(ctx context.Context, _ *nostr.Event) (bool, string) {
+			return r.rejectUnauthed(ctx)
+		})
+	}
+	if r.opts.HoldOK || r.opts.WriteDelay > 0 {
+		kr.RejectEvent = append(kr.RejectEvent, r.holdWrite)
+	}
+	if r.opts.RejectWrites {
+		kr.RejectEvent = append(kr.RejectEvent, func(context.Context, *nostr.Event) (bool, string) {
+			return true, r.opts.RejectReason
+		})
+	}
+	if r.injecting() {
+		// Runs last: only events about to be accepted spawn fault copies, and
+		// the copies reach subscribers before the real event.
+		kr.RejectEvent = append(kr.RejectEvent, func(_ context.Context, ev *nostr.Event) (bool, string) {
+			for _, v := range r.variants(ev) {
+				kr.BroadcastEvent(v)
+			}
+			return false, ""
+		})
+	}
+	if r.opts.ServeStale || r.opts.Limits.MaxLimit > 0 {
+		kr.OverwriteFilter = append(kr.OverwriteFilter, func(_ context.Context, f *nostr.Filter) {
+			if r.opts.ServeStale {
+				f.Since, f.Until = nil, nil
+			}
+			if m := r.opts.Limits.MaxLimit; m > 0 && f.Limit > m {
+				f.Limit = m
+			}
+		})
+	}
+	if r.opts.ReplayEvery > 0 {
+		kr.RejectFilter = append(kr.RejectFilter, func(ctx context.Context, f nostr.Filter) (bool, string) {
+			k := subKey{ws: khatru.GetConnection(ctx), id: khatru.GetSubscriptionID(ctx)}
+			r.mu.Lock()
+			r.replayTo[k] = append(r.replayTo[k], f)
+			r.mu.Unlock()
+			return false, ""
+		})
+	}
+	if r.opts.ClosedReason != "" {
+		kr.RejectFilter = append(kr.RejectFilter, r.closedFault)
+	}
+	kr.OnDisconnect = append(kr.OnDisconnect, func(ctx context.Context) {
+		ws := khatru.GetConnection(ctx)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for k := range r.subs {
+			if k.ws == ws {
+				delete(r.subs, k)
+			}
+		}
+		for k := range r.replayTo {
+			if k.ws == ws {
+				delete(r.replayTo, k)
+			}
+		}
+	})
+	if r.opts.Admin {
+		mux := kr.Router()
+		mux.HandleFunc("POST "+InjectPath, r.handleInject)
+		mux.HandleFunc("GET "+StatsPath, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(r.Stats())
+		})
+	}
+	return kr
+}
+
+func (r *Relay) rejectUnauthed(ctx context.Context) (bool, string) {
+	authed := khatru.GetAuthed(ctx)
+	if authed == "" {
+		return true, "auth-required: authenticate with NIP-42 first"
+	}
+	if len(r.opts.AuthAllow) > 0 && !slices.Contains(r.opts.AuthAllow, authed) {
+		return true, "restricted: this pubkey is not allowed here"
+	}
+	return false, ""
+}
+
+func (r *Relay) holdWrite(ctx context.Context, _ *nostr.Event) (bool, string) {
+	ws := khatru.GetConnection(ctx)
+	var wsDone <-chan struct{}
+	if ws != nil {
+		wsDone = ws.Context.Done()
+	}
+	if r.opts.HoldOK {
+		select {
+		case <-wsDone:
+		case <-r.ctx.Done():
+		}
+		return true, "error: connection closed before the write was answered"
+	}
+	t := time.NewTimer(r.opts.WriteDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return false, ""
+	case <-wsDone:
+	case <-r.ctx.Done():
+	}
+	return true, "error: connection closed before the write was answered"
+}
+
+// closedFault ends subscriptions with the configured CLOSED reason. khatru
+// calls it once per filter; a subscription is counted once.
+func (r *Relay) closedFault(ctx context.Context, _ nostr.Filter) (bool, string) {
+	ws := khatru.GetConnection(ctx)
+	id := khatru.GetSubscriptionID(ctx)
+	k := subKey{ws: ws, id: id}
+	r.mu.Lock()
+	if _, seen := r.subs[k]; seen {
+		hit := r.subs[k]
+		r.mu.Unlock()
+		if hit && r.opts.ClosedAfter == 0 {
+			return true, r.opts.ClosedReason
+		}
+		return false, ""
+	}
+	hit := r.opts.ClosedTimes == 0 || r.closed < r.opts.ClosedTimes
+	r.subs[k] = hit
+	if hit {
+		r.closed++
+	}
+	r.mu.Unlock()
+	if !hit {
+		return false, ""
+	}
+	if r.opts.ClosedAfter == 0 {
+		return true, r.opts.ClosedReason
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		t := time.NewTimer(r.opts.ClosedAfter)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			_ = ws.WriteJSON(nostr.ClosedEnvelope{SubscriptionID: id, Reason: r.opts.ClosedReason})
+		case <-ws.Context.Done():
+		case <-r.ctx.Done():
+		}
+	}()
+	return false, ""
+}
+
+func (r *Relay) queryEvents(_ context.Context, f nostr.Filter) (chan *nostr.Event, error) {
+	evs := r.store.query(f)
+	out := make([]*nostr.Event, 0, len(evs))
+	for _, ev := range evs {
+		if r.injecting() {
+			out = append(out, r.variants(ev)...)
+		}
+		out = append(out, ev)
+	}
+	ch := make(chan *nostr.Event, len(out))
+	for _, ev := range out {
+		ch <- ev
+	}
+	close(ch)
+	return ch, nil
+}
+
+func (r *Relay) injecting() bool {
+	return r.opts.Forge || r.opts.FutureShift > 0 || r.opts.PastShift > 0
+}
+
+// variants returns the fault copies of ev, in the order they are sent.
+func (r *Relay) variants(ev *nostr.Event) []*nostr.Event {
+	var out []*nostr.Event
+	if r.opts.Forge {
+		idMismatch := cloneEvent(ev)
+		idMismatch.Content += " (forged)"
+		out = append(out, idMismatch)
+
+		badSig := cloneEvent(ev)
+		badSig.Content += " (forged)"
+		badSig.ID = badSig.GetID()
+		out = append(out, badSig)
+	}
+	for _, shift := range []time.Duration{r.opts.FutureShift, -r.opts.PastShift} {
+		if shift == 0 {
+			continue
+		}
+		c := cloneEvent(ev)
+		c.CreatedAt = nostr.Timestamp(int64(c.CreatedAt) + int64(shift/time.Second))
+		if r.opts.InjectKey != "" {
+			if err := c.Sign(r.opts.InjectKey); err != nil {
+				r.logger.Warn("sign shifted copy", "err", err)
+				continue
+			}
+		} else {
+			c.ID = c.GetID()
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func cloneEvent(ev *nostr.Event) *nostr.Event {
+	c := *ev
+	c.Tags = make(nostr.Tags, len(ev.Tags))
+	for i, t := range ev.Tags {
+		c.Tags[i] = slices.Clone(t)
+	}
+	return &c
+}
+
+func (r *Relay) replayLoop() {
+	defer r.wg.Done()
+	t := time.NewTicker(r.opts.ReplayEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+			r.replay()
+		}
+	}
+}
+
+// replay sends every stored event to every subscription whose filter
+// matches it ignoring since and until (as a relay replaying old events would).
+func (r *Relay) replay() {
+	evs := r.store.query(nostr.Filter{})
+	r.mu.Lock()
+	type target struct {
+		k  subKey
+		fs []nostr.Filter
+	}
+	targets := make([]target, 0, len(r.replayTo))
+	for k, fs := range r.replayTo {
+		targets = append(targets, target{k, fs})
+	}
+	r.mu.Unlock()
+	for _, tg := range targets {
+		for _, ev := range evs {
+			for _, f := range tg.fs {
+				if f.MatchesIgnoringTimestampConstraints(ev) {
+					id := tg.k.id
+					_ = tg.k.ws.WriteJSON(nostr.EventEnvelope{SubscriptionID: &id, Event: *ev})
+					break
+				}
+			}
+		}
+	}
+}
+
+func (r *Relay) handleInject(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	if err != nil {
+		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var ev nostr.Event
+	if err := json.Unmarshal(body, &ev); err != nil {
+		http.Error(w, "decode event: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	n, err := r.Inject(ev, req.URL.Query().Get("store") == "1")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]int{"delivered": n})
+}
+
+type nip11Limitation = nip11.RelayLimitationDocument

@@ -1,0 +1,8 @@
+// Package relaytest runs internal/localrelay relays as child processes for
+// tests: Start builds the localrelayd binary once per test process without
+// -race (khatru races on its own listener slice), runs it on a free
+// 127.0.0.1 port with fault flags, and waits until it accepts a websocket.
+// Kill, Stop and Restart (same port) make relay outages real; Inject serves
+// arbitrary (forged, stale, future-dated) events; Dial gives a raw protocol
+// client for asserting on frames.
+package relaytest
