@@ -4,10 +4,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/btcsuite/btcd/btcec/v2"
 	"github.com/btcsuite/btcd/btcec/v2/schnorr"
+	"github.com/nbd-wtf/go-nostr"
 	"github.com/nbd-wtf/go-nostr/nip19"
 )
 
@@ -139,3 +141,53 @@ func npubOf(hexKey string) (string, error) {
 	}
 	return npub, nil
 }
+
+// Keys is a provider's signing identity: a validated secret key with its hex
+// public key and npub. String, GoString and LogValue print the npub only, so a
+// Keys value can be logged without leaking the secret.
+type Keys struct {
+	secret string
+	public string
+	npub   string
+}
+
+// NewKeys parses a secret key given as hex or nsec.
+func NewKeys(secret string) (*Keys, error) {
+	sk, err := ParseSecretKey(secret)
+	if err != nil {
+		return nil, fmt.Errorf("new keys: %w", err)
+	}
+	pk, err := PublicKeyOf(sk)
+	if err != nil {
+		return nil, fmt.Errorf("new keys: %w", err)
+	}
+	npub, err := npubOf(pk)
+	if err != nil {
+		return nil, fmt.Errorf("new keys: %w", err)
+	}
+	return &Keys{secret: sk, public: pk, npub: npub}, nil
+}
+
+// PublicKey returns the hex x-only public key.
+func (k *Keys) PublicKey() string { return k.public }
+
+// Npub returns the NIP-19 npub of the public key.
+func (k *Keys) Npub() string { return k.npub }
+
+// Sign sets ev's PubKey, ID and Sig (e.g. for a NIP-42 AUTH event).
+func (k *Keys) Sign(ev *nostr.Event) error {
+	if err := ev.Sign(k.secret); err != nil {
+		// go-nostr's message may quote the key: do not wrap it.
+		return errors.New("sign event: signing failed")
+	}
+	return nil
+}
+
+// String returns "Keys(<npub>)".
+func (k *Keys) String() string { return "Keys(" + k.npub + ")" }
+
+// GoString is String, so %#v does not print the secret.
+func (k *Keys) GoString() string { return k.String() }
+
+// LogValue logs the npub only.
+func (k *Keys) LogValue() slog.Value { return slog.StringValue(k.npub) }

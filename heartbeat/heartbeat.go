@@ -1,0 +1,334 @@
+package heartbeat
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+)
+
+// Capacity is a heartbeat's available_capacity (Paygress CapacityInfo).
+type Capacity struct {
+	// CPUAvailable is in millicores.
+	CPUAvailable uint64 `json:"cpu_available"`
+	// MemoryMBAvailable is in MiB.
+	MemoryMBAvailable uint64 `json:"memory_mb_available"`
+	// StorageGBAvailable is in GiB.
+	StorageGBAvailable uint64 `json:"storage_gb_available"`
+}
+
+// WorkloadEpoch is one workload a provider holds Live, at an epoch (ours).
+type WorkloadEpoch struct {
+	// ID is the consumer-assigned workload id.
+	ID string `json:"id"`
+	// Epoch is the epoch the provider holds it at (>= 1).
+	Epoch uint64 `json:"epoch"`
+}
+
+// Heartbeat is a decoded heartbeat of either kind.
+//
+// Defaults for Paygress-made heartbeats: they carry no workloads list, so
+// ListsWorkloads is false and Workloads is empty. By the design's takeover
+// rule any heartbeat of such a provider counts as a Live claim of every
+// workload it holds; use ClaimsLive rather than reading Workloads directly.
+type Heartbeat struct {
+	// EventID is the event id (hex).
+	EventID string
+	// Ephemeral is true for kind 20384, false for the stored kind 38384.
+	Ephemeral bool
+	// Provider is the signer's hex public key (checked equal to the p tag and
+	// to ProviderNpub).
+	Provider string
+	// ProviderNpub is the content's provider_npub.
+	ProviderNpub string
+	// CreatedAt is the event's created_at.
+	CreatedAt time.Time
+	// Timestamp is the content's timestamp.
+	Timestamp time.Time
+	// Expiration is the NIP-40 expiration, zero when the event has none
+	// (Paygress writes none).
+	Expiration time.Time
+	// ActiveWorkloads is Paygress's count of active workloads.
+	ActiveWorkloads uint32
+	// Capacity is the available capacity.
+	Capacity Capacity
+	// Version is the payload schema version (always 1).
+	Version uint8
+	// ListsWorkloads is true when the content has a workloads list (ours);
+	// false for Paygress heartbeats.
+	ListsWorkloads bool
+	// Workloads are the (workload, epoch) pairs held Live, sorted as sent.
+	Workloads []WorkloadEpoch
+}
+
+// ClaimsLive reports whether this heartbeat is a Live claim of workloadID and
+// at which epoch. A heartbeat that lists workloads claims exactly those; a
+// Paygress heartbeat (no list) claims every workload, at EpochUnknown.
+func (h *Heartbeat) ClaimsLive(workloadID string) (epoch uint64, ok bool) {
+	if !h.ListsWorkloads {
+		return EpochUnknown, true
+	}
+	for _, w := range h.Workloads {
+		if w.ID == workloadID {
+			return w.Epoch, true
+		}
+	}
+	return 0, false
+}
+
+// HeartbeatParams are the inputs of BuildHeartbeat.
+type HeartbeatParams struct {
+	// At is the heartbeat time: created_at and content timestamp (seconds).
+	At time.Time
+	// ActiveWorkloads is Paygress's active_workloads; when zero it defaults
+	// to len(Workloads).
+	ActiveWorkloads uint32
+	// Capacity is the available capacity.
+	Capacity Capacity
+	// Workloads are the (workload, epoch) pairs the provider holds Live. The
+	// list is always written, empty included.
+	Workloads []WorkloadEpoch
+	// TTL sets the NIP-40 expiration to At+TTL; zero means
+	// DefaultHeartbeatTTL.
+	TTL time.Duration
+}
+
+// heartbeatWire is the content JSON in Paygress field order, plus ours.
+type heartbeatWire struct {
+	ProviderNpub      string          `json:"provider_npub"`
+	Timestamp         uint64          `json:"timestamp"`
+	ActiveWorkloads   uint32          `json:"active_workloads"`
+	AvailableCapacity Capacity        `json:"available_capacity"`
+	Version           uint8           `json:"version"`
+	Workloads         []WorkloadEpoch `json:"workloads"`
+}
+
+// heartbeatIn decodes content with presence detection of required fields.
+type heartbeatIn struct {
+	ProviderNpub      *string      `json:"provider_npub"`
+	Timestamp         *uint64      `json:"timestamp"`
+	ActiveWorkloads   *uint32      `json:"active_workloads"`
+	AvailableCapacity *capacityIn  `json:"available_capacity"`
+	Version           *uint8       `json:"version"`
+	Workloads         *[]workload1 `json:"workloads"`
+}
+
+type capacityIn struct {
+	CPUAvailable       *uint64 `json:"cpu_available"`
+	MemoryMBAvailable  *uint64 `json:"memory_mb_available"`
+	StorageGBAvailable *uint64 `json:"storage_gb_available"`
+}
+
+type workload1 struct {
+	ID    *string `json:"id"`
+	Epoch *uint64 `json:"epoch"`
+}
+
+// BuildHeartbeat builds and signs a heartbeat: the stored kind 38384, or the
+// ephemeral kind 20384 when ephemeral is true.
+func BuildHeartbeat(k *Keys, p HeartbeatParams, ephemeral bool) (*nostr.Event, error) {
+	if k == nil {
+		return nil, fmt.Errorf("build heartbeat: nil keys")
+	}
+	ts := p.At.Unix()
+	if ts < 0 || ts > maxUnix {
+		return nil, fmt.Errorf("build heartbeat: time %v out of range", p.At)
+	}
+	if err := validateWorkloads(p.Workloads); err != nil {
+		return nil, fmt.Errorf("build heartbeat: %w", err)
+	}
+	ttl := p.TTL
+	if ttl == 0 {
+		ttl = DefaultHeartbeatTTL
+	}
+	if ttl < time.Second {
+		return nil, fmt.Errorf("build heartbeat: ttl %v below 1s", ttl)
+	}
+	active := p.ActiveWorkloads
+	if active == 0 {
+		active = uint32(len(p.Workloads))
+	}
+	workloads := p.Workloads
+	if workloads == nil {
+		workloads = []WorkloadEpoch{}
+	}
+	content, err := json.Marshal(heartbeatWire{
+		ProviderNpub:      k.npub,
+		Timestamp:         uint64(ts),
+		ActiveWorkloads:   active,
+		AvailableCapacity: p.Capacity,
+		Version:           SchemaVersion,
+		Workloads:         workloads,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build heartbeat: %w", err)
+	}
+	exp := strconv.FormatInt(ts+int64(ttl/time.Second), 10)
+	ev := &nostr.Event{CreatedAt: nostr.Timestamp(ts), Content: string(content)}
+	if ephemeral {
+		ev.Kind = KindHeartbeatEphemeral
+		ev.Tags = nostr.Tags{
+			{"t", tagHeartbeat},
+			{"p", k.public},
+			{"v", versionTag},
+			{"expiration", exp},
+		}
+	} else {
+		ev.Kind = KindHeartbeat
+		ev.Tags = nostr.Tags{
+			{"t", tagHeartbeat},
+			{"p", k.public},
+			{"d", HeartbeatDTag(k.npub, uint64(ts))},
+			{"v", versionTag},
+			{"expiration", exp},
+		}
+	}
+	if err := k.Sign(ev); err != nil {
+		return nil, fmt.Errorf("build heartbeat: %w", err)
+	}
+	return ev, nil
+}
+
+// BuildHeartbeats builds the stored and the ephemeral heartbeat for one beat
+// (Paygress publishes both on every beat).
+func BuildHeartbeats(k *Keys, p HeartbeatParams) (stored, ephemeral *nostr.Event, err error) {
+	stored, err = BuildHeartbeat(k, p, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	ephemeral, err = BuildHeartbeat(k, p, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return stored, ephemeral, nil
+}
+
+// DecodeHeartbeat decodes a heartbeat of either kind and checks its tags and
+// that it names its signer. It does not check the id or the signature (the
+// Ingestor does): call it on verified events only.
+func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
+	if ev.Kind != KindHeartbeat && ev.Kind != KindHeartbeatEphemeral {
+		return nil, reject(ReasonBadKind, "kind %d is not a heartbeat", ev.Kind)
+	}
+	if rej := requireTags(ev.Tags, tagHeartbeat); rej != nil {
+		return nil, rej
+	}
+	p, ok := firstTag(ev.Tags, "p")
+	if !ok {
+		return nil, reject(ReasonBadTags, "missing tag p")
+	}
+	if p != ev.PubKey {
+		return nil, reject(ReasonWrongSigner, "p tag names another provider than the signer")
+	}
+	exp, hasExp, rej := expiration(ev.Tags)
+	if rej != nil {
+		return nil, rej
+	}
+
+	var in heartbeatIn
+	if err := json.Unmarshal([]byte(ev.Content), &in); err != nil {
+		return nil, rejectErr(ReasonDecode, err, "heartbeat content")
+	}
+	switch {
+	case in.ProviderNpub == nil:
+		return nil, reject(ReasonDecode, "heartbeat content: missing provider_npub")
+	case in.Timestamp == nil:
+		return nil, reject(ReasonDecode, "heartbeat content: missing timestamp")
+	case in.ActiveWorkloads == nil:
+		return nil, reject(ReasonDecode, "heartbeat content: missing active_workloads")
+	case in.AvailableCapacity == nil:
+		return nil, reject(ReasonDecode, "heartbeat content: missing available_capacity")
+	case in.AvailableCapacity.CPUAvailable == nil || in.AvailableCapacity.MemoryMBAvailable == nil ||
+		in.AvailableCapacity.StorageGBAvailable == nil:
+		return nil, reject(ReasonDecode, "heartbeat content: incomplete available_capacity")
+	case *in.Timestamp > maxUnix:
+		return nil, reject(ReasonDecode, "heartbeat content: timestamp %d out of range", *in.Timestamp)
+	}
+	version, rej := decodeVersion(in.Version)
+	if rej != nil {
+		return nil, rej
+	}
+	provider, err := ParsePublicKey(*in.ProviderNpub)
+	if err != nil {
+		return nil, rejectErr(ReasonDecode, err, "heartbeat content: provider_npub")
+	}
+	if provider != ev.PubKey {
+		return nil, reject(ReasonWrongSigner, "provider_npub names another provider than the signer")
+	}
+	if ev.Kind == KindHeartbeat {
+		d, ok := firstTag(ev.Tags, "d")
+		if !ok {
+			return nil, reject(ReasonBadTags, "stored heartbeat without d tag")
+		}
+		if d != HeartbeatDTag(*in.ProviderNpub, *in.Timestamp) {
+			return nil, reject(ReasonBadTags, "d tag %.120q does not match provider_npub and timestamp", d)
+		}
+	}
+
+	h := &Heartbeat{
+		EventID:         ev.ID,
+		Ephemeral:       ev.Kind == KindHeartbeatEphemeral,
+		Provider:        ev.PubKey,
+		ProviderNpub:    *in.ProviderNpub,
+		CreatedAt:       unixTime(uint64(ev.CreatedAt)),
+		Timestamp:       unixTime(*in.Timestamp),
+		ActiveWorkloads: *in.ActiveWorkloads,
+		Capacity: Capacity{
+			CPUAvailable:       *in.AvailableCapacity.CPUAvailable,
+			MemoryMBAvailable:  *in.AvailableCapacity.MemoryMBAvailable,
+			StorageGBAvailable: *in.AvailableCapacity.StorageGBAvailable,
+		},
+		Version: version,
+	}
+	if ev.CreatedAt < 0 || ev.CreatedAt > maxUnix {
+		return nil, reject(ReasonDecode, "created_at %d out of range", ev.CreatedAt)
+	}
+	if hasExp {
+		h.Expiration = unixTime(uint64(exp))
+	}
+	if in.Workloads != nil {
+		h.ListsWorkloads = true
+		h.Workloads = make([]WorkloadEpoch, 0, len(*in.Workloads))
+		for i, w := range *in.Workloads {
+			if w.ID == nil || w.Epoch == nil {
+				return nil, reject(ReasonDecode, "heartbeat content: workloads[%d] lacks id or epoch", i)
+			}
+			h.Workloads = append(h.Workloads, WorkloadEpoch{ID: *w.ID, Epoch: *w.Epoch})
+		}
+		if err := validateWorkloads(h.Workloads); err != nil {
+			return nil, rejectErr(ReasonDecode, err, "heartbeat content")
+		}
+	}
+	return h, nil
+}
+
+func validateWorkloads(ws []WorkloadEpoch) error {
+	seen := make(map[string]struct{}, len(ws))
+	for i, w := range ws {
+		if err := ValidateWorkloadID(w.ID); err != nil {
+			return fmt.Errorf("workloads[%d]: %w", i, err)
+		}
+		if w.Epoch == 0 {
+			return fmt.Errorf("workloads[%d]: epoch 0, epochs start at 1", i)
+		}
+		if _, dup := seen[w.ID]; dup {
+			return fmt.Errorf("workloads[%d]: duplicate workload id", i)
+		}
+		seen[w.ID] = struct{}{}
+	}
+	return nil
+}
+
+// decodeVersion applies Paygress's default (absent version = 1) and rejects
+// other versions.
+func decodeVersion(v *uint8) (uint8, *RejectError) {
+	if v == nil {
+		return SchemaVersion, nil
+	}
+	if *v != SchemaVersion {
+		return 0, reject(ReasonDecode, "unsupported payload version %d", *v)
+	}
+	return *v, nil
+}

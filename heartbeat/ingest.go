@@ -1,0 +1,465 @@
+package heartbeat
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config bounds what the Ingestor accepts. Zero values are not defaults: start
+// from DefaultConfig.
+type Config struct {
+	// MaxEventBytes bounds a raw event (IngestRaw) or the summed size of an
+	// event's content and tags (Ingest). Default 65536.
+	MaxEventBytes int
+	// MaxContentBytes bounds the content. Default 16384.
+	MaxContentBytes int
+	// MaxTags bounds the number of tags. Default 64.
+	MaxTags int
+	// MaxTagBytes bounds each tag element. Default 1024.
+	MaxTagBytes int
+	// MaxSkew is how far created_at may lie ahead of local time. Default 30s.
+	MaxSkew time.Duration
+	// HeartbeatMaxAge is how old a heartbeat's created_at may be (the lease
+	// machine's stale window). Default 300s (Paygress's live window).
+	HeartbeatMaxAge time.Duration
+	// CacheSize bounds the dedupe cache (event ids remembered). Default 65536.
+	CacheSize int
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxEventBytes:   64 << 10,
+		MaxContentBytes: 16 << 10,
+		MaxTags:         64,
+		MaxTagBytes:     1024,
+		MaxSkew:         30 * time.Second,
+		HeartbeatMaxAge: 300 * time.Second,
+		CacheSize:       1 << 16,
+	}
+}
+
+// Validate names the first bad field and its value.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxEventBytes < 1024:
+		return fmt.Errorf("heartbeat config: MaxEventBytes %d below 1024", c.MaxEventBytes)
+	case c.MaxContentBytes < 256 || c.MaxContentBytes > c.MaxEventBytes:
+		return fmt.Errorf("heartbeat config: MaxContentBytes %d, want 256 to MaxEventBytes (%d)", c.MaxContentBytes, c.MaxEventBytes)
+	case c.MaxTags < 8:
+		return fmt.Errorf("heartbeat config: MaxTags %d below 8", c.MaxTags)
+	case c.MaxTagBytes < 128:
+		return fmt.Errorf("heartbeat config: MaxTagBytes %d below 128", c.MaxTagBytes)
+	case c.MaxSkew < 0:
+		return fmt.Errorf("heartbeat config: MaxSkew %v is negative", c.MaxSkew)
+	case c.HeartbeatMaxAge < time.Second:
+		return fmt.Errorf("heartbeat config: HeartbeatMaxAge %v below 1s", c.HeartbeatMaxAge)
+	case c.CacheSize < 16:
+		return fmt.Errorf("heartbeat config: CacheSize %d below 16", c.CacheSize)
+	}
+	return nil
+}
+
+// SignerPolicy answers the signer rules that depend on lease state. The agent
+// implements it over its lease table; it must be safe for concurrent use and
+// cheap (it runs on every delivery, duplicates included).
+type SignerPolicy interface {
+	// CurrentPrimary returns the hex public key of the workload's current
+	// primary, false when the workload is unknown. Revocations are accepted
+	// only from it.
+	CurrentPrimary(workloadID string) (pubkey string, ok bool)
+	// IsMember reports whether pubkey is the primary or a standby of the
+	// workload. Promotion claims are accepted only from members, so a stranger
+	// cannot fence a workload with a forged higher epoch.
+	IsMember(workloadID, pubkey string) bool
+	// AllowedIssuer reports whether pubkey may issue lease grants.
+	AllowedIssuer(pubkey string) bool
+}
+
+// Ingested is an accepted event. Exactly one of the decoded pointers is set.
+// The decoded values are shared between deliveries of the same event: treat
+// them as read-only.
+type Ingested struct {
+	// Event is the event as this delivery carried it.
+	Event *nostr.Event
+	// Duplicate is true when the same event was accepted before (another
+	// relay delivered it first); its signature was not checked again.
+	Duplicate bool
+	// Heartbeat is set for kinds 38384 and 20384.
+	Heartbeat *Heartbeat
+	// Revocation is set for kind 38385.
+	Revocation *Revocation
+	// Promotion is set for kind 38386.
+	Promotion *Promotion
+	// LeaseGrant is set for kind 38388.
+	LeaseGrant *LeaseGrant
+}
+
+// Ingestor verifies and decodes incoming events: cheap checks first, the
+// signature once per event however many relays deliver it, then decoding and
+// the signer rules. It is safe for concurrent use.
+type Ingestor struct {
+	cfg    Config
+	policy SignerPolicy
+	log    *slog.Logger
+	m      *metrics
+
+	mu       sync.Mutex
+	cur, old map[string]*entry
+	half     int
+}
+
+type entryState uint8
+
+const (
+	statePending entryState = iota
+	stateGood
+	stateBad
+)
+
+// entry is one dedupe cache slot, keyed by event id. A good entry holds a
+// copy of the verified event: a later delivery is a duplicate only if it is
+// field-for-field equal, so a forgery reusing a real id never rides on the
+// real event's verification. A bad entry is only made after the id was
+// recomputed, so (id, sig) determines the event and matching sig is enough.
+type entry struct {
+	state  entryState
+	done   chan struct{} // closed when a pending entry is settled
+	ev     nostr.Event   // good: verified copy
+	sig    string        // bad: the signature that failed
+	rej    *RejectError  // bad: the cached rejection
+	result Ingested      // good: decoded values (Event unset)
+}
+
+// NewIngestor returns an Ingestor. reg may be nil (metrics are then not
+// registered); logger may be nil (nothing is logged).
+func NewIngestor(cfg Config, policy SignerPolicy, reg prometheus.Registerer, logger *slog.Logger) (*Ingestor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new ingestor: %w", err)
+	}
+	if policy == nil {
+		return nil, fmt.Errorf("new ingestor: nil signer policy")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("new ingestor: %w", err)
+	}
+	half := cfg.CacheSize / 2
+	return &Ingestor{
+		cfg: cfg, policy: policy, log: logger.With("component", "heartbeat"), m: m,
+		cur: make(map[string]*entry, half), old: map[string]*entry{}, half: half,
+	}, nil
+}
+
+// IngestRaw parses raw as a Nostr event (the JSON object, not an envelope)
+// and ingests it. It exists for fuzzing and for callers holding bytes.
+func (in *Ingestor) IngestRaw(ctx context.Context, now time.Time, raw []byte) (Ingested, error) {
+	if len(raw) > in.cfg.MaxEventBytes {
+		return Ingested{}, in.rejected(nil, reject(ReasonTooLarge, "raw event is %d bytes, max %d", len(raw), in.cfg.MaxEventBytes))
+	}
+	var ev nostr.Event
+	if err := ev.UnmarshalJSON(raw); err != nil {
+		return Ingested{}, in.rejected(nil, rejectErr(ReasonMalformed, err, "raw event is not an event object"))
+	}
+	return in.Ingest(ctx, now, &ev)
+}
+
+// Ingest checks one delivery of ev against local time now. It returns the
+// decoded event, or an error wrapping a *RejectError (see ReasonOf) saying why
+// it was not accepted. It blocks only while another goroutine verifies the
+// same event, and returns early with ReasonCanceled when ctx ends.
+func (in *Ingestor) Ingest(ctx context.Context, now time.Time, ev *nostr.Event) (Ingested, error) {
+	if ev == nil {
+		return Ingested{}, in.rejected(nil, reject(ReasonMalformed, "nil event"))
+	}
+	if rej := in.cheapChecks(now, ev); rej != nil {
+		return Ingested{}, in.rejected(ev, rej)
+	}
+
+	leader := false
+	var e *entry
+	for attempt := 0; attempt < 2 && !leader; attempt++ {
+		in.mu.Lock()
+		e = in.lookup(ev.ID)
+		switch {
+		case e == nil:
+			e = &entry{state: statePending, done: make(chan struct{})}
+			in.insert(ev.ID, e)
+			leader = true
+			in.mu.Unlock()
+		case e.state == stateGood && sameEvent(&e.ev, ev):
+			res := e.result
+			in.mu.Unlock()
+			res.Event, res.Duplicate = ev, true
+			return in.finish(now, res)
+		case e.state == stateBad && e.sig == ev.Sig:
+			rej := e.rej
+			in.mu.Unlock()
+			return Ingested{}, in.rejected(ev, rej)
+		case e.state == statePending:
+			done := e.done
+			in.mu.Unlock()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				return Ingested{}, in.rejected(ev, rejectErr(ReasonCanceled, ctx.Err(), "waiting for a concurrent verification"))
+			}
+			e = nil
+		default:
+			// Same id, different event (a forgery or a different signature):
+			// verify it on its own without touching the cached entry.
+			in.mu.Unlock()
+			e = nil
+			attempt = 2
+		}
+	}
+
+	res, rej, cacheable := in.verifyAndDecode(ev)
+	if leader {
+		in.mu.Lock()
+		switch {
+		case rej == nil:
+			e.state, e.ev, e.result = stateGood, copyEvent(ev), res
+		case cacheable:
+			e.state, e.sig, e.rej = stateBad, ev.Sig, rej
+		default:
+			in.remove(ev.ID, e)
+		}
+		close(e.done)
+		in.mu.Unlock()
+	} else if rej == nil {
+		in.mu.Lock()
+		if cur := in.lookup(ev.ID); cur == nil || cur.state == stateBad {
+			in.insert(ev.ID, &entry{state: stateGood, ev: copyEvent(ev), result: res})
+		}
+		in.mu.Unlock()
+	}
+	if rej != nil {
+		return Ingested{}, in.rejected(ev, rej)
+	}
+	res.Event = ev
+	return in.finish(now, res)
+}
+
+// cheapChecks runs the checks that need no hashing: shapes, kind, sizes and
+// the time window (which depends on now, so it runs on every delivery).
+func (in *Ingestor) cheapChecks(now time.Time, ev *nostr.Event) *RejectError {
+	if len(ev.ID) != 64 || len(ev.PubKey) != 64 || len(ev.Sig) != 128 {
+		return reject(ReasonMalformed, "id, pubkey or sig has the wrong length")
+	}
+	switch ev.Kind {
+	case KindHeartbeat, KindHeartbeatEphemeral, KindRevocation, KindPromotion, KindLeaseGrant:
+	default:
+		return reject(ReasonBadKind, "kind %d is not a protocol kind", ev.Kind)
+	}
+	if len(ev.Content) > in.cfg.MaxContentBytes {
+		return reject(ReasonTooLarge, "content is %d bytes, max %d", len(ev.Content), in.cfg.MaxContentBytes)
+	}
+	if len(ev.Tags) > in.cfg.MaxTags {
+		return reject(ReasonTooLarge, "%d tags, max %d", len(ev.Tags), in.cfg.MaxTags)
+	}
+	nowUnix := now.Unix()
+	created := int64(ev.CreatedAt)
+	if created > nowUnix+int64(in.cfg.MaxSkew/time.Second) {
+		return reject(ReasonFuture, "created_at %d is %ds ahead of local time", created, created-nowUnix)
+	}
+	if ev.Kind == KindHeartbeat || ev.Kind == KindHeartbeatEphemeral {
+		if created < nowUnix-int64(in.cfg.HeartbeatMaxAge/time.Second) {
+			return reject(ReasonStale, "heartbeat created_at %d is %ds old", created, nowUnix-created)
+		}
+	}
+	exp, ok, rej := expiration(ev.Tags)
+	if rej != nil {
+		return rej
+	}
+	if ok && nowUnix >= exp {
+		return reject(ReasonExpired, "NIP-40 expiration %d has passed", exp)
+	}
+	return nil
+}
+
+// verifyAndDecode is the full path for an event not seen before. cacheable
+// says whether a rejection is a property of the event itself (given a correct
+// id), so it may be remembered by (id, sig).
+func (in *Ingestor) verifyAndDecode(ev *nostr.Event) (res Ingested, rej *RejectError, cacheable bool) {
+	size := len(ev.Content) + 200
+	for _, t := range ev.Tags {
+		if len(t) == 0 {
+			return res, reject(ReasonBadTags, "empty tag"), false
+		}
+		for _, s := range t {
+			if len(s) > in.cfg.MaxTagBytes {
+				return res, reject(ReasonTooLarge, "tag element of %d bytes, max %d", len(s), in.cfg.MaxTagBytes), false
+			}
+			size += len(s) + 4
+		}
+	}
+	if size > in.cfg.MaxEventBytes {
+		return res, reject(ReasonTooLarge, "event is about %d bytes, max %d", size, in.cfg.MaxEventBytes), false
+	}
+	if !isLowerHex(ev.PubKey) || !isLowerHex(ev.Sig) {
+		return res, reject(ReasonMalformed, "pubkey or sig is not lowercase hex"), false
+	}
+	if !ev.CheckID() {
+		return res, reject(ReasonBadID, "id is not the hash of the event"), false
+	}
+	in.m.sigChecks.Inc()
+	ok, err := ev.CheckSignature()
+	if err != nil {
+		return res, rejectErr(ReasonBadSig, err, "signature check failed"), true
+	}
+	if !ok {
+		return res, reject(ReasonBadSig, "signature does not verify"), true
+	}
+	var derr error
+	switch ev.Kind {
+	case KindHeartbeat, KindHeartbeatEphemeral:
+		res.Heartbeat, derr = DecodeHeartbeat(ev)
+	case KindRevocation:
+		res.Revocation, derr = DecodeRevocation(ev)
+	case KindPromotion:
+		res.Promotion, derr = DecodePromotion(ev)
+	case KindLeaseGrant:
+		res.LeaseGrant, derr = DecodeLeaseGrant(ev)
+	}
+	if derr != nil {
+		if re, ok := derr.(*RejectError); ok {
+			return Ingested{}, re, true
+		}
+		return Ingested{}, rejectErr(ReasonDecode, derr, "decode"), true
+	}
+	return res, nil, false
+}
+
+// finish runs the checks that depend on now or on lease state (every
+// delivery) and counts the acceptance.
+func (in *Ingestor) finish(now time.Time, res Ingested) (Ingested, error) {
+	switch {
+	case res.Revocation != nil:
+		r := res.Revocation
+		primary, ok := in.policy.CurrentPrimary(r.WorkloadID)
+		if !ok {
+			return Ingested{}, in.rejected(res.Event, reject(ReasonUnknownWorkload, "revocation for unknown workload %.64q", r.WorkloadID))
+		}
+		if primary != r.Signer {
+			return Ingested{}, in.rejected(res.Event, reject(ReasonWrongSigner, "revocation of %.64q not signed by its current primary", r.WorkloadID))
+		}
+	case res.Promotion != nil:
+		p := res.Promotion
+		if !in.policy.IsMember(p.WorkloadID, p.Signer) {
+			return Ingested{}, in.rejected(res.Event, reject(ReasonWrongSigner, "promotion of %.64q signed by a non-member", p.WorkloadID))
+		}
+	case res.LeaseGrant != nil:
+		g := res.LeaseGrant
+		if !in.policy.AllowedIssuer(g.Issuer) {
+			return Ingested{}, in.rejected(res.Event, reject(ReasonWrongSigner, "lease grant from an issuer that is not allowed"))
+		}
+		if !g.ExpiresAt.IsZero() && !now.Before(g.ExpiresAt) {
+			return Ingested{}, in.rejected(res.Event, reject(ReasonExpired, "lease of %.64q expired at %d", g.WorkloadID, g.ExpiresAt.Unix()))
+		}
+	}
+	if res.Duplicate {
+		in.m.duplicate[kindIndex(res.Event.Kind)].Inc()
+	} else {
+		in.m.accepted[kindIndex(res.Event.Kind)].Inc()
+	}
+	return res, nil
+}
+
+func (in *Ingestor) rejected(ev *nostr.Event, rej *RejectError) error {
+	in.m.rejected[rej.Reason].Inc()
+	if in.log.Enabled(context.Background(), slog.LevelDebug) {
+		id, kind := "", 0
+		if ev != nil {
+			id, kind = ev.ID, ev.Kind
+		}
+		in.log.Debug("event rejected", "reason", string(rej.Reason), "id", fmt.Sprintf("%.64s", id), "kind", kind, "detail", rej.Detail)
+	}
+	return rej
+}
+
+// lookup finds id in the two generations (caller holds mu); a hit in the old
+// generation moves to the current one.
+func (in *Ingestor) lookup(id string) *entry {
+	if e, ok := in.cur[id]; ok {
+		return e
+	}
+	if e, ok := in.old[id]; ok {
+		delete(in.old, id)
+		in.insert(id, e)
+		return e
+	}
+	return nil
+}
+
+// insert adds to the current generation, rotating when it is full, so at most
+// CacheSize ids are remembered (caller holds mu).
+func (in *Ingestor) insert(id string, e *entry) {
+	if len(in.cur) >= in.half {
+		in.old = in.cur
+		in.cur = make(map[string]*entry, in.half)
+	}
+	in.cur[id] = e
+}
+
+func (in *Ingestor) remove(id string, e *entry) {
+	if in.cur[id] == e {
+		delete(in.cur, id)
+	}
+	if in.old[id] == e {
+		delete(in.old, id)
+	}
+}
+
+// CacheLen returns the number of event ids remembered (for tests and status).
+func (in *Ingestor) CacheLen() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.cur) + len(in.old)
+}
+
+func sameEvent(a, b *nostr.Event) bool {
+	if a.ID != b.ID || a.Sig != b.Sig || a.PubKey != b.PubKey || a.CreatedAt != b.CreatedAt ||
+		a.Kind != b.Kind || a.Content != b.Content || len(a.Tags) != len(b.Tags) {
+		return false
+	}
+	for i := range a.Tags {
+		if len(a.Tags[i]) != len(b.Tags[i]) {
+			return false
+		}
+		for j := range a.Tags[i] {
+			if a.Tags[i][j] != b.Tags[i][j] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func copyEvent(ev *nostr.Event) nostr.Event {
+	c := *ev
+	c.Tags = make(nostr.Tags, len(ev.Tags))
+	for i, t := range ev.Tags {
+		c.Tags[i] = append(nostr.Tag(nil), t...)
+	}
+	return c
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

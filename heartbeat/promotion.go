@@ -1,0 +1,208 @@
+package heartbeat
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+)
+
+// ClaimStatus is the status of a promotion claim (ours).
+type ClaimStatus string
+
+const (
+	// ClaimActive is a live claim; Paygress announcements are active.
+	ClaimActive ClaimStatus = "active"
+	// ClaimWithdrawn replaces a claim its author gave up (same d tag), so the
+	// old claim no longer competes.
+	ClaimWithdrawn ClaimStatus = "withdrawn"
+)
+
+// Promotion is a decoded promotion announcement or claim (kind 38386).
+//
+// Defaults for Paygress-made announcements: no epoch means Epoch is
+// EpochUnknown and HasEpoch false; no status means ClaimActive. Paygress
+// starts the workload before announcing, so such an announcement says its
+// author is running the workload.
+type Promotion struct {
+	// EventID is the event id (hex).
+	EventID string
+	// Signer is the signer's hex public key; equal to NewPrimary.
+	Signer string
+	// CreatedAt is the event's created_at.
+	CreatedAt time.Time
+	// WorkloadID names the workload.
+	WorkloadID string
+	// NewPrimary is the claimer's hex public key.
+	NewPrimary string
+	// NewPrimaryNpub is the content's new_primary_npub as written.
+	NewPrimaryNpub string
+	// PromotedAt is the content's promoted_at.
+	PromotedAt time.Time
+	// Version is the payload schema version (1).
+	Version uint8
+	// Epoch is the claimed epoch; EpochUnknown for Paygress announcements.
+	Epoch uint64
+	// HasEpoch is true when the content carried an epoch (ours).
+	HasEpoch bool
+	// Status is active or withdrawn.
+	Status ClaimStatus
+}
+
+// PromotionParams are the inputs of BuildPromotion. The claimer is the signer.
+type PromotionParams struct {
+	// WorkloadID names the workload.
+	WorkloadID string
+	// At is created_at and promoted_at.
+	At time.Time
+	// Epoch is the claimed epoch (the current epoch + 1).
+	Epoch uint64
+	// Status is ClaimActive (the default when empty) or ClaimWithdrawn.
+	Status ClaimStatus
+}
+
+type promotionWire struct {
+	WorkloadID     string      `json:"workload_id"`
+	NewPrimaryNpub string      `json:"new_primary_npub"`
+	PromotedAt     uint64      `json:"promoted_at"`
+	Version        uint8       `json:"version"`
+	Epoch          uint64      `json:"epoch"`
+	Status         ClaimStatus `json:"status"`
+}
+
+type promotionIn struct {
+	WorkloadID     *string `json:"workload_id"`
+	NewPrimaryNpub *string `json:"new_primary_npub"`
+	PromotedAt     *uint64 `json:"promoted_at"`
+	Version        *uint8  `json:"version"`
+	Epoch          *uint64 `json:"epoch"`
+	Status         *string `json:"status"`
+}
+
+// BuildPromotion builds and signs a promotion claim (or, with ClaimWithdrawn,
+// the marker that replaces it).
+func BuildPromotion(k *Keys, p PromotionParams) (*nostr.Event, error) {
+	if k == nil {
+		return nil, fmt.Errorf("build promotion: nil keys")
+	}
+	if err := ValidateWorkloadID(p.WorkloadID); err != nil {
+		return nil, fmt.Errorf("build promotion: %w", err)
+	}
+	if p.Epoch == 0 {
+		return nil, fmt.Errorf("build promotion: epoch 0, epochs start at 1")
+	}
+	status := p.Status
+	if status == "" {
+		status = ClaimActive
+	}
+	if status != ClaimActive && status != ClaimWithdrawn {
+		return nil, fmt.Errorf("build promotion: status %q is not active or withdrawn", status)
+	}
+	ts := p.At.Unix()
+	if ts < 0 || ts > maxUnix {
+		return nil, fmt.Errorf("build promotion: time %v out of range", p.At)
+	}
+	content, err := json.Marshal(promotionWire{
+		WorkloadID:     p.WorkloadID,
+		NewPrimaryNpub: k.npub,
+		PromotedAt:     uint64(ts),
+		Version:        SchemaVersion,
+		Epoch:          p.Epoch,
+		Status:         status,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build promotion: %w", err)
+	}
+	ev := &nostr.Event{
+		CreatedAt: nostr.Timestamp(ts),
+		Kind:      KindPromotion,
+		Tags: nostr.Tags{
+			{"t", tagPaygress},
+			{"t", tagPromoted},
+			{"d", PromotionDTag(p.WorkloadID)},
+			{"v", versionTag},
+			{"workload", p.WorkloadID},
+		},
+		Content: string(content),
+	}
+	if err := k.Sign(ev); err != nil {
+		return nil, fmt.Errorf("build promotion: %w", err)
+	}
+	return ev, nil
+}
+
+// DecodePromotion decodes a promotion announcement or claim and checks its
+// tags and that the new primary it names is its signer. It does not verify
+// the signature.
+func DecodePromotion(ev *nostr.Event) (*Promotion, error) {
+	if ev.Kind != KindPromotion {
+		return nil, reject(ReasonBadKind, "kind %d is not a promotion", ev.Kind)
+	}
+	if rej := requireTags(ev.Tags, tagPaygress, tagPromoted); rej != nil {
+		return nil, rej
+	}
+	if ev.CreatedAt < 0 || ev.CreatedAt > maxUnix {
+		return nil, reject(ReasonDecode, "created_at %d out of range", ev.CreatedAt)
+	}
+	var in promotionIn
+	if err := json.Unmarshal([]byte(ev.Content), &in); err != nil {
+		return nil, rejectErr(ReasonDecode, err, "promotion content")
+	}
+	switch {
+	case in.WorkloadID == nil:
+		return nil, reject(ReasonDecode, "promotion content: missing workload_id")
+	case in.NewPrimaryNpub == nil:
+		return nil, reject(ReasonDecode, "promotion content: missing new_primary_npub")
+	case in.PromotedAt == nil:
+		return nil, reject(ReasonDecode, "promotion content: missing promoted_at")
+	case *in.PromotedAt > maxUnix:
+		return nil, reject(ReasonDecode, "promotion content: promoted_at %d out of range", *in.PromotedAt)
+	}
+	if err := ValidateWorkloadID(*in.WorkloadID); err != nil {
+		return nil, rejectErr(ReasonDecode, err, "promotion content")
+	}
+	version, rej := decodeVersion(in.Version)
+	if rej != nil {
+		return nil, rej
+	}
+	np, err := ParsePublicKey(*in.NewPrimaryNpub)
+	if err != nil {
+		return nil, rejectErr(ReasonDecode, err, "promotion content: new_primary_npub")
+	}
+	if np != ev.PubKey {
+		return nil, reject(ReasonWrongSigner, "new_primary_npub is not the signer")
+	}
+	if w, _ := firstTag(ev.Tags, "workload"); w != *in.WorkloadID {
+		return nil, reject(ReasonBadTags, "workload tag does not match workload_id")
+	}
+	if d, _ := firstTag(ev.Tags, "d"); d != PromotionDTag(*in.WorkloadID) {
+		return nil, reject(ReasonBadTags, "d tag does not match workload_id")
+	}
+	pr := &Promotion{
+		EventID:        ev.ID,
+		Signer:         ev.PubKey,
+		CreatedAt:      unixTime(uint64(ev.CreatedAt)),
+		WorkloadID:     *in.WorkloadID,
+		NewPrimary:     np,
+		NewPrimaryNpub: *in.NewPrimaryNpub,
+		PromotedAt:     unixTime(*in.PromotedAt),
+		Version:        version,
+		Status:         ClaimActive,
+	}
+	if in.Epoch != nil {
+		if *in.Epoch == 0 {
+			return nil, reject(ReasonDecode, "promotion content: epoch 0, epochs start at 1")
+		}
+		pr.Epoch, pr.HasEpoch = *in.Epoch, true
+	}
+	if in.Status != nil {
+		switch s := ClaimStatus(*in.Status); s {
+		case ClaimActive, ClaimWithdrawn:
+			pr.Status = s
+		default:
+			return nil, reject(ReasonDecode, "promotion content: status %.32q is not active or withdrawn", *in.Status)
+		}
+	}
+	return pr, nil
+}

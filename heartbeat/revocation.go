@@ -1,0 +1,267 @@
+package heartbeat
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+)
+
+// Revocation is a decoded lease revocation (kind 38385).
+//
+// Defaults for Paygress-made revocations: no epoch means Epoch is
+// EpochUnknown and HasEpoch false (read it as "the epoch the primary held");
+// no successor means the first standby is the successor (HasSuccessor false).
+// Standby entries that are not valid keys are skipped, as Paygress does when
+// it builds the p tags.
+type Revocation struct {
+	// EventID is the event id (hex).
+	EventID string
+	// Signer is the signer's hex public key; equal to Primary.
+	Signer string
+	// CreatedAt is the event's created_at.
+	CreatedAt time.Time
+	// WorkloadID names the workload.
+	WorkloadID string
+	// Primary is the revoking primary's hex public key.
+	Primary string
+	// PrimaryNpub is the content's primary_provider_npub as written.
+	PrimaryNpub string
+	// Standbys are the standbys' hex public keys, in order, invalid entries
+	// skipped.
+	Standbys []string
+	// Reason is the free-text reason.
+	Reason string
+	// RevokedAt is the content's revoked_at.
+	RevokedAt time.Time
+	// StateURI is the Blossom URI of the latest checkpoint, "" if none.
+	StateURI string
+	// Version is the payload schema version (1).
+	Version uint8
+	// Successor is the hex public key of the standby that should claim, ""
+	// when there are no standbys.
+	Successor string
+	// HasSuccessor is true when the content named the successor (ours).
+	HasSuccessor bool
+	// Epoch is the revoked epoch; EpochUnknown for Paygress revocations.
+	Epoch uint64
+	// HasEpoch is true when the content carried an epoch (ours).
+	HasEpoch bool
+}
+
+// RevocationParams are the inputs of BuildRevocation. The primary is the
+// signer.
+type RevocationParams struct {
+	// WorkloadID names the workload.
+	WorkloadID string
+	// Standbys are the standbys (hex or npub), in rank order; one p tag each.
+	Standbys []string
+	// Reason is a short free-text reason.
+	Reason string
+	// At is created_at and revoked_at.
+	At time.Time
+	// StateURI is the Blossom URI of the latest checkpoint (optional).
+	StateURI string
+	// Successor is the standby that should claim (hex or npub); "" means the
+	// first standby.
+	Successor string
+	// Epoch is the epoch being revoked (>= 1).
+	Epoch uint64
+}
+
+type revocationWire struct {
+	WorkloadID          string   `json:"workload_id"`
+	PrimaryProviderNpub string   `json:"primary_provider_npub"`
+	StandbyProviders    []string `json:"standby_providers"`
+	Reason              string   `json:"reason"`
+	RevokedAt           uint64   `json:"revoked_at"`
+	StateURI            string   `json:"state_uri,omitempty"`
+	Version             uint8    `json:"version"`
+	Successor           string   `json:"successor,omitempty"`
+	Epoch               uint64   `json:"epoch"`
+}
+
+type revocationIn struct {
+	WorkloadID          *string   `json:"workload_id"`
+	PrimaryProviderNpub *string   `json:"primary_provider_npub"`
+	StandbyProviders    *[]string `json:"standby_providers"`
+	Reason              *string   `json:"reason"`
+	RevokedAt           *uint64   `json:"revoked_at"`
+	StateURI            *string   `json:"state_uri"`
+	Version             *uint8    `json:"version"`
+	Successor           *string   `json:"successor"`
+	Epoch               *uint64   `json:"epoch"`
+}
+
+// BuildRevocation builds and signs a revocation by k (the primary).
+func BuildRevocation(k *Keys, p RevocationParams) (*nostr.Event, error) {
+	if k == nil {
+		return nil, fmt.Errorf("build revocation: nil keys")
+	}
+	if err := ValidateWorkloadID(p.WorkloadID); err != nil {
+		return nil, fmt.Errorf("build revocation: %w", err)
+	}
+	if p.Epoch == 0 {
+		return nil, fmt.Errorf("build revocation: epoch 0, epochs start at 1")
+	}
+	ts := p.At.Unix()
+	if ts < 0 || ts > maxUnix {
+		return nil, fmt.Errorf("build revocation: time %v out of range", p.At)
+	}
+	npubs := make([]string, 0, len(p.Standbys))
+	hexes := make([]string, 0, len(p.Standbys))
+	for i, s := range p.Standbys {
+		h, err := ParsePublicKey(s)
+		if err != nil {
+			return nil, fmt.Errorf("build revocation: standbys[%d]: %w", i, err)
+		}
+		n, _ := npubOf(h)
+		hexes = append(hexes, h)
+		npubs = append(npubs, n)
+	}
+	successor := ""
+	if p.Successor != "" {
+		h, err := ParsePublicKey(p.Successor)
+		if err != nil {
+			return nil, fmt.Errorf("build revocation: successor: %w", err)
+		}
+		found := false
+		for i, s := range hexes {
+			if s == h {
+				found, successor = true, npubs[i]
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("build revocation: successor is not one of the standbys")
+		}
+	} else if len(npubs) > 0 {
+		successor = npubs[0]
+	}
+	content, err := json.Marshal(revocationWire{
+		WorkloadID:          p.WorkloadID,
+		PrimaryProviderNpub: k.npub,
+		StandbyProviders:    npubs,
+		Reason:              p.Reason,
+		RevokedAt:           uint64(ts),
+		StateURI:            p.StateURI,
+		Version:             SchemaVersion,
+		Successor:           successor,
+		Epoch:               p.Epoch,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build revocation: %w", err)
+	}
+	tags := nostr.Tags{
+		{"t", tagPaygress},
+		{"t", tagRevocation},
+		{"d", RevocationDTag(k.npub, p.WorkloadID)},
+		{"v", versionTag},
+		{"workload", p.WorkloadID},
+	}
+	for _, h := range hexes {
+		tags = append(tags, nostr.Tag{"p", h})
+	}
+	ev := &nostr.Event{CreatedAt: nostr.Timestamp(ts), Kind: KindRevocation, Tags: tags, Content: string(content)}
+	if err := k.Sign(ev); err != nil {
+		return nil, fmt.Errorf("build revocation: %w", err)
+	}
+	return ev, nil
+}
+
+// DecodeRevocation decodes a revocation and checks its tags and that the
+// primary it names is its signer. Whether the signer is the workload's
+// current primary is the Ingestor's SignerPolicy check. It does not verify the
+// signature.
+func DecodeRevocation(ev *nostr.Event) (*Revocation, error) {
+	if ev.Kind != KindRevocation {
+		return nil, reject(ReasonBadKind, "kind %d is not a revocation", ev.Kind)
+	}
+	if rej := requireTags(ev.Tags, tagPaygress, tagRevocation); rej != nil {
+		return nil, rej
+	}
+	if ev.CreatedAt < 0 || ev.CreatedAt > maxUnix {
+		return nil, reject(ReasonDecode, "created_at %d out of range", ev.CreatedAt)
+	}
+	var in revocationIn
+	if err := json.Unmarshal([]byte(ev.Content), &in); err != nil {
+		return nil, rejectErr(ReasonDecode, err, "revocation content")
+	}
+	switch {
+	case in.WorkloadID == nil:
+		return nil, reject(ReasonDecode, "revocation content: missing workload_id")
+	case in.PrimaryProviderNpub == nil:
+		return nil, reject(ReasonDecode, "revocation content: missing primary_provider_npub")
+	case in.StandbyProviders == nil:
+		return nil, reject(ReasonDecode, "revocation content: missing standby_providers")
+	case in.Reason == nil:
+		return nil, reject(ReasonDecode, "revocation content: missing reason")
+	case in.RevokedAt == nil:
+		return nil, reject(ReasonDecode, "revocation content: missing revoked_at")
+	case *in.RevokedAt > maxUnix:
+		return nil, reject(ReasonDecode, "revocation content: revoked_at %d out of range", *in.RevokedAt)
+	}
+	if err := ValidateWorkloadID(*in.WorkloadID); err != nil {
+		return nil, rejectErr(ReasonDecode, err, "revocation content")
+	}
+	version, rej := decodeVersion(in.Version)
+	if rej != nil {
+		return nil, rej
+	}
+	primary, err := ParsePublicKey(*in.PrimaryProviderNpub)
+	if err != nil {
+		return nil, rejectErr(ReasonDecode, err, "revocation content: primary_provider_npub")
+	}
+	if primary != ev.PubKey {
+		return nil, reject(ReasonWrongSigner, "primary_provider_npub is not the signer")
+	}
+	if w, _ := firstTag(ev.Tags, "workload"); w != *in.WorkloadID {
+		return nil, reject(ReasonBadTags, "workload tag does not match workload_id")
+	}
+	if d, _ := firstTag(ev.Tags, "d"); d != RevocationDTag(*in.PrimaryProviderNpub, *in.WorkloadID) {
+		return nil, reject(ReasonBadTags, "d tag does not match primary_provider_npub and workload_id")
+	}
+	r := &Revocation{
+		EventID:     ev.ID,
+		Signer:      ev.PubKey,
+		CreatedAt:   unixTime(uint64(ev.CreatedAt)),
+		WorkloadID:  *in.WorkloadID,
+		Primary:     primary,
+		PrimaryNpub: *in.PrimaryProviderNpub,
+		Standbys:    make([]string, 0, len(*in.StandbyProviders)),
+		Reason:      *in.Reason,
+		RevokedAt:   unixTime(*in.RevokedAt),
+		Version:     version,
+	}
+	if in.StateURI != nil {
+		r.StateURI = *in.StateURI
+	}
+	seen := map[string]bool{primary: true}
+	for _, s := range *in.StandbyProviders {
+		h, err := ParsePublicKey(s)
+		if err != nil || seen[h] {
+			continue // Paygress skips unparseable standbys too
+		}
+		seen[h] = true
+		r.Standbys = append(r.Standbys, h)
+	}
+	if in.Successor != nil && *in.Successor != "" {
+		h, err := ParsePublicKey(*in.Successor)
+		if err != nil {
+			return nil, rejectErr(ReasonDecode, err, "revocation content: successor")
+		}
+		if !seen[h] || h == primary {
+			return nil, reject(ReasonDecode, "revocation content: successor is not one of the standbys")
+		}
+		r.Successor, r.HasSuccessor = h, true
+	} else if len(r.Standbys) > 0 {
+		r.Successor = r.Standbys[0]
+	}
+	if in.Epoch != nil {
+		if *in.Epoch == 0 {
+			return nil, reject(ReasonDecode, "revocation content: epoch 0, epochs start at 1")
+		}
+		r.Epoch, r.HasEpoch = *in.Epoch, true
+	}
+	return r, nil
+}
