@@ -1,0 +1,118 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/internal/relaytest"
+)
+
+func signedNote(t *testing.T, sk string, content string) *nostr.Event {
+	t.Helper()
+	ev := &nostr.Event{Kind: 1, CreatedAt: nostr.Now(), Content: content, Tags: nostr.Tags{}}
+	if err := ev.Sign(sk); err != nil {
+		t.Fatalf("sign: %v", err)
+	}
+	return ev
+}
+
+func TestRelayClientPublishSubscribeAndCut(t *testing.T) {
+	good := relaytest.Start(t)
+	rejecting := relaytest.Start(t, "--reject-writes")
+	viaProxy := relaytest.Start(t)
+	proxy, err := NewProxy(viaProxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+
+	since := nostr.Now()
+	rc := newRelayClient(RelayClientConfig{
+		Relays:    []string{good.URL(), rejecting.URL(), viaProxy.URL()},
+		DialAddrs: map[string]string{viaProxy.URL(): proxy.URL()},
+		Filters: func() nostr.Filters {
+			return nostr.Filters{{Kinds: []int{1}, Since: &since}}
+		},
+		BackoffInitial: 50 * time.Millisecond,
+		BackoffMax:     200 * time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan RelayEvent, 64)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = rc.Run(ctx, out) }()
+	defer func() { cancel(); wg.Wait() }()
+
+	waitFor(t, 10*time.Second, "3 relays EOSE", func() bool { return rc.EOSECount() == 3 })
+
+	sk := nostr.GeneratePrivateKey()
+	ev := signedNote(t, sk, "hello")
+	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	res := rc.Publish(pctx, ev)
+	pcancel()
+	if len(res.Accepted) != 2 || len(res.Rejected) != 1 {
+		t.Fatalf("Publish() = %+v, want 2 accepted and 1 rejected", res)
+	}
+	if _, ok := res.Rejected[rejecting.URL()]; !ok {
+		t.Fatalf("Publish().Rejected = %v, want %s", res.Rejected, rejecting.URL())
+	}
+	got := map[string]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(got) < 2 {
+		select {
+		case re := <-out:
+			if re.Event.ID == ev.ID {
+				got[re.Relay] = true
+			}
+		case <-deadline:
+			t.Fatalf("received from %v, want the 2 accepting relays", got)
+		}
+	}
+	if !got[viaProxy.URL()] {
+		t.Fatalf("events from the proxied relay labelled %v, want canonical %s", got, viaProxy.URL())
+	}
+
+	qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
+	evs, eose := rc.Query(qctx, nostr.Filter{IDs: []string{ev.ID}})
+	qcancel()
+	if len(evs) != 2 || eose != 3 {
+		t.Fatalf("Query() = %d events, %d EOSE, want 2 and 3", len(evs), eose)
+	}
+
+	// Cut the proxied relay: its connection drops, publishes time out there.
+	proxy.Cut()
+	waitFor(t, 10*time.Second, "proxied relay down", func() bool {
+		for _, s := range rc.Status() {
+			if s.URL == viaProxy.URL() {
+				return !s.Connected
+			}
+		}
+		return false
+	})
+	pctx, pcancel = context.WithTimeout(ctx, 2*time.Second)
+	res = rc.Publish(pctx, signedNote(t, sk, "after cut"))
+	pcancel()
+	if len(res.Accepted) != 1 || len(res.TimedOut) != 1 || res.TimedOut[0] != viaProxy.URL() {
+		t.Fatalf("Publish() after cut = %+v, want 1 accepted and %s timed out", res, viaProxy.URL())
+	}
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "reconnect after restore", func() bool { return rc.EOSECount() == 3 })
+}
+
+// waitFor polls cond (for conditions driven by real sockets, not timers).
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
