@@ -1,0 +1,273 @@
+package uploader
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"provideragent/internal/sqlitedb"
+)
+
+// Tiling limits.
+const (
+	// DefaultTileSize is the tile size used when none is configured (1 MiB).
+	DefaultTileSize = 1 << 20
+	// MaxTileSize bounds the tile size (64 MiB): a tile is held in memory
+	// while it is uploaded or downloaded.
+	MaxTileSize = 64 << 20
+	// MaxManifestTiles bounds the number of tiles a manifest may list.
+	MaxManifestTiles = 1 << 20
+	// ManifestVersion is the manifest format written by Split.
+	ManifestVersion = 1
+)
+
+// Tiling errors.
+var (
+	// ErrBadManifest means a manifest failed validation.
+	ErrBadManifest = errors.New("bad manifest")
+	// ErrBadTileSize means a tile size is outside [1, MaxTileSize].
+	ErrBadTileSize = errors.New("bad tile size")
+	// ErrTileUnavailable means no server returned a tile with the right hash.
+	ErrTileUnavailable = errors.New("tile unavailable")
+	// ErrCorrupt means reassembled data does not match the manifest.
+	ErrCorrupt = errors.New("restored data does not match manifest")
+)
+
+// ManifestTile is one entry of a manifest, in file order.
+type ManifestTile struct {
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// Manifest lists the tiles of one file in order so the file can be restored
+// from any Blossom server that holds them (the workload's state_uri points at
+// it).
+type Manifest struct {
+	Version  int            `json:"version"`
+	Workload string         `json:"workload"`
+	Size     int64          `json:"size"`   // total bytes
+	SHA256   string         `json:"sha256"` // of the whole file
+	TileSize int            `json:"tile_size"`
+	Tiles    []ManifestTile `json:"tiles"`
+}
+
+// Split reads r to the end, cutting it into tiles of tileSize bytes (the last
+// may be shorter), and calls fn with each tile's content and hash in order.
+// fn must not keep the content slice. It returns the manifest of the file.
+func Split(r io.Reader, workload string, tileSize int, fn func(content []byte, sha string) error) (Manifest, error) {
+	if tileSize <= 0 || tileSize > MaxTileSize {
+		return Manifest{}, fmt.Errorf("split: tile size %d: %w", tileSize, ErrBadTileSize)
+	}
+	m := Manifest{Version: ManifestVersion, Workload: workload, TileSize: tileSize, Tiles: []ManifestTile{}}
+	whole := sha256.New()
+	buf := make([]byte, tileSize)
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			sum := sha256.Sum256(buf[:n])
+			sha := hex.EncodeToString(sum[:])
+			whole.Write(buf[:n])
+			m.Size += int64(n)
+			m.Tiles = append(m.Tiles, ManifestTile{SHA256: sha, Size: int64(n)})
+			if len(m.Tiles) > MaxManifestTiles {
+				return Manifest{}, fmt.Errorf("split: more than %d tiles: %w", MaxManifestTiles, ErrBadTileSize)
+			}
+			if err := fn(buf[:n], sha); err != nil {
+				return Manifest{}, fmt.Errorf("split: tile %d: %w", len(m.Tiles)-1, err)
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return Manifest{}, fmt.Errorf("split: read: %w", err)
+		}
+	}
+	m.SHA256 = hex.EncodeToString(whole.Sum(nil))
+	return m, nil
+}
+
+// AddFile splits r into tiles of tileSize bytes and stores them as pending
+// tiles of workload in one transaction. Tiles the workload already has (same
+// sha256) are not stored twice, so an uploaded tile is never re-sent. It
+// returns the manifest and how many new tiles were stored.
+func (s *Store) AddFile(ctx context.Context, workload string, r io.Reader, tileSize int) (Manifest, int, error) {
+	if workload == "" {
+		return Manifest{}, 0, errors.New("add file: empty workload")
+	}
+	var m Manifest
+	added := 0
+	now := s.nowMillis()
+	err := sqlitedb.InTx(ctx, s.db, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO tiles (workload, sha256, size, content, status, created_at, updated_at)
+			VALUES (?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (workload, sha256) DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		m, err = Split(r, workload, tileSize, func(content []byte, sha string) error {
+			res, err := stmt.ExecContext(ctx, workload, sha, len(content), content, now, now)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			added += int(n)
+			return err
+		})
+		return err
+	})
+	if err != nil {
+		return Manifest{}, 0, fmt.Errorf("add file to workload %s: %w", workload, err)
+	}
+	return m, added, nil
+}
+
+// ParseManifest decodes and validates a manifest (untrusted input): known
+// version, lowercase hex hashes, tile sizes in [1, tile_size], at most
+// MaxManifestTiles tiles, and sizes that add up to the total.
+func ParseManifest(data []byte) (Manifest, error) {
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return Manifest{}, fmt.Errorf("parse manifest: %w: %w", ErrBadManifest, err)
+	}
+	if dec.More() {
+		return Manifest{}, fmt.Errorf("parse manifest: trailing data: %w", ErrBadManifest)
+	}
+	if err := m.Validate(); err != nil {
+		return Manifest{}, fmt.Errorf("parse manifest: %w", err)
+	}
+	return m, nil
+}
+
+// Validate checks the manifest's fields; errors wrap ErrBadManifest.
+func (m Manifest) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrBadManifest)
+	}
+	if m.Version != ManifestVersion {
+		return bad("version %d: want %d", m.Version, ManifestVersion)
+	}
+	if m.TileSize <= 0 || m.TileSize > MaxTileSize {
+		return bad("tile_size %d: want 1..%d", m.TileSize, MaxTileSize)
+	}
+	if !isSHA256Hex(m.SHA256) {
+		return bad("sha256 %q: want 64 lowercase hex characters", truncate(m.SHA256, 80))
+	}
+	if len(m.Tiles) > MaxManifestTiles {
+		return bad("%d tiles: at most %d", len(m.Tiles), MaxManifestTiles)
+	}
+	var total int64
+	for i, t := range m.Tiles {
+		if !isSHA256Hex(t.SHA256) {
+			return bad("tile %d sha256 %q: want 64 lowercase hex characters", i, truncate(t.SHA256, 80))
+		}
+		if t.Size <= 0 || t.Size > int64(m.TileSize) {
+			return bad("tile %d size %d: want 1..%d", i, t.Size, m.TileSize)
+		}
+		total += t.Size
+	}
+	if total != m.Size {
+		return bad("size %d: tiles add up to %d", m.Size, total)
+	}
+	return nil
+}
+
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// Restore downloads every tile of m (GET <server>/<sha256>, trying servers in
+// order), verifies each tile's hash and size, and writes the tiles to out in
+// order. It verifies the whole file's sha256 at the end; on any error out may
+// hold a prefix of the file. A nil client means http.DefaultClient.
+func Restore(ctx context.Context, client *http.Client, m Manifest, servers []string, out io.Writer) error {
+	if err := m.Validate(); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	if len(servers) == 0 {
+		return errors.New("restore: no servers")
+	}
+	if client == nil {
+		client = http.DefaultClient
+	}
+	whole := sha256.New()
+	for i, t := range m.Tiles {
+		var lastErr error
+		var body []byte
+		for _, srv := range servers {
+			b, err := fetchTile(ctx, client, srv, t)
+			if err == nil {
+				body = b
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("restore tile %d: %w", i, ctx.Err())
+			}
+			lastErr = err
+		}
+		if body == nil {
+			return fmt.Errorf("restore tile %d (%s): %w: %w", i, t.SHA256, ErrTileUnavailable, lastErr)
+		}
+		whole.Write(body)
+		if _, err := out.Write(body); err != nil {
+			return fmt.Errorf("restore tile %d: write: %w", i, err)
+		}
+	}
+	if got := hex.EncodeToString(whole.Sum(nil)); got != m.SHA256 {
+		return fmt.Errorf("restore: file sha256 %s, manifest says %s: %w", got, m.SHA256, ErrCorrupt)
+	}
+	return nil
+}
+
+func fetchTile(ctx context.Context, client *http.Client, server string, t ManifestTile) ([]byte, error) {
+	url := strings.TrimRight(server, "/") + "/" + t.SHA256
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", url, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("get %s: status %d %s", url, resp.StatusCode, truncate(resp.Header.Get("X-Reason"), 200))
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, t.Size+1))
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", url, err)
+	}
+	if int64(len(b)) != t.Size {
+		return nil, fmt.Errorf("get %s: %d bytes, want %d: %w", url, len(b), t.Size, ErrCorrupt)
+	}
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != t.SHA256 {
+		return nil, fmt.Errorf("get %s: content hash mismatch: %w", url, ErrCorrupt)
+	}
+	return b, nil
+}
