@@ -1,0 +1,149 @@
+package courier
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Config tunes a Courier. Start from DefaultConfig and change what you need;
+// Open calls Validate.
+type Config struct {
+	// MaxBundleBytes is the largest bundle Send accepts. Default 1 MiB.
+	MaxBundleBytes int
+	// MaxAttempts is how many failed deliveries dead-letter a receipt.
+	// Default 5 (the seed's limit).
+	MaxAttempts int
+	// InitialBackoff is the backoff ceiling after the first failure.
+	// Default 100 ms (the seed's first delay).
+	InitialBackoff time.Duration
+	// BackoffFactor multiplies the ceiling after each failure. Default 2.
+	BackoffFactor float64
+	// MaxBackoff caps the backoff ceiling. Default 5 min.
+	MaxBackoff time.Duration
+	// MaxRetryAfter caps a forwarder's Retry-After. Default 1 h.
+	MaxRetryAfter time.Duration
+	// Concurrency is how many deliveries run at once during a Flush.
+	// Default 16.
+	Concurrency int
+	// ClaimBatch is how many due receipts Flush claims per query. Default 256.
+	ClaimBatch int
+	// ClaimTimeout is how long a claimed receipt stays hidden from other
+	// flushes; a crashed flush's receipts become due again after it. It must
+	// exceed ForwardTimeout. Default 2 min.
+	ClaimTimeout time.Duration
+	// ForwardTimeout bounds one Forward call. Default 30 s.
+	ForwardTimeout time.Duration
+	// FlushInterval is Run's cadence when nothing wakes it. Default 1 s.
+	FlushInterval time.Duration
+	// SendBatch is the most sends grouped into one commit. Default 256.
+	SendBatch int
+	// Retention is how long acknowledged receipts are kept before Prune
+	// deletes them. Default 7 days.
+	Retention time.Duration
+	// ReplayRate is the default DLQ replay rate in receipts per second.
+	// Default 10.
+	ReplayRate float64
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxBundleBytes: 1 << 20,
+		MaxAttempts:    5,
+		InitialBackoff: 100 * time.Millisecond,
+		BackoffFactor:  2,
+		MaxBackoff:     5 * time.Minute,
+		MaxRetryAfter:  time.Hour,
+		Concurrency:    16,
+		ClaimBatch:     256,
+		ClaimTimeout:   2 * time.Minute,
+		ForwardTimeout: 30 * time.Second,
+		FlushInterval:  time.Second,
+		SendBatch:      256,
+		Retention:      7 * 24 * time.Hour,
+		ReplayRate:     10,
+	}
+}
+
+// Validate reports the first field with a bad value.
+func (c Config) Validate() error {
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("courier config: %s = %v: %s: %w", field, v, want, ErrInvalidConfig)
+	}
+	switch {
+	case c.MaxBundleBytes <= 0:
+		return bad("MaxBundleBytes", c.MaxBundleBytes, "must be positive")
+	case c.MaxAttempts <= 0:
+		return bad("MaxAttempts", c.MaxAttempts, "must be at least 1")
+	case c.InitialBackoff <= 0:
+		return bad("InitialBackoff", c.InitialBackoff, "must be positive")
+	case math.IsNaN(c.BackoffFactor) || c.BackoffFactor < 1 || c.BackoffFactor > 100:
+		return bad("BackoffFactor", c.BackoffFactor, "must be between 1 and 100")
+	case c.MaxBackoff < c.InitialBackoff:
+		return bad("MaxBackoff", c.MaxBackoff, "must be at least InitialBackoff")
+	case c.MaxRetryAfter <= 0:
+		return bad("MaxRetryAfter", c.MaxRetryAfter, "must be positive")
+	case c.Concurrency <= 0 || c.Concurrency > 4096:
+		return bad("Concurrency", c.Concurrency, "must be between 1 and 4096")
+	case c.ClaimBatch <= 0 || c.ClaimBatch > 10000:
+		return bad("ClaimBatch", c.ClaimBatch, "must be between 1 and 10000")
+	case c.ForwardTimeout <= 0:
+		return bad("ForwardTimeout", c.ForwardTimeout, "must be positive")
+	case c.ClaimTimeout <= c.ForwardTimeout:
+		return bad("ClaimTimeout", c.ClaimTimeout, "must exceed ForwardTimeout")
+	case c.FlushInterval <= 0:
+		return bad("FlushInterval", c.FlushInterval, "must be positive")
+	case c.SendBatch <= 0 || c.SendBatch > 10000:
+		return bad("SendBatch", c.SendBatch, "must be between 1 and 10000")
+	case c.Retention <= 0:
+		return bad("Retention", c.Retention, "must be positive")
+	case math.IsNaN(c.ReplayRate) || c.ReplayRate <= 0:
+		return bad("ReplayRate", c.ReplayRate, "must be positive")
+	}
+	return nil
+}
+
+// Backoff is exponential backoff with full jitter: after the n-th failure
+// the next attempt is uniformly random in (0, min(Max, Initial*Factor^(n-1))].
+type Backoff struct {
+	Initial time.Duration // ceiling after the first failure
+	Factor  float64       // growth of the ceiling per failure (>= 1)
+	Max     time.Duration // cap of the ceiling
+}
+
+// Backoff returns the backoff that c configures.
+func (c Config) Backoff() Backoff {
+	return Backoff{Initial: c.InitialBackoff, Factor: c.BackoffFactor, Max: c.MaxBackoff}
+}
+
+// Ceiling is the largest delay after the given number of failed attempts
+// (attempt >= 1; smaller values count as 1).
+func (b Backoff) Ceiling(attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := float64(b.Initial) * math.Pow(b.Factor, float64(attempt-1))
+	if math.IsNaN(d) || math.IsInf(d, 0) || d > float64(b.Max) {
+		return b.Max
+	}
+	return time.Duration(d)
+}
+
+// NextAttemptAt is when to try again after the attempt-th failure, given a
+// uniform random rnd in [0, 1). It is a pure function. The result is at
+// least 1 ms after now, so a retry never lands in the same instant (one
+// Flush forwards each receipt at most once).
+func (b Backoff) NextAttemptAt(now time.Time, attempt int, rnd float64) time.Time {
+	if math.IsNaN(rnd) || rnd < 0 {
+		rnd = 0
+	}
+	if rnd >= 1 {
+		rnd = math.Nextafter(1, 0)
+	}
+	d := time.Duration(rnd * float64(b.Ceiling(attempt)))
+	if d < time.Millisecond {
+		d = time.Millisecond
+	}
+	return now.Add(d)
+}

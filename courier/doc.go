@@ -1,0 +1,10 @@
+// Package courier is a durable store-and-forward outbox with retry, backoff
+// and a dead-letter queue, kept in the agent's SQLite file.
+//
+// Send (or SendTx inside a caller's transaction) stores a bundle and returns
+// its receipt only once it is on disk; concurrent sends share one commit.
+// Flush and Run hand due receipts to a Forwarder with bounded concurrency and
+// record the outcome: acknowledged, rescheduled with full-jitter backoff or
+// Retry-After, or dead-lettered after a client error or MaxAttempts failures.
+// Operators list, show, resend, replay, drop and export dead receipts.
+package courier

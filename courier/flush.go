@@ -1,0 +1,355 @@
+package courier
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"provideragent/internal/sqlitedb"
+)
+
+// recordBatch is the most outcomes recorded in one transaction.
+const recordBatch = 512
+
+// FlushResult counts what one Flush did.
+type FlushResult struct {
+	Acknowledged int    // newly acknowledged
+	DeadLettered int    // moved to the DLQ
+	Retried      int    // failed and rescheduled
+	LastError    string // the last delivery error seen, if any
+}
+
+// outcome is one finished (or abandoned) delivery.
+type outcome struct {
+	id        ID
+	attempts  int // attempts before this one
+	err       error
+	at        time.Time
+	abandoned bool // ctx ended: release the claim without counting an attempt
+}
+
+// Flush delivers every receipt due at the moment it is called: it claims
+// them in batches, forwards them with Config.Concurrency workers, and records
+// the outcomes in batched transactions. A failing receipt is rescheduled (or
+// dead-lettered), never waited for, so one Flush forwards each receipt at
+// most once. If ctx ends, deliveries not yet finished are released and
+// Flush returns ctx's error with what it had recorded.
+func (c *Courier) Flush(ctx context.Context, fwd Forwarder) (FlushResult, error) {
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	start := c.clock.Now()
+	dbctx := context.WithoutCancel(ctx) // outcomes are recorded even on shutdown
+
+	jobs := make(chan Delivery, c.cfg.Concurrency)
+	outcomes := make(chan outcome, c.cfg.Concurrency)
+	var workers sync.WaitGroup
+	for range c.cfg.Concurrency {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for d := range jobs {
+				outcomes <- c.forwardOne(ctx, fwd, d)
+			}
+		}()
+	}
+	recorded := make(chan recordResult, 1)
+	go func() { recorded <- c.recordLoop(dbctx, outcomes) }()
+
+	var claimErr error
+claiming:
+	for {
+		if err := ctx.Err(); err != nil {
+			claimErr = err
+			break
+		}
+		batch, err := c.claim(ctx, start, c.cfg.ClaimBatch)
+		if err != nil {
+			claimErr = err
+			break
+		}
+		for i, d := range batch {
+			select {
+			case jobs <- d:
+			case <-ctx.Done():
+				for _, d := range batch[i:] {
+					outcomes <- outcome{id: d.ReceiptID, abandoned: true, at: start}
+				}
+				claimErr = ctx.Err()
+				break claiming
+			}
+		}
+		if len(batch) < c.cfg.ClaimBatch {
+			break
+		}
+	}
+	close(jobs)
+	workers.Wait()
+	close(outcomes)
+	rr := <-recorded
+	if err := c.refreshGauges(dbctx); err != nil {
+		c.log.Warn("courier refresh gauges", "err", err)
+	}
+	if claimErr == nil {
+		claimErr = rr.err
+	}
+	if claimErr != nil {
+		return rr.res, fmt.Errorf("courier flush: %w", claimErr)
+	}
+	return rr.res, nil
+}
+
+// forwardOne runs one delivery with the forward timeout, turning a panic in
+// the forwarder into a server error.
+func (c *Courier) forwardOne(ctx context.Context, fwd Forwarder, d Delivery) (o outcome) {
+	o = outcome{id: d.ReceiptID, attempts: d.Attempt - 1}
+	fctx, cancel := context.WithTimeout(ctx, c.cfg.ForwardTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			o.err = ServerError(fmt.Errorf("forwarder panicked: %v", p))
+			o.at = c.clock.Now()
+		}
+	}()
+	c.m.flushAttempts.Inc()
+	o.err = fwd.Forward(fctx, d)
+	o.at = c.clock.Now()
+	if o.err != nil && ctx.Err() != nil {
+		o.abandoned = true // shutting down, not the receipt's fault
+	}
+	return o
+}
+
+// claim hides up to n receipts due at start from other flushes for
+// ClaimTimeout and returns them as deliveries.
+func (c *Courier) claim(ctx context.Context, start time.Time, n int) ([]Delivery, error) {
+	rows, err := c.db.QueryContext(ctx, `UPDATE courier_receipts SET next_attempt_at = ?
+		WHERE id IN (SELECT id FROM courier_receipts
+			WHERE state = 'pending' AND next_attempt_at <= ?
+			ORDER BY next_attempt_at, id LIMIT ?)
+		RETURNING id, bundle_hash, COALESCE(idempotency_key, ''), sender, attempts, bundle`,
+		millis(start.Add(c.cfg.ClaimTimeout)), millis(start), n)
+	if err != nil {
+		return nil, fmt.Errorf("claim due receipts: %w", err)
+	}
+	defer rows.Close()
+	var out []Delivery
+	for rows.Next() {
+		var d Delivery
+		var id int64
+		if err := rows.Scan(&id, &d.BundleHash, &d.IdempotencyKey, &d.Sender, &d.Attempt, &d.Bundle); err != nil {
+			return nil, fmt.Errorf("claim due receipts: %w", err)
+		}
+		d.ReceiptID = ID(uint64(id))
+		d.Attempt++
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim due receipts: %w", err)
+	}
+	return out, nil
+}
+
+type recordResult struct {
+	res FlushResult
+	err error
+}
+
+// recordLoop stores outcomes in batches: it takes one, then all that are
+// already waiting (up to recordBatch), and commits them together.
+func (c *Courier) recordLoop(ctx context.Context, outcomes <-chan outcome) recordResult {
+	var rr recordResult
+	batch := make([]outcome, 0, recordBatch)
+	for o := range outcomes {
+		batch = append(batch[:0], o)
+	drain:
+		for len(batch) < recordBatch {
+			select {
+			case o, ok := <-outcomes:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		if err := c.record(ctx, batch, &rr.res); err != nil {
+			// The receipts stay claimed and come back after ClaimTimeout.
+			c.log.Error("courier record outcomes", "outcomes", len(batch), "err", err)
+			rr.err = err
+		}
+	}
+	return rr
+}
+
+type decided struct {
+	o     outcome
+	class ErrorClass
+	dead  bool
+}
+
+// record applies one batch of outcomes in a transaction, then updates the
+// metrics and res.
+func (c *Courier) record(ctx context.Context, batch []outcome, res *FlushResult) error {
+	ds := make([]decided, len(batch))
+	err := sqlitedb.InTx(ctx, c.db, func(tx *sql.Tx) error {
+		for i, o := range batch {
+			d, err := c.apply(ctx, tx, o)
+			if err != nil {
+				return err
+			}
+			ds[i] = d
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record outcomes: %w", err)
+	}
+	for _, d := range ds {
+		switch {
+		case d.o.abandoned:
+		case d.o.err == nil:
+			res.Acknowledged++
+			c.m.receipts.WithLabelValues(string(StateAcknowledged), "true").Inc()
+		default:
+			res.LastError = sanitizeError(d.o.err)
+			c.m.flushFailures.Inc()
+			c.m.receipts.WithLabelValues(string(d.class), "false").Inc()
+			if d.dead {
+				res.DeadLettered++
+			} else {
+				res.Retried++
+				c.m.retries.Inc()
+			}
+		}
+	}
+	return nil
+}
+
+// apply writes one outcome. Rows no longer pending (an operator dropped or
+// changed them meanwhile) are left alone.
+func (c *Courier) apply(ctx context.Context, tx *sql.Tx, o outcome) (decided, error) {
+	d := decided{o: o}
+	id, at := dbID(o.id), millis(o.at)
+	var err error
+	switch {
+	case o.abandoned:
+		_, err = tx.ExecContext(ctx, `UPDATE courier_receipts SET next_attempt_at = ?
+			WHERE id = ? AND state = 'pending'`, at, id)
+	case o.err == nil:
+		_, err = tx.ExecContext(ctx, `UPDATE courier_receipts
+			SET state = 'acknowledged', attempts = attempts + 1, acknowledged_at = ?, last_error = ''
+			WHERE id = ? AND state = 'pending'`, at, id)
+	default:
+		class, retryAfter := Classify(o.err)
+		d.class = class
+		attempts := o.attempts + 1
+		msg := sanitizeError(o.err)
+		if class == ClassClient || attempts >= c.cfg.MaxAttempts {
+			d.dead = true
+			_, err = tx.ExecContext(ctx, `UPDATE courier_receipts
+				SET state = 'dead', attempts = attempts + 1, failed_at = ?, last_error = ?
+				WHERE id = ? AND state = 'pending'`, at, msg, id)
+		} else {
+			next := c.retryAt(o.at, attempts, class, retryAfter)
+			_, err = tx.ExecContext(ctx, `UPDATE courier_receipts
+				SET attempts = attempts + 1, next_attempt_at = ?, last_error = ?
+				WHERE id = ? AND state = 'pending'`, millis(next), msg, id)
+		}
+	}
+	if err != nil {
+		return d, fmt.Errorf("receipt %s: %w", o.id, err)
+	}
+	return d, nil
+}
+
+// retryAt is when a failed receipt is due again: after a rate limit its
+// Retry-After (capped by MaxRetryAfter) if given, otherwise the backoff.
+func (c *Courier) retryAt(now time.Time, attempts int, class ErrorClass, retryAfter time.Duration) time.Time {
+	if class == ClassRateLimited && retryAfter > 0 {
+		retryAfter = min(retryAfter, c.cfg.MaxRetryAfter)
+		return now.Add(max(retryAfter, time.Millisecond))
+	}
+	return c.backoff.NextAttemptAt(now, attempts, c.rnd())
+}
+
+// NextDue returns when the earliest pending receipt is due (ok = false when
+// none is pending).
+func (c *Courier) NextDue(ctx context.Context) (time.Time, bool, error) {
+	var next sql.NullInt64
+	err := c.db.QueryRowContext(ctx,
+		`SELECT MIN(next_attempt_at) FROM courier_receipts WHERE state = 'pending'`).Scan(&next)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("courier next due: %w", err)
+	}
+	if !next.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromMillis(next.Int64), true, nil
+}
+
+// Prune deletes acknowledged receipts older than Config.Retention and
+// returns how many it deleted.
+func (c *Courier) Prune(ctx context.Context) (int, error) {
+	cutoff := c.clock.Now().Add(-c.cfg.Retention)
+	res, err := c.db.ExecContext(ctx, `DELETE FROM courier_receipts
+		WHERE state = 'acknowledged' AND acknowledged_at < ?`, millis(cutoff))
+	if err != nil {
+		return 0, fmt.Errorf("courier prune: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("courier prune: %w", err)
+	}
+	return int(n), nil
+}
+
+// Run flushes to fwd until ctx ends: right away, whenever Send or SendTx
+// wakes it, when the earliest rescheduled receipt falls due, and at least
+// every FlushInterval. It prunes acknowledged receipts about once a minute.
+// Errors are logged, not returned; Run returns nil when ctx ends.
+func (c *Courier) Run(ctx context.Context, fwd Forwarder) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var lastPrune time.Time
+	for {
+		res, err := c.Flush(ctx, fwd)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			c.log.Error("courier flush", "err", err)
+		} else if res.Acknowledged+res.DeadLettered+res.Retried > 0 {
+			c.log.Debug("courier flush", "acknowledged", res.Acknowledged,
+				"dead_lettered", res.DeadLettered, "retried", res.Retried)
+		}
+		if now := c.clock.Now(); now.Sub(lastPrune) >= time.Minute || now.Before(lastPrune) {
+			lastPrune = now
+			if n, err := c.Prune(ctx); err != nil {
+				c.log.Error("courier prune", "err", err)
+			} else if n > 0 {
+				c.log.Info("courier pruned acknowledged receipts", "count", n)
+			}
+		}
+		wait := c.cfg.FlushInterval
+		if err == nil {
+			next, ok, nerr := c.NextDue(ctx)
+			if nerr != nil && !errors.Is(nerr, context.Canceled) {
+				c.log.Error("courier next due", "err", nerr)
+			}
+			if ok {
+				wait = min(wait, max(next.Sub(c.clock.Now()), 0))
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.wake:
+		case <-timer.C:
+		}
+	}
+}

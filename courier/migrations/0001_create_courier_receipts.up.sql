@@ -1,0 +1,24 @@
+-- One row per receipt: the bundle and its delivery state. Times are unix
+-- milliseconds. id is the random 64-bit receipt id stored as a signed integer.
+CREATE TABLE courier_receipts (
+	id              INTEGER PRIMARY KEY,
+	bundle_hash     TEXT    NOT NULL,
+	sender          TEXT    NOT NULL,
+	idempotency_key TEXT,
+	created_at      INTEGER NOT NULL,
+	state           TEXT    NOT NULL CHECK (state IN ('pending', 'acknowledged', 'dead')),
+	attempts        INTEGER NOT NULL DEFAULT 0,
+	next_attempt_at INTEGER NOT NULL,
+	last_error      TEXT    NOT NULL DEFAULT '',
+	failed_at       INTEGER,
+	acknowledged_at INTEGER,
+	bundle          BLOB    NOT NULL
+);
+
+CREATE UNIQUE INDEX courier_receipts_idempotency_key
+	ON courier_receipts (idempotency_key) WHERE idempotency_key IS NOT NULL;
+
+CREATE INDEX courier_receipts_due ON courier_receipts (state, next_attempt_at, id);
+
+CREATE INDEX courier_receipts_acknowledged_at
+	ON courier_receipts (acknowledged_at) WHERE state = 'acknowledged';
