@@ -1,0 +1,292 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// ErrInvalid is wrapped by every error of Parse, Load, ApplyEnv and Validate
+// that is caused by a bad setting (as opposed to, say, an unreadable file).
+var ErrInvalid = errors.New("invalid config")
+
+// DBFileName is the name of the agent's single SQLite file inside the data
+// directory.
+const DBFileName = "provider-agent.db"
+
+// Config is every knob of the agent. The TOML file uses the section and key
+// names given in the toml tags; durations are strings such as "90s" or "5m".
+type Config struct {
+	Agent     AgentSection     `toml:"agent"`
+	Lease     LeaseSection     `toml:"lease"`
+	Heartbeat HeartbeatSection `toml:"heartbeat"`
+	Backend   BackendSection   `toml:"backend"`
+	Courier   CourierSection   `toml:"courier"`
+	Uploader  UploaderSection  `toml:"uploader"`
+	Log       LogSection       `toml:"log"`
+}
+
+// AgentSection is the [agent] section: identity, storage, HTTP endpoint and
+// who may grant leases.
+type AgentSection struct {
+	// KeyFile is the identity secret key file (hex or nsec, mode 0600).
+	// Default "" means <data_dir>/identity.key; see Config.KeyFilePath.
+	KeyFile string `toml:"key_file"`
+	// DataDir holds the SQLite file provider-agent.db and workload logs.
+	// Default "provider-agent-data" (relative to the working directory).
+	DataDir string `toml:"data_dir"`
+	// Listen is the host:port of the /metrics, /healthz and /status server.
+	// Default "127.0.0.1:9464" (loopback only); "" disables the server.
+	Listen string `toml:"listen"`
+	// TrustedIssuers are the public keys (hex or npub) whose lease grants
+	// (kind 38388) the agent accepts from relays. Default none: only grants
+	// made with the local CLI. Validate rewrites them to lowercase hex.
+	TrustedIssuers []string `toml:"trusted_issuers"`
+}
+
+// LeaseSection is the [lease] section: the relay set, quorum and the timings
+// of the lease state machine (see DESIGN.md, "Liveness").
+type LeaseSection struct {
+	// Relays are the N relay URLs (ws:// or wss://). Validate normalises
+	// them. Default none: at least one is required.
+	Relays []string `toml:"relays"`
+	// Quorum is M, the number of relays that must carry a provider's fresh
+	// heartbeat for it to have quorum. 1 <= M <= N. Default 2.
+	Quorum int `toml:"quorum"`
+	// T1 is the debounce from the moment quorum was lost to Suspect. Default 20s.
+	T1 time.Duration `toml:"t1"`
+	// T2 is how long a workload stays Suspect before it is evicted. Default 20s.
+	T2 time.Duration `toml:"t2"`
+	// Stale is how old (local receive time) a heartbeat may be and still
+	// count toward quorum. Default 30s.
+	Stale time.Duration `toml:"stale"`
+	// MaxSkew is how far in the future a heartbeat's created_at may lie.
+	// Default 10s.
+	MaxSkew time.Duration `toml:"max_skew"`
+	// ProvisionTimeout fails a workload that does not reach quorum in time.
+	// Default 5m.
+	ProvisionTimeout time.Duration `toml:"provision_timeout"`
+	// TakeoverAfter is how long a standby must see no Live claim of the
+	// holder before it claims the workload. Must exceed
+	// t1 + t2 + stale + max_skew + relay_delay. Default 120s.
+	TakeoverAfter time.Duration `toml:"takeover_after"`
+	// RelayDelay bounds delivery through a relay that is up. Default 5s.
+	RelayDelay time.Duration `toml:"relay_delay"`
+	// RestartBackoffInitial is the first respawn delay; it doubles per
+	// attempt up to RestartBackoffMax. Defaults 1s and 5m.
+	RestartBackoffInitial time.Duration `toml:"restart_backoff_initial"`
+	RestartBackoffMax     time.Duration `toml:"restart_backoff_max"`
+	// RestartBackoffResetAfter is the healthy run time after which the
+	// attempt count starts again from zero. Default 10m.
+	RestartBackoffResetAfter time.Duration `toml:"restart_backoff_reset_after"`
+	// RestartMaxAttempts is how many respawns are tried before the workload
+	// is Failed; 0 means never respawn. Default 5.
+	RestartMaxAttempts int `toml:"restart_max_attempts"`
+	// EvictWithoutStandby lets loss of quorum stop workloads that have no
+	// standby (off by default: they are only reported).
+	EvictWithoutStandby bool `toml:"evict_without_standby"`
+}
+
+// HeartbeatSection is the [heartbeat] section.
+type HeartbeatSection struct {
+	// Interval between our heartbeats. Must be below lease.stale. Default 5s.
+	Interval time.Duration `toml:"interval"`
+}
+
+// BackendSection is the [backend] section: how workloads run.
+type BackendSection struct {
+	// Kind of backend; only "process" exists. Default "process".
+	Kind string `toml:"kind"`
+	// StopGrace is the time between SIGTERM and SIGKILL. Default 10s.
+	StopGrace time.Duration `toml:"stop_grace"`
+	// LogDir receives one stdout+stderr log file per workload. Default ""
+	// means <data_dir>/logs; see Config.BackendLogDir.
+	LogDir string `toml:"log_dir"`
+}
+
+// CourierSection is the [courier] section: the durable outbox.
+type CourierSection struct {
+	// MaxAttempts before a receipt is dead-lettered. Default 10.
+	MaxAttempts int `toml:"max_attempts"`
+	// BackoffInitial and BackoffCap bound the jittered retry delay.
+	// Defaults 1s and 5m.
+	BackoffInitial time.Duration `toml:"backoff_initial"`
+	BackoffCap     time.Duration `toml:"backoff_cap"`
+	// FlushInterval is how often due receipts are sent. Default 1s.
+	FlushInterval time.Duration `toml:"flush_interval"`
+	// Retention is how long acknowledged receipts are kept. Default 168h.
+	Retention time.Duration `toml:"retention"`
+}
+
+// UploaderSection is the [uploader] section: checkpoint tiles to Blossom.
+type UploaderSection struct {
+	// Servers are Blossom base URLs (http:// or https://). Default none:
+	// checkpoint uploads are off.
+	Servers []string `toml:"servers"`
+	// TileSize is the checkpoint tile size in bytes. Default 1048576.
+	TileSize int `toml:"tile_size"`
+	// DisableRetry bypasses the retry decorator. Default false.
+	DisableRetry bool `toml:"disable_retry"`
+	// MaxInCallRetries bounds retries inside one upload call. Default 3.
+	MaxInCallRetries int `toml:"max_in_call_retries"`
+	// MaxPerTileAttempts is the per-tile budget before upload_giveup.
+	// Default 5.
+	MaxPerTileAttempts int `toml:"max_per_tile_attempts"`
+	// BackoffBase and BackoffCap give the delay min(base^retry, cap).
+	// Defaults 2s and 60s.
+	BackoffBase time.Duration `toml:"backoff_base"`
+	BackoffCap  time.Duration `toml:"backoff_cap"`
+}
+
+// LogSection is the [log] section.
+type LogSection struct {
+	// Level is debug, info, warn or error. Default "info".
+	Level string `toml:"level"`
+	// Format is text or json. Default "text".
+	Format string `toml:"format"`
+}
+
+// Default returns the documented defaults. It has no relays, so it does not
+// validate until at least one relay is set.
+func Default() Config {
+	return Config{
+		Agent: AgentSection{
+			DataDir: "provider-agent-data",
+			Listen:  "127.0.0.1:9464",
+		},
+		Lease: LeaseSection{
+			Quorum:                   2,
+			T1:                       20 * time.Second,
+			T2:                       20 * time.Second,
+			Stale:                    30 * time.Second,
+			MaxSkew:                  10 * time.Second,
+			ProvisionTimeout:         5 * time.Minute,
+			TakeoverAfter:            120 * time.Second,
+			RelayDelay:               5 * time.Second,
+			RestartBackoffInitial:    time.Second,
+			RestartBackoffMax:        5 * time.Minute,
+			RestartBackoffResetAfter: 10 * time.Minute,
+			RestartMaxAttempts:       5,
+		},
+		Heartbeat: HeartbeatSection{Interval: 5 * time.Second},
+		Backend:   BackendSection{Kind: "process", StopGrace: 10 * time.Second},
+		Courier: CourierSection{
+			MaxAttempts:    10,
+			BackoffInitial: time.Second,
+			BackoffCap:     5 * time.Minute,
+			FlushInterval:  time.Second,
+			Retention:      168 * time.Hour,
+		},
+		Uploader: UploaderSection{
+			TileSize:           1 << 20,
+			MaxInCallRetries:   3,
+			MaxPerTileAttempts: 5,
+			BackoffBase:        2 * time.Second,
+			BackoffCap:         60 * time.Second,
+		},
+		Log: LogSection{Level: "info", Format: "text"},
+	}
+}
+
+// DBPath is the SQLite file: <data_dir>/provider-agent.db.
+func (c Config) DBPath() string { return filepath.Join(c.Agent.DataDir, DBFileName) }
+
+// KeyFilePath is agent.key_file, or <data_dir>/identity.key when unset.
+func (c Config) KeyFilePath() string {
+	if c.Agent.KeyFile != "" {
+		return c.Agent.KeyFile
+	}
+	return filepath.Join(c.Agent.DataDir, "identity.key")
+}
+
+// BackendLogDir is backend.log_dir, or <data_dir>/logs when unset.
+func (c Config) BackendLogDir() string {
+	if c.Backend.LogDir != "" {
+		return c.Backend.LogDir
+	}
+	return filepath.Join(c.Agent.DataDir, "logs")
+}
+
+// Parse decodes TOML data over the defaults. Unknown keys, durations given as
+// numbers and values of the wrong type are rejected with an error naming the
+// key. Parse does not validate; call Validate.
+func Parse(data []byte) (Config, error) {
+	c := Default()
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&c)
+	if err != nil {
+		return Config{}, &parseError{msg: "config: " + err.Error(), err: err}
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return Config{}, &parseError{msg: "config: unknown key " + strings.Join(keys, ", ")}
+	}
+	// A bare integer would silently become nanoseconds: demand a string.
+	var bad error
+	walkFields(&c, func(section, key string, v reflect.Value) {
+		if bad == nil && v.Type() == durationType && md.IsDefined(section, key) && md.Type(section, key) != "String" {
+			bad = &parseError{msg: fmt.Sprintf("config: %s.%s: want a duration string such as \"30s\", got %s",
+				section, key, strings.ToLower(md.Type(section, key)))}
+		}
+	})
+	if bad != nil {
+		return Config{}, bad
+	}
+	return c, nil
+}
+
+// Load reads the TOML file at path over the defaults; path "" returns the
+// defaults. It does not apply environment overrides or validate.
+func Load(path string) (Config, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: read %s: %w", path, err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		var pe *parseError
+		if errors.As(err, &pe) {
+			return Config{}, &parseError{msg: "config " + path + ": " + strings.TrimPrefix(pe.msg, "config: "), err: pe.err}
+		}
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// parseError is a bad config file or environment variable; it matches
+// ErrInvalid with errors.Is and unwraps to the decoder's error, if any.
+type parseError struct {
+	msg string
+	err error
+}
+
+func (e *parseError) Error() string        { return e.msg }
+func (e *parseError) Unwrap() error        { return e.err }
+func (e *parseError) Is(target error) bool { return target == ErrInvalid }
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// walkFields calls fn for every leaf setting of c with its TOML section and
+// key.
+func walkFields(c *Config, fn func(section, key string, v reflect.Value)) {
+	root := reflect.ValueOf(c).Elem()
+	for i := 0; i < root.NumField(); i++ {
+		section := root.Type().Field(i).Tag.Get("toml")
+		sv := root.Field(i)
+		for j := 0; j < sv.NumField(); j++ {
+			fn(section, sv.Type().Field(j).Tag.Get("toml"), sv.Field(j))
+		}
+	}
+}

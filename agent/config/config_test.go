@@ -1,0 +1,312 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// valid returns a config that validates: the defaults plus three relays.
+func valid() Config {
+	c := Default()
+	c.Lease.Relays = []string{"wss://a.example", "wss://b.example", "ws://127.0.0.1:7777"}
+	return c
+}
+
+func TestDefaultPlusRelaysValidates(t *testing.T) {
+	c := valid()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate(defaults + relays) = %v, want nil", err)
+	}
+	if c.Agent.Listen != "127.0.0.1:9464" {
+		t.Errorf("default agent.listen = %q, want loopback 127.0.0.1:9464", c.Agent.Listen)
+	}
+	if got, want := c.DBPath(), filepath.Join("provider-agent-data", "provider-agent.db"); got != want {
+		t.Errorf("DBPath() = %q, want %q", got, want)
+	}
+	if got, want := c.KeyFilePath(), filepath.Join("provider-agent-data", "identity.key"); got != want {
+		t.Errorf("KeyFilePath() = %q, want %q", got, want)
+	}
+	if got, want := c.BackendLogDir(), filepath.Join("provider-agent-data", "logs"); got != want {
+		t.Errorf("BackendLogDir() = %q, want %q", got, want)
+	}
+}
+
+func TestExampleParsesAndValidates(t *testing.T) {
+	c, err := Parse([]byte(Example()))
+	if err != nil {
+		t.Fatalf("Parse(Example()) = %v, want nil", err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate(Example()) = %v, want nil", err)
+	}
+	// Every setting other than relays, quorum and issuers shows its default.
+	d := Default()
+	c.Lease.Relays, d.Lease.Relays = nil, nil
+	c.Lease.Quorum = d.Lease.Quorum
+	c.Agent.TrustedIssuers, d.Agent.TrustedIssuers = nil, nil
+	c.Uploader.Servers, d.Uploader.Servers = nil, nil
+	if !reflect.DeepEqual(c, d) {
+		t.Errorf("Example() values = %+v, want the defaults %+v", c, d)
+	}
+}
+
+func TestExampleMentionsEveryKey(t *testing.T) {
+	var c Config
+	md, err := toml.Decode(Example(), &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	walkFields(&c, func(section, key string, _ reflect.Value) {
+		if !md.IsDefined(section, key) {
+			t.Errorf("Example() lacks %s.%s, want every setting documented", section, key)
+		}
+	})
+}
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(c *Config)
+		want   string // substring of the error; "" = valid
+	}{
+		{"ok", func(c *Config) {}, ""},
+		{"quorum above relays", func(c *Config) { c.Lease.Quorum = 4 },
+			"config: lease.quorum = 4: must be <= number of relays (3)"},
+		{"quorum zero", func(c *Config) { c.Lease.Quorum = 0 }, "lease.quorum = 0: must be >= 1"},
+		{"no relays", func(c *Config) { c.Lease.Relays = nil }, "lease.relays = []: at least one relay"},
+		{"http relay", func(c *Config) { c.Lease.Relays[1] = "https://b.example" },
+			`lease.relays[1] = "https://b.example": want a ws:// or wss:// URL`},
+		{"relay without host", func(c *Config) { c.Lease.Relays[0] = "wss://" }, `lease.relays[0] = "wss://": URL has no host`},
+		{"duplicate relay", func(c *Config) { c.Lease.Relays[1] = "WSS://A.example/" }, "lease.relays[1]"},
+		{"bad issuer", func(c *Config) { c.Agent.TrustedIssuers = []string{"nope"} }, `agent.trusted_issuers[0] = "nope"`},
+		{"bad listen", func(c *Config) { c.Agent.Listen = "localhost" }, `agent.listen = "localhost": want host:port`},
+		{"listen off", func(c *Config) { c.Agent.Listen = "" }, ""},
+		{"empty data dir", func(c *Config) { c.Agent.DataDir = "" }, "agent.data_dir"},
+		{"negative t1", func(c *Config) { c.Lease.T1 = -time.Second }, "lease.t1 = -1s: must be > 0"},
+		{"zero stale", func(c *Config) { c.Lease.Stale = 0 }, "lease.stale = 0s: must be > 0"},
+		{"zero skew ok", func(c *Config) { c.Lease.MaxSkew = 0 }, ""},
+		{"takeover too short", func(c *Config) { c.Lease.TakeoverAfter = 85 * time.Second },
+			"lease.takeover_after = 1m25s: must exceed the holder's self-fencing time plus relay delay, t1+t2+stale+max_skew+relay_delay (1m25s)"},
+		{"backoff max below initial", func(c *Config) { c.Lease.RestartBackoffMax = time.Millisecond }, "lease.restart_backoff_max = 1ms"},
+		{"negative attempts", func(c *Config) { c.Lease.RestartMaxAttempts = -1 }, "lease.restart_max_attempts = -1"},
+		{"heartbeat not below stale", func(c *Config) { c.Heartbeat.Interval = 30 * time.Second }, "heartbeat.interval = 30s: must be below lease.stale (30s)"},
+		{"backend kind", func(c *Config) { c.Backend.Kind = "docker" }, `backend.kind = "docker"`},
+		{"stop grace", func(c *Config) { c.Backend.StopGrace = 0 }, "backend.stop_grace = 0s"},
+		{"courier attempts", func(c *Config) { c.Courier.MaxAttempts = 0 }, "courier.max_attempts = 0"},
+		{"courier cap", func(c *Config) { c.Courier.BackoffCap = time.Millisecond }, "courier.backoff_cap = 1ms"},
+		{"uploader server", func(c *Config) { c.Uploader.Servers = []string{"ftp://x"} }, `uploader.servers[0] = "ftp://x"`},
+		{"tile size", func(c *Config) { c.Uploader.TileSize = 0 }, "uploader.tile_size = 0"},
+		{"tile attempts", func(c *Config) { c.Uploader.MaxPerTileAttempts = 0 }, "uploader.max_per_tile_attempts = 0"},
+		{"in-call retries", func(c *Config) { c.Uploader.MaxInCallRetries = -2 }, "uploader.max_in_call_retries = -2"},
+		{"uploader cap", func(c *Config) { c.Uploader.BackoffCap = time.Second }, "uploader.backoff_cap = 1s"},
+		{"log level", func(c *Config) { c.Log.Level = "verbose" }, `log.level = "verbose"`},
+		{"log format", func(c *Config) { c.Log.Format = "xml" }, `log.format = "xml"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			tc.mutate(&c)
+			err := c.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Validate() = %v, want error containing %q", err, tc.want)
+			case tc.want != "" && !errors.Is(err, ErrInvalid):
+				t.Fatalf("Validate() = %v, want errors.Is ErrInvalid", err)
+			case err != nil && strings.Contains(err.Error(), "\n"):
+				t.Fatalf("Validate() = %q, want one line", err)
+			}
+		})
+	}
+}
+
+func TestValidateNormalises(t *testing.T) {
+	c := valid()
+	c.Lease.Relays = []string{"WSS://Relay.Example.COM/", " ws://127.0.0.1:7000/path/ "}
+	c.Lease.Quorum = 1
+	c.Agent.TrustedIssuers = []string{"npub1flwvqsh5vyveclsd5guhk626q2tk6cmgn4w3ef9d8euhw0qtnflq3cp0yj"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"wss://relay.example.com", "ws://127.0.0.1:7000/path"}
+	if !reflect.DeepEqual(c.Lease.Relays, want) {
+		t.Errorf("Validate() relays = %q, want %q", c.Lease.Relays, want)
+	}
+	if got := c.Agent.TrustedIssuers[0]; got != "4fdcc042f461199c7e0da2397b695a02976d63689d5d1ca4ad3e79773c0b9a7e" {
+		t.Errorf("Validate() issuer = %q, want hex", got)
+	}
+}
+
+func TestNormalizeRelayURL(t *testing.T) {
+	cases := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"wss://relay.example.com", "wss://relay.example.com", true},
+		{"wss://Relay.Example.com/", "wss://relay.example.com", true},
+		{"ws://localhost:7777", "ws://localhost:7777", true},
+		{"ws://[::1]:7777", "ws://[::1]:7777", true},
+		{"wss://relay.example.com/nostr?x=1", "wss://relay.example.com/nostr?x=1", true},
+		{"https://relay.example.com", "", false},
+		{"relay.example.com", "", false},
+		{"wss://", "", false},
+		{"wss://user:pw@relay.example.com", "", false},
+		{"wss://relay.example.com#frag", "", false},
+		{"wss://relay.example.com:99999", "", false},
+		{"wss://relay.example.com:0", "", false},
+		{"", "", false},
+		{"wss://a b", "", false},
+	}
+	for _, tc := range cases {
+		got, err := NormalizeRelayURL(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("NormalizeRelayURL(%q) = %q, %v, want %q, ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	cases := []struct {
+		name, in, want string
+	}{
+		{"unknown key", "[lease]\nquorom = 2\n", "unknown key lease.quorom"},
+		{"unknown section", "[leases]\nquorum = 2\n", "unknown key leases"},
+		{"duration as number", "[lease]\nt1 = 30\n", `lease.t1: want a duration string such as "30s", got integer`},
+		{"bad duration", "[lease]\nt1 = \"thirty\"\n", "thirty"},
+		{"wrong type", "[lease]\nquorum = \"two\"\n", "quorum"},
+		{"syntax", "[lease\n", "config:"},
+	}
+	for _, tc := range cases {
+		_, err := Parse([]byte(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalid) {
+			t.Errorf("Parse(%s) = %v, want ErrInvalid containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestParseOverlaysDefaults(t *testing.T) {
+	c, err := Parse([]byte("[lease]\nrelays = [\"wss://x.example\"]\nquorum = 1\nt1 = \"45s\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Lease.T1 != 45*time.Second || c.Lease.T2 != Default().Lease.T2 || c.Lease.Quorum != 1 {
+		t.Errorf("Parse() lease = %+v, want t1=45s, other defaults kept", c.Lease)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	c, err := Load("")
+	if err != nil || !reflect.DeepEqual(c, Default()) {
+		t.Fatalf("Load(\"\") = %+v, %v, want defaults", c, err)
+	}
+	dir := t.TempDir()
+	if _, err := Load(filepath.Join(dir, "missing.toml")); err == nil || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(missing) = %v, want ErrNotExist", err)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("[agent]\nlisten_addr = \"x\"\n"), 0o644)
+	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "agent.listen_addr") {
+		t.Errorf("Load(bad) = %v, want error naming the file and the key", err)
+	}
+}
+
+func TestApplyEnv(t *testing.T) {
+	c := Default()
+	err := c.ApplyEnv([]string{
+		"PROVIDER_AGENT_LEASE_RELAYS=wss://a.example, wss://b.example",
+		"PROVIDER_AGENT_LEASE_QUORUM=1",
+		"PROVIDER_AGENT_LEASE_MAX_SKEW=3s",
+		"PROVIDER_AGENT_LEASE_EVICT_WITHOUT_STANDBY=true",
+		"PROVIDER_AGENT_AGENT_LISTEN=127.0.0.1:1",
+		"PROVIDER_AGENT_CONFIG=/nowhere.toml",
+		"PROVIDER_AGENT_RELAYD_BIN=/other/tool",
+		"HOME=/root",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c.Lease.Relays, []string{"wss://a.example", "wss://b.example"}) || c.Lease.Quorum != 1 ||
+		c.Lease.MaxSkew != 3*time.Second || !c.Lease.EvictWithoutStandby || c.Agent.Listen != "127.0.0.1:1" {
+		t.Errorf("ApplyEnv() = %+v, want overrides applied", c)
+	}
+	for _, kv := range []string{
+		"PROVIDER_AGENT_LEASE_QUORUMM=1",
+		"PROVIDER_AGENT_LEASE_QUORUM=two",
+		"PROVIDER_AGENT_LEASE_T1=30",
+		"PROVIDER_AGENT_UPLOADER_DISABLE_RETRY=maybe",
+	} {
+		c := Default()
+		name, _, _ := strings.Cut(kv, "=")
+		if err := c.ApplyEnv([]string{kv}); err == nil || !strings.Contains(err.Error(), name) || !errors.Is(err, ErrInvalid) {
+			t.Errorf("ApplyEnv(%s) = %v, want ErrInvalid naming %s", kv, err, name)
+		}
+	}
+}
+
+func TestFlagsResolvePrecedence(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.toml")
+	os.WriteFile(path, []byte(`[agent]
+data_dir = "from-file"
+listen = "127.0.0.1:1000"
+[lease]
+relays = ["wss://file1.example", "wss://file2.example"]
+quorum = 2
+`), 0o644)
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	f := BindFlags(fs)
+	err := fs.Parse([]string{"--config", path, "--relay", "wss://flag1.example", "--relay", "wss://flag2.example,wss://flag3.example", "--quorum", "3", "--key-file", "/k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Resolve([]string{"PROVIDER_AGENT_AGENT_LISTEN=127.0.0.1:2000", "PROVIDER_AGENT_LEASE_QUORUM=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Agent.DataDir != "from-file" || c.Agent.Listen != "127.0.0.1:2000" || c.Lease.Quorum != 3 ||
+		len(c.Lease.Relays) != 3 || c.Lease.Relays[2] != "wss://flag3.example" || c.Agent.KeyFile != "/k" {
+		t.Errorf("Resolve() = %+v, want file < env < flags", c)
+	}
+
+	// PROVIDER_AGENT_CONFIG names the file when --config is absent; a bad
+	// override fails validation with the field named.
+	fs = flag.NewFlagSet("t", flag.ContinueOnError)
+	f = BindFlags(fs)
+	if err := fs.Parse([]string{"--quorum", "5"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Resolve([]string{EnvConfigPath + "=" + path})
+	if err == nil || err.Error() != "config: lease.quorum = 5: must be <= number of relays (2)" {
+		t.Errorf("Resolve(--quorum 5) = %v, want the lease.quorum error", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(Example()))
+	f.Add([]byte("[lease]\nt1 = 30\n"))
+	f.Add([]byte("[lease]\nrelays = [\"wss://x\"]\nquorum = 1\n"))
+	f.Add([]byte("[[lease]]\n"))
+	f.Add([]byte("agent = 1\n"))
+	f.Add([]byte{0xff, 0x00, '['})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Parse() = %v, want ErrInvalid", err)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil && !errors.Is(err, ErrInvalid) {
+			t.Fatalf("Validate() = %v, want ErrInvalid", err)
+		}
+	})
+}

@@ -1,0 +1,94 @@
+package config
+
+// Example returns a commented example config file. Every setting appears
+// with its default value except the relays, the quorum and the trusted
+// issuers, which have no useful default. A test checks that it parses and
+// validates.
+func Example() string { return exampleTOML }
+
+const exampleTOML = `# provider-agent configuration (TOML). Every key is optional except
+# lease.relays. Durations are strings: "500ms", "30s", "5m", "1h".
+# Any key can be overridden by the environment as PROVIDER_AGENT_<SECTION>_<KEY>
+# (for example PROVIDER_AGENT_LEASE_QUORUM=2; lists are comma separated), and
+# the common ones by flags (--data-dir, --relay, --quorum, --listen, --key-file).
+
+[agent]
+# Identity secret key (hex or nsec), mode 0600; create it with
+# 'provider-agent keygen --out FILE'. "" means <data_dir>/identity.key.
+key_file = ""
+# Holds provider-agent.db (all state) and logs/ (workload output).
+data_dir = "provider-agent-data"
+# /metrics, /healthz and /status. Loopback by default; "" disables.
+listen = "127.0.0.1:9464"
+# Public keys (hex or npub) whose lease grants (kind 38388) are accepted.
+trusted_issuers = ["npub1flwvqsh5vyveclsd5guhk626q2tk6cmgn4w3ef9d8euhw0qtnflq3cp0yj"]
+
+[lease]
+# The N relays all providers of a workload judge quorum over.
+relays = ["wss://relay.damus.io", "wss://nos.lol", "wss://relay.nostr.band"]
+# M: a provider has quorum while at least M relays carry its fresh heartbeat.
+quorum = 2
+# Debounce from the moment quorum was lost until the workload is Suspect.
+t1 = "20s"
+# Time spent Suspect before the workload is evicted (fenced).
+t2 = "20s"
+# A heartbeat counts for this long after it was received (local clock).
+stale = "30s"
+# Heartbeats dated further in the future than this never count.
+max_skew = "10s"
+# A workload that does not reach quorum within this fails.
+provision_timeout = "5m0s"
+# A standby claims a workload after seeing no Live claim for this long.
+# Must exceed t1 + t2 + stale + max_skew + relay_delay.
+takeover_after = "2m0s"
+# Bound on delivery through a relay that is up.
+relay_delay = "5s"
+# Respawn of an exited workload: delay doubles from initial to max; the
+# count resets after reset_after of healthy running; Failed after
+# restart_max_attempts respawns (0 = never respawn).
+restart_backoff_initial = "1s"
+restart_backoff_max = "5m0s"
+restart_backoff_reset_after = "10m0s"
+restart_max_attempts = 5
+# Also stop workloads without a standby when quorum is lost.
+evict_without_standby = false
+
+[heartbeat]
+# Interval between our heartbeats; must be below lease.stale.
+interval = "5s"
+
+[backend]
+# Only "process": the lease's command runs as a child process group.
+kind = "process"
+# SIGTERM, then SIGKILL after this long.
+stop_grace = "10s"
+# One log file per workload; "" means <data_dir>/logs.
+log_dir = ""
+
+[courier]
+# Durable outbox for revocations and promotions.
+max_attempts = 10
+backoff_initial = "1s"
+backoff_cap = "5m0s"
+flush_interval = "1s"
+# Acknowledged receipts are pruned after this long.
+retention = "168h0m0s"
+
+[uploader]
+# Blossom servers for checkpoint tiles; empty = checkpoint uploads off.
+servers = []
+tile_size = 1048576
+# true bypasses the retry decorator.
+disable_retry = false
+max_in_call_retries = 3
+max_per_tile_attempts = 5
+# Retry delay min(backoff_base^retry, backoff_cap).
+backoff_base = "2s"
+backoff_cap = "1m0s"
+
+[log]
+# debug, info, warn or error.
+level = "info"
+# text or json.
+format = "text"
+`

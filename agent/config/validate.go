@@ -1,0 +1,240 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/heartbeat"
+)
+
+// Validate checks every setting and returns the first problem as one error
+// of the form `config: lease.quorum = 4: must be <= number of relays (3)`,
+// wrapping ErrInvalid. On success it also rewrites relay URLs into the form
+// go-nostr uses (lower-case host, no trailing slash) and trusted issuers into
+// lowercase hex, so the rest of the agent can compare them as strings.
+func (c *Config) Validate() error {
+	relays := make([]string, 0, len(c.Lease.Relays))
+	seen := map[string]bool{}
+	for i, r := range c.Lease.Relays {
+		n, err := NormalizeRelayURL(r)
+		if err != nil {
+			return invalid(fmt.Sprintf("lease.relays[%d]", i), r, err.Error())
+		}
+		if seen[n] {
+			return invalid(fmt.Sprintf("lease.relays[%d]", i), r, "duplicate relay (after normalisation: "+n+")")
+		}
+		seen[n] = true
+		relays = append(relays, n)
+	}
+	issuers := make([]string, 0, len(c.Agent.TrustedIssuers))
+	for i, k := range c.Agent.TrustedIssuers {
+		h, err := heartbeat.ParsePublicKey(k)
+		if err != nil {
+			return invalid(fmt.Sprintf("agent.trusted_issuers[%d]", i), k, "want a public key as 64 hex characters or npub")
+		}
+		issuers = append(issuers, h)
+	}
+	if err := c.check(len(relays)); err != nil {
+		return err
+	}
+	c.Lease.Relays = relays
+	c.Agent.TrustedIssuers = issuers
+	return nil
+}
+
+func (c *Config) check(nRelays int) error {
+	a, l := c.Agent, c.Lease
+	if a.DataDir == "" {
+		return invalid("agent.data_dir", a.DataDir, "must not be empty")
+	}
+	if a.Listen != "" {
+		if err := checkHostPort(a.Listen); err != nil {
+			return invalid("agent.listen", a.Listen, err.Error())
+		}
+	}
+	if nRelays == 0 {
+		return invalid("lease.relays", "[]", "at least one relay is required (ws:// or wss:// URL)")
+	}
+	if l.Quorum < 1 {
+		return invalid("lease.quorum", l.Quorum, "must be >= 1")
+	}
+	if l.Quorum > nRelays {
+		return invalid("lease.quorum", l.Quorum, fmt.Sprintf("must be <= number of relays (%d)", nRelays))
+	}
+	for _, d := range []struct {
+		path string
+		v    time.Duration
+		zero bool // zero allowed
+	}{
+		{"lease.t1", l.T1, false},
+		{"lease.t2", l.T2, false},
+		{"lease.stale", l.Stale, false},
+		{"lease.max_skew", l.MaxSkew, true},
+		{"lease.provision_timeout", l.ProvisionTimeout, false},
+		{"lease.takeover_after", l.TakeoverAfter, false},
+		{"lease.relay_delay", l.RelayDelay, true},
+		{"lease.restart_backoff_initial", l.RestartBackoffInitial, false},
+		{"lease.restart_backoff_max", l.RestartBackoffMax, false},
+		{"lease.restart_backoff_reset_after", l.RestartBackoffResetAfter, false},
+		{"heartbeat.interval", c.Heartbeat.Interval, false},
+		{"backend.stop_grace", c.Backend.StopGrace, false},
+		{"courier.backoff_initial", c.Courier.BackoffInitial, false},
+		{"courier.backoff_cap", c.Courier.BackoffCap, false},
+		{"courier.flush_interval", c.Courier.FlushInterval, false},
+		{"courier.retention", c.Courier.Retention, false},
+		{"uploader.backoff_base", c.Uploader.BackoffBase, false},
+		{"uploader.backoff_cap", c.Uploader.BackoffCap, false},
+	} {
+		if d.v < 0 || (d.v == 0 && !d.zero) {
+			want := "must be > 0"
+			if d.zero {
+				want = "must be >= 0"
+			}
+			return invalid(d.path, d.v, want)
+		}
+	}
+	if l.RestartBackoffMax < l.RestartBackoffInitial {
+		return invalid("lease.restart_backoff_max", l.RestartBackoffMax,
+			fmt.Sprintf("must be >= lease.restart_backoff_initial (%s)", l.RestartBackoffInitial))
+	}
+	if l.RestartMaxAttempts < 0 {
+		return invalid("lease.restart_max_attempts", l.RestartMaxAttempts, "must be >= 0")
+	}
+	if fence := l.T1 + l.T2 + l.Stale + l.MaxSkew + l.RelayDelay; l.TakeoverAfter <= fence {
+		return invalid("lease.takeover_after", l.TakeoverAfter, fmt.Sprintf(
+			"must exceed the holder's self-fencing time plus relay delay, t1+t2+stale+max_skew+relay_delay (%s)", fence))
+	}
+	if c.Heartbeat.Interval >= l.Stale {
+		return invalid("heartbeat.interval", c.Heartbeat.Interval,
+			fmt.Sprintf("must be below lease.stale (%s) or heartbeats go stale before the next one", l.Stale))
+	}
+	if c.Backend.Kind != "process" {
+		return invalid("backend.kind", c.Backend.Kind, `want "process"`)
+	}
+	cr := c.Courier
+	if cr.MaxAttempts < 1 {
+		return invalid("courier.max_attempts", cr.MaxAttempts, "must be >= 1")
+	}
+	if cr.BackoffCap < cr.BackoffInitial {
+		return invalid("courier.backoff_cap", cr.BackoffCap, fmt.Sprintf("must be >= courier.backoff_initial (%s)", cr.BackoffInitial))
+	}
+	u := c.Uploader
+	for i, s := range u.Servers {
+		p, err := url.Parse(s)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return invalid(fmt.Sprintf("uploader.servers[%d]", i), s, "want an http:// or https:// URL with a host")
+		}
+	}
+	if u.TileSize < 1 {
+		return invalid("uploader.tile_size", u.TileSize, "must be >= 1 (bytes)")
+	}
+	if u.MaxInCallRetries < 0 {
+		return invalid("uploader.max_in_call_retries", u.MaxInCallRetries, "must be >= 0")
+	}
+	if u.MaxPerTileAttempts < 1 {
+		return invalid("uploader.max_per_tile_attempts", u.MaxPerTileAttempts, "must be >= 1")
+	}
+	if u.BackoffCap < u.BackoffBase {
+		return invalid("uploader.backoff_cap", u.BackoffCap, fmt.Sprintf("must be >= uploader.backoff_base (%s)", u.BackoffBase))
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return invalid("log.level", c.Log.Level, "want debug, info, warn or error")
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return invalid("log.format", c.Log.Format, "want text or json")
+	}
+	return c.checkLease()
+}
+
+// invalid formats one validation error: `config: PATH = VALUE: WHY`.
+func invalid(path string, value any, why string) error {
+	var v string
+	switch x := value.(type) {
+	case string:
+		v = strconv.Quote(x)
+		if x == "[]" {
+			v = x
+		}
+	default:
+		v = fmt.Sprint(x)
+	}
+	return &FieldError{Path: path, Value: v, Reason: why}
+}
+
+// FieldError is a setting that failed validation. Its message is one line,
+// `config: PATH = VALUE: REASON`; errors.Is(err, ErrInvalid) holds.
+type FieldError struct {
+	Path   string // TOML path, e.g. "lease.quorum" or "lease.relays[1]"
+	Value  string // the offending value as written in messages (strings quoted)
+	Reason string // why it is wrong
+}
+
+func (e *FieldError) Error() string {
+	return "config: " + e.Path + " = " + e.Value + ": " + e.Reason
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// checkHostPort accepts host:port with a numeric port in 0..65535.
+func checkHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("want host:port such as 127.0.0.1:9464")
+	}
+	if strings.ContainsAny(host, " /") {
+		return fmt.Errorf("bad host %q", host)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("port must be a number 0-65535")
+	}
+	return nil
+}
+
+// NormalizeRelayURL checks that s is a ws:// or wss:// URL with a host and no
+// credentials or fragment, and returns it in the form go-nostr uses for
+// Relay.URL (nostr.NormalizeURL: lower-case host, no trailing slash).
+func NormalizeRelayURL(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	p, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("not a URL")
+	}
+	scheme := strings.ToLower(p.Scheme)
+	if scheme != "ws" && scheme != "wss" {
+		return "", fmt.Errorf("want a ws:// or wss:// URL")
+	}
+	if p.Hostname() == "" {
+		return "", fmt.Errorf("URL has no host")
+	}
+	if p.User != nil {
+		return "", fmt.Errorf("URL must not carry credentials")
+	}
+	if p.Fragment != "" || strings.Contains(s, "#") {
+		return "", fmt.Errorf("URL must not have a fragment")
+	}
+	if port := p.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("bad port %q", port)
+		}
+	}
+	if strings.ContainsAny(s, " \t\r\n") {
+		return "", fmt.Errorf("URL contains white space")
+	}
+	n := nostr.NormalizeURL(scheme + s[len(p.Scheme):])
+	if n == "" {
+		return "", fmt.Errorf("not a relay URL")
+	}
+	return n, nil
+}
