@@ -1,0 +1,64 @@
+package heartbeat
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testKeys returns deterministic keys named by a string.
+func testKeys(t testing.TB, name string) *Keys {
+	t.Helper()
+	h := sha256.Sum256([]byte("provider-agent test key " + name))
+	k, err := NewKeys(hex.EncodeToString(h[:]))
+	if err != nil {
+		t.Fatalf("NewKeys(%s) = %v", name, err)
+	}
+	return k
+}
+
+// t0 is a fixed "now" for tests.
+var t0 = time.Unix(1_763_800_000, 0).UTC()
+
+// fakePolicy is a SignerPolicy over maps.
+type fakePolicy struct {
+	mu      sync.Mutex
+	primary map[string]string          // workload -> hex
+	members map[string]map[string]bool // workload -> hex -> member
+	issuers map[string]bool
+}
+
+func newFakePolicy() *fakePolicy {
+	return &fakePolicy{primary: map[string]string{}, members: map[string]map[string]bool{}, issuers: map[string]bool{}}
+}
+
+func (p *fakePolicy) setWorkload(id, primary string, standbys ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.primary[id] = primary
+	p.members[id] = map[string]bool{primary: true}
+	for _, s := range standbys {
+		p.members[id][s] = true
+	}
+}
+
+func (p *fakePolicy) CurrentPrimary(id string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, ok := p.primary[id]
+	return v, ok
+}
+
+func (p *fakePolicy) IsMember(id, pk string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.members[id][pk]
+}
+
+func (p *fakePolicy) AllowedIssuer(pk string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.issuers[pk]
+}
