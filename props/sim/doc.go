@@ -1,0 +1,13 @@
+// Package sim is a deterministic discrete-event simulator of providers
+// talking through Nostr relays, used by the props/ property tests. It models N
+// relays that store events (addressable replacement, per-minute heartbeat
+// buckets), per-link partitions, bounded or unbounded delays, loss,
+// duplicates, reordering, relay crash and restart with or without storage,
+// provider crash-stop and crash-restart, pauses, and per-provider clocks with
+// offset and drift. There are no goroutines and no real time: a single event
+// queue ordered by (simulated instant, sequence number) drives everything, and
+// every random choice comes from a seed, so a run is a pure function of its
+// configuration and the fault schedule applied to it. A provider's protocol
+// logic plugs in as a Node (the lease machine driven as the agent drives it,
+// or a model of the anchor's rule); invariant checkers run after every event.
+package sim

@@ -1,0 +1,178 @@
+package sim
+
+import (
+	"time"
+)
+
+// Partition cuts the link between provider p and relay r: the connection
+// drops and messages in flight on it are lost.
+func (s *Sim) Partition(p ProviderID, r RelayID) {
+	l := s.links[p][r]
+	if l.partitioned {
+		return
+	}
+	l.partitioned = true
+	s.disconnect(p, r)
+	s.Logf("partition %s-R%d", s.provs[p].name, r)
+}
+
+// Heal restores the link between p and r; the provider reconnects and
+// resubscribes (stored events, then EOSE).
+func (s *Sim) Heal(p ProviderID, r RelayID) {
+	l := s.links[p][r]
+	if !l.partitioned {
+		return
+	}
+	l.partitioned = false
+	s.Logf("heal %s-R%d", s.provs[p].name, r)
+	s.maybeConnect(p, r)
+}
+
+// CrashRelay takes relay r down; with wipe it also loses its stored events.
+func (s *Sim) CrashRelay(r RelayID, wipe bool) {
+	rs := s.relays[r]
+	if !rs.up {
+		return
+	}
+	rs.up = false
+	if wipe {
+		rs.store = map[storeKey]*Event{}
+	}
+	for p := range s.provs {
+		s.disconnect(ProviderID(p), r)
+	}
+	if wipe {
+		s.Logf("relay R%d crashed and lost its storage", r)
+	} else {
+		s.Logf("relay R%d crashed", r)
+	}
+}
+
+// RestartRelay brings relay r back; providers reconnect.
+func (s *Sim) RestartRelay(r RelayID) {
+	rs := s.relays[r]
+	if rs.up {
+		return
+	}
+	rs.up = true
+	s.Logf("relay R%d restarted", r)
+	for p := range s.provs {
+		s.maybeConnect(ProviderID(p), r)
+	}
+}
+
+// CrashProvider stops provider p's agent. killWorkload models a node crash
+// (the workload process dies with it); otherwise only the agent dies and the
+// workload keeps running unsupervised until the agent restarts.
+func (s *Sim) CrashProvider(p ProviderID, killWorkload bool) {
+	pr := s.provs[p]
+	if !pr.up {
+		return
+	}
+	pr.up = false
+	pr.paused = false
+	pr.inbox = nil
+	pr.incarnation++
+	for r := range s.relays {
+		s.disconnect(p, RelayID(r))
+	}
+	pr.node.Crash()
+	if killWorkload {
+		s.Logf("%s node crashed (workload killed)", pr.name)
+		for w := range pr.running {
+			delete(pr.running, w)
+			s.trace = append(s.trace, Entry{At: s.now, Who: pr.name, What: "workload " + w + " STOPPED (node crash)"})
+		}
+	} else {
+		s.Logf("%s agent crashed (workload left running)", pr.name)
+	}
+}
+
+// Kill crash-stops provider p for good (node and workload gone).
+func (s *Sim) Kill(p ProviderID) {
+	s.CrashProvider(p, true)
+	s.provs[p].dead = true
+	s.Logf("%s is gone for good", s.provs[p].name)
+}
+
+// RestartProvider boots a crashed (not killed) provider from its persisted state.
+func (s *Sim) RestartProvider(p ProviderID) {
+	pr := s.provs[p]
+	if pr.up || pr.dead {
+		return
+	}
+	s.Logf("%s restarts from persisted state", pr.name)
+	s.bootProvider(pr)
+}
+
+// Pause stalls provider p's agent (a GC-style stop-the-world): it handles
+// nothing until Resume, its sockets stay open and buffer, its workload keeps
+// running.
+func (s *Sim) Pause(p ProviderID) {
+	pr := s.provs[p]
+	if !pr.up || pr.paused {
+		return
+	}
+	pr.paused = true
+	s.Logf("%s paused", pr.name)
+}
+
+// Resume ends a pause; buffered deliveries, results and timers run now, in
+// arrival order.
+func (s *Sim) Resume(p ProviderID) {
+	pr := s.provs[p]
+	if !pr.up || !pr.paused {
+		return
+	}
+	pr.paused = false
+	s.Logf("%s resumed", pr.name)
+	inbox := pr.inbox
+	pr.inbox = nil
+	for _, fn := range inbox {
+		if pr.paused || !pr.up {
+			break
+		}
+		fn()
+	}
+}
+
+// LinkFaults degrade one provider-relay link.
+type LinkFaults struct {
+	LossPct int           // each message lost with this probability (percent)
+	DupPct  int           // each event delivered twice with this probability
+	Reorder bool          // no FIFO order on the link
+	Extra   time.Duration // added to every leg (exceeds LegDelay when > 0)
+}
+
+// SetLinkFaults sets the degradation of link (p, r).
+func (s *Sim) SetLinkFaults(p ProviderID, r RelayID, f LinkFaults) {
+	l := s.links[p][r]
+	l.lossPct, l.dupPct, l.reorder, l.extra = f.LossPct, f.DupPct, f.Reorder, f.Extra
+	s.Logf("link %s-R%d: loss %d%% dup %d%% reorder %v extra delay %v", s.provs[p].name, r, f.LossPct, f.DupPct, f.Reorder, f.Extra)
+}
+
+// SetPathDelay adds d to every delivery of author's events from relay r to
+// receiver (an adversarial per-message delay; 0 removes it).
+func (s *Sim) SetPathDelay(author ProviderID, r RelayID, receiver ProviderID, d time.Duration) {
+	k := [3]int{int(author), int(r), int(receiver)}
+	if d == 0 {
+		delete(s.pathExtra, k)
+	} else {
+		s.pathExtra[k] = d
+	}
+	s.Logf("events of %s from R%d to %s delayed by %v", s.provs[author].name, r, s.provs[receiver].name, d)
+}
+
+// ReplayHeartbeats makes relay r re-send every stored heartbeat (old ones
+// included) to its current subscribers.
+func (s *Sim) ReplayHeartbeats(r RelayID) {
+	if !s.relays[r].up {
+		return
+	}
+	s.Logf("relay R%d replays its stored heartbeats", r)
+	for _, ev := range s.Stored(r) {
+		if ev.Kind == KindHeartbeat {
+			s.fanOut(r, ev)
+		}
+	}
+}

@@ -1,0 +1,833 @@
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Epoch is the wall-clock instant that simulated time zero maps to on a
+// provider whose clock has no offset.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// ProviderID indexes a provider (0 is the workload's first primary).
+type ProviderID int
+
+// RelayID indexes a relay of the workload's relay set.
+type RelayID int
+
+// EventID identifies an event (random, like a Nostr id, so ties between
+// replaceable events with the same created_at break at random).
+type EventID uint64
+
+// QueryID identifies one read request (REQ ... EOSE) to one relay.
+type QueryID uint64
+
+// Kind is the kind of a simulated event.
+type Kind int
+
+const (
+	// KindHeartbeat is a stored heartbeat; its D key is the minute bucket.
+	KindHeartbeat Kind = iota + 1
+	// KindRevocation is an addressable lease revocation.
+	KindRevocation
+	// KindClaim is an addressable promotion claim (active or withdrawn).
+	KindClaim
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindHeartbeat:
+		return "heartbeat"
+	case KindRevocation:
+		return "revocation"
+	case KindClaim:
+		return "claim"
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Event is an immutable simulated Nostr event. Body is protocol defined and
+// must not be mutated after publishing (receivers share the pointer).
+type Event struct {
+	ID        EventID
+	Kind      Kind
+	Author    ProviderID
+	CreatedAt int64 // unix seconds, on the author's clock
+	D         string
+	Body      any
+}
+
+// Config sizes the simulated world and its healthy-network behaviour.
+type Config struct {
+	Providers int
+	Relays    int
+	// LegDelay bounds one network leg (provider to relay, or relay to
+	// provider) on a healthy link; publish-to-delivery is at most 2*LegDelay.
+	LegDelay time.Duration
+	// PublishTimeout is how long a publisher waits for OK before counting the
+	// relay as not having accepted.
+	PublishTimeout time.Duration
+	// QueryTimeout is how long a read waits for EOSE.
+	QueryTimeout time.Duration
+	// ReconnectDelay bounds the time to reconnect after a link becomes usable.
+	ReconnectDelay time.Duration
+	// TickInterval is the agent's tick cadence (per provider, phase shifted).
+	TickInterval time.Duration
+	// KeepHeartbeats is how many heartbeat buckets a relay keeps per author.
+	KeepHeartbeats int
+	// Seed drives every per-message random choice.
+	Seed uint64
+}
+
+// DefaultConfig returns a 3-provider, 3-relay world with 2 s legs.
+func DefaultConfig() Config {
+	return Config{
+		Providers:      3,
+		Relays:         3,
+		LegDelay:       2 * time.Second,
+		PublishTimeout: 10 * time.Second,
+		QueryTimeout:   10 * time.Second,
+		ReconnectDelay: 5 * time.Second,
+		TickInterval:   5 * time.Second,
+		KeepHeartbeats: 8,
+	}
+}
+
+// Validate reports the first field with an unusable value.
+func (c Config) Validate() error {
+	switch {
+	case c.Providers < 1 || c.Providers > 16:
+		return fmt.Errorf("sim config: Providers = %d, want 1..16", c.Providers)
+	case c.Relays < 1 || c.Relays > 16:
+		return fmt.Errorf("sim config: Relays = %d, want 1..16", c.Relays)
+	case c.LegDelay < 0:
+		return fmt.Errorf("sim config: LegDelay = %v, want >= 0", c.LegDelay)
+	case c.PublishTimeout <= 0:
+		return fmt.Errorf("sim config: PublishTimeout = %v, want > 0", c.PublishTimeout)
+	case c.QueryTimeout <= 0:
+		return fmt.Errorf("sim config: QueryTimeout = %v, want > 0", c.QueryTimeout)
+	case c.ReconnectDelay < 0:
+		return fmt.Errorf("sim config: ReconnectDelay = %v, want >= 0", c.ReconnectDelay)
+	case c.TickInterval <= 0:
+		return fmt.Errorf("sim config: TickInterval = %v, want > 0", c.TickInterval)
+	case c.KeepHeartbeats < 1:
+		return fmt.Errorf("sim config: KeepHeartbeats = %d, want >= 1", c.KeepHeartbeats)
+	}
+	return nil
+}
+
+// Node is one provider's protocol logic (the agent around its machine). The
+// simulator calls it only while the provider is up and not paused; every call
+// gets the provider's local clock reading. Calls never nest.
+type Node interface {
+	// Boot starts the process: first start, or restart after Crash (the node
+	// restores whatever it persisted).
+	Boot(env Env, now time.Time)
+	// Tick is the agent's periodic tick.
+	Tick(env Env, now time.Time)
+	// Receive delivers an event from a relay subscription.
+	Receive(env Env, now time.Time, r RelayID, ev *Event)
+	// EOSE reports that a (re)subscription to r delivered all stored events.
+	EOSE(env Env, now time.Time, r RelayID)
+	// PublishResult reports whether r accepted event id (OK true) or not
+	// (OK false, refused, or no answer within PublishTimeout).
+	PublishResult(env Env, now time.Time, r RelayID, id EventID, ok bool)
+	// QueryResult answers a Query: the stored matching events, or ok=false.
+	QueryResult(env Env, now time.Time, r RelayID, q QueryID, evs []*Event, ok bool)
+	// Timer fires a timer set with Env.At.
+	Timer(env Env, now time.Time, tag any)
+	// Crash drops all volatile state; only what the node persisted survives.
+	Crash()
+	// Held lists the workloads this node's machine holds Live, with epochs.
+	Held() map[string]uint64
+	// Describe is a short state summary for timelines.
+	Describe() string
+}
+
+// Env is what a Node may do to the world. Effects happen at the current
+// simulated instant; results come back later through Node callbacks.
+type Env interface {
+	Self() ProviderID
+	NumRelays() int
+	// Publish sends ev to the relays in to (all relays when to is nil). The
+	// simulator sets ID and Author; the caller sets CreatedAt from its clock.
+	Publish(ev Event, to []RelayID) EventID
+	// Query reads the stored events matching match from relay r.
+	Query(r RelayID, match func(*Event) bool) QueryID
+	// Start and Stop flip the provider's "workload running" flag.
+	Start(workload string, epoch uint64)
+	Stop(workload string)
+	Running(workload string) (epoch uint64, ok bool)
+	// At sets a timer for a local-clock instant.
+	At(local time.Time, tag any)
+	// Logf adds a line to the timeline.
+	Logf(format string, args ...any)
+}
+
+// Clock maps simulated time to a provider's local wall clock:
+// local(t) = Epoch + t + Offset + t*DriftPPM/1e6.
+type Clock struct {
+	Offset   time.Duration
+	DriftPPM int64 // > -1e6
+}
+
+// Local is the clock reading at simulated time t.
+func (c Clock) Local(t time.Duration) time.Time {
+	return Epoch.Add(t + c.Offset + time.Duration(int64(t)/1000*c.DriftPPM/1000))
+}
+
+// Sim returns the simulated instant at which the clock reads local.
+func (c Clock) Sim(local time.Time) time.Duration {
+	d := local.Sub(Epoch) - c.Offset
+	return time.Duration(float64(d) * 1e6 / float64(1e6+c.DriftPPM))
+}
+
+// Entry is one line of a timeline.
+type Entry struct {
+	At   time.Duration
+	Who  string
+	What string
+}
+
+// Violation is the first invariant failure, with the timeline up to it.
+type Violation struct {
+	At       time.Duration
+	Msg      string
+	Timeline []Entry
+}
+
+// Checker inspects the world after every event and returns an error when an
+// invariant fails.
+type Checker func(s *Sim) error
+
+type item struct {
+	at  time.Duration
+	seq uint64
+	fn  func()
+}
+
+type itemHeap []*item
+
+func (h itemHeap) Len() int { return len(h) }
+func (h itemHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h itemHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *itemHeap) Push(x any)   { *h = append(*h, x.(*item)) }
+func (h *itemHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return it
+}
+
+type link struct {
+	partitioned bool
+	connected   bool
+	connecting  bool
+	gen         uint64
+	lossPct     int
+	dupPct      int
+	reorder     bool
+	extra       time.Duration // added to every leg on this link
+	lastUp      time.Duration // FIFO horizon provider->relay
+	lastDown    time.Duration // FIFO horizon relay->provider
+}
+
+type storeKey struct {
+	kind   Kind
+	author ProviderID
+	d      string
+	id     EventID // only for events without a D key
+}
+
+type relayState struct {
+	up    bool
+	store map[storeKey]*Event
+}
+
+type provider struct {
+	id          ProviderID
+	node        Node
+	name        string
+	up          bool
+	dead        bool
+	incarnation uint64
+	paused      bool
+	inbox       []func()
+	clock       Clock
+	running     map[string]uint64
+	tickPhase   time.Duration
+	tickQueued  bool // a tick waits in inbox (ticks missed in a pause collapse into one)
+}
+
+// Sim is the simulated world. It is not safe for concurrent use.
+type Sim struct {
+	cfg       Config
+	now       time.Duration
+	seq       uint64
+	q         itemHeap
+	rng       *rand.Rand
+	relays    []*relayState
+	provs     []*provider
+	links     [][]*link
+	pathExtra map[[3]int]time.Duration
+	nextQuery QueryID
+	trace     []Entry
+	checkers  []Checker
+	violation *Violation
+	steps     uint64
+}
+
+// New builds a world with the given nodes (len(nodes) == cfg.Providers) and
+// clocks (nil means perfect clocks). Nothing runs until Boot and Run.
+func New(cfg Config, nodes []Node, clocks []Clock) (*Sim, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(nodes) != cfg.Providers {
+		return nil, fmt.Errorf("new sim: %d nodes for %d providers", len(nodes), cfg.Providers)
+	}
+	if clocks != nil && len(clocks) != cfg.Providers {
+		return nil, fmt.Errorf("new sim: %d clocks for %d providers", len(clocks), cfg.Providers)
+	}
+	s := &Sim{
+		cfg:       cfg,
+		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		pathExtra: map[[3]int]time.Duration{},
+	}
+	for i := 0; i < cfg.Relays; i++ {
+		s.relays = append(s.relays, &relayState{up: true, store: map[storeKey]*Event{}})
+	}
+	for i, n := range nodes {
+		p := &provider{id: ProviderID(i), node: n, name: fmt.Sprintf("P%d", i), running: map[string]uint64{}}
+		if clocks != nil {
+			p.clock = clocks[i]
+		}
+		p.tickPhase = time.Duration(s.rng.Int64N(int64(cfg.TickInterval)))
+		s.provs = append(s.provs, p)
+		row := make([]*link, cfg.Relays)
+		for r := range row {
+			row[r] = &link{}
+		}
+		s.links = append(s.links, row)
+	}
+	return s, nil
+}
+
+// Config returns the world's configuration.
+func (s *Sim) Config() Config { return s.cfg }
+
+// Now is the current simulated instant.
+func (s *Sim) Now() time.Duration { return s.now }
+
+// Steps is the number of events processed so far.
+func (s *Sim) Steps() uint64 { return s.steps }
+
+// AddChecker registers an invariant checked after every event.
+func (s *Sim) AddChecker(c Checker) { s.checkers = append(s.checkers, c) }
+
+// Violation returns the first invariant failure, or nil.
+func (s *Sim) Violation() *Violation { return s.violation }
+
+// Clock returns provider p's clock.
+func (s *Sim) Clock(p ProviderID) Clock { return s.provs[p].clock }
+
+// LocalNow is provider p's clock reading now.
+func (s *Sim) LocalNow(p ProviderID) time.Time { return s.provs[p].clock.Local(s.now) }
+
+// Node returns provider p's node.
+func (s *Sim) Node(p ProviderID) Node { return s.provs[p].node }
+
+// Up reports whether provider p's process is running (paused counts as up).
+func (s *Sim) Up(p ProviderID) bool { return s.provs[p].up }
+
+// Paused reports whether provider p is paused.
+func (s *Sim) Paused(p ProviderID) bool { return s.provs[p].paused }
+
+// Dead reports whether provider p crashed for good.
+func (s *Sim) Dead(p ProviderID) bool { return s.provs[p].dead }
+
+// RelayUp reports whether relay r is up.
+func (s *Sim) RelayUp(r RelayID) bool { return s.relays[r].up }
+
+// Partitioned reports whether the link between p and r is cut.
+func (s *Sim) Partitioned(p ProviderID, r RelayID) bool { return s.links[p][r].partitioned }
+
+// Running reports the epoch at which provider p runs workload w.
+func (s *Sim) Running(p ProviderID, w string) (uint64, bool) {
+	e, ok := s.provs[p].running[w]
+	return e, ok
+}
+
+// Stored returns relay r's stored events, sorted by (kind, author, created_at, id).
+func (s *Sim) Stored(r RelayID) []*Event {
+	var out []*Event
+	for _, ev := range s.relays[r].store {
+		out = append(out, ev)
+	}
+	sortEvents(out)
+	return out
+}
+
+func sortEvents(evs []*Event) {
+	sort.Slice(evs, func(i, j int) bool {
+		a, b := evs[i], evs[j]
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		if a.Author != b.Author {
+			return a.Author < b.Author
+		}
+		if a.CreatedAt != b.CreatedAt {
+			return a.CreatedAt < b.CreatedAt
+		}
+		return a.ID < b.ID
+	})
+}
+
+// Timeline returns the recorded timeline.
+func (s *Sim) Timeline() []Entry { return s.trace }
+
+// Logf adds a world-level line to the timeline.
+func (s *Sim) Logf(format string, args ...any) {
+	s.trace = append(s.trace, Entry{At: s.now, Who: "world", What: fmt.Sprintf(format, args...)})
+}
+
+// FormatTimeline renders entries one per line: "+612.0s P1 ...".
+func FormatTimeline(entries []Entry) string {
+	var b strings.Builder
+	for _, e := range entries {
+		fmt.Fprintf(&b, "%+9.1fs  %-5s %s\n", e.At.Seconds(), e.Who, e.What)
+	}
+	return b.String()
+}
+
+func (s *Sim) schedule(at time.Duration, fn func()) {
+	if at < s.now {
+		at = s.now
+	}
+	s.seq++
+	heap.Push(&s.q, &item{at: at, seq: s.seq, fn: fn})
+}
+
+// RunFor processes events until d of simulated time has passed (or a
+// violation is found, in which case it stops at once).
+func (s *Sim) RunFor(d time.Duration) {
+	s.RunUntil(s.now + d)
+}
+
+// RunUntil processes events up to and including simulated instant t.
+func (s *Sim) RunUntil(t time.Duration) {
+	for s.violation == nil && len(s.q) > 0 && s.q[0].at <= t {
+		it := heap.Pop(&s.q).(*item)
+		s.now = it.at
+		it.fn()
+		s.steps++
+		s.check()
+	}
+	if s.violation == nil && t > s.now {
+		s.now = t
+	}
+}
+
+// RunWhile processes events until cond returns false or t is reached; it
+// returns the instant at which cond became false (or -1).
+func (s *Sim) RunWhile(t time.Duration, cond func() bool) time.Duration {
+	if !cond() {
+		return s.now
+	}
+	for s.violation == nil && len(s.q) > 0 && s.q[0].at <= t {
+		it := heap.Pop(&s.q).(*item)
+		s.now = it.at
+		it.fn()
+		s.steps++
+		s.check()
+		if !cond() {
+			return s.now
+		}
+	}
+	if s.violation == nil && t > s.now {
+		s.now = t
+	}
+	return -1
+}
+
+func (s *Sim) check() {
+	if s.violation != nil {
+		return
+	}
+	for _, c := range s.checkers {
+		if err := c(s); err != nil {
+			tl := append([]Entry(nil), s.trace...)
+			s.violation = &Violation{At: s.now, Msg: err.Error(), Timeline: tl}
+			return
+		}
+	}
+}
+
+// Boot starts every provider and connects every link.
+func (s *Sim) Boot() {
+	for _, p := range s.provs {
+		s.bootProvider(p)
+	}
+	s.check()
+}
+
+func (s *Sim) bootProvider(p *provider) {
+	p.up = true
+	p.paused = false
+	p.inbox = nil
+	p.tickQueued = false
+	p.incarnation++
+	p.node.Boot(envFor(s, p), p.clock.Local(s.now))
+	inc := p.incarnation
+	// First tick at the provider's phase, then every TickInterval.
+	next := s.now + p.tickPhase
+	var tick func()
+	tick = func() {
+		if !p.up || p.incarnation != inc {
+			return
+		}
+		s.schedule(s.now+s.cfg.TickInterval, tick)
+		if p.paused {
+			if p.tickQueued {
+				return
+			}
+			p.tickQueued = true
+		}
+		s.deliver(p, inc, func(now time.Time) {
+			p.tickQueued = false
+			p.node.Tick(envFor(s, p), now)
+		})
+	}
+	s.schedule(next, tick)
+	for r := range s.relays {
+		s.maybeConnect(p.id, RelayID(r))
+	}
+}
+
+// deliver runs fn on provider p now (or at resume if paused), provided the
+// same incarnation is still up.
+func (s *Sim) deliver(p *provider, inc uint64, fn func(now time.Time)) {
+	if !p.up || p.incarnation != inc {
+		return
+	}
+	if p.paused {
+		p.inbox = append(p.inbox, func() {
+			if p.up && p.incarnation == inc {
+				fn(p.clock.Local(s.now))
+			}
+		})
+		return
+	}
+	fn(p.clock.Local(s.now))
+}
+
+func (s *Sim) usable(p ProviderID, r RelayID) bool {
+	return s.provs[p].up && s.relays[r].up && !s.links[p][r].partitioned
+}
+
+func (s *Sim) disconnect(p ProviderID, r RelayID) {
+	l := s.links[p][r]
+	if l.connected || l.connecting {
+		l.gen++
+	}
+	l.connected = false
+	l.connecting = false
+}
+
+func (s *Sim) maybeConnect(p ProviderID, r RelayID) {
+	l := s.links[p][r]
+	if l.connected || l.connecting || !s.usable(p, r) {
+		return
+	}
+	l.connecting = true
+	l.gen++
+	gen := l.gen
+	var d time.Duration
+	if s.cfg.ReconnectDelay > 0 {
+		d = time.Duration(s.rng.Int64N(int64(s.cfg.ReconnectDelay) + 1))
+	}
+	s.schedule(s.now+d, func() {
+		if l.gen != gen || !l.connecting {
+			return
+		}
+		l.connecting = false
+		if !s.usable(p, r) {
+			l.gen++
+			return
+		}
+		l.connected = true
+		l.gen++
+		s.syncSubscription(p, r)
+	})
+}
+
+// syncSubscription sends relay r's stored events then EOSE to p.
+func (s *Sim) syncSubscription(p ProviderID, r RelayID) {
+	evs := s.Stored(r)
+	for _, ev := range evs {
+		s.sendDown(p, r, ev.Author, func(pr *provider, inc uint64) {
+			ev := ev
+			s.deliver(pr, inc, func(now time.Time) { pr.node.Receive(envFor(s, pr), now, r, ev) })
+		}, true)
+	}
+	s.sendDown(p, r, -1, func(pr *provider, inc uint64) {
+		s.deliver(pr, inc, func(now time.Time) { pr.node.EOSE(envFor(s, pr), now, r) })
+	}, false)
+}
+
+func (s *Sim) legDelay(l *link, extra time.Duration) time.Duration {
+	var d time.Duration
+	if s.cfg.LegDelay > 0 {
+		d = time.Duration(s.rng.Int64N(int64(s.cfg.LegDelay) + 1))
+	}
+	return d + l.extra + extra
+}
+
+// sendDown schedules fn on p after a relay-to-provider leg on link (p, r),
+// subject to loss, duplication and FIFO order. author (or -1) selects any
+// path-specific extra delay. dupable events may be delivered twice.
+func (s *Sim) sendDown(p ProviderID, r RelayID, author ProviderID, fn func(*provider, uint64), dupable bool) {
+	l := s.links[p][r]
+	if !l.connected {
+		return
+	}
+	if l.lossPct > 0 && s.rng.IntN(100) < l.lossPct {
+		return
+	}
+	pr := s.provs[p]
+	inc := pr.incarnation
+	gen := l.gen
+	var extra time.Duration
+	if author >= 0 {
+		extra = s.pathExtra[[3]int{int(author), int(r), int(p)}]
+	}
+	at := s.now + s.legDelay(l, extra)
+	if !l.reorder {
+		if at < l.lastDown {
+			at = l.lastDown
+		}
+		l.lastDown = at
+	}
+	run := func() {
+		if l.gen != gen || !l.connected {
+			return
+		}
+		fn(pr, inc)
+	}
+	s.schedule(at, run)
+	if dupable && l.dupPct > 0 && s.rng.IntN(100) < l.dupPct {
+		s.schedule(at+s.legDelay(l, extra), run)
+	}
+}
+
+// sendUp schedules fn at relay r after a provider-to-relay leg; it returns
+// false when the message cannot leave (link not connected).
+func (s *Sim) sendUp(p ProviderID, r RelayID, fn func(), dupable bool) bool {
+	l := s.links[p][r]
+	if !l.connected {
+		return false
+	}
+	if l.lossPct > 0 && s.rng.IntN(100) < l.lossPct {
+		return true // lost on the wire; the sender cannot tell
+	}
+	gen := l.gen
+	at := s.now + s.legDelay(l, 0)
+	if !l.reorder {
+		if at < l.lastUp {
+			at = l.lastUp
+		}
+		l.lastUp = at
+	}
+	run := func() {
+		if l.gen != gen || !l.connected || !s.relays[r].up {
+			return
+		}
+		fn()
+	}
+	s.schedule(at, run)
+	if dupable && l.dupPct > 0 && s.rng.IntN(100) < l.dupPct {
+		s.schedule(at+s.legDelay(l, 0), run)
+	}
+	return true
+}
+
+func (s *Sim) newEventID() EventID {
+	for {
+		id := EventID(s.rng.Uint64())
+		if id != 0 {
+			return id
+		}
+	}
+}
+
+func (s *Sim) publish(p *provider, ev Event, to []RelayID) EventID {
+	ev.ID = s.newEventID()
+	ev.Author = p.id
+	e := &ev
+	if to == nil {
+		for r := range s.relays {
+			to = append(to, RelayID(r))
+		}
+	}
+	inc := p.incarnation
+	for _, r := range to {
+		r := r
+		done := false
+		result := func(ok bool) {
+			if done {
+				return
+			}
+			done = true
+			s.deliver(p, inc, func(now time.Time) { p.node.PublishResult(envFor(s, p), now, r, e.ID, ok) })
+		}
+		sent := s.sendUp(p.id, r, func() {
+			stored := s.store(r, e)
+			// OK back to the publisher, then fan-out to subscribers.
+			s.sendDown(p.id, r, -1, func(*provider, uint64) { result(true) }, false)
+			if stored {
+				s.fanOut(r, e)
+			}
+		}, true)
+		if !sent {
+			s.schedule(s.now, func() { result(false) })
+			continue
+		}
+		s.schedule(s.now+s.cfg.PublishTimeout, func() { result(false) })
+	}
+	return ev.ID
+}
+
+func (s *Sim) fanOut(r RelayID, e *Event) {
+	for q := range s.provs {
+		s.sendDown(ProviderID(q), r, e.Author, func(pr *provider, inc uint64) {
+			s.deliver(pr, inc, func(now time.Time) { pr.node.Receive(envFor(s, pr), now, r, e) })
+		}, true)
+	}
+}
+
+func keyOf(e *Event) storeKey {
+	k := storeKey{kind: e.Kind, author: e.Author, d: e.D}
+	if e.D == "" {
+		k.id = e.ID
+	}
+	return k
+}
+
+// store applies NIP-01 replacement on relay r and reports whether e is now
+// stored (false for a duplicate or an older version).
+func (s *Sim) store(r RelayID, e *Event) bool {
+	rs := s.relays[r]
+	k := keyOf(e)
+	if old, ok := rs.store[k]; ok {
+		if old.ID == e.ID {
+			return false
+		}
+		if old.CreatedAt > e.CreatedAt || (old.CreatedAt == e.CreatedAt && old.ID < e.ID) {
+			return false
+		}
+	}
+	rs.store[k] = e
+	if e.Kind == KindHeartbeat {
+		s.pruneHeartbeats(rs, e.Author)
+	}
+	return true
+}
+
+func (s *Sim) pruneHeartbeats(rs *relayState, author ProviderID) {
+	var hs []*Event
+	for k, ev := range rs.store {
+		if k.kind == KindHeartbeat && k.author == author {
+			hs = append(hs, ev)
+		}
+	}
+	if len(hs) <= s.cfg.KeepHeartbeats {
+		return
+	}
+	sortEvents(hs)
+	for _, ev := range hs[:len(hs)-s.cfg.KeepHeartbeats] {
+		delete(rs.store, keyOf(ev))
+	}
+}
+
+func (s *Sim) query(p *provider, r RelayID, match func(*Event) bool) QueryID {
+	s.nextQuery++
+	q := s.nextQuery
+	inc := p.incarnation
+	done := false
+	result := func(evs []*Event, ok bool) {
+		if done {
+			return
+		}
+		done = true
+		s.deliver(p, inc, func(now time.Time) { p.node.QueryResult(envFor(s, p), now, r, q, evs, ok) })
+	}
+	sent := s.sendUp(p.id, r, func() {
+		var evs []*Event
+		for _, ev := range s.Stored(r) {
+			if match(ev) {
+				evs = append(evs, ev)
+			}
+		}
+		s.sendDown(p.id, r, -1, func(*provider, uint64) { result(evs, true) }, false)
+	}, false)
+	if !sent {
+		s.schedule(s.now, func() { result(nil, false) })
+		return q
+	}
+	s.schedule(s.now+s.cfg.QueryTimeout, func() { result(nil, false) })
+	return q
+}
+
+type env struct {
+	s *Sim
+	p *provider
+}
+
+func envFor(s *Sim, p *provider) Env { return env{s: s, p: p} }
+
+func (e env) Self() ProviderID { return e.p.id }
+func (e env) NumRelays() int   { return len(e.s.relays) }
+func (e env) Publish(ev Event, to []RelayID) EventID {
+	return e.s.publish(e.p, ev, to)
+}
+func (e env) Query(r RelayID, match func(*Event) bool) QueryID {
+	return e.s.query(e.p, r, match)
+}
+func (e env) Start(w string, epoch uint64) {
+	e.p.running[w] = epoch
+	e.Logf("workload %s STARTED (epoch %d)", w, epoch)
+}
+func (e env) Stop(w string) {
+	if _, ok := e.p.running[w]; !ok {
+		return
+	}
+	delete(e.p.running, w)
+	e.Logf("workload %s STOPPED", w)
+}
+func (e env) Running(w string) (uint64, bool) {
+	ep, ok := e.p.running[w]
+	return ep, ok
+}
+func (e env) At(local time.Time, tag any) {
+	p, s, inc := e.p, e.s, e.p.incarnation
+	at := p.clock.Sim(local)
+	if at <= s.now {
+		at = s.now
+	}
+	s.schedule(at, func() {
+		s.deliver(p, inc, func(now time.Time) { p.node.Timer(envFor(s, p), now, tag) })
+	})
+}
+func (e env) Logf(format string, args ...any) {
+	e.s.trace = append(e.s.trace, Entry{At: e.s.now, Who: e.p.name, What: fmt.Sprintf(format, args...)})
+}

@@ -1,0 +1,54 @@
+package sim_test
+
+import (
+	"testing"
+	"time"
+
+	"provideragent/props/sim"
+)
+
+func newAnchorWorld(t *testing.T, providers int) *sim.Sim {
+	t.Helper()
+	cfg := sim.DefaultConfig()
+	cfg.Providers = providers
+	cfg.Seed = 7
+	nodes := make([]sim.Node, providers)
+	for i := range nodes {
+		nodes[i] = sim.NewAnchorNode(sim.DefaultAnchorConfig(), "w", sim.ProviderID(i))
+	}
+	s, err := sim.New(cfg, nodes, nil)
+	if err != nil {
+		t.Fatalf("New() = %v, want nil", err)
+	}
+	s.AddChecker(sim.SingleWriter("w"))
+	s.Boot()
+	return s
+}
+
+func TestAnchorHealthyNoFailover(t *testing.T) {
+	s := newAnchorWorld(t, 3)
+	s.RunFor(2 * time.Hour)
+	if v := s.Violation(); v != nil {
+		t.Fatalf("Violation() = %v, want nil\n%s", v.Msg, sim.FormatTimeline(v.Timeline))
+	}
+	if _, ok := s.Running(0, "w"); !ok {
+		t.Fatalf("Running(P0) = false, want true\n%s", sim.FormatTimeline(s.Timeline()))
+	}
+	if s.Steps() < 1000 {
+		t.Fatalf("Steps() = %d, want >= 1000", s.Steps())
+	}
+}
+
+func TestAnchorPartitionedPrimaryTwoWriters(t *testing.T) {
+	s := newAnchorWorld(t, 2)
+	s.RunFor(10 * time.Minute)
+	for r := 0; r < 3; r++ {
+		s.Partition(0, sim.RelayID(r))
+	}
+	s.RunFor(20 * time.Minute)
+	v := s.Violation()
+	if v == nil {
+		t.Fatalf("Violation() = nil, want two writers\n%s", sim.FormatTimeline(s.Timeline()))
+	}
+	t.Logf("%s at %v\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
+}
