@@ -390,6 +390,9 @@ func insertReceipt(ctx context.Context, tx *sql.Tx, in sendInput) (Receipt, bool
 		}
 	}
 	now := millis(in.now)
+	if in.bundle == nil {
+		in.bundle = []byte{} // NULL is not a bundle
+	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO courier_receipts
 		(id, bundle_hash, sender, idempotency_key, created_at, state, attempts, next_attempt_at, last_error, bundle)
 		VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, '', ?)`,

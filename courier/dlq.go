@@ -185,6 +185,7 @@ func (c *Courier) replayOne(ctx context.Context, fwd Forwarder, id ID, res *Repl
 		return ctx.Err()
 	}
 	at := millis(o.at)
+	ctx = context.WithoutCancel(ctx) // record what happened even if interrupted now
 	if o.err == nil {
 		_, err = c.db.ExecContext(ctx, `UPDATE courier_receipts
 			SET state = 'acknowledged', attempts = attempts + 1, acknowledged_at = ?, last_error = ''
