@@ -302,7 +302,9 @@ func TestIngestCheapRejections(t *testing.T) {
 				ev.Tags = append(ev.Tags, nostr.Tag{"x", "y"})
 			}
 		}, ReasonTooLarge},
-		{"long tag", func(ev *nostr.Event) { ev.Tags = append(ev.Tags, nostr.Tag{"x", string(make([]byte, cfg.MaxTagBytes+1))}) }, ReasonTooLarge},
+		{"long tag", func(ev *nostr.Event) {
+			ev.Tags = append(ev.Tags, nostr.Tag{"x", string(make([]byte, cfg.MaxTagBytes+1))})
+		}, ReasonTooLarge},
 		{"empty tag", func(ev *nostr.Event) { ev.Tags = append(ev.Tags, nostr.Tag{}) }, ReasonBadTags},
 		{"changed content", func(ev *nostr.Event) { ev.Content += " " }, ReasonBadID},
 		{"bad sig", func(ev *nostr.Event) { ev.Sig = flipHex(ev.Sig) }, ReasonBadSig},
