@@ -1,0 +1,193 @@
+package lease
+
+import "time"
+
+// rank is this provider's standby rank for w: its index among the standbys
+// other than the current holder.
+func (m *Machine) rank(w *WorkloadSnapshot) int {
+	r := 0
+	for _, s := range w.Spec.Standbys {
+		if s == m.self {
+			return r
+		}
+		if s != w.Holder {
+			r++
+		}
+	}
+	return r
+}
+
+// settle is how long an unwithdrawn rival claim must stand before a standby
+// assumes the rival won and follows it as holder: the rival's whole claim
+// step (publish and read timeouts plus the relay delay) fits inside it.
+func (m *Machine) settle() time.Duration {
+	return 2*m.cfg.ClaimTimeout + m.cfg.RelayDelay
+}
+
+// adoptSettled follows the highest rival whose claim has stood for settle.
+func (m *Machine) adoptSettled(w *WorkloadSnapshot, now time.Time) bool {
+	best := -1
+	for i, r := range w.Rivals {
+		if r.Epoch > w.Epoch && !now.Before(r.SeenAt.Add(m.settle())) && (best < 0 || r.Epoch > w.Rivals[best].Epoch) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	r := w.Rivals[best]
+	m.follow(w, m.provider(r.Claimer), r.Epoch, now)
+	return true
+}
+
+// activeRival reports whether another provider's active claim for an epoch
+// at or above e is known.
+func (w *WorkloadSnapshot) activeRival(e uint64) bool {
+	for _, r := range w.Rivals {
+		if r.Epoch >= e {
+			return true
+		}
+	}
+	return false
+}
+
+// takeoverDue is rule 8's takeover trigger: on at least N-M+1 relays on which
+// this standby's own heartbeats come back, the holder has made no Live claim
+// of the workload (listed at the current epoch, or any heartbeat for a peer
+// that lists none) for TakeoverAfter (plus rank*ClaimRetryBase, so that
+// standbys try in rank order), counted from when watching began.
+func (m *Machine) takeoverDue(w *WorkloadSnapshot, now time.Time) bool {
+	self := &m.provs[m.selfIdx]
+	holder := &m.provs[w.holder]
+	wait := m.cfg.TakeoverAfter + time.Duration(m.rank(w))*m.cfg.ClaimRetryBase
+	count := 0
+	for r := range m.relays {
+		seen := self.Seen[r]
+		if seen.IsZero() || now.Sub(seen) >= m.cfg.Stale {
+			continue
+		}
+		last := maxTime(maxTime(w.ClaimAt[r], holder.Unlisted[r]), w.WatchFrom)
+		if now.Sub(last) >= wait {
+			count++
+		}
+	}
+	return count >= m.cfg.ReadQuorum()
+}
+
+func (m *Machine) tickStandby(w *WorkloadSnapshot, now time.Time, out *[]Effect) {
+	m.adoptSettled(w, now)
+	if w.activeRival(w.Epoch + 1) {
+		return // someone else is in the claim step
+	}
+	if m.takeoverDue(w, now) {
+		m.promote(w, TriggerTakeover, out)
+	}
+}
+
+// promote enters the claim step for epoch+1 (rule 8).
+func (m *Machine) promote(w *WorkloadSnapshot, trigger Trigger, out *[]Effect) {
+	m.enter(w, StatePromoting, out)
+	w.Trigger = trigger
+	w.Target = w.Epoch + 1
+	w.ClaimAttempt = 0
+	w.Rivals = dropRivals(w.Rivals, w.Epoch)
+	m.publishClaim(w, out)
+}
+
+func (m *Machine) publishClaim(w *WorkloadSnapshot, out *[]Effect) {
+	w.ClaimAttempt++
+	w.Phase = PhasePublishing
+	w.PhaseAt = m.now
+	w.ClaimFrom = m.now
+	*out = append(*out, PublishClaim{ID: w.Spec.ID, Epoch: w.Target})
+}
+
+// withdrawRetry replaces the claim with a withdrawn marker and schedules the
+// next attempt after a backoff staggered by rank.
+func (m *Machine) withdrawRetry(w *WorkloadSnapshot, out *[]Effect) {
+	*out = append(*out, WithdrawClaim{ID: w.Spec.ID, Epoch: w.Target})
+	w.Phase = PhaseBackoff
+	w.PhaseAt = m.now.Add(m.cfg.ClaimBackoff(w.ClaimAttempt, m.rank(w)))
+}
+
+// abortClaim leaves the claim step because someone else holds or claims a
+// higher epoch, withdrawing the claim if it may still be active.
+func (m *Machine) abortClaim(w *WorkloadSnapshot, out *[]Effect) {
+	if w.Phase == PhasePublishing || w.Phase == PhaseReading {
+		*out = append(*out, WithdrawClaim{ID: w.Spec.ID, Epoch: w.Target})
+	}
+	m.enter(w, StateStandby, out)
+}
+
+func (m *Machine) tickPromoting(w *WorkloadSnapshot, now time.Time, out *[]Effect) {
+	switch w.Phase {
+	case PhasePublishing, PhaseReading:
+		if !now.Before(w.PhaseAt.Add(m.cfg.ClaimTimeout)) {
+			m.withdrawRetry(w, out)
+		}
+	case PhaseBackoff:
+		if now.Before(w.PhaseAt) {
+			return
+		}
+		if m.adoptSettled(w, now) {
+			m.enter(w, StateStandby, out)
+			return
+		}
+		if w.Trigger == TriggerTakeover && !m.takeoverDue(w, now) {
+			m.enter(w, StateStandby, out) // the holder spoke again
+			return
+		}
+		m.publishClaim(w, out)
+	}
+}
+
+// ClaimPublished feeds the outcome of a PublishClaim: how many relays
+// answered OK true. With at least M, the machine asks to read the claims
+// after RelayDelay (ReadClaims); with fewer it withdraws and retries later.
+func (m *Machine) ClaimPublished(now time.Time, a ClaimAck) []Effect {
+	w := m.byID[a.Workload]
+	if w == nil || w.State != StatePromoting || w.Phase != PhasePublishing || a.Epoch != w.Target {
+		return nil
+	}
+	m.clock(now)
+	var out []Effect
+	if a.Accepted < m.cfg.M {
+		m.withdrawRetry(w, &out)
+		return out
+	}
+	w.Phase = PhaseReading
+	w.PhaseAt = m.now.Add(m.cfg.RelayDelay)
+	out = append(out, ReadClaims{ID: w.Spec.ID, Epoch: w.Target, At: w.PhaseAt})
+	return out
+}
+
+// ClaimsRead feeds the outcome of a ReadClaims. The workload starts here
+// (Provisioning at the new epoch) only when at least N-M+1 relays were read
+// and no other provider's active claim for the epoch was seen, neither in
+// the read nor through ObserveClaim; otherwise the claim is withdrawn and
+// retried after a backoff staggered by rank. A report earlier than the
+// ReadClaims time is ignored.
+func (m *Machine) ClaimsRead(now time.Time, r ClaimRead) []Effect {
+	w := m.byID[r.Workload]
+	if w == nil || w.State != StatePromoting || w.Phase != PhaseReading || r.Epoch != w.Target {
+		return nil
+	}
+	now = m.clock(now)
+	if now.Before(w.PhaseAt) {
+		return nil
+	}
+	var out []Effect
+	if r.Relays < m.cfg.ReadQuorum() || r.Competing > 0 || w.activeRival(w.Target) {
+		m.withdrawRetry(w, &out)
+		return out
+	}
+	target, from := w.Target, w.ClaimFrom
+	w.holder, w.Holder, w.Epoch = m.selfIdx, m.self, target
+	w.HoldFrom = from
+	w.Attempts, w.Reported, w.Revoked = 0, false, false
+	w.Rivals = nil
+	clear(w.ClaimAt)
+	m.enter(w, StateProvisioning, &out)
+	out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: target})
+	return out
+}

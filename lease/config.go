@@ -1,0 +1,249 @@
+package lease
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// MaxRelays bounds the size of a lease's relay set (N). The per-provider relay
+// table is sized by N, and quorum checks are O(N).
+const MaxRelays = 32
+
+// Config holds the timing and quorum knobs of one provider's machine. All
+// durations are measured on the observing provider's own clock. The zero value
+// is not usable; start from DefaultConfig.
+type Config struct {
+	// M is the relay quorum: a provider is healthy when at least M of the N
+	// relays delivered a counting heartbeat within the last Stale. Default 2.
+	M int
+	// N is the number of relays in the lease's relay set; it must equal
+	// len(Relays). Default 3.
+	N int
+	// Relays is the lease's relay set. Every provider of a workload judges
+	// quorum over this same set. URLs are normalised with NormalizeRelayURL.
+	// Default: three public relays (override them in production).
+	Relays []string
+	// T1 is how long quorum must stay lost (counted from the moment it was
+	// lost, rule 1) before a held workload turns Suspect. Default 120 s.
+	T1 time.Duration
+	// T2 is how long a workload stays Suspect (counted from T1 after the loss)
+	// before it is evicted. Default 300 s.
+	T2 time.Duration
+	// Stale is how long a counting heartbeat keeps a relay alive for its
+	// provider, and the oldest created_at accepted. Default 180 s.
+	Stale time.Duration
+	// MaxSkew is how far in the future a heartbeat's created_at may lie and
+	// still count. Default 30 s.
+	MaxSkew time.Duration
+	// ProvisionTimeout bounds Provisioning (rule 11) and relay sync after a
+	// restart (rule 10). It may not exceed T1+T2. Default 300 s.
+	ProvisionTimeout time.Duration
+	// TakeoverAfter is how long a standby must see no Live claim by the
+	// holder before it may claim the workload (rule 8). It must exceed
+	// T1+T2+Stale+MaxSkew+RelayDelay. Default 720 s.
+	TakeoverAfter time.Duration
+	// RelayDelay bounds delivery through a relay that is up. The claim step
+	// waits this long after M relays accepted a claim. Default 10 s.
+	RelayDelay time.Duration
+	// HeartbeatInterval is how often providers publish heartbeats. Stale must
+	// be at least twice this. Default 60 s.
+	HeartbeatInterval time.Duration
+	// RestartInitial is the delay before the first respawn attempt; each
+	// further attempt doubles it (rule 5). Default 5 s.
+	RestartInitial time.Duration
+	// RestartMax caps the respawn delay. Default 5 min.
+	RestartMax time.Duration
+	// RestartResetAfter is how long a workload must stay Live after a respawn
+	// before its attempt count resets to zero. Default 10 min.
+	RestartResetAfter time.Duration
+	// EvictWithoutStandby makes quorum loss evict workloads that have no
+	// standby too (rule 6). Default false: they are only reported.
+	EvictWithoutStandby bool
+	// ClaimRetryBase is the base of the claim step's retry backoff, and the
+	// stagger per standby rank (see ClaimBackoff). Default 15 s.
+	ClaimRetryBase time.Duration
+	// ClaimRetryMax caps the doubling part of the claim backoff. Default 5 min.
+	ClaimRetryMax time.Duration
+	// ClaimTimeout is how long the machine waits for ClaimPublished or
+	// ClaimsRead feedback before it withdraws and retries. Default 30 s.
+	ClaimTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults documented on each Config field. They
+// match the seed where the seed is sane (M=2, N=3, T1=120 s, T2=300 s,
+// Stale=180 s) and satisfy Validate.
+func DefaultConfig() Config {
+	return Config{
+		M:                 2,
+		N:                 3,
+		Relays:            []string{"wss://relay.damus.io", "wss://nos.lol", "wss://relay.nostr.band"},
+		T1:                120 * time.Second,
+		T2:                300 * time.Second,
+		Stale:             180 * time.Second,
+		MaxSkew:           30 * time.Second,
+		ProvisionTimeout:  300 * time.Second,
+		TakeoverAfter:     720 * time.Second,
+		RelayDelay:        10 * time.Second,
+		HeartbeatInterval: 60 * time.Second,
+		RestartInitial:    5 * time.Second,
+		RestartMax:        5 * time.Minute,
+		RestartResetAfter: 10 * time.Minute,
+		ClaimRetryBase:    15 * time.Second,
+		ClaimRetryMax:     5 * time.Minute,
+		ClaimTimeout:      30 * time.Second,
+	}
+}
+
+// SelfFencingTime is the longest a holder that lost relay quorum keeps running
+// its workload: T1 + T2 + Stale + MaxSkew.
+func (c Config) SelfFencingTime() time.Duration {
+	return c.T1 + c.T2 + c.Stale + c.MaxSkew
+}
+
+// ReadQuorum is N-M+1: the number of relays a claimer must read, and on which
+// a standby must see silence, so that any M-relay quorum intersects them.
+func (c Config) ReadQuorum() int { return c.N - c.M + 1 }
+
+// Validate reports the first invalid field, naming the field and its value.
+// Errors wrap ErrInvalidConfig.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if c.M < 1 {
+		return bad("m = %d, must be at least 1", c.M)
+	}
+	if c.N > MaxRelays {
+		return bad("n = %d, must be at most %d", c.N, MaxRelays)
+	}
+	if c.M > c.N {
+		return bad("m = %d, must not exceed n = %d", c.M, c.N)
+	}
+	if len(c.Relays) != c.N {
+		return bad("relays has %d entries, must equal n = %d", len(c.Relays), c.N)
+	}
+	seen := make(map[string]bool, len(c.Relays))
+	for i, r := range c.Relays {
+		n, err := NormalizeRelayURL(r)
+		if err != nil {
+			return bad("relays[%d] = %q: %v", i, r, err)
+		}
+		if seen[n] {
+			return bad("relays[%d] = %q duplicates another relay", i, r)
+		}
+		seen[n] = true
+	}
+	positive := []struct {
+		name string
+		v    time.Duration
+	}{
+		{"t1", c.T1}, {"t2", c.T2}, {"stale", c.Stale}, {"provision_timeout", c.ProvisionTimeout},
+		{"takeover_after", c.TakeoverAfter}, {"heartbeat_interval", c.HeartbeatInterval},
+		{"restart_initial", c.RestartInitial}, {"restart_max", c.RestartMax},
+		{"restart_reset_after", c.RestartResetAfter}, {"claim_retry_base", c.ClaimRetryBase},
+		{"claim_retry_max", c.ClaimRetryMax}, {"claim_timeout", c.ClaimTimeout},
+	}
+	for _, p := range positive {
+		if p.v <= 0 {
+			return bad("%s = %v, must be positive", p.name, p.v)
+		}
+	}
+	if c.MaxSkew < 0 {
+		return bad("max_skew = %v, must not be negative", c.MaxSkew)
+	}
+	if c.RelayDelay < 0 {
+		return bad("relay_delay = %v, must not be negative", c.RelayDelay)
+	}
+	if c.Stale < 2*c.HeartbeatInterval {
+		return bad("stale = %v, must be at least twice heartbeat_interval = %v", c.Stale, c.HeartbeatInterval)
+	}
+	if c.ProvisionTimeout > c.T1+c.T2 {
+		return bad("provision_timeout = %v, must not exceed t1+t2 = %v", c.ProvisionTimeout, c.T1+c.T2)
+	}
+	if limit := c.SelfFencingTime() + c.RelayDelay; c.TakeoverAfter <= limit {
+		return bad("takeover_after = %v, must exceed t1+t2+stale+max_skew+relay_delay = %v", c.TakeoverAfter, limit)
+	}
+	if c.RestartMax < c.RestartInitial {
+		return bad("restart_max = %v, must not be below restart_initial = %v", c.RestartMax, c.RestartInitial)
+	}
+	if c.ClaimRetryMax < c.ClaimRetryBase {
+		return bad("claim_retry_max = %v, must not be below claim_retry_base = %v", c.ClaimRetryMax, c.ClaimRetryBase)
+	}
+	return nil
+}
+
+// RestartBackoff is the delay before respawn attempt number attempt (1-based):
+// RestartInitial doubled per earlier attempt, capped at RestartMax.
+func (c Config) RestartBackoff(attempt int) time.Duration {
+	return doubling(c.RestartInitial, c.RestartMax, attempt)
+}
+
+// ClaimBackoff is the delay before retrying the claim step after attempt
+// number attempt (1-based) failed, for a standby of the given rank (0 is the
+// first standby): ClaimRetryBase doubled per earlier attempt and capped at
+// ClaimRetryMax, plus rank*ClaimRetryBase so that lower ranks retry first.
+func (c Config) ClaimBackoff(attempt, rank int) time.Duration {
+	if rank < 0 {
+		rank = 0
+	}
+	return doubling(c.ClaimRetryBase, c.ClaimRetryMax, attempt) + time.Duration(rank)*c.ClaimRetryBase
+}
+
+func doubling(base, limit time.Duration, attempt int) time.Duration {
+	d := base
+	for i := 1; i < attempt && d < limit; i++ {
+		d *= 2
+	}
+	if d > limit {
+		d = limit
+	}
+	return d
+}
+
+// NormalizeRelayURL returns the canonical form of a relay URL, so that two
+// spellings of the same relay compare equal: the scheme and host are lower
+// case, a default port (443 for wss, 80 for ws) and a lone trailing slash are
+// dropped, and fragments are removed. Only ws and wss URLs with a host and
+// without user info are accepted.
+func NormalizeRelayURL(raw string) (string, error) {
+	s := strings.TrimSpace(raw)
+	if s == "" {
+		return "", fmt.Errorf("%w: empty url", ErrInvalidRelayURL)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("%w: %q: %v", ErrInvalidRelayURL, raw, err)
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	if u.Scheme != "ws" && u.Scheme != "wss" {
+		return "", fmt.Errorf("%w: %q: scheme must be ws or wss", ErrInvalidRelayURL, raw)
+	}
+	if u.User != nil {
+		return "", fmt.Errorf("%w: %q: user info not allowed", ErrInvalidRelayURL, raw)
+	}
+	host := strings.ToLower(u.Hostname())
+	if host == "" {
+		return "", fmt.Errorf("%w: %q: missing host", ErrInvalidRelayURL, raw)
+	}
+	port := u.Port()
+	if (u.Scheme == "wss" && port == "443") || (u.Scheme == "ws" && port == "80") {
+		port = ""
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	if port != "" {
+		host += ":" + port
+	}
+	path := u.EscapedPath()
+	for strings.HasSuffix(path, "/") {
+		path = strings.TrimSuffix(path, "/")
+	}
+	out := u.Scheme + "://" + host + path
+	if u.RawQuery != "" {
+		out += "?" + u.RawQuery
+	}
+	return out, nil
+}

@@ -1,0 +1,65 @@
+// Package lease is the pure per-workload lease state machine of one provider:
+// it decides, from heartbeats seen on M of N relays, revocations, promotion
+// claims, process exits and the passage of time, when this provider starts,
+// keeps, fences, hands off or takes over a workload. It performs no I/O, reads
+// no clock and starts no goroutine: every input method takes now and returns
+// the effects the driver must perform, in order, after persisting the
+// machine's state (Snapshot, or Workload per workload).
+//
+// # States
+//
+// Holder side (this provider runs the workload):
+//
+//	Track (primary) ──> provisioning ──quorum──> live ──T1 after loss──> suspect ──quorum──> live
+//	                         │                    │                        │
+//	                         │ provision_timeout  │ process exit           │ T1+T2 after loss
+//	                         v                    v                        v
+//	                       failed          respawning ──ok──> live      evicted (warm-standby, or
+//	                                          │ exhausted                 │      evict_without_standby;
+//	                                          v                           │      else quorum report only)
+//	                                        failed                        v higher epoch seen
+//	                                                                    fenced
+//
+// Any holding state (provisioning, live, suspect, respawning, syncing) goes
+// to fenced at once when a higher epoch is seen (rule 9). A restored machine
+// puts live and suspect workloads in syncing until M relays synced (rule 10).
+// Every non-terminal state goes to expired when the lease's ExpiresAt passes.
+//
+// Standby side:
+//
+//	Track (standby) ──> standby ──revocation naming us, or takeover──> promoting ──claim won──> provisioning
+//	                       ^                                              │
+//	                       └──── higher epoch held or claimed elsewhere ──┘
+//
+// # Driver protocol
+//
+// The driver (agent/, or the simulator in props/) owns one Machine, feeds it
+// inputs from a single goroutine, persists the new state in the same
+// transaction as any outbox rows, then performs the effects in slice order:
+//
+//   - StartWorkload / StopWorkload: start or stop the process; both must be
+//     idempotent. A StopWorkload that precedes a PublishRevocation must
+//     finish before the revocation is queued (rule 7).
+//   - PublishRevocation: queue a revocation (kind 38385) in the durable outbox.
+//   - EnteredState, Failed, QuorumReport: log and count.
+//   - AttemptRespawn: at At, restart the process, then call RespawnDone with
+//     the same Attempt.
+//   - The claim step (rule 8), a feedback loop: PublishClaim → publish an
+//     active claim to every relay, then call ClaimPublished with the number
+//     of OK-true answers (once M accepted, or once all answered or timed
+//     out). The machine answers ReadClaims{At} (or WithdrawClaim and a later
+//     retry). At At, read the workload's claims from the relays, feed each
+//     one with ObserveClaim, then call ClaimsRead with the number of relays
+//     read to EOSE and the number of other active claimers for the epoch.
+//     The machine answers StartWorkload (won) or WithdrawClaim (retry after
+//     ClaimBackoff, driven by Tick). Feedback that never comes is timed out
+//     by Tick after ClaimTimeout.
+//   - Call Tick periodically (about every second) and after observations;
+//     call ObserveHeartbeat for every verified heartbeat from every relay,
+//     ObserveClaim and ObserveRevocation for every verified kind 38386 and
+//     38385 event, ProcessExited when a process exits.
+//   - Heartbeats this provider publishes list Held(): the (workload, epoch)
+//     pairs it holds.
+//   - After a restart: Restore, re-issue Outstanding(), subscribe, feed what
+//     each relay returns, and call RelaySynced on each relay's EOSE.
+package lease

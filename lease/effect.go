@@ -1,0 +1,172 @@
+package lease
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Effect is one action the driver must perform, in slice order, after it has
+// persisted the machine's new state. Switch on the concrete type.
+type Effect interface {
+	// Workload is the ID of the workload the effect concerns.
+	Workload() string
+	// String is a one-line human-readable form for logs.
+	String() string
+	isEffect()
+}
+
+// EnteredState reports a transition. It is informational (logs, metrics,
+// status page); the driver has already persisted the new state.
+type EnteredState struct {
+	ID    string
+	From  State // empty when the workload was just tracked
+	To    State
+	Epoch uint64 // the workload's epoch after the transition
+}
+
+// StartWorkload asks the driver to start (or make sure it runs) the workload
+// process at Epoch. It is idempotent for the driver: after a restart the
+// machine may ask to start a process that still runs.
+type StartWorkload struct {
+	ID    string
+	Epoch uint64
+}
+
+// StopWorkload asks the driver to stop the workload process (fencing). When
+// it precedes a PublishRevocation in the same slice, the driver must finish
+// the stop before it hands the revocation to the outbox (rule 7).
+type StopWorkload struct {
+	ID     string
+	Epoch  uint64
+	Reason string
+}
+
+// PublishRevocation asks the driver to publish a lease revocation (kind
+// 38385) for Epoch through the durable outbox. Successor is the first standby
+// this provider still saw alive, or empty when it saw none (the standbys then
+// rely on takeover).
+type PublishRevocation struct {
+	ID        string
+	Epoch     uint64
+	Successor string
+	Standbys  []string
+	Reason    string
+}
+
+// PublishClaim asks the driver to publish an active promotion claim (kind
+// 38386, d tag per workload) for Epoch to every relay of the lease, then to
+// report how many relays answered OK true with Machine.ClaimPublished.
+type PublishClaim struct {
+	ID    string
+	Epoch uint64
+}
+
+// WithdrawClaim asks the driver to replace this provider's claim for the
+// workload (same d tag) with a withdrawn marker for Epoch, so it no longer
+// blocks other claimers. No feedback is expected.
+type WithdrawClaim struct {
+	ID    string
+	Epoch uint64
+}
+
+// ReadClaims asks the driver, at or after At, to read the promotion claims of
+// the workload from the relays, feed every claim it finds with
+// Machine.ObserveClaim, and then report with Machine.ClaimsRead.
+type ReadClaims struct {
+	ID    string
+	Epoch uint64
+	At    time.Time
+}
+
+// AttemptRespawn asks the driver to restart the workload process at or after
+// At, then to report with Machine.RespawnDone carrying Attempt.
+type AttemptRespawn struct {
+	ID      string
+	Epoch   uint64
+	Attempt int
+	At      time.Time
+}
+
+// Failed announces that the workload failed here for good, with the reason.
+type Failed struct {
+	ID     string
+	Epoch  uint64
+	Reason string
+}
+
+// QuorumReport announces, once per loss episode, that a held workload without
+// a standby has lacked relay quorum for T1+T2 since LostAt and keeps running
+// because eviction does not apply to it (rule 6). Log and count it.
+type QuorumReport struct {
+	ID     string
+	Epoch  uint64
+	LostAt time.Time
+}
+
+func (e EnteredState) Workload() string      { return e.ID }
+func (e StartWorkload) Workload() string     { return e.ID }
+func (e StopWorkload) Workload() string      { return e.ID }
+func (e PublishRevocation) Workload() string { return e.ID }
+func (e PublishClaim) Workload() string      { return e.ID }
+func (e WithdrawClaim) Workload() string     { return e.ID }
+func (e ReadClaims) Workload() string        { return e.ID }
+func (e AttemptRespawn) Workload() string    { return e.ID }
+func (e Failed) Workload() string            { return e.ID }
+func (e QuorumReport) Workload() string      { return e.ID }
+
+func (EnteredState) isEffect()      {}
+func (StartWorkload) isEffect()     {}
+func (StopWorkload) isEffect()      {}
+func (PublishRevocation) isEffect() {}
+func (PublishClaim) isEffect()      {}
+func (WithdrawClaim) isEffect()     {}
+func (ReadClaims) isEffect()        {}
+func (AttemptRespawn) isEffect()    {}
+func (Failed) isEffect()            {}
+func (QuorumReport) isEffect()      {}
+
+func (e EnteredState) String() string {
+	from := string(e.From)
+	if from == "" {
+		from = "(new)"
+	}
+	return fmt.Sprintf("entered %s %s -> %s epoch=%d", e.ID, from, e.To, e.Epoch)
+}
+
+func (e StartWorkload) String() string {
+	return fmt.Sprintf("start %s epoch=%d", e.ID, e.Epoch)
+}
+
+func (e StopWorkload) String() string {
+	return fmt.Sprintf("stop %s epoch=%d reason=%q", e.ID, e.Epoch, e.Reason)
+}
+
+func (e PublishRevocation) String() string {
+	return fmt.Sprintf("revoke %s epoch=%d successor=%s standbys=[%s] reason=%q",
+		e.ID, e.Epoch, e.Successor, strings.Join(e.Standbys, ","), e.Reason)
+}
+
+func (e PublishClaim) String() string {
+	return fmt.Sprintf("claim %s epoch=%d", e.ID, e.Epoch)
+}
+
+func (e WithdrawClaim) String() string {
+	return fmt.Sprintf("withdraw %s epoch=%d", e.ID, e.Epoch)
+}
+
+func (e ReadClaims) String() string {
+	return fmt.Sprintf("read-claims %s epoch=%d at=%s", e.ID, e.Epoch, e.At.Format(time.RFC3339Nano))
+}
+
+func (e AttemptRespawn) String() string {
+	return fmt.Sprintf("respawn %s epoch=%d attempt=%d at=%s", e.ID, e.Epoch, e.Attempt, e.At.Format(time.RFC3339Nano))
+}
+
+func (e Failed) String() string {
+	return fmt.Sprintf("failed %s epoch=%d reason=%q", e.ID, e.Epoch, e.Reason)
+}
+
+func (e QuorumReport) String() string {
+	return fmt.Sprintf("quorum-lost %s epoch=%d since=%s", e.ID, e.Epoch, e.LostAt.Format(time.RFC3339Nano))
+}

@@ -1,0 +1,89 @@
+package lease
+
+import "time"
+
+// WorkloadEpoch is one (workload, epoch) pair a provider lists in its
+// heartbeats: it holds that workload at that epoch.
+type WorkloadEpoch struct {
+	ID    string `json:"id"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// Heartbeat is one heartbeat event as delivered by one relay, after the
+// driver verified its signature (heartbeat/ does that).
+type Heartbeat struct {
+	// Provider is the signer's hex pubkey.
+	Provider string
+	// Relay is the URL of the relay that delivered it; it is looked up as
+	// given first, then after NormalizeRelayURL. Unknown relays are ignored.
+	Relay string
+	// EventID is the event's id (for logs; replays are caught by CreatedAt).
+	EventID string
+	// CreatedAt is the event's created_at (the signer's clock).
+	CreatedAt time.Time
+	// ReceivedAt is when this provider's agent received it (local clock);
+	// zero means the input's now.
+	ReceivedAt time.Time
+	// Listed is true when the heartbeat carries our workloads field (even
+	// empty). A Paygress peer lists none; then any heartbeat of it counts as
+	// a Live claim of every workload it holds.
+	Listed bool
+	// Workloads are the (workload, epoch) pairs the provider holds.
+	Workloads []WorkloadEpoch
+}
+
+// Revocation is a lease revocation (kind 38385) after signature checks. The
+// machine accepts it only from the workload's current holder at its epoch.
+type Revocation struct {
+	Workload  string
+	Signer    string
+	Epoch     uint64
+	Successor string
+	Standbys  []string
+	Reason    string
+}
+
+// PromotionClaim is a promotion claim or announcement (kind 38386) after
+// signature checks. Active is false for a withdrawn marker. A Paygress
+// announcement is active.
+type PromotionClaim struct {
+	Workload string
+	Claimer  string
+	Epoch    uint64
+	Active   bool
+	Relay    string
+}
+
+// ProcessExit reports that the workload process started for Epoch exited.
+type ProcessExit struct {
+	Workload string
+	Epoch    uint64
+	Reason   string
+}
+
+// RespawnResult reports the outcome of an AttemptRespawn.
+type RespawnResult struct {
+	Workload string
+	Attempt  int
+	OK       bool
+	Reason   string
+}
+
+// ClaimAck reports how many relays accepted (OK true) a PublishClaim. The
+// driver reports once: when M relays accepted, or when every relay answered
+// or timed out.
+type ClaimAck struct {
+	Workload string
+	Epoch    uint64
+	Accepted int
+}
+
+// ClaimRead reports a ReadClaims: how many relays were read to EOSE, and how
+// many distinct other providers hold an active claim for Epoch (or higher) on
+// them.
+type ClaimRead struct {
+	Workload  string
+	Epoch     uint64
+	Relays    int
+	Competing int
+}

@@ -1,0 +1,223 @@
+package lease
+
+import (
+	"fmt"
+	"time"
+)
+
+// ObserveHeartbeat feeds one verified heartbeat as delivered by one relay.
+// It counts (refreshes the provider's relay table) only when the provider
+// is named by a tracked lease, the relay is in the relay set, its created_at
+// lies in [received-Stale, received+MaxSkew], and it is newer than the last
+// heartbeat accepted from that relay for that provider. A counting heartbeat
+// that lists a workload at a higher epoch than this provider knows fences a
+// copy held here (rule 9); state changes that follow from quorum happen at
+// the next Tick. In the steady state it does not allocate.
+func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
+	pi, ok := m.provIdx[hb.Provider]
+	if !ok {
+		return nil
+	}
+	ri, ok := m.relayIdx[hb.Relay]
+	if !ok {
+		if ri, ok = m.RelayIndex(hb.Relay); !ok {
+			return nil
+		}
+	}
+	now = m.clock(now)
+	recv := now
+	if !hb.ReceivedAt.IsZero() && hb.ReceivedAt.Before(now) {
+		recv = hb.ReceivedAt.UTC()
+	}
+	created := hb.CreatedAt.UTC()
+	if created.Before(recv.Add(-m.cfg.Stale)) || created.After(recv.Add(m.cfg.MaxSkew)) {
+		return nil // stale, replayed long after, or from the future (rule 3)
+	}
+	p := &m.provs[pi]
+	if !created.After(p.Created[ri]) {
+		return nil // replay or re-served older event (rule 3)
+	}
+	p.Created[ri] = created
+	if recv.After(p.Seen[ri]) {
+		p.Seen[ri] = recv
+	}
+	m.updateQuorum(p)
+	if !hb.Listed {
+		if recv.After(p.Unlisted[ri]) {
+			p.Unlisted[ri] = recv
+		}
+		return nil
+	}
+	if pi == m.selfIdx {
+		return nil
+	}
+	var out []Effect
+	for _, we := range hb.Workloads {
+		w := m.byID[we.ID]
+		if w == nil || !w.names(pi) || w.State.Terminal() {
+			continue
+		}
+		switch {
+		case we.Epoch == w.Epoch && pi == w.holder:
+			if recv.After(w.ClaimAt[ri]) {
+				w.ClaimAt[ri] = recv
+			}
+		case we.Epoch > w.Epoch:
+			m.higherEpochHeld(w, pi, we.Epoch, ri, recv, &out)
+		}
+	}
+	return out
+}
+
+// updateQuorum recomputes QuorumUntil: the M-th most recent Seen plus Stale.
+func (m *Machine) updateQuorum(p *ProviderSnapshot) {
+	var top [MaxRelays]time.Time // top[0] newest
+	k := m.cfg.M
+	for _, s := range p.Seen {
+		if s.IsZero() {
+			continue
+		}
+		j := k
+		for j > 0 && s.After(top[j-1]) {
+			j--
+		}
+		if j < k {
+			copy(top[j+1:k], top[j:k-1])
+			top[j] = s
+		}
+	}
+	if top[k-1].IsZero() {
+		p.QuorumUntil = time.Time{}
+		return
+	}
+	p.QuorumUntil = top[k-1].Add(m.cfg.Stale)
+}
+
+func (w *WorkloadSnapshot) names(pi int) bool {
+	for _, n := range w.named {
+		if n == pi {
+			return true
+		}
+	}
+	return false
+}
+
+// higherEpochHeld handles a heartbeat of provider pi that lists w at epoch e
+// above the one known here: pi holds w at e.
+func (m *Machine) higherEpochHeld(w *WorkloadSnapshot, pi int, e uint64, ri int, recv time.Time, out *[]Effect) {
+	holder := m.provs[pi].ID
+	switch {
+	case w.State.Holding():
+		m.fence(w, fmt.Sprintf("epoch %d held by %s", e, holder), out)
+	case w.State == StateEvicted:
+		m.enter(w, StateFenced, out)
+	case w.State == StatePromoting:
+		m.abortClaim(w, out)
+	}
+	m.follow(w, pi, e, recv)
+	w.ClaimAt[ri] = recv
+}
+
+// follow makes provider pi at epoch e the holder this provider watches.
+func (m *Machine) follow(w *WorkloadSnapshot, pi int, e uint64, at time.Time) {
+	w.holder = pi
+	w.Holder = m.provs[pi].ID
+	w.Epoch = e
+	w.WatchFrom = at
+	w.Revoked = false
+	clear(w.ClaimAt)
+	w.Rivals = dropRivals(w.Rivals, e)
+}
+
+// dropRivals removes rival claims at or below epoch e.
+func dropRivals(rs []RivalClaim, e uint64) []RivalClaim {
+	out := rs[:0]
+	for _, r := range rs {
+		if r.Epoch > e {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// fence stops a copy held here because a higher epoch exists (rule 9).
+func (m *Machine) fence(w *WorkloadSnapshot, reason string, out *[]Effect) {
+	epoch := w.Epoch
+	m.enter(w, StateFenced, out)
+	*out = append(*out, StopWorkload{ID: w.Spec.ID, Epoch: epoch, Reason: reason})
+}
+
+// ObserveClaim feeds a verified promotion claim or withdrawn marker. An
+// active claim for a higher epoch by a provider the lease names fences a
+// copy held here at once (rule 9); a standby records it as a rival claim,
+// which blocks its own claim step for that epoch.
+func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
+	w := m.byID[c.Workload]
+	if w == nil || w.State.Terminal() || c.Claimer == m.self {
+		return nil
+	}
+	pi, ok := m.provIdx[c.Claimer]
+	if !ok || !w.names(pi) {
+		return nil
+	}
+	now = m.clock(now)
+	if !c.Active {
+		out := w.Rivals[:0]
+		for _, r := range w.Rivals {
+			if r.Claimer != c.Claimer || r.Epoch != c.Epoch {
+				out = append(out, r)
+			}
+		}
+		w.Rivals = out
+		if len(w.Rivals) == 0 {
+			w.Rivals = nil
+		}
+		return nil
+	}
+	if c.Epoch <= w.Epoch {
+		return nil
+	}
+	var out []Effect
+	switch w.State {
+	case StateProvisioning, StateLive, StateSuspect, StateRespawning, StateSyncing:
+		m.fence(w, fmt.Sprintf("epoch %d claimed by %s", c.Epoch, c.Claimer), &out)
+		return out
+	case StateEvicted:
+		m.enter(w, StateFenced, &out)
+		return out
+	}
+	for _, r := range w.Rivals {
+		if r.Claimer == c.Claimer && r.Epoch == c.Epoch {
+			return nil
+		}
+	}
+	w.Rivals = append(w.Rivals, RivalClaim{Claimer: c.Claimer, Epoch: c.Epoch, SeenAt: now})
+	if w.State == StatePromoting && c.Epoch > w.Target {
+		m.abortClaim(w, &out)
+	}
+	return out
+}
+
+// ObserveRevocation feeds a verified lease revocation. It is accepted only
+// from the workload's current holder at its current epoch (rule 4); a
+// standby named as successor enters the claim step (rule 8).
+func (m *Machine) ObserveRevocation(now time.Time, r Revocation) []Effect {
+	w := m.byID[r.Workload]
+	if w == nil || w.State.Terminal() || r.Signer == m.self {
+		return nil
+	}
+	if r.Signer != w.Holder || r.Epoch != w.Epoch {
+		return nil
+	}
+	now = m.clock(now)
+	w.Revoked = true
+	if w.State == StateStandby && r.Successor == m.self {
+		var out []Effect
+		m.promote(w, TriggerRevocation, &out)
+		return out
+	}
+	return nil
+}

@@ -1,0 +1,262 @@
+package lease
+
+import (
+	"fmt"
+	"time"
+)
+
+// SnapshotVersion is the version written into every Snapshot.
+const SnapshotVersion = 1
+
+// ClaimPhase is where a Promoting workload stands in the claim step.
+type ClaimPhase string
+
+const (
+	// PhaseNone: not in the claim step.
+	PhaseNone ClaimPhase = ""
+	// PhasePublishing: PublishClaim was emitted; waiting for ClaimPublished.
+	PhasePublishing ClaimPhase = "publishing"
+	// PhaseReading: M relays accepted; ReadClaims was emitted for PhaseAt;
+	// waiting for ClaimsRead.
+	PhaseReading ClaimPhase = "reading"
+	// PhaseBackoff: the claim was withdrawn; the next attempt starts at
+	// PhaseAt.
+	PhaseBackoff ClaimPhase = "backoff"
+)
+
+// Trigger says why a standby entered the claim step.
+type Trigger string
+
+const (
+	// TriggerRevocation: the holder's revocation named this standby.
+	TriggerRevocation Trigger = "revocation"
+	// TriggerTakeover: the holder was silent for TakeoverAfter on N-M+1
+	// relays on which this standby is healthy.
+	TriggerTakeover Trigger = "takeover"
+)
+
+// RivalClaim is an active promotion claim by another provider for an epoch
+// above the one this provider knows.
+type RivalClaim struct {
+	Claimer string    `json:"claimer"`
+	Epoch   uint64    `json:"epoch"`
+	SeenAt  time.Time `json:"seen_at"`
+}
+
+// WorkloadSnapshot is the persisted state of one workload as seen by this
+// provider: one SQLite row per workload in the agent. Times are this
+// provider's local clock.
+type WorkloadSnapshot struct {
+	Spec  Spec      `json:"spec"`
+	State State     `json:"state"`
+	Since time.Time `json:"since"` // when State was entered
+	// Holder and Epoch are the current holder as this provider knows it;
+	// they move on from Spec.Primary/Spec.Epoch at promotions.
+	Holder string `json:"holder"`
+	Epoch  uint64 `json:"epoch"`
+	// HoldFrom is when this provider began holding at Epoch (the grant, or
+	// the first publication of its winning claim). The quorum-loss debounce
+	// never starts before it.
+	HoldFrom time.Time `json:"hold_from,omitzero"`
+	// Attempts is the number of respawn attempts in the current series.
+	Attempts int `json:"attempts,omitempty"`
+	// HealthySince is when the workload last entered Live.
+	HealthySince time.Time `json:"healthy_since,omitzero"`
+	// RespawnAt is when the pending respawn attempt is due.
+	RespawnAt time.Time `json:"respawn_at,omitzero"`
+	// Reported is true once the current quorum loss was reported (rule 6).
+	Reported bool `json:"reported,omitempty"`
+	// Resume is the state a Syncing workload returns to.
+	Resume State `json:"resume,omitempty"`
+	// WatchFrom is when this standby began watching Holder at Epoch.
+	WatchFrom time.Time `json:"watch_from,omitzero"`
+	// ClaimAt holds, per relay (Snapshot.Relays order), the local time of
+	// the last counting heartbeat in which Holder listed the workload at Epoch.
+	ClaimAt []time.Time `json:"claim_at,omitempty"`
+	// Rivals are active claims by others for epochs above Epoch.
+	Rivals []RivalClaim `json:"rivals,omitempty"`
+	// Revoked is true once the holder's revocation for Epoch was seen.
+	Revoked bool `json:"revoked,omitempty"`
+	// Claim step state (Promoting only).
+	Target       uint64     `json:"target,omitempty"`
+	ClaimAttempt int        `json:"claim_attempt,omitempty"`
+	Phase        ClaimPhase `json:"phase,omitempty"`
+	PhaseAt      time.Time  `json:"phase_at,omitzero"`
+	ClaimFrom    time.Time  `json:"claim_from,omitzero"`
+	Trigger      Trigger    `json:"trigger,omitempty"`
+
+	holder int   // provider index of Holder
+	named  []int // provider indices of Spec.Primary and Spec.Standbys
+}
+
+// ProviderSnapshot is one provider's relay table: per relay (Snapshot.Relays
+// order) the local time of its last counting heartbeat, the created_at of
+// the last accepted one, and the local time of the last counting one that
+// listed no workloads (a Paygress peer).
+type ProviderSnapshot struct {
+	ID       string      `json:"id"`
+	Seen     []time.Time `json:"seen"`
+	Created  []time.Time `json:"created"`
+	Unlisted []time.Time `json:"unlisted"`
+	// QuorumUntil is when this provider loses quorum unless more heartbeats
+	// arrive: the M-th most recent Seen plus Stale. Zero: never had quorum.
+	QuorumUntil time.Time `json:"quorum_until,omitzero"`
+}
+
+// Snapshot is the whole machine, serialisable as JSON. Restore turns it back
+// into a Machine.
+type Snapshot struct {
+	Version      int                `json:"version"`
+	Self         string             `json:"self"`
+	Now          time.Time          `json:"now"`
+	Relays       []string           `json:"relays"`
+	AwaitingSync bool               `json:"awaiting_sync,omitempty"`
+	Synced       []bool             `json:"synced,omitempty"`
+	Providers    []ProviderSnapshot `json:"providers"`
+	Workloads    []WorkloadSnapshot `json:"workloads"`
+}
+
+func (w *WorkloadSnapshot) copy() WorkloadSnapshot {
+	c := *w
+	c.Spec = w.Spec.clone()
+	c.ClaimAt = append([]time.Time(nil), w.ClaimAt...)
+	c.Rivals = append([]RivalClaim(nil), w.Rivals...)
+	c.named = append([]int(nil), w.named...)
+	return c
+}
+
+func (p *ProviderSnapshot) copy() ProviderSnapshot {
+	c := *p
+	c.Seen = append([]time.Time(nil), p.Seen...)
+	c.Created = append([]time.Time(nil), p.Created...)
+	c.Unlisted = append([]time.Time(nil), p.Unlisted...)
+	return c
+}
+
+// Snapshot returns a deep copy of the machine's state.
+func (m *Machine) Snapshot() Snapshot {
+	s := Snapshot{
+		Version:      SnapshotVersion,
+		Self:         m.self,
+		Now:          m.now,
+		Relays:       append([]string(nil), m.relays...),
+		AwaitingSync: m.awaitingSync,
+		Providers:    make([]ProviderSnapshot, len(m.provs)),
+		Workloads:    make([]WorkloadSnapshot, len(m.list)),
+	}
+	if m.awaitingSync {
+		s.Synced = append([]bool(nil), m.synced...)
+	}
+	for i := range m.provs {
+		s.Providers[i] = m.provs[i].copy()
+	}
+	for i, w := range m.list {
+		s.Workloads[i] = w.copy()
+	}
+	return s
+}
+
+// Workload returns a copy of one workload's persisted state.
+func (m *Machine) Workload(id string) (WorkloadSnapshot, bool) {
+	w := m.byID[id]
+	if w == nil {
+		return WorkloadSnapshot{}, false
+	}
+	return w.copy(), true
+}
+
+// Restore rebuilds a machine from a snapshot taken by Snapshot, for an agent
+// restart at now. The restored machine produces the same effects for the same
+// inputs as the machine that was snapshotted, except rule 10: every workload
+// that was Live or Suspect enters Syncing (and any that becomes Live later
+// does too) until M relays have reported RelaySynced. The returned effects
+// are the EnteredState transitions into Syncing.
+func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, error) {
+	bad := func(format string, args ...any) (*Machine, []Effect, error) {
+		return nil, nil, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSnapshot}, args...)...)
+	}
+	if snap.Version != SnapshotVersion {
+		return bad("version = %d, want %d", snap.Version, SnapshotVersion)
+	}
+	m, err := New(cfg, snap.Self)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore: %w", err)
+	}
+	if len(snap.Relays) != len(m.relays) {
+		return bad("relays has %d entries, config has %d", len(snap.Relays), len(m.relays))
+	}
+	for i, r := range snap.Relays {
+		if r != m.relays[i] {
+			return bad("relays[%d] = %q, config has %q", i, r, m.relays[i])
+		}
+	}
+	n := len(m.relays)
+	m.now = snap.Now.UTC()
+	for _, p := range snap.Providers {
+		if !IsHexPubkey(p.ID) {
+			return bad("provider %q is not a hex pubkey", p.ID)
+		}
+		if len(p.Seen) != n || len(p.Created) != n || len(p.Unlisted) != n {
+			return bad("provider %s relay table has wrong size", p.ID)
+		}
+		i := m.provider(p.ID)
+		c := p.copy()
+		for j := range c.Seen {
+			c.Seen[j], c.Created[j], c.Unlisted[j] = c.Seen[j].UTC(), c.Created[j].UTC(), c.Unlisted[j].UTC()
+		}
+		c.QuorumUntil = c.QuorumUntil.UTC()
+		m.provs[i] = c
+	}
+	for i := range snap.Workloads {
+		w := snap.Workloads[i].copy()
+		if err := w.Spec.Validate(); err != nil {
+			return bad("workload %d: %v", i, err)
+		}
+		if !w.State.Valid() {
+			return bad("workload %s: state = %q", w.Spec.ID, w.State)
+		}
+		if m.byID[w.Spec.ID] != nil {
+			return bad("workload %s appears twice", w.Spec.ID)
+		}
+		if !IsHexPubkey(w.Holder) {
+			return bad("workload %s: holder = %q", w.Spec.ID, w.Holder)
+		}
+		if len(w.ClaimAt) != n {
+			return bad("workload %s: claim_at has %d entries, want %d", w.Spec.ID, len(w.ClaimAt), n)
+		}
+		if w.State == StateSyncing && w.Resume != StateLive && w.Resume != StateSuspect {
+			return bad("workload %s: syncing with resume = %q", w.Spec.ID, w.Resume)
+		}
+		w.normaliseTimes()
+		m.add(&w)
+	}
+	m.now = maxTime(m.now, now.UTC())
+	m.awaitingSync = true
+	m.synced = make([]bool, n)
+	var out []Effect
+	for _, w := range m.list {
+		if w.State == StateLive || w.State == StateSuspect {
+			w.Resume = w.State
+			m.enter(w, StateSyncing, &out)
+		}
+	}
+	return m, out, nil
+}
+
+func (w *WorkloadSnapshot) normaliseTimes() {
+	w.Since = w.Since.UTC()
+	w.HoldFrom = w.HoldFrom.UTC()
+	w.HealthySince = w.HealthySince.UTC()
+	w.RespawnAt = w.RespawnAt.UTC()
+	w.WatchFrom = w.WatchFrom.UTC()
+	w.PhaseAt = w.PhaseAt.UTC()
+	w.ClaimFrom = w.ClaimFrom.UTC()
+	w.Spec.CreatedAt = w.Spec.CreatedAt.UTC()
+	w.Spec.ExpiresAt = w.Spec.ExpiresAt.UTC()
+	for i := range w.ClaimAt {
+		w.ClaimAt[i] = w.ClaimAt[i].UTC()
+	}
+	for i := range w.Rivals {
+		w.Rivals[i].SeenAt = w.Rivals[i].SeenAt.UTC()
+	}
+}

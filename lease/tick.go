@@ -1,0 +1,306 @@
+package lease
+
+import (
+	"fmt"
+	"time"
+)
+
+// Tick advances every workload to now: quorum-loss debounce (rules 1, 2, 6),
+// eviction (rule 7), provisioning and sync timeouts (rules 10, 11), respawn
+// counter reset (rule 5), takeover (rule 8), claim-step timeouts and retries,
+// and lease expiry. It is O(workloads * N) and reads no observations: quorum
+// is a function of the per-relay tables. The driver calls it periodically
+// (every second or so) and after feeding observations.
+func (m *Machine) Tick(now time.Time) []Effect {
+	now = m.clock(now)
+	var out []Effect
+	self := &m.provs[m.selfIdx]
+	for _, w := range m.list {
+		if w.State.Terminal() {
+			continue
+		}
+		if !w.Spec.ExpiresAt.IsZero() && !now.Before(w.Spec.ExpiresAt) {
+			m.expire(w, &out)
+			continue
+		}
+		switch {
+		case w.State.Holding():
+			m.tickHolder(w, now, self, &out)
+		case w.State == StateStandby:
+			m.tickStandby(w, now, &out)
+		case w.State == StatePromoting:
+			m.tickPromoting(w, now, &out)
+		}
+	}
+	return out
+}
+
+func (m *Machine) expire(w *WorkloadSnapshot, out *[]Effect) {
+	held := w.State.Holding()
+	claimActive := w.State == StatePromoting && w.Phase != PhaseBackoff
+	target := w.Target
+	m.enter(w, StateExpired, out)
+	if held {
+		*out = append(*out, StopWorkload{ID: w.Spec.ID, Epoch: w.Epoch, Reason: "lease expired"})
+	}
+	if claimActive {
+		*out = append(*out, WithdrawClaim{ID: w.Spec.ID, Epoch: target})
+	}
+}
+
+// evicting reports whether quorum loss evicts w (rule 6).
+func (m *Machine) evicting(w *WorkloadSnapshot) bool {
+	return w.Spec.Replication == ReplicationWarmStandby || m.cfg.EvictWithoutStandby
+}
+
+func (m *Machine) tickHolder(w *WorkloadSnapshot, now time.Time, self *ProviderSnapshot, out *[]Effect) {
+	has := now.Before(self.QuorumUntil)
+	lost := maxTime(self.QuorumUntil, w.HoldFrom) // the moment quorum was lost (rule 1)
+	deadline := lost.Add(m.cfg.T1 + m.cfg.T2)
+	evictDue := !has && m.evicting(w) && !now.Before(deadline)
+	switch w.State {
+	case StateProvisioning:
+		switch {
+		case has:
+			m.becomeLive(w, out)
+		case evictDue:
+			m.evict(w, lost, out)
+		case !now.Before(w.Since.Add(m.cfg.ProvisionTimeout)):
+			m.giveUp(w, fmt.Sprintf("provision timeout: no relay quorum within %v", m.cfg.ProvisionTimeout), out)
+		}
+	case StateLive:
+		if has {
+			if w.Attempts > 0 && !now.Before(w.HealthySince.Add(m.cfg.RestartResetAfter)) {
+				w.Attempts = 0
+			}
+			return
+		}
+		if now.Before(lost.Add(m.cfg.T1)) {
+			return
+		}
+		m.enter(w, StateSuspect, out)
+		m.tickSuspect(w, now, has, lost, deadline, out)
+	case StateSuspect:
+		m.tickSuspect(w, now, has, lost, deadline, out)
+	case StateRespawning:
+		if evictDue {
+			m.evict(w, lost, out)
+		}
+	case StateSyncing:
+		switch {
+		case evictDue:
+			m.evict(w, lost, out)
+		case !now.Before(w.Since.Add(m.cfg.ProvisionTimeout)):
+			m.giveUp(w, fmt.Sprintf("relay sync timeout: fewer than %d relays synced within %v", m.cfg.M, m.cfg.ProvisionTimeout), out)
+		}
+	}
+}
+
+func (m *Machine) tickSuspect(w *WorkloadSnapshot, now time.Time, has bool, lost, deadline time.Time, out *[]Effect) {
+	if has {
+		w.Reported = false
+		m.enter(w, StateLive, out)
+		return
+	}
+	if now.Before(deadline) {
+		return
+	}
+	if m.evicting(w) {
+		m.evict(w, lost, out)
+		return
+	}
+	if !w.Reported {
+		w.Reported = true
+		*out = append(*out, QuorumReport{ID: w.Spec.ID, Epoch: w.Epoch, LostAt: lost})
+	}
+}
+
+// becomeLive enters Live, or Syncing while a restored machine awaits relay
+// sync (rule 10).
+func (m *Machine) becomeLive(w *WorkloadSnapshot, out *[]Effect) {
+	w.Reported = false
+	if m.awaitingSync {
+		w.Resume = StateLive
+		m.enter(w, StateSyncing, out)
+		w.Resume = StateLive
+		return
+	}
+	w.HealthySince = m.now
+	m.enter(w, StateLive, out)
+}
+
+// standbysBut returns the standbys other than the holder, in rank order.
+func (w *WorkloadSnapshot) standbysBut(holder string) []string {
+	var out []string
+	for _, s := range w.Spec.Standbys {
+		if s != holder {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// successor is the first standby this provider still sees alive: a counting
+// heartbeat within Stale on at least one relay.
+func (m *Machine) successor(standbys []string) string {
+	for _, s := range standbys {
+		i, ok := m.provIdx[s]
+		if !ok {
+			continue
+		}
+		for _, seen := range m.provs[i].Seen {
+			if !seen.IsZero() && m.now.Sub(seen) < m.cfg.Stale {
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// handOff appends the stop and then the revocation (rule 7).
+func (m *Machine) handOff(w *WorkloadSnapshot, epoch uint64, reason string, out *[]Effect) {
+	*out = append(*out, StopWorkload{ID: w.Spec.ID, Epoch: epoch, Reason: reason})
+	standbys := w.standbysBut(m.self)
+	if len(standbys) == 0 {
+		return
+	}
+	*out = append(*out, PublishRevocation{
+		ID: w.Spec.ID, Epoch: epoch, Successor: m.successor(standbys), Standbys: standbys, Reason: reason,
+	})
+}
+
+// evict fences the workload after quorum loss and hands it off (rule 7).
+func (m *Machine) evict(w *WorkloadSnapshot, lost time.Time, out *[]Effect) {
+	m.enter(w, StateEvicted, out)
+	m.handOff(w, w.Epoch, fmt.Sprintf("relay quorum lost at %s", lost.Format(time.RFC3339)), out)
+}
+
+// giveUp fails the workload here for good, stopping it and handing it off.
+func (m *Machine) giveUp(w *WorkloadSnapshot, reason string, out *[]Effect) {
+	m.enter(w, StateFailed, out)
+	m.handOff(w, w.Epoch, reason, out)
+	*out = append(*out, Failed{ID: w.Spec.ID, Epoch: w.Epoch, Reason: reason})
+}
+
+// ProcessExited feeds the exit of the workload process started for an epoch.
+// The restart policy applies (rule 6): never fails the workload; on-failure
+// schedules a respawn with backoff until MaxAttempts in a row are used
+// (rule 5). Exits of other epochs, or outside Provisioning, Live and Suspect,
+// are ignored.
+func (m *Machine) ProcessExited(now time.Time, pe ProcessExit) []Effect {
+	w := m.byID[pe.Workload]
+	if w == nil || pe.Epoch != w.Epoch {
+		return nil
+	}
+	switch w.State {
+	case StateProvisioning, StateLive, StateSuspect:
+	default:
+		return nil
+	}
+	now = m.clock(now)
+	if w.State == StateLive && w.Attempts > 0 && !now.Before(w.HealthySince.Add(m.cfg.RestartResetAfter)) {
+		w.Attempts = 0
+	}
+	var out []Effect
+	pol := w.Spec.RestartPolicy
+	if pol.Policy != RestartOnFailure {
+		m.giveUp(w, fmt.Sprintf("process exited (%s); restart policy never", pe.Reason), &out)
+		return out
+	}
+	if w.Attempts >= pol.MaxAttempts {
+		m.giveUp(w, fmt.Sprintf("process exited (%s); %d respawn attempts exhausted", pe.Reason, w.Attempts), &out)
+		return out
+	}
+	m.enter(w, StateRespawning, &out)
+	m.scheduleRespawn(w, &out)
+	return out
+}
+
+func (m *Machine) scheduleRespawn(w *WorkloadSnapshot, out *[]Effect) {
+	w.Attempts++
+	w.RespawnAt = m.now.Add(m.cfg.RestartBackoff(w.Attempts))
+	*out = append(*out, AttemptRespawn{ID: w.Spec.ID, Epoch: w.Epoch, Attempt: w.Attempts, At: w.RespawnAt})
+}
+
+// RespawnDone feeds the result of an AttemptRespawn. Success is accepted only
+// in Respawning and for the latest attempt (rule 5); it returns the workload
+// to Live (Syncing while awaiting relay sync). A failure schedules the next
+// attempt or, when the policy is exhausted, fails the workload.
+func (m *Machine) RespawnDone(now time.Time, r RespawnResult) []Effect {
+	w := m.byID[r.Workload]
+	if w == nil || w.State != StateRespawning || r.Attempt != w.Attempts {
+		return nil
+	}
+	m.clock(now)
+	var out []Effect
+	w.RespawnAt = time.Time{}
+	if r.OK {
+		m.becomeLive(w, &out)
+		return out
+	}
+	if w.Attempts >= w.Spec.RestartPolicy.MaxAttempts {
+		m.giveUp(w, fmt.Sprintf("respawn failed (%s); %d respawn attempts exhausted", r.Reason, w.Attempts), &out)
+		return out
+	}
+	m.scheduleRespawn(w, &out)
+	return out
+}
+
+// RelaySynced reports that a relay delivered EOSE for this provider's
+// subscriptions after a restart (rule 10). The driver first feeds every event
+// the relay returned (claims, heartbeats, revocations), so that a higher
+// epoch fences before the sync completes. Once M relays synced, Syncing
+// workloads resume the state they had and are started again (idempotent).
+func (m *Machine) RelaySynced(now time.Time, relay string) []Effect {
+	if !m.awaitingSync {
+		return nil
+	}
+	ri, ok := m.RelayIndex(relay)
+	if !ok {
+		return nil
+	}
+	m.clock(now)
+	m.synced[ri] = true
+	n := 0
+	for _, s := range m.synced {
+		if s {
+			n++
+		}
+	}
+	if n < m.cfg.M {
+		return nil
+	}
+	m.awaitingSync = false
+	m.synced = nil
+	var out []Effect
+	for _, w := range m.list {
+		if w.State != StateSyncing {
+			continue
+		}
+		to := w.Resume
+		if to == StateLive {
+			w.HealthySince = m.now
+		}
+		m.enter(w, to, &out)
+		out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: w.Epoch})
+	}
+	return out
+}
+
+// Outstanding returns the requests a restarted driver must re-issue because
+// their feedback is still awaited: AttemptRespawn for Respawning workloads,
+// PublishClaim or ReadClaims for Promoting ones. It changes nothing.
+func (m *Machine) Outstanding() []Effect {
+	var out []Effect
+	for _, w := range m.list {
+		switch {
+		case w.State == StateRespawning:
+			out = append(out, AttemptRespawn{ID: w.Spec.ID, Epoch: w.Epoch, Attempt: w.Attempts, At: w.RespawnAt})
+		case w.State == StatePromoting && w.Phase == PhasePublishing:
+			out = append(out, PublishClaim{ID: w.Spec.ID, Epoch: w.Target})
+		case w.State == StatePromoting && w.Phase == PhaseReading:
+			out = append(out, ReadClaims{ID: w.Spec.ID, Epoch: w.Target, At: w.PhaseAt})
+		}
+	}
+	return out
+}
