@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -175,4 +176,41 @@ func (s *Sim) ReplayHeartbeats(r RelayID) {
 			s.fanOut(r, ev)
 		}
 	}
+}
+
+// After runs fn (a world action such as Resume or RestartRelay) d from now.
+func (s *Sim) After(d time.Duration, fn func()) {
+	s.schedule(s.now+d, fn)
+}
+
+// PauseFor pauses provider p and resumes it d later.
+func (s *Sim) PauseFor(p ProviderID, d time.Duration) {
+	if !s.provs[p].up || s.provs[p].paused {
+		return
+	}
+	s.Pause(p)
+	inc := s.provs[p].incarnation
+	s.After(d, func() {
+		if s.provs[p].incarnation == inc {
+			s.Resume(p)
+		}
+	})
+}
+
+// Describe summarises every provider's node state, for logs.
+func (s *Sim) Describe() string {
+	out := ""
+	for _, p := range s.provs {
+		st := p.node.Describe()
+		switch {
+		case p.dead:
+			st = "dead"
+		case !p.up:
+			st = "down"
+		case p.paused:
+			st += " (paused)"
+		}
+		out += fmt.Sprintf("%s:%s ", p.name, st)
+	}
+	return out
 }

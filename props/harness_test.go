@@ -1,0 +1,252 @@
+package props_test
+
+import (
+	"fmt"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"provideragent/props/sim"
+)
+
+// workloadID is the one workload every simulated world runs.
+const workloadID = "w1"
+
+// scenario is the static part of a world: sizes, quorum and clocks.
+type scenario struct {
+	K, N, M int
+	Clocks  []sim.Clock
+	Seed    uint64
+}
+
+func (sc scenario) String() string {
+	s := fmt.Sprintf("K=%d providers, M=%d of N=%d relays, seed %d, clocks:", sc.K, sc.M, sc.N, sc.Seed)
+	for i, c := range sc.Clocks {
+		s += fmt.Sprintf(" P%d%+v/%+dppm", i, c.Offset, c.DriftPPM)
+	}
+	return s
+}
+
+// faultSpace says which faults a property lets rapid choose, and their bounds.
+type faultSpace struct {
+	MinK, MaxK int // providers (1 primary + standbys)
+	MinN, MaxN int // relays
+	FixedM     int // 0: draw M in [1, N]
+
+	MaxOffset   time.Duration // per-provider clock offset bound
+	MinOffset   time.Duration // > 0 forces |offset| of P0 into [MinOffset, MaxOffset]
+	MaxDriftPPM int64
+	MinDriftPPM int64 // > 0 forces drift of magnitude >= this on P0 (slow) and P1 (fast)
+
+	MaxAdvance time.Duration // longest quiet period after an action
+
+	Partitions    bool
+	RelayCrashes  bool
+	Wipes         bool
+	LinkFaults    bool // loss, duplicates, reordering
+	Replays       bool
+	ProviderCrash bool          // crash-restart (node crash, or agent crash bounded by MaxPause)
+	Kills         bool          // crash-stop
+	MaxPause      time.Duration // 0: no pauses
+	MinPause      time.Duration
+	ExtraDelay    time.Duration // > 0: per-path delays up to this (beyond the bound)
+	MinExtraDelay time.Duration
+	// OnlyRelay >= 0 confines relay and link faults to that relay.
+	OnlyRelay int
+}
+
+// protocol builds the nodes of a world.
+type protocol struct {
+	name  string
+	cfg   sim.Config
+	nodes func(sc scenario) []sim.Node
+}
+
+func drawScenario(t *rapid.T, fs faultSpace) scenario {
+	sc := scenario{}
+	sc.K = rapid.IntRange(fs.MinK, fs.MaxK).Draw(t, "providers")
+	sc.N = rapid.IntRange(fs.MinN, fs.MaxN).Draw(t, "relays")
+	if fs.FixedM > 0 {
+		sc.M = fs.FixedM
+	} else {
+		sc.M = rapid.IntRange(1, sc.N).Draw(t, "quorum")
+	}
+	for i := 0; i < sc.K; i++ {
+		var c sim.Clock
+		if fs.MaxOffset > 0 {
+			lo := -fs.MaxOffset
+			if fs.MinOffset > 0 && i == 0 {
+				lo = fs.MinOffset
+			}
+			c.Offset = time.Duration(rapid.Int64Range(int64(lo), int64(fs.MaxOffset)).Draw(t, fmt.Sprintf("offset%d", i))).Round(time.Millisecond)
+			if fs.MinOffset > 0 && i == 0 && rapid.Bool().Draw(t, "offset0behind") {
+				c.Offset = -c.Offset
+			}
+		}
+		if fs.MaxDriftPPM > 0 {
+			lo := -fs.MaxDriftPPM
+			if fs.MinDriftPPM > 0 && i <= 1 {
+				lo = fs.MinDriftPPM
+			}
+			c.DriftPPM = rapid.Int64Range(lo, fs.MaxDriftPPM).Draw(t, fmt.Sprintf("drift%d", i))
+			if fs.MinDriftPPM > 0 && i == 0 {
+				c.DriftPPM = -c.DriftPPM // the primary's clock runs slow, standbys' fast
+			}
+		}
+		sc.Clocks = append(sc.Clocks, c)
+	}
+	sc.Seed = rapid.Uint64().Draw(t, "seed")
+	return sc
+}
+
+// world is one rapid test case: a simulator plus the fault space.
+type world struct {
+	s  *sim.Sim
+	sc scenario
+	fs faultSpace
+}
+
+func newWorld(t *rapid.T, proto protocol, fs faultSpace) *world {
+	sc := drawScenario(t, fs)
+	cfg := proto.cfg
+	cfg.Providers, cfg.Relays, cfg.Seed = sc.K, sc.N, sc.Seed
+	s, err := sim.New(cfg, proto.nodes(sc), sc.Clocks)
+	if err != nil {
+		t.Fatalf("sim.New(%v) = %v, want nil", sc, err)
+	}
+	s.AddChecker(sim.SingleWriter(workloadID))
+	t.Logf("world: %s, %s", proto.name, sc)
+	s.Boot()
+	return &world{s: s, sc: sc, fs: fs}
+}
+
+func (w *world) provider(t *rapid.T) sim.ProviderID {
+	return sim.ProviderID(rapid.IntRange(0, w.sc.K-1).Draw(t, "provider"))
+}
+
+func (w *world) relay(t *rapid.T) sim.RelayID {
+	if w.fs.OnlyRelay >= 0 {
+		return sim.RelayID(w.fs.OnlyRelay)
+	}
+	return sim.RelayID(rapid.IntRange(0, w.sc.N-1).Draw(t, "relay"))
+}
+
+func (w *world) wait(t *rapid.T) {
+	d := time.Duration(rapid.Int64Range(int64(time.Second), int64(w.fs.MaxAdvance)).Draw(t, "wait")).Round(time.Second)
+	w.s.RunFor(d)
+	t.Logf("  ... %v later (t=%v): %s", d, w.s.Now().Round(time.Millisecond), w.s.Describe())
+}
+
+// actions is the t.Repeat action map: every action applies one fault (or
+// none), then lets simulated time run. The "" entry checks the invariant
+// (the simulator itself checks after every event and keeps the first
+// violation with the timeline up to it).
+func (w *world) actions() map[string]func(*rapid.T) {
+	fs := w.fs
+	a := map[string]func(*rapid.T){
+		"": func(t *rapid.T) {
+			if v := w.s.Violation(); v != nil {
+				t.Fatalf("%s at t=%v\ntimeline:\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
+			}
+		},
+		"wait": func(t *rapid.T) { w.wait(t) },
+	}
+	if fs.Partitions {
+		a["partition"] = func(t *rapid.T) {
+			p, r := w.provider(t), w.relay(t)
+			t.Logf("t=%v partition P%d-R%d", w.s.Now(), p, r)
+			w.s.Partition(p, r)
+			w.wait(t)
+		}
+		a["heal"] = func(t *rapid.T) {
+			p, r := w.provider(t), w.relay(t)
+			t.Logf("t=%v heal P%d-R%d", w.s.Now(), p, r)
+			w.s.Heal(p, r)
+			w.wait(t)
+		}
+	}
+	if fs.RelayCrashes {
+		a["relayCrash"] = func(t *rapid.T) {
+			r := w.relay(t)
+			wipe := fs.Wipes && rapid.Bool().Draw(t, "wipe")
+			down := time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "down")).Round(time.Second)
+			t.Logf("t=%v crash R%d (wipe %v) for %v", w.s.Now(), r, wipe, down)
+			w.s.CrashRelay(r, wipe)
+			w.s.After(down, func() { w.s.RestartRelay(r) })
+			w.wait(t)
+		}
+	}
+	if fs.LinkFaults {
+		a["linkFaults"] = func(t *rapid.T) {
+			p, r := w.provider(t), w.relay(t)
+			f := sim.LinkFaults{
+				LossPct: rapid.IntRange(0, 60).Draw(t, "loss"),
+				DupPct:  rapid.IntRange(0, 60).Draw(t, "dup"),
+				Reorder: rapid.Bool().Draw(t, "reorder"),
+			}
+			t.Logf("t=%v link P%d-R%d faults %+v", w.s.Now(), p, r, f)
+			w.s.SetLinkFaults(p, r, f)
+			w.wait(t)
+		}
+	}
+	if fs.Replays {
+		a["replay"] = func(t *rapid.T) {
+			r := w.relay(t)
+			t.Logf("t=%v R%d replays stored heartbeats", w.s.Now(), r)
+			w.s.ReplayHeartbeats(r)
+			w.wait(t)
+		}
+	}
+	if fs.ProviderCrash {
+		a["crashRestart"] = func(t *rapid.T) {
+			p := w.provider(t)
+			kill := rapid.Bool().Draw(t, "killWorkload")
+			maxDown := time.Hour
+			if !kill {
+				maxDown = fs.MaxPause // the workload runs unsupervised: bounded like a pause
+			}
+			down := time.Duration(rapid.Int64Range(0, int64(maxDown)).Draw(t, "down")).Round(time.Second)
+			t.Logf("t=%v crash P%d (node crash %v), restart %v later", w.s.Now(), p, kill, down)
+			w.s.CrashProvider(p, kill)
+			w.s.After(down, func() { w.s.RestartProvider(p) })
+			w.wait(t)
+		}
+	}
+	if fs.Kills {
+		a["kill"] = func(t *rapid.T) {
+			p := w.provider(t)
+			t.Logf("t=%v P%d dies for good", w.s.Now(), p)
+			w.s.Kill(p)
+			w.wait(t)
+		}
+	}
+	if fs.MaxPause > 0 {
+		a["pause"] = func(t *rapid.T) {
+			p := w.provider(t)
+			d := time.Duration(rapid.Int64Range(int64(fs.MinPause), int64(fs.MaxPause)).Draw(t, "pause")).Round(time.Second)
+			t.Logf("t=%v pause P%d for %v", w.s.Now(), p, d)
+			w.s.PauseFor(p, d)
+			w.wait(t)
+		}
+	}
+	if fs.ExtraDelay > 0 {
+		a["pathDelay"] = func(t *rapid.T) {
+			author, receiver := w.provider(t), w.provider(t)
+			r := w.relay(t)
+			d := time.Duration(rapid.Int64Range(int64(fs.MinExtraDelay), int64(fs.ExtraDelay)).Draw(t, "delay")).Round(time.Second)
+			t.Logf("t=%v delay P%d's events from R%d to P%d by %v", w.s.Now(), author, r, receiver, d)
+			w.s.SetPathDelay(author, r, receiver, d)
+			w.wait(t)
+		}
+	}
+	return a
+}
+
+// runSafety is the safety property over proto and fs: build a world, let
+// rapid apply faults, and fail at the first two-writer instant.
+func runSafety(proto protocol, fs faultSpace) func(*rapid.T) {
+	return func(t *rapid.T) {
+		w := newWorld(t, proto, fs)
+		t.Repeat(w.actions())
+	}
+}
