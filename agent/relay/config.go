@@ -1,0 +1,116 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+)
+
+// ErrInvalidConfig is wrapped by Config.Validate.
+var ErrInvalidConfig = errors.New("invalid relay config")
+
+// Config configures a Pool. Start from DefaultConfig.
+type Config struct {
+	// URLs are the relays, ws:// or wss://; normalised with
+	// nostr.NormalizeURL and deduplicated. At least one is required.
+	URLs []string
+	// BackoffInitial is the first reconnect (and resubscribe) delay (default 500ms).
+	BackoffInitial time.Duration
+	// BackoffMax caps the reconnect delay (default 30s).
+	BackoffMax time.Duration
+	// StableAfter resets the backoff once a connection has lasted this long
+	// (default 30s); an EOSE resets it too.
+	StableAfter time.Duration
+	// DialTimeout bounds one websocket handshake (default 10s).
+	DialTimeout time.Duration
+	// WriteTimeout bounds one frame write (default 10s); a write that times
+	// out drops the connection.
+	WriteTimeout time.Duration
+	// PingInterval is how often a websocket ping checks the connection (default 30s).
+	PingInterval time.Duration
+	// PingTimeout is how long a pong may take before the connection is dropped (default 10s).
+	PingTimeout time.Duration
+	// NIP11Timeout bounds the NIP-11 information fetch (default 3s); a relay
+	// without a document is fine.
+	NIP11Timeout time.Duration
+	// PublishTimeout is Publish's deadline when its ctx has none (default 10s).
+	PublishTimeout time.Duration
+	// MaxMessageSize is the largest frame accepted from a relay (default 1 MiB).
+	MaxMessageSize int64
+	// ReceiveBuffer is the capacity of the Received channel (default 256).
+	ReceiveBuffer int
+}
+
+// DefaultConfig returns the documented defaults, with no URLs.
+func DefaultConfig() Config {
+	return Config{
+		BackoffInitial: 500 * time.Millisecond,
+		BackoffMax:     30 * time.Second,
+		StableAfter:    30 * time.Second,
+		DialTimeout:    10 * time.Second,
+		WriteTimeout:   10 * time.Second,
+		PingInterval:   30 * time.Second,
+		PingTimeout:    10 * time.Second,
+		NIP11Timeout:   3 * time.Second,
+		PublishTimeout: 10 * time.Second,
+		MaxMessageSize: 1 << 20,
+		ReceiveBuffer:  256,
+	}
+}
+
+// Validate reports the first invalid field, naming it and its value.
+func (c Config) Validate() error {
+	if len(c.URLs) == 0 {
+		return fmt.Errorf("%w: URLs is empty, want at least one relay", ErrInvalidConfig)
+	}
+	for _, u := range c.URLs {
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "ws" && pu.Scheme != "wss") || pu.Host == "" {
+			return fmt.Errorf("%w: URLs entry %q, want ws://host or wss://host", ErrInvalidConfig, u)
+		}
+	}
+	durations := []struct {
+		name string
+		v    time.Duration
+	}{
+		{"BackoffInitial", c.BackoffInitial}, {"BackoffMax", c.BackoffMax}, {"StableAfter", c.StableAfter},
+		{"DialTimeout", c.DialTimeout}, {"WriteTimeout", c.WriteTimeout}, {"PingInterval", c.PingInterval},
+		{"PingTimeout", c.PingTimeout}, {"NIP11Timeout", c.NIP11Timeout}, {"PublishTimeout", c.PublishTimeout},
+	}
+	for _, d := range durations {
+		if d.v <= 0 {
+			return fmt.Errorf("%w: %s = %v, want > 0", ErrInvalidConfig, d.name, d.v)
+		}
+	}
+	if c.BackoffMax < c.BackoffInitial {
+		return fmt.Errorf("%w: BackoffMax = %v, want >= BackoffInitial (%v)", ErrInvalidConfig, c.BackoffMax, c.BackoffInitial)
+	}
+	if c.MaxMessageSize < 1024 {
+		return fmt.Errorf("%w: MaxMessageSize = %d, want >= 1024", ErrInvalidConfig, c.MaxMessageSize)
+	}
+	if c.ReceiveBuffer < 0 {
+		return fmt.Errorf("%w: ReceiveBuffer = %d, want >= 0", ErrInvalidConfig, c.ReceiveBuffer)
+	}
+	return nil
+}
+
+// normalizedURLs returns the URLs normalised and deduplicated, in order.
+func (c Config) normalizedURLs() []string {
+	seen := make(map[string]bool, len(c.URLs))
+	out := make([]string, 0, len(c.URLs))
+	for _, u := range c.URLs {
+		n := NormalizeURL(u)
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// NormalizeURL is the relay URL form used for every label and key in this
+// package (go-nostr's normalisation: lower-case host, no trailing slash).
+func NormalizeURL(u string) string { return nostr.NormalizeURL(u) }

@@ -1,0 +1,59 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	connected *prometheus.GaugeVec
+	reconnect *prometheus.CounterVec
+	received  *prometheus.CounterVec
+	publish   *prometheus.CounterVec
+	closed    *prometheus.CounterVec
+	dropped   *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relay_connected",
+			Help: "1 while the websocket to the relay is open, else 0.",
+		}, []string{"relay"}),
+		reconnect: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_reconnects_total",
+			Help: "Connection attempts to the relay after the first one.",
+		}, []string{"relay"}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_messages_received_total",
+			Help: "Frames received from the relay.",
+		}, []string{"relay"}),
+		publish: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_publish_total",
+			Help: "Publish outcomes per relay (accepted, rejected, muted, timed_out, failed).",
+		}, []string{"relay", "outcome"}),
+		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_subscription_closed_total",
+			Help: "CLOSED frames for the agent's subscriptions, by whether the reason is permanent.",
+		}, []string{"relay", "permanent"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_frames_dropped_total",
+			Help: "Frames ignored: unparsable, or for a subscription that is no longer current.",
+		}, []string{"relay", "reason"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.connected, m.reconnect, m.received, m.publish, m.closed, m.dropped} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, fmt.Errorf("register relay metrics (one pool per registerer): %w", err)
+			}
+			return nil, fmt.Errorf("register relay metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,252 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Errors reported per relay.
+var (
+	// ErrNotConnected: the relay had no open connection before the deadline.
+	ErrNotConnected = errors.New("relay not connected")
+	// ErrConnectionLost: the connection dropped before the relay answered.
+	ErrConnectionLost = errors.New("relay connection lost")
+	// ErrSubscriptionLimit: the relay's NIP-11 max_subscriptions is reached.
+	ErrSubscriptionLimit = errors.New("relay subscription limit reached")
+	// ErrClosed: the pool is closed.
+	ErrClosed = errors.New("relay pool closed")
+	// ErrUnknownRelay: a URL that is not in the pool.
+	ErrUnknownRelay = errors.New("unknown relay")
+)
+
+// Options are the Pool's collaborators and subscription; all are optional.
+type Options struct {
+	// Filters are subscribed on every relay (none: publish/query only).
+	// SetFilters replaces them later.
+	Filters []nostr.Filter
+	// Since returns the persisted cursor; it is called on every
+	// (re)subscription and set as since on every filter that has none
+	// (0: no since). Reconnects therefore resume from the cursor.
+	Since func() nostr.Timestamp
+	// SecretKey (hex) answers NIP-42 AUTH challenges; empty: never
+	// authenticate (a relay that requires auth then closes us permanently).
+	SecretKey string
+	// Logger (default: discard).
+	Logger *slog.Logger
+	// Registerer for the relay_* metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	// Now stamps received events (default time.Now).
+	Now func() time.Time
+	// Rand returns a uniform float in [0,1) for backoff jitter (default math/rand/v2).
+	Rand func() float64
+}
+
+// Received is one event or end-of-stored-events marker from one relay.
+type Received struct {
+	// Relay is the normalised relay URL.
+	Relay string
+	// At is the local receive time (Options.Now).
+	At time.Time
+	// Event is the event as received: NOT verified (heartbeat/ does that).
+	// Nil when EOSE is set.
+	Event *nostr.Event
+	// EOSE reports that the relay has sent all its stored events for the
+	// current subscription (after each (re)subscription).
+	EOSE bool
+}
+
+// Pool supervises one connection per relay. Its methods are safe for
+// concurrent use.
+type Pool struct {
+	cfg    Config
+	opts   Options
+	logger *slog.Logger
+	m      *metrics
+	pubkey string
+
+	out      chan Received
+	sups     []*supervisor
+	byURL    map[string]*supervisor
+	dialHTTP *http.Client
+	infoHTTP *http.Client
+
+	filtersMu sync.Mutex
+	filters   []nostr.Filter
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// New validates cfg, registers metrics and starts one supervisor per relay.
+// Close stops them.
+func New(cfg Config, opts Options) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new relay pool: %w", err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.Float64
+	}
+	var pubkey string
+	if opts.SecretKey != "" {
+		pk, err := nostr.GetPublicKey(opts.SecretKey)
+		if err != nil || len(opts.SecretKey) != 64 {
+			return nil, fmt.Errorf("new relay pool: %w: SecretKey is not a 64-char hex key", ErrInvalidConfig)
+		}
+		pubkey = pk
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("new relay pool: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pool{
+		cfg:      cfg,
+		opts:     opts,
+		logger:   opts.Logger,
+		m:        m,
+		pubkey:   pubkey,
+		out:      make(chan Received, cfg.ReceiveBuffer),
+		byURL:    make(map[string]*supervisor),
+		dialHTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		infoHTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		filters:  cloneFilters(opts.Filters),
+		cancel:   cancel,
+	}
+	for _, u := range cfg.normalizedURLs() {
+		s := newSupervisor(p, u)
+		p.sups = append(p.sups, s)
+		p.byURL[u] = s
+		m.connected.WithLabelValues(u).Set(0)
+	}
+	for _, s := range p.sups {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			s.run(ctx)
+		}()
+	}
+	return p, nil
+}
+
+// Received returns the channel of received events and EOSE markers, in
+// arrival order per relay. It is closed when Close returns. A consumer that
+// stops reading stalls the relays' reads (backpressure), never drops events.
+func (p *Pool) Received() <-chan Received { return p.out }
+
+// URLs returns the normalised relay URLs, in configuration order.
+func (p *Pool) URLs() []string {
+	out := make([]string, len(p.sups))
+	for i, s := range p.sups {
+		out[i] = s.url
+	}
+	return out
+}
+
+// SetFilters replaces the subscription's filters; every connected relay is
+// resubscribed (since from Options.Since).
+func (p *Pool) SetFilters(filters []nostr.Filter) {
+	p.filtersMu.Lock()
+	p.filters = cloneFilters(filters)
+	p.filtersMu.Unlock()
+	for _, s := range p.sups {
+		select {
+		case s.filtersChanged <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *Pool) currentFilters() []nostr.Filter {
+	p.filtersMu.Lock()
+	defer p.filtersMu.Unlock()
+	return cloneFilters(p.filters)
+}
+
+// Status returns a snapshot of every relay's state, in configuration order.
+func (p *Pool) Status() []Status {
+	out := make([]Status, len(p.sups))
+	for i, s := range p.sups {
+		out[i] = s.status()
+	}
+	return out
+}
+
+// Close stops every supervisor, closes every websocket, waits for all the
+// pool's goroutines and then closes the Received channel. It is idempotent.
+func (p *Pool) Close() error {
+	p.closeOnce.Do(func() {
+		p.cancel()
+		p.wg.Wait()
+		close(p.out)
+		p.dialHTTP.CloseIdleConnections()
+		p.infoHTTP.CloseIdleConnections()
+		for _, s := range p.sups {
+			p.m.connected.WithLabelValues(s.url).Set(0)
+		}
+	})
+	return nil
+}
+
+func (p *Pool) deliver(ctx context.Context, r Received) bool {
+	select {
+	case p.out <- r:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func cloneFilters(fs []nostr.Filter) []nostr.Filter {
+	out := make([]nostr.Filter, len(fs))
+	for i, f := range fs {
+		out[i] = f.Clone()
+	}
+	return out
+}
+
+// prepareFilters applies since (to filters without one) and the relay's
+// max_limit, then splits them into groups of at most max_filters.
+func prepareFilters(base []nostr.Filter, since nostr.Timestamp, l Limits) []nostr.Filters {
+	fs := make(nostr.Filters, 0, len(base))
+	for _, f := range base {
+		f = f.Clone()
+		if since > 0 && f.Since == nil {
+			s := since
+			f.Since = &s
+		}
+		if l.MaxLimit > 0 && f.Limit > l.MaxLimit {
+			f.Limit = l.MaxLimit
+		}
+		fs = append(fs, f)
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	size := len(fs)
+	if l.MaxFilters > 0 && l.MaxFilters < size {
+		size = l.MaxFilters
+	}
+	var groups []nostr.Filters
+	for chunk := range slices.Chunk(fs, size) {
+		groups = append(groups, chunk)
+	}
+	return groups
+}

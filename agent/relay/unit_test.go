@@ -1,0 +1,173 @@
+package relay
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+)
+
+func TestBackoffDelay(t *testing.T) {
+	b := Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
+	tests := []struct {
+		attempt  int
+		r        float64
+		min, max time.Duration
+	}{
+		{0, 0, 50 * time.Millisecond, 50 * time.Millisecond},
+		{0, 0.999, 50 * time.Millisecond, 100 * time.Millisecond},
+		{1, 0, 100 * time.Millisecond, 100 * time.Millisecond},
+		{3, 0.5, 600 * time.Millisecond, 600 * time.Millisecond},
+		{10, 0, 500 * time.Millisecond, 500 * time.Millisecond},
+		{1000, 0.999, 500 * time.Millisecond, time.Second},
+		{2, -1, 200 * time.Millisecond, 200 * time.Millisecond},
+		{2, 7, 200 * time.Millisecond, 400 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		got := b.Delay(tt.attempt, tt.r)
+		if got < tt.min || got > tt.max {
+			t.Errorf("Delay(%d, %v) = %v, want in [%v, %v]", tt.attempt, tt.r, got, tt.min, tt.max)
+		}
+	}
+}
+
+func TestReasonPrefix(t *testing.T) {
+	tests := []struct {
+		in, want  string
+		permanent bool
+	}{
+		{"blocked: you are banned", "blocked", true},
+		{"restricted: not allowed", "restricted", true},
+		{"auth-required: log in", "auth-required", false},
+		{"error: shutting down", "error", false},
+		{"rate-limited: slow down", "rate-limited", false},
+		{"mute: no one was listening for this", "mute", false},
+		{"some words: then colon", "", false},
+		{"", "", false},
+		{":x", "", false},
+	}
+	for _, tt := range tests {
+		got := reasonPrefix(tt.in)
+		if got != tt.want || permanentClosed(got) != tt.permanent {
+			t.Errorf("reasonPrefix(%q) = %q (permanent %v), want %q (%v)", tt.in, got, permanentClosed(got), tt.want, tt.permanent)
+		}
+	}
+}
+
+func TestPrepareFilters(t *testing.T) {
+	own := nostr.Timestamp(5)
+	base := []nostr.Filter{
+		{Kinds: []int{1}, Limit: 100},
+		{Kinds: []int{2}, Since: &own},
+		{Kinds: []int{3}},
+	}
+	groups := prepareFilters(base, 42, Limits{MaxFilters: 2, MaxLimit: 10})
+	if len(groups) != 2 || len(groups[0]) != 2 || len(groups[1]) != 1 {
+		t.Fatalf("prepareFilters groups = %v, want 2+1", groups)
+	}
+	if g := groups[0][0]; g.Limit != 10 || g.Since == nil || *g.Since != 42 {
+		t.Errorf("filter 0 = %+v, want limit 10 since 42", g)
+	}
+	if g := groups[0][1]; *g.Since != 5 {
+		t.Errorf("filter 1 since = %v, want its own 5", *g.Since)
+	}
+	if base[0].Since != nil || base[0].Limit != 100 {
+		t.Errorf("prepareFilters modified its input: %+v", base[0])
+	}
+	if got := prepareFilters(nil, 1, Limits{}); got != nil {
+		t.Errorf("prepareFilters(nil) = %v, want nil", got)
+	}
+}
+
+func TestParseLimits(t *testing.T) {
+	tests := []struct {
+		doc     string
+		want    Limits
+		wantErr bool
+	}{
+		{`{"name":"x"}`, Limits{}, false},
+		{`{"limitation":{"max_message_length":65536,"max_subscriptions":20,"max_filters":10,"max_limit":500,"auth_required":true}}`,
+			Limits{MaxMessageLength: 65536, MaxSubscriptions: 20, MaxFilters: 10, MaxLimit: 500, AuthRequired: true}, false},
+		{`{"limitation":{"max_message_length":-5,"max_subscriptions":0,"max_filters":-1,"max_limit":-3}}`, Limits{}, false},
+		{`{"limitation":{"max_message_length":10}}`, Limits{}, false},
+		{`not json`, Limits{}, true},
+		{`{"limitation":{"max_limit":"many"}}`, Limits{}, true},
+	}
+	for _, tt := range tests {
+		got, err := parseLimits(strings.NewReader(tt.doc))
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("parseLimits(%s) = %+v, %v; want %+v, err=%v", tt.doc, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := DefaultConfig()
+	ok.URLs = []string{"ws://127.0.0.1:1"}
+	mod := func(f func(*Config)) Config { c := ok; f(&c); return c }
+	tests := []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"default with url", ok, true},
+		{"no urls", mod(func(c *Config) { c.URLs = nil }), false},
+		{"http url", mod(func(c *Config) { c.URLs = []string{"http://x"} }), false},
+		{"no host", mod(func(c *Config) { c.URLs = []string{"ws://"} }), false},
+		{"zero dial timeout", mod(func(c *Config) { c.DialTimeout = 0 }), false},
+		{"max below initial", mod(func(c *Config) { c.BackoffMax = time.Millisecond }), false},
+		{"tiny message size", mod(func(c *Config) { c.MaxMessageSize = 10 }), false},
+		{"negative buffer", mod(func(c *Config) { c.ReceiveBuffer = -1 }), false},
+	}
+	for _, tt := range tests {
+		err := tt.cfg.Validate()
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: Validate() = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: Validate() = %v, want ErrInvalidConfig", tt.name, err)
+		}
+	}
+}
+
+func TestNormalizedURLs(t *testing.T) {
+	c := Config{URLs: []string{"ws://A.example/", "ws://a.example", "wss://b.example"}}
+	got := c.normalizedURLs()
+	if len(got) != 2 || got[0] != "ws://a.example" || got[1] != "wss://b.example" {
+		t.Fatalf("normalizedURLs() = %v, want [ws://a.example wss://b.example]", got)
+	}
+}
+
+func FuzzParseFrame(f *testing.F) {
+	for _, s := range []string{
+		`["EVENT","s",{"id":"00","pubkey":"00","created_at":1,"kind":1,"tags":[],"content":"","sig":"00"}]`,
+		`["EOSE","s"]`, `["CLOSED","s","blocked: x"]`, `["OK","00",true,""]`, `["AUTH","c"]`,
+		`["NOTICE","hi"]`, `["EVENT"]`, `[`, `"`, `["OK"]`, `["CLOSED"]`, `["EVENT","s",{"tags":[[1]]}]`,
+	} {
+		f.Add([]byte(s))
+	}
+	parser := nostr.NewMessageParser()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		env, err := parseFrame(parser, b)
+		if err == nil && env == nil {
+			t.Fatalf("parseFrame(%q) = nil, nil", b)
+		}
+	})
+}
+
+func FuzzParseLimits(f *testing.F) {
+	f.Add(`{"limitation":{"max_message_length":65536,"max_filters":3}}`)
+	f.Add(`{"limitation":null}`)
+	f.Add(`[]`)
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := parseLimits(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		if l.MaxMessageLength < 0 || l.MaxFilters < 0 || l.MaxLimit < 0 || l.MaxSubscriptions < 0 {
+			t.Fatalf("parseLimits(%q) = %+v, want no negative limit", s, l)
+		}
+	})
+}
