@@ -19,6 +19,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/btcsuite/btcd/btcec/v2"
 	"github.com/nbd-wtf/go-nostr"
 )
 
@@ -94,6 +95,10 @@ func publicKey(secret string) (string, error) {
 	b, err := hex.DecodeString(secret)
 	if err != nil || len(b) != 32 {
 		return "", fmt.Errorf("want 64 hex characters: %w", ErrBadKey)
+	}
+	var scalar btcec.ModNScalar
+	if overflow := scalar.SetByteSlice(b); overflow || scalar.IsZero() {
+		return "", fmt.Errorf("not a secp256k1 scalar: %w", ErrBadKey)
 	}
 	pub, err := nostr.GetPublicKey(strings.ToLower(secret))
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"log/slog"
 	"path/filepath"
@@ -229,4 +230,14 @@ func status(t testing.TB, s *uploader.Store, id int64) uploader.Status {
 		t.Fatal(err)
 	}
 	return tile.Status
+}
+
+func openRaw(t testing.TB, path string) *sql.DB {
+	t.Helper()
+	db, err := sqlitedb.Open(context.Background(), path, sqlitedb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
