@@ -442,7 +442,7 @@ func TestBackoffNextAttemptAt(t *testing.T) {
 		{1, 0.5, 50 * time.Millisecond},
 		{1, 0.999999, 99999900 * time.Nanosecond},
 		{2, 0.5, 100 * time.Millisecond},
-		{3, 1, 400 * time.Millisecond - 1}, // rnd clamped below 1
+		{3, 1, 400*time.Millisecond - 1}, // rnd clamped below 1
 		{0, 0.5, 50 * time.Millisecond},
 		{5, 0.25, 400 * time.Millisecond},
 		{40, 0.5, 150 * time.Second}, // capped at 5 min

@@ -3,6 +3,7 @@ package courier
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -105,7 +106,11 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
+	secs, err := strconv.ParseUint(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return maxRetryAfter
+	}
+	if err == nil {
 		if secs > uint64(maxRetryAfter/time.Second) {
 			return maxRetryAfter
 		}
