@@ -156,6 +156,9 @@ type Env interface {
 	// Publish sends ev to the relays in to (all relays when to is nil). The
 	// simulator sets ID and Author; the caller sets CreatedAt from its clock.
 	Publish(ev Event, to []RelayID) EventID
+	// Republish re-sends an event published earlier (same ID, same
+	// created_at), as a durable outbox does.
+	Republish(ev Event, to []RelayID)
 	// Query reads the stored events matching match from relay r.
 	Query(r RelayID, match func(*Event) bool) QueryID
 	// Start and Stop flip the provider's "workload running" flag.
@@ -673,7 +676,10 @@ func (s *Sim) newEventID() EventID {
 func (s *Sim) publish(p *provider, ev Event, to []RelayID) EventID {
 	ev.ID = s.newEventID()
 	ev.Author = p.id
-	e := &ev
+	return s.send(p, &ev, to)
+}
+
+func (s *Sim) send(p *provider, e *Event, to []RelayID) EventID {
 	if to == nil {
 		for r := range s.relays {
 			to = append(to, RelayID(r))
@@ -704,7 +710,7 @@ func (s *Sim) publish(p *provider, ev Event, to []RelayID) EventID {
 		}
 		s.schedule(s.now+s.cfg.PublishTimeout, func() { result(false) })
 	}
-	return ev.ID
+	return e.ID
 }
 
 func (s *Sim) fanOut(r RelayID, e *Event) {
@@ -799,6 +805,10 @@ func (e env) Self() ProviderID { return e.p.id }
 func (e env) NumRelays() int   { return len(e.s.relays) }
 func (e env) Publish(ev Event, to []RelayID) EventID {
 	return e.s.publish(e.p, ev, to)
+}
+func (e env) Republish(ev Event, to []RelayID) {
+	ev.Author = e.p.id
+	e.s.send(e.p, &ev, to)
 }
 func (e env) Query(r RelayID, match func(*Event) bool) QueryID {
 	return e.s.query(e.p, r, match)

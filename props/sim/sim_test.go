@@ -52,3 +52,49 @@ func TestAnchorPartitionedPrimaryTwoWriters(t *testing.T) {
 	}
 	t.Logf("%s at %v\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
 }
+
+func newLeaseWorld(t *testing.T, providers, m, n int) *sim.Sim {
+	t.Helper()
+	cfg := sim.DefaultConfig()
+	cfg.Providers, cfg.Relays, cfg.Seed = providers, n, 11
+	cfg.TickInterval = time.Second
+	lc := sim.LeaseConfig(m, n)
+	spec := sim.LeaseSpec(lc, "w", providers)
+	nodes := make([]sim.Node, providers)
+	for i := range nodes {
+		nodes[i] = sim.NewLeaseNode(lc, spec, sim.ProviderID(i), providers)
+	}
+	s, err := sim.New(cfg, nodes, nil)
+	if err != nil {
+		t.Fatalf("New() = %v, want nil", err)
+	}
+	s.AddChecker(sim.SingleWriter("w"))
+	s.Boot()
+	return s
+}
+
+func TestLeaseHealthyNoFailover(t *testing.T) {
+	s := newLeaseWorld(t, 3, 2, 3)
+	s.RunFor(2 * time.Hour)
+	if v := s.Violation(); v != nil {
+		t.Fatalf("Violation() = %v, want nil\n%s", v.Msg, sim.FormatTimeline(v.Timeline))
+	}
+	if got := s.Describe(); got != "P0:live@1 P1:standby@1 P2:standby@1 " {
+		t.Fatalf("Describe() = %q, want all healthy\n%s", got, sim.FormatTimeline(s.Timeline()))
+	}
+	t.Logf("steps %d\n%s", s.Steps(), sim.FormatTimeline(s.Timeline()))
+}
+
+func TestLeaseKilledPrimaryFailsOver(t *testing.T) {
+	s := newLeaseWorld(t, 3, 2, 3)
+	s.RunFor(10 * time.Minute)
+	s.Kill(0)
+	s.RunFor(30 * time.Minute)
+	if v := s.Violation(); v != nil {
+		t.Fatalf("Violation() = %v, want nil\n%s", v.Msg, sim.FormatTimeline(v.Timeline))
+	}
+	if _, ok := s.Running(1, "w"); !ok {
+		t.Fatalf("Running(P1) = false, want true\n%s", sim.FormatTimeline(s.Timeline()))
+	}
+	t.Logf("%s\n%s", s.Describe(), sim.FormatTimeline(s.Timeline()))
+}

@@ -1,0 +1,517 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"provideragent/lease"
+)
+
+// LeaseHeartbeat is the body of a heartbeat published by a LeaseNode: the
+// (workload, epoch) pairs it holds (lease.Machine.Held).
+type LeaseHeartbeat struct {
+	Workloads []lease.WorkloadEpoch
+}
+
+// LeaseRevocation is the body of a revocation (kind 38385).
+type LeaseRevocation struct {
+	Workload  string
+	Epoch     uint64
+	Successor string
+	Standbys  []string
+	Reason    string
+}
+
+// LeaseClaim is the body of a promotion claim or withdrawn marker (kind
+// 38386, one d tag per workload and claimer).
+type LeaseClaim struct {
+	Workload string
+	Epoch    uint64
+	Active   bool
+}
+
+// ProviderKey is the hex pubkey of simulated provider p.
+func ProviderKey(p ProviderID) string { return fmt.Sprintf("%064x", int(p)+0xa0) }
+
+// RelayURL is the URL of simulated relay r.
+func RelayURL(r RelayID) string { return fmt.Sprintf("wss://r%d.sim", int(r)) }
+
+// LeaseConfig returns lease.DefaultConfig with the simulated relay set of n
+// relays and quorum m.
+func LeaseConfig(m, n int) lease.Config {
+	c := lease.DefaultConfig()
+	c.M, c.N = m, n
+	c.Relays = make([]string, n)
+	for i := range c.Relays {
+		c.Relays[i] = RelayURL(RelayID(i))
+	}
+	return c
+}
+
+// LeaseSpec is the grant of workload id to k providers: P0 is the primary at
+// epoch 1 and P1..Pk-1 the standbys in rank order (warm standby).
+func LeaseSpec(cfg lease.Config, id string, k int) lease.Spec {
+	s := lease.Spec{
+		ID:            id,
+		Primary:       ProviderKey(0),
+		Replication:   lease.ReplicationWarmStandby,
+		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure, MaxAttempts: 3},
+		Epoch:         1,
+		CreatedAt:     Epoch,
+		Relays:        append([]string(nil), cfg.Relays...),
+		Quorum:        cfg.M,
+	}
+	for i := 1; i < k; i++ {
+		s.Standbys = append(s.Standbys, ProviderKey(ProviderID(i)))
+	}
+	return s
+}
+
+// outboxEntry is one durable outbound event (revocation or withdrawn
+// marker) and the relays that have not yet accepted it. It is persisted with
+// the machine and retried until every relay accepted it, like courier/.
+type outboxEntry struct {
+	Ev      Event
+	Pending []bool
+}
+
+// leaseDisk is what survives a crash: the machine snapshot (as JSON, the
+// form the agent stores) and the outbox.
+type leaseDisk struct {
+	Snapshot []byte
+	Outbox   []outboxEntry
+	Created  map[string]int64 // last created_at per d tag (replaceable events)
+}
+
+type claimPub struct {
+	workload        string
+	epoch           uint64
+	accepted, total int
+	reported        bool
+}
+
+type claimRead struct {
+	workload  string
+	epoch     uint64
+	answered  int
+	read      int
+	claimers  map[ProviderID]bool
+	queries   map[QueryID]bool
+	completed bool
+}
+
+type timerRead struct {
+	workload string
+	epoch    uint64
+}
+type timerRespawn struct {
+	workload string
+	epoch    uint64
+	attempt  int
+}
+type timerOutbox struct{}
+
+// OutboxRetry is how often a LeaseNode re-sends outbox events that some
+// relay has not accepted yet.
+const OutboxRetry = 30 * time.Second
+
+// LeaseNode drives one lease.Machine exactly as lease/doc.go tells a driver
+// to (the agent's loop, minus sockets and SQL): it tracks the grant at first
+// boot, feeds every verified event from every relay (its own heartbeats
+// included), ticks every TickInterval and after every observation, publishes
+// heartbeats listing Held() every HeartbeatInterval, performs effects in
+// order after persisting, runs the claim-step feedback loop (ClaimPublished
+// once M relays said OK true or all answered or timed out; at ReadClaims.At
+// it reads every relay, feeds each claim to ObserveClaim and reports
+// ClaimsRead when every relay answered), sends revocations and withdrawn
+// markers through a durable outbox, and after a crash restores the snapshot,
+// re-issues Outstanding() and reports RelaySynced on each EOSE.
+type LeaseNode struct {
+	cfg  lease.Config
+	spec lease.Spec
+	self ProviderID
+	key  string
+	keys map[string]ProviderID
+
+	m       *lease.Machine
+	disk    *leaseDisk
+	outbox  []outboxEntry
+	created map[string]int64
+	nextHB  time.Time
+	pubs    map[EventID]*claimPub
+	reads   map[QueryID]*claimRead
+	err     error
+}
+
+// NewLeaseNode returns provider self's driver for spec under cfg.
+func NewLeaseNode(cfg lease.Config, spec lease.Spec, self ProviderID, providers int) *LeaseNode {
+	n := &LeaseNode{cfg: cfg, spec: spec, self: self, key: ProviderKey(self), keys: map[string]ProviderID{}}
+	for i := 0; i < providers; i++ {
+		n.keys[ProviderKey(ProviderID(i))] = ProviderID(i)
+	}
+	return n
+}
+
+// Machine returns the node's machine (nil while crashed).
+func (n *LeaseNode) Machine() *lease.Machine { return n.m }
+
+// Err returns the first driver error (a machine call that failed).
+func (n *LeaseNode) Err() error { return n.err }
+
+func (n *LeaseNode) fail(env Env, err error) {
+	if n.err == nil {
+		n.err = err
+		env.Logf("DRIVER ERROR: %v", err)
+	}
+}
+
+func (n *LeaseNode) name(key string) string {
+	if p, ok := n.keys[key]; ok {
+		return fmt.Sprintf("P%d", p)
+	}
+	if key == "" {
+		return "-"
+	}
+	return key[:8]
+}
+
+// Boot implements Node.
+func (n *LeaseNode) Boot(env Env, now time.Time) {
+	n.pubs = map[EventID]*claimPub{}
+	n.reads = map[QueryID]*claimRead{}
+	n.nextHB = now
+	if n.disk == nil {
+		m, err := lease.New(n.cfg, n.key)
+		if err != nil {
+			n.fail(env, fmt.Errorf("new machine: %w", err))
+			return
+		}
+		n.m = m
+		n.created = map[string]int64{}
+		effs, err := m.Track(now, n.spec)
+		if err != nil {
+			n.fail(env, fmt.Errorf("track: %w", err))
+			return
+		}
+		n.apply(env, now, effs)
+		return
+	}
+	var snap lease.Snapshot
+	if err := json.Unmarshal(n.disk.Snapshot, &snap); err != nil {
+		n.fail(env, fmt.Errorf("decode snapshot: %w", err))
+		return
+	}
+	m, effs, err := lease.Restore(now, n.cfg, snap)
+	if err != nil {
+		n.fail(env, fmt.Errorf("restore: %w", err))
+		return
+	}
+	n.m = m
+	n.outbox = n.disk.Outbox
+	n.created = n.disk.Created
+	n.disk = nil
+	env.Logf("restored from snapshot: %s", n.Describe())
+	n.apply(env, now, effs)
+	n.apply(env, now, m.Outstanding())
+	n.flushOutbox(env)
+}
+
+// Crash implements Node: the machine state and outbox persisted after the
+// last input survive (the simulator crashes providers only between inputs,
+// and the driver persists after every input), the rest is lost.
+func (n *LeaseNode) Crash() {
+	if n.m == nil {
+		return
+	}
+	b, err := json.Marshal(n.m.Snapshot())
+	if err != nil {
+		panic(fmt.Sprintf("lease snapshot does not marshal: %v", err)) // a lease bug, not an input
+	}
+	created := make(map[string]int64, len(n.created))
+	for k, v := range n.created {
+		created[k] = v
+	}
+	n.disk = &leaseDisk{Snapshot: b, Outbox: n.outbox, Created: created}
+	n.m, n.outbox, n.pubs, n.reads = nil, nil, nil, nil
+}
+
+// Held implements Node: the workloads this machine holds in state Live.
+func (n *LeaseNode) Held() map[string]uint64 {
+	if n.m == nil {
+		return nil
+	}
+	st, ok := n.m.State(n.spec.ID)
+	if !ok || st != lease.StateLive {
+		return nil
+	}
+	w, _ := n.m.Workload(n.spec.ID)
+	return map[string]uint64{n.spec.ID: w.Epoch}
+}
+
+// Describe implements Node.
+func (n *LeaseNode) Describe() string {
+	if n.m == nil {
+		return "down"
+	}
+	w, ok := n.m.Workload(n.spec.ID)
+	if !ok {
+		return "untracked"
+	}
+	s := fmt.Sprintf("%s@%d", w.State, w.Epoch)
+	if w.State == lease.StatePromoting {
+		s += fmt.Sprintf("(%s->%d)", w.Phase, w.Target)
+	}
+	return s
+}
+
+// createdAt returns a created_at for an event with d tag d: now, but
+// strictly after the last one with the same d tag, so that a replacement
+// (a withdrawn marker after its claim) always wins NIP-01's tie-break.
+func (n *LeaseNode) createdAt(d string, now time.Time) int64 {
+	c := now.Unix()
+	if last, ok := n.created[d]; ok && c <= last {
+		c = last + 1
+	}
+	n.created[d] = c
+	return c
+}
+
+// Tick implements Node.
+func (n *LeaseNode) Tick(env Env, now time.Time) {
+	if n.m == nil {
+		return
+	}
+	if !now.Before(n.nextHB) {
+		n.nextHB = now.Add(n.cfg.HeartbeatInterval)
+		hb := LeaseHeartbeat{Workloads: n.m.Held(nil)}
+		env.Publish(Event{Kind: KindHeartbeat, CreatedAt: now.Unix(), D: fmt.Sprint(now.Unix() / 60), Body: hb}, nil)
+	}
+	n.apply(env, now, n.m.Tick(now))
+}
+
+// Receive implements Node.
+func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
+	if n.m == nil {
+		return
+	}
+	author := ProviderKey(ev.Author)
+	switch b := ev.Body.(type) {
+	case LeaseHeartbeat:
+		n.apply(env, now, n.m.ObserveHeartbeat(now, lease.Heartbeat{
+			Provider:  author,
+			Relay:     RelayURL(r),
+			EventID:   fmt.Sprintf("%016x", uint64(ev.ID)),
+			CreatedAt: time.Unix(ev.CreatedAt, 0),
+			Listed:    true,
+			Workloads: b.Workloads,
+		}))
+	case LeaseRevocation:
+		n.apply(env, now, n.m.ObserveRevocation(now, lease.Revocation{
+			Workload: b.Workload, Signer: author, Epoch: b.Epoch,
+			Successor: b.Successor, Standbys: b.Standbys, Reason: b.Reason,
+		}))
+	case LeaseClaim:
+		n.apply(env, now, n.m.ObserveClaim(now, lease.PromotionClaim{
+			Workload: b.Workload, Claimer: author, Epoch: b.Epoch, Active: b.Active, Relay: RelayURL(r),
+		}))
+	default:
+		return
+	}
+	n.apply(env, now, n.m.Tick(now))
+}
+
+// EOSE implements Node.
+func (n *LeaseNode) EOSE(env Env, now time.Time, r RelayID) {
+	if n.m == nil {
+		return
+	}
+	n.apply(env, now, n.m.RelaySynced(now, RelayURL(r)))
+	n.apply(env, now, n.m.Tick(now))
+	n.flushOutbox(env)
+}
+
+// PublishResult implements Node.
+func (n *LeaseNode) PublishResult(env Env, now time.Time, r RelayID, id EventID, ok bool) {
+	if n.m == nil {
+		return
+	}
+	if ok {
+		for i := range n.outbox {
+			if n.outbox[i].Ev.ID == id {
+				n.outbox[i].Pending[r] = false
+			}
+		}
+		n.pruneOutbox()
+	}
+	p := n.pubs[id]
+	if p == nil || p.reported {
+		return
+	}
+	p.total++
+	if ok {
+		p.accepted++
+	}
+	if p.accepted >= n.cfg.M || p.total >= env.NumRelays() {
+		p.reported = true
+		delete(n.pubs, id)
+		env.Logf("claim for epoch %d accepted by %d relays", p.epoch, p.accepted)
+		n.apply(env, now, n.m.ClaimPublished(now, lease.ClaimAck{Workload: p.workload, Epoch: p.epoch, Accepted: p.accepted}))
+	}
+}
+
+// QueryResult implements Node.
+func (n *LeaseNode) QueryResult(env Env, now time.Time, r RelayID, q QueryID, evs []*Event, ok bool) {
+	if n.m == nil {
+		return
+	}
+	rd := n.reads[q]
+	if rd == nil || rd.completed {
+		return
+	}
+	delete(n.reads, q)
+	rd.answered++
+	if ok {
+		rd.read++
+		for _, ev := range evs {
+			c, isClaim := ev.Body.(LeaseClaim)
+			if !isClaim || c.Workload != rd.workload {
+				continue
+			}
+			n.apply(env, now, n.m.ObserveClaim(now, lease.PromotionClaim{
+				Workload: c.Workload, Claimer: ProviderKey(ev.Author), Epoch: c.Epoch, Active: c.Active, Relay: RelayURL(r),
+			}))
+			if c.Active && c.Epoch >= rd.epoch && ev.Author != n.self {
+				rd.claimers[ev.Author] = true
+			}
+		}
+	}
+	if rd.answered < env.NumRelays() {
+		return
+	}
+	rd.completed = true
+	env.Logf("read claims for epoch %d: %d relays read, %d competing", rd.epoch, rd.read, len(rd.claimers))
+	n.apply(env, now, n.m.ClaimsRead(now, lease.ClaimRead{
+		Workload: rd.workload, Epoch: rd.epoch, Relays: rd.read, Competing: len(rd.claimers),
+	}))
+}
+
+// Timer implements Node.
+func (n *LeaseNode) Timer(env Env, now time.Time, tag any) {
+	if n.m == nil {
+		return
+	}
+	switch t := tag.(type) {
+	case timerRead:
+		rd := &claimRead{workload: t.workload, epoch: t.epoch, claimers: map[ProviderID]bool{}, queries: map[QueryID]bool{}}
+		for r := 0; r < env.NumRelays(); r++ {
+			q := env.Query(RelayID(r), func(ev *Event) bool {
+				c, ok := ev.Body.(LeaseClaim)
+				return ok && ev.Kind == KindClaim && c.Workload == t.workload
+			})
+			n.reads[q] = rd
+		}
+	case timerRespawn:
+		env.Start(t.workload, t.epoch)
+		n.apply(env, now, n.m.RespawnDone(now, lease.RespawnResult{Workload: t.workload, Attempt: t.attempt, OK: true}))
+	case timerOutbox:
+		n.flushOutbox(env)
+		if len(n.outbox) > 0 {
+			env.At(now.Add(OutboxRetry), timerOutbox{})
+		}
+	}
+}
+
+func (n *LeaseNode) pruneOutbox() {
+	out := n.outbox[:0]
+	for _, e := range n.outbox {
+		for _, p := range e.Pending {
+			if p {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	n.outbox = out
+}
+
+// flushOutbox re-sends every outbox event to the relays that have not
+// accepted it yet (the same signed event, as courier/ does).
+func (n *LeaseNode) flushOutbox(env Env) {
+	for _, e := range n.outbox {
+		var to []RelayID
+		for r, p := range e.Pending {
+			if p {
+				to = append(to, RelayID(r))
+			}
+		}
+		if len(to) > 0 {
+			env.Republish(e.Ev, to)
+		}
+	}
+}
+
+func (n *LeaseNode) enqueue(env Env, now time.Time, ev Event) {
+	id := env.Publish(ev, nil)
+	ev.ID, ev.Author = id, n.self
+	e := outboxEntry{Ev: ev, Pending: make([]bool, env.NumRelays())}
+	for i := range e.Pending {
+		e.Pending[i] = true
+	}
+	if len(n.outbox) == 0 {
+		env.At(now.Add(OutboxRetry), timerOutbox{})
+	}
+	n.outbox = append(n.outbox, e)
+}
+
+// apply performs effects in order (the machine state is already
+// "persisted": see Crash).
+func (n *LeaseNode) apply(env Env, now time.Time, effs []lease.Effect) {
+	for _, e := range effs {
+		switch e := e.(type) {
+		case lease.EnteredState:
+			env.Logf("%s -> %s (epoch %d)", orNew(e.From), e.To, e.Epoch)
+		case lease.StartWorkload:
+			env.Start(e.ID, e.Epoch)
+		case lease.StopWorkload:
+			env.Stop(e.ID)
+			env.Logf("  stop reason: %s", e.Reason)
+		case lease.PublishRevocation:
+			env.Logf("publishes revocation of epoch %d, successor %s (%s)", e.Epoch, n.name(e.Successor), e.Reason)
+			n.enqueue(env, now, Event{Kind: KindRevocation, CreatedAt: n.createdAt("rev:"+e.ID, now), D: e.ID, Body: LeaseRevocation{
+				Workload: e.ID, Epoch: e.Epoch, Successor: e.Successor, Standbys: e.Standbys, Reason: e.Reason,
+			}})
+		case lease.PublishClaim:
+			env.Logf("publishes claim for epoch %d", e.Epoch)
+			id := env.Publish(Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, now), D: e.ID, Body: LeaseClaim{
+				Workload: e.ID, Epoch: e.Epoch, Active: true,
+			}}, nil)
+			n.pubs[id] = &claimPub{workload: e.ID, epoch: e.Epoch}
+		case lease.WithdrawClaim:
+			env.Logf("withdraws claim for epoch %d", e.Epoch)
+			n.enqueue(env, now, Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, now), D: e.ID, Body: LeaseClaim{
+				Workload: e.ID, Epoch: e.Epoch, Active: false,
+			}})
+		case lease.ReadClaims:
+			env.At(e.At, timerRead{workload: e.ID, epoch: e.Epoch})
+		case lease.AttemptRespawn:
+			env.At(e.At, timerRespawn{workload: e.ID, epoch: e.Epoch, attempt: e.Attempt})
+		case lease.Failed:
+			env.Logf("FAILED: %s", e.Reason)
+		case lease.QuorumReport:
+			env.Logf("quorum report (lost at %s)", e.LostAt.Format(time.TimeOnly))
+		default:
+			n.fail(env, fmt.Errorf("unknown effect %T: %s", e, strings.TrimSpace(e.String())))
+		}
+	}
+}
+
+func orNew(s lease.State) string {
+	if s == "" {
+		return "(new)"
+	}
+	return string(s)
+}
+
+var _ Node = (*LeaseNode)(nil)
