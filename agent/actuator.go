@@ -1,0 +1,127 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"provideragent/lease"
+)
+
+// actuator runs backend operations off the machine goroutine, in order per
+// workload, and reports their outcomes back as machine inputs. It is the
+// FenceGate of the Nostr forwarder: a workload is fenced when nothing is
+// queued for it and its process does not run.
+type actuator struct {
+	backend Backend
+	logger  *slog.Logger
+	report  func(ctx context.Context, in input)
+
+	mu     sync.Mutex
+	queues map[string][]op
+	busy   map[string]bool
+	wg     sync.WaitGroup
+}
+
+type opKind int
+
+const (
+	opStart opKind = iota
+	opStop
+	opRespawn
+)
+
+type op struct {
+	kind    opKind
+	epoch   uint64
+	command []string
+	attempt int
+	at      time.Time
+	reason  string
+}
+
+func newActuator(b Backend, logger *slog.Logger, report func(ctx context.Context, in input)) *actuator {
+	return &actuator{backend: b, logger: logger, report: report, queues: map[string][]op{}, busy: map[string]bool{}}
+}
+
+// enqueue adds an operation for workload id; a worker goroutine (one per
+// workload with queued work) runs them in order until ctx ends.
+func (a *actuator) enqueue(ctx context.Context, id string, o op) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queues[id] = append(a.queues[id], o)
+	if a.busy[id] {
+		return
+	}
+	a.busy[id] = true
+	a.wg.Add(1)
+	go a.work(ctx, id)
+}
+
+func (a *actuator) work(ctx context.Context, id string) {
+	defer a.wg.Done()
+	for {
+		a.mu.Lock()
+		q := a.queues[id]
+		if len(q) == 0 {
+			delete(a.queues, id)
+			delete(a.busy, id)
+			a.mu.Unlock()
+			return
+		}
+		o := q[0]
+		a.mu.Unlock()
+		a.run(ctx, id, o)
+		a.mu.Lock()
+		a.queues[id] = a.queues[id][1:]
+		a.mu.Unlock()
+	}
+}
+
+func (a *actuator) run(ctx context.Context, id string, o op) {
+	switch o.kind {
+	case opStart:
+		if ctx.Err() != nil {
+			return
+		}
+		if err := a.backend.Start(ctx, id, o.epoch, o.command); err != nil {
+			a.logger.Error("start workload", "workload", id, "epoch", o.epoch, "err", err)
+			a.report(ctx, input{exit: &Exit{ID: id, Epoch: o.epoch, Reason: "start failed: " + err.Error()}})
+		}
+	case opStop:
+		// A stop runs even during shutdown: fencing must complete.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		if err := a.backend.Stop(sctx, id); err != nil {
+			a.logger.Error("stop workload", "workload", id, "err", err)
+		}
+		cancel()
+	case opRespawn:
+		if d := time.Until(o.at); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		err := a.backend.Start(ctx, id, o.epoch, o.command)
+		res := lease.RespawnResult{Workload: id, Attempt: o.attempt, OK: err == nil}
+		if err != nil {
+			res.Reason = err.Error()
+		}
+		a.report(ctx, input{respawn: &res})
+	}
+}
+
+// Fenced implements FenceGate.
+func (a *actuator) Fenced(id string) bool {
+	a.mu.Lock()
+	pending := len(a.queues[id]) > 0 || a.busy[id]
+	a.mu.Unlock()
+	return !pending && !a.backend.Running(id)
+}
+
+// wait blocks until every worker has returned (after ctx ended).
+func (a *actuator) wait() { a.wg.Wait() }

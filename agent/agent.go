@@ -1,0 +1,537 @@
+package agent
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"provideragent/courier"
+	"provideragent/heartbeat"
+	"provideragent/lease"
+)
+
+// ErrInvalidConfig wraps every Config.Validate failure.
+var ErrInvalidConfig = errors.New("agent: invalid config")
+
+// Config is the agent's runtime configuration (agent/config turns the TOML
+// file, environment and flags into one).
+type Config struct {
+	// Lease is the lease machine's configuration; Lease.Relays is the relay
+	// set the agent connects to and judges quorum over.
+	Lease lease.Config
+	// SecretKey is the identity (hex or nsec).
+	SecretKey string
+	// DialAddrs maps a canonical relay URL to the websocket URL actually
+	// dialled (a proxy in the demo and tests). Events stay labelled with
+	// the canonical URL.
+	DialAddrs map[string]string
+	// TrustedIssuers are hex public keys whose lease grants (kind 38388)
+	// are accepted from relays.
+	TrustedIssuers []string
+	// RestartMaxAttempts is used for grants whose restart policy is
+	// on-failure or always (the wire format carries no count). Default 5.
+	RestartMaxAttempts int
+	// Listen is the /metrics, /healthz and /status address; "" disables it.
+	// Default "127.0.0.1:9464".
+	Listen string
+	// TickInterval is how often the machine's Tick runs. Default 250 ms.
+	TickInterval time.Duration
+	// PublishTimeout bounds one publish (heartbeats, claims). Default 5 s.
+	PublishTimeout time.Duration
+	// HeartbeatTTL is the NIP-40 expiration of our heartbeats. Default
+	// 2 x Lease.Stale.
+	HeartbeatTTL time.Duration
+	// Ingest bounds what the verifying ingest accepts; MaxSkew and
+	// HeartbeatMaxAge are taken from Lease.
+	Ingest heartbeat.Config
+	// Courier tunes the outbox (revocations).
+	Courier courier.Config
+	// StopWorkloadsOnExit stops every workload process when Run returns
+	// (default false: processes keep running across an agent restart; the
+	// demo and tests set it).
+	StopWorkloadsOnExit bool
+	// Name labels this agent in logs and timeline events. Default: the npub.
+	Name string
+}
+
+// DefaultConfig returns the defaults; set SecretKey and Lease.Relays.
+func DefaultConfig() Config {
+	c := courier.DefaultConfig()
+	c.MaxAttempts = 20
+	c.InitialBackoff = 200 * time.Millisecond
+	c.MaxBackoff = time.Minute
+	c.ForwardTimeout = 20 * time.Second
+	return Config{
+		Lease:              lease.DefaultConfig(),
+		RestartMaxAttempts: 5,
+		Listen:             "127.0.0.1:9464",
+		TickInterval:       250 * time.Millisecond,
+		PublishTimeout:     5 * time.Second,
+		Ingest:             heartbeat.DefaultConfig(),
+		Courier:            c,
+	}
+}
+
+// Validate reports the first invalid field, naming it and its value.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if err := c.Lease.Validate(); err != nil {
+		return fmt.Errorf("%w: lease: %w", ErrInvalidConfig, err)
+	}
+	if _, err := heartbeat.NewKeys(c.SecretKey); err != nil {
+		return bad("secret key: %v", err)
+	}
+	for i, k := range c.TrustedIssuers {
+		if !lease.IsHexPubkey(k) {
+			return bad("trusted_issuers[%d] = %q, must be a 64-character lower-case hex pubkey", i, k)
+		}
+	}
+	for canon, dial := range c.DialAddrs {
+		if _, err := lease.NormalizeRelayURL(dial); err != nil {
+			return bad("dial_addrs[%q] = %q: %v", canon, dial, err)
+		}
+	}
+	if c.RestartMaxAttempts < 0 || c.RestartMaxAttempts > lease.MaxRestartAttempts {
+		return bad("restart_max_attempts = %d, must be 0 to %d", c.RestartMaxAttempts, lease.MaxRestartAttempts)
+	}
+	if c.TickInterval <= 0 || c.TickInterval > c.Lease.Stale {
+		return bad("tick_interval = %v, must be positive and at most lease stale %v", c.TickInterval, c.Lease.Stale)
+	}
+	if c.PublishTimeout <= 0 {
+		return bad("publish_timeout = %v, must be positive", c.PublishTimeout)
+	}
+	if c.HeartbeatTTL < 0 {
+		return bad("heartbeat_ttl = %v, must not be negative", c.HeartbeatTTL)
+	}
+	if err := c.Courier.Validate(); err != nil {
+		return fmt.Errorf("%w: courier: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// Deps are the agent's injected collaborators.
+type Deps struct {
+	// DB is the agent's SQLite file (sqlitedb.Open). Required; the caller
+	// closes it after Run returned.
+	DB *sql.DB
+	// Logger defaults to a discarding logger.
+	Logger *slog.Logger
+	// Registerer receives every collector (agent, heartbeat ingest,
+	// courier); Gatherer serves /metrics. Default: a fresh registry.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	// Backend runs workloads. Default: NewProcessBackend(10s).
+	Backend Backend
+	// Pool is the relay layer. Default: the built-in websocket client over
+	// Lease.Relays and DialAddrs.
+	Pool RelayPool
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// OnEvent receives timeline events (the demo prints them). It is called
+	// from the agent's goroutines and must not block.
+	OnEvent func(Event)
+}
+
+// Event is one notable thing the agent did or saw, for a human timeline.
+type Event struct {
+	Time     time.Time
+	Agent    string
+	Kind     string // heartbeat, quorum, state, start, stop, revocation, claim, read, received
+	Workload string
+	Detail   string
+}
+
+// input is one machine input, produced off the machine goroutine.
+type input struct {
+	hb        *lease.Heartbeat
+	rev       *lease.Revocation
+	claims    []lease.PromotionClaim
+	grant     *lease.Spec
+	exit      *Exit
+	respawn   *lease.RespawnResult
+	claimAck  *lease.ClaimAck
+	claimRead *lease.ClaimRead
+	cursorTS  int64 // created_at of the event, for the cursor (0: none)
+}
+
+// Agent is one running provider agent.
+type Agent struct {
+	cfg     Config
+	db      *sql.DB
+	logger  *slog.Logger
+	keys    *heartbeat.Keys
+	self    string
+	name    string
+	now     func() time.Time
+	onEvent func(Event)
+
+	reg      prometheus.Registerer
+	gatherer prometheus.Gatherer
+	met      *metrics
+
+	m        *lease.Machine
+	restored []lease.Effect
+
+	pool     RelayPool
+	ingestor *heartbeat.Ingestor
+	outbox   *courier.Courier
+	backend  Backend
+	act      *actuator
+	policy   *signerPolicy
+	cursor   *cursorTracker
+	http     *httpServer
+
+	inputs chan input
+	raw    chan RelayEvent
+
+	held      atomic.Pointer[[]heartbeat.WorkloadEpoch]
+	statusMu  sync.Mutex
+	status    Status
+	synced    map[string]bool
+	hadQuorum bool
+	lastStat  time.Time
+	saved     map[string]string // workload id -> last saved state+epoch, to skip unchanged rows
+	fgWG      sync.WaitGroup    // feedback goroutines (claims, reads)
+}
+
+// New builds an agent: it migrates the agent and courier tables, restores
+// the persisted machine (or starts an empty one) and opens the status
+// listener. Nothing runs until Run.
+func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.DB == nil {
+		return nil, fmt.Errorf("new agent: %w: no database", ErrInvalidConfig)
+	}
+	keys, err := heartbeat.NewKeys(cfg.SecretKey)
+	if err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	a := &Agent{
+		cfg: cfg, db: deps.DB, logger: deps.Logger, keys: keys, self: keys.PublicKey(),
+		now: deps.Now, onEvent: deps.OnEvent, reg: deps.Registerer, gatherer: deps.Gatherer,
+		backend: deps.Backend, pool: deps.Pool,
+		inputs: make(chan input, 1024), raw: make(chan RelayEvent, 1024),
+		synced: map[string]bool{}, saved: map[string]string{},
+	}
+	if a.logger == nil {
+		a.logger = slog.New(slog.DiscardHandler)
+	}
+	a.name = cfg.Name
+	if a.name == "" {
+		a.name = keys.Npub()
+	}
+	a.logger = a.logger.With("agent", a.name)
+	if a.now == nil {
+		a.now = time.Now
+	}
+	if a.reg == nil {
+		r := prometheus.NewRegistry()
+		a.reg, a.gatherer = r, r
+	}
+	if a.gatherer == nil {
+		if g, ok := a.reg.(prometheus.Gatherer); ok {
+			a.gatherer = g
+		} else {
+			a.gatherer = prometheus.NewRegistry()
+		}
+	}
+	if a.met, err = newMetrics(a.reg); err != nil {
+		return nil, fmt.Errorf("new agent: register metrics: %w", err)
+	}
+	if a.backend == nil {
+		a.backend = NewProcessBackend(10*time.Second, a.logger)
+	}
+	if err := Migrate(ctx, a.db); err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	if err := a.restore(ctx); err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	a.policy = newSignerPolicy(cfg.TrustedIssuers)
+	a.refreshPolicy(a.m.IDs())
+	icfg := cfg.Ingest
+	icfg.MaxSkew = cfg.Lease.MaxSkew
+	icfg.HeartbeatMaxAge = cfg.Lease.Stale
+	if a.ingestor, err = heartbeat.NewIngestor(icfg, a.policy, a.reg, a.logger); err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	cur, err := loadCursor(ctx, a.db)
+	if err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	a.cursor = newCursorTracker(cur)
+	if a.pool == nil {
+		a.pool = newRelayClient(RelayClientConfig{
+			Relays:     a.m.Relays(),
+			DialAddrs:  normaliseKeys(cfg.DialAddrs),
+			Filters:    a.filters,
+			Sign:       keys.Sign,
+			OnReceived: func(r string) { a.met.eventsReceived.WithLabelValues(r).Inc() },
+			OnPublish:  func(r, o string) { a.met.publish.WithLabelValues(r, o).Inc() },
+			Logger:     a.logger,
+		})
+	}
+	if a.outbox, err = courier.Open(ctx, a.db, cfg.Courier, courier.Deps{Logger: a.logger, Registerer: a.reg}); err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
+	a.act = newActuator(a.backend, a.logger, a.send)
+	if cfg.Listen != "" {
+		if a.http, err = newHTTPServer(cfg.Listen, a.gatherer, a.Status, a.healthy); err != nil {
+			_ = a.outbox.Close()
+			return nil, fmt.Errorf("new agent: %w", err)
+		}
+	}
+	a.publishHeld()
+	a.refreshStatus(a.now())
+	return a, nil
+}
+
+func normaliseKeys(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if n, err := lease.NormalizeRelayURL(k); err == nil {
+			out[n] = v
+		} else {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// restore loads the persisted machine or creates an empty one.
+func (a *Agent) restore(ctx context.Context) error {
+	snap, ok, err := loadSnapshot(ctx, a.db)
+	if err != nil {
+		return err
+	}
+	now := a.now()
+	if !ok {
+		a.m, err = lease.New(a.cfg.Lease, a.self)
+		return err
+	}
+	if snap.Self != a.self {
+		return fmt.Errorf("restore: database belongs to provider %s, this key is %s", snap.Self, a.self)
+	}
+	a.m, a.restored, err = lease.Restore(now, a.cfg.Lease, snap)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	a.restored = append(a.restored, a.m.Outstanding()...)
+	// Restored holders may still run their process (we do not stop
+	// processes when the agent dies): Syncing keeps listing them, and
+	// RelaySynced starts them again idempotently.
+	a.logger.Info("restored lease machine", "workloads", a.m.Len(), "awaiting_sync", a.m.AwaitingSync())
+	return nil
+}
+
+// Addr is the status server's address ("" when disabled).
+func (a *Agent) Addr() string {
+	if a.http == nil {
+		return ""
+	}
+	return a.http.Addr()
+}
+
+// PublicKey is the agent's hex public key.
+func (a *Agent) PublicKey() string { return a.self }
+
+// Npub is the agent's npub.
+func (a *Agent) Npub() string { return a.keys.Npub() }
+
+// Run runs every loop until ctx ends, then shuts down cleanly: in-flight
+// writes finish, sockets close, every goroutine is awaited.
+func (a *Agent) Run(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	goLoop := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(runCtx); err != nil && runCtx.Err() == nil {
+				a.logger.Error("loop failed", "loop", name, "err", err)
+			}
+		}()
+	}
+	if a.http != nil {
+		goLoop("http", a.http.serve)
+	}
+	goLoop("relays", func(ctx context.Context) error { return a.pool.Run(ctx, a.raw) })
+	for range 2 {
+		goLoop("ingest", a.ingestLoop)
+	}
+	goLoop("courier", func(ctx context.Context) error {
+		return a.outbox.Run(ctx, &NostrForwarder{
+			Pool: a.pool, Quorum: a.cfg.Lease.M, Timeout: a.cfg.PublishTimeout, Gate: a.act,
+			OnAck: a.onOutboxAck,
+		})
+	})
+	goLoop("heartbeat", a.heartbeatLoop)
+	goLoop("backend-exits", a.exitLoop)
+
+	err := a.machineLoop(runCtx)
+	cancel()
+	wg.Wait()
+	a.fgWG.Wait()
+	a.act.wait()
+	if a.cfg.StopWorkloadsOnExit {
+		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+		for _, id := range a.m.IDs() {
+			_ = a.backend.Stop(sctx, id)
+		}
+		scancel()
+	}
+	if cerr := a.outbox.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("close courier: %w", cerr)
+	}
+	return err
+}
+
+// send hands an input to the machine goroutine unless ctx ended.
+func (a *Agent) send(ctx context.Context, in input) {
+	select {
+	case a.inputs <- in:
+	case <-ctx.Done():
+	}
+}
+
+func (a *Agent) emit(kind, workload, format string, args ...any) {
+	if a.onEvent == nil {
+		return
+	}
+	a.onEvent(Event{Time: a.now(), Agent: a.name, Kind: kind, Workload: workload, Detail: fmt.Sprintf(format, args...)})
+}
+
+func (a *Agent) exitLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ex := <-a.backend.Exits():
+			a.send(ctx, input{exit: &ex})
+		}
+	}
+}
+
+// filters are the live subscription's filters, recomputed at every
+// (re)subscribe.
+func (a *Agent) filters() nostr.Filters {
+	now := a.now()
+	hbSince := nostr.Timestamp(now.Add(-a.cfg.Lease.Stale).Unix())
+	f := nostr.Filters{
+		{Kinds: []int{heartbeat.KindHeartbeat, heartbeat.KindHeartbeatEphemeral}, Since: &hbSince},
+	}
+	other := nostr.Filter{Kinds: []int{heartbeat.KindRevocation, heartbeat.KindPromotion, heartbeat.KindLeaseGrant}}
+	if c := a.cursor.Cursor(); c > 0 {
+		// Margin for signers' clock offsets and relay delay.
+		s := nostr.Timestamp(c - int64((a.cfg.Lease.MaxSkew+a.cfg.Lease.RelayDelay)/time.Second) - 1)
+		other.Since = &s
+	}
+	return append(f, other)
+}
+
+func (a *Agent) healthy() error {
+	if a.pool == nil {
+		return errors.New("not started")
+	}
+	up := 0
+	for _, r := range a.pool.Status() {
+		if r.Connected {
+			up++
+		}
+	}
+	if up < a.cfg.Lease.M {
+		return fmt.Errorf("%d relays connected, quorum needs %d", up, a.cfg.Lease.M)
+	}
+	return nil
+}
+
+// Status returns the latest status document (refreshed every second).
+func (a *Agent) Status() Status {
+	a.statusMu.Lock()
+	s := a.status
+	a.statusMu.Unlock()
+	s.Relays = a.pool.Status()
+	return s
+}
+
+// publishHeld publishes the (workload, epoch) pairs held, for heartbeats.
+func (a *Agent) publishHeld() {
+	held := a.m.Held(nil)
+	out := make([]heartbeat.WorkloadEpoch, len(held))
+	for i, h := range held {
+		out[i] = heartbeat.WorkloadEpoch{ID: h.ID, Epoch: h.Epoch}
+	}
+	a.held.Store(&out)
+}
+
+// refreshStatus rebuilds the status document and the gauges (machine
+// goroutine only).
+func (a *Agent) refreshStatus(now time.Time) {
+	a.lastStat = now
+	ids := a.m.IDs()
+	ws := make([]WorkloadStatus, 0, len(ids))
+	counts := a.m.StateCounts(nil)
+	for _, id := range ids {
+		w, ok := a.m.Workload(id)
+		if !ok {
+			continue
+		}
+		role := "standby"
+		if w.Holder == a.self || w.State == lease.StatePromoting {
+			role = "primary"
+		}
+		ws = append(ws, WorkloadStatus{
+			ID: id, State: string(w.State), Epoch: w.Epoch, Primary: w.Holder, Standbys: w.Spec.Standbys,
+			Role: role, Running: a.backend.Running(id),
+		})
+	}
+	for _, s := range lease.States {
+		a.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))
+	}
+	q := 0.0
+	if a.m.HasQuorum(now, a.self) {
+		q = 1
+	}
+	a.met.quorum.WithLabelValues(a.self).Set(q)
+	for _, r := range a.pool.Status() {
+		c := 0.0
+		if r.Connected {
+			c = 1
+		}
+		a.met.relayConnected.WithLabelValues(r.URL).Set(c)
+		a.met.relayReconnect.WithLabelValues(r.URL).Set(float64(r.Reconnects))
+	}
+	a.statusMu.Lock()
+	a.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.m.AwaitingSync(), Workloads: ws}
+	a.statusMu.Unlock()
+}
+
+// Track adds a lease grant directly (tests and the demo; operators use
+// QueueGrant). It is safe to call while Run runs.
+func (a *Agent) Track(ctx context.Context, spec lease.Spec) {
+	s := spec
+	a.send(ctx, input{grant: &s})
+}
+
+// held returns the current heartbeat list.
+func (a *Agent) heldList() []heartbeat.WorkloadEpoch {
+	p := a.held.Load()
+	if p == nil {
+		return nil
+	}
+	return slices.Clone(*p)
+}

@@ -1,0 +1,624 @@
+package agent
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/courier"
+	"provideragent/heartbeat"
+	"provideragent/internal/sqlitedb"
+	"provideragent/lease"
+)
+
+// maxBatch bounds how many inputs one machine step folds into one commit.
+const maxBatch = 256
+
+// machineLoop owns the lease machine: it feeds inputs, ticks, persists each
+// step with its outbox rows in one transaction, then performs the effects.
+func (a *Agent) machineLoop(ctx context.Context) error {
+	if len(a.restored) > 0 {
+		effs := a.restored
+		a.restored = nil
+		if err := a.commit(ctx, a.now(), effs, nil); err != nil {
+			return err
+		}
+	}
+	tick := time.NewTicker(a.cfg.TickInterval)
+	defer tick.Stop()
+	cmds := time.NewTicker(time.Second)
+	defer cmds.Stop()
+	save := time.NewTicker(5 * time.Second)
+	defer save.Stop()
+	a.applyCommands(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return a.saveMeta(context.WithoutCancel(ctx))
+		case in := <-a.inputs:
+			now := a.now()
+			var effs []lease.Effect
+			var cursors []int64
+			effs, cursors = a.feed(now, in, effs, cursors)
+		drain:
+			for i := 1; i < maxBatch; i++ {
+				select {
+				case in = <-a.inputs:
+					effs, cursors = a.feed(now, in, effs, cursors)
+				default:
+					break drain
+				}
+			}
+			if err := a.commit(ctx, now, effs, nil); err != nil {
+				a.met.stepErrors.Inc()
+				a.logger.Error("persist step", "err", err)
+				if ctx.Err() != nil {
+					return nil
+				}
+			}
+			for _, c := range cursors {
+				a.cursor.Done(c)
+			}
+		case <-tick.C:
+			now := a.now()
+			effs := a.syncRelays(now)
+			effs = append(effs, a.m.Tick(now)...)
+			if err := a.commit(ctx, now, effs, nil); err != nil {
+				a.met.stepErrors.Inc()
+				a.logger.Error("persist tick", "err", err)
+			}
+			a.watchQuorum(now)
+			if now.Sub(a.lastStat) >= time.Second {
+				a.refreshStatus(now)
+			}
+		case <-cmds.C:
+			a.applyCommands(ctx)
+		case <-save.C:
+			if err := a.saveMeta(ctx); err != nil {
+				a.logger.Error("save machine", "err", err)
+			}
+		}
+	}
+}
+
+// feed applies one input to the machine and appends its effects.
+func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []int64) ([]lease.Effect, []int64) {
+	if in.cursorTS > 0 {
+		cursors = append(cursors, in.cursorTS)
+	}
+	switch {
+	case in.hb != nil:
+		effs = append(effs, a.m.ObserveHeartbeat(now, *in.hb)...)
+	case in.rev != nil:
+		r := *in.rev
+		if r.Epoch == heartbeat.EpochUnknown {
+			if w, ok := a.m.Workload(r.Workload); ok {
+				r.Epoch = w.Epoch // Paygress: the epoch the primary held
+			}
+		}
+		if r.Successor == "" {
+			if w, ok := a.m.Workload(r.Workload); ok && len(w.Spec.Standbys) > 0 {
+				r.Successor = w.Spec.Standbys[0]
+			}
+		}
+		a.met.revocations.WithLabelValues("received").Inc()
+		a.emit("received", r.Workload, "revocation of epoch %d from %s, successor %s", r.Epoch, short(r.Signer), short(r.Successor))
+		effs = append(effs, a.m.ObserveRevocation(now, r)...)
+	case in.grant != nil:
+		e, err := a.m.Track(now, *in.grant)
+		if err != nil {
+			a.logger.Warn("lease grant refused", "workload", in.grant.ID, "err", err)
+		} else if len(e) > 0 {
+			a.refreshPolicy([]string{in.grant.ID})
+		}
+		effs = append(effs, e...)
+	case in.exit != nil:
+		effs = append(effs, a.m.ProcessExited(now, lease.ProcessExit{Workload: in.exit.ID, Epoch: in.exit.Epoch, Reason: in.exit.Reason})...)
+	case in.respawn != nil:
+		a.met.respawns.Inc()
+		effs = append(effs, a.m.RespawnDone(now, *in.respawn)...)
+	case in.claimAck != nil:
+		effs = append(effs, a.m.ClaimPublished(now, *in.claimAck)...)
+	}
+	for _, c := range in.claims {
+		effs = append(effs, a.m.ObserveClaim(now, c)...)
+	}
+	if in.claimRead != nil {
+		effs = append(effs, a.m.ClaimsRead(now, *in.claimRead)...)
+	}
+	return effs, cursors
+}
+
+// syncRelays reports relays that delivered EOSE (rule 10), once the events
+// they delivered before it have been fed.
+func (a *Agent) syncRelays(now time.Time) []lease.Effect {
+	if !a.m.AwaitingSync() || len(a.raw) > 0 || len(a.inputs) > 0 {
+		return nil
+	}
+	var out []lease.Effect
+	for _, r := range a.pool.Status() {
+		if r.EOSE && !a.synced[r.URL] {
+			a.synced[r.URL] = true
+			out = append(out, a.m.RelaySynced(now, r.URL)...)
+		}
+	}
+	if !a.m.AwaitingSync() {
+		a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.synced))
+	}
+	return out
+}
+
+func (a *Agent) watchQuorum(now time.Time) {
+	q := a.m.HasQuorum(now, a.self)
+	if q == a.hadQuorum {
+		return
+	}
+	a.hadQuorum = q
+	if q {
+		a.emit("quorum", "", "own heartbeats seen on >= %d of %d relays: quorum", a.cfg.Lease.M, a.cfg.Lease.N)
+	} else {
+		a.emit("quorum", "", "own heartbeats on fewer than %d relays: quorum LOST", a.cfg.Lease.M)
+	}
+}
+
+// commit persists the workloads the effects concern, with the outbox rows of
+// their revocations, in one transaction, then performs the effects.
+func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, extra func(tx *sql.Tx) error) error {
+	if len(effs) == 0 && extra == nil {
+		return nil
+	}
+	start := time.Now()
+	seen := map[string]bool{}
+	var ws []lease.WorkloadSnapshot
+	var ids []string
+	for _, e := range effs {
+		id := e.Workload()
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		ids = append(ids, id)
+		if w, ok := a.m.Workload(id); ok {
+			ws = append(ws, w)
+		}
+	}
+	// Sign revocations before the transaction (no I/O inside it but SQL).
+	type outRow struct {
+		bundle []byte
+		key    string
+	}
+	var rows []outRow
+	for _, e := range effs {
+		r, ok := e.(lease.PublishRevocation)
+		if !ok {
+			continue
+		}
+		w, _ := a.m.Workload(r.ID)
+		ev, err := heartbeat.BuildRevocation(a.keys, heartbeat.RevocationParams{
+			WorkloadID: r.ID, Standbys: r.Standbys, Reason: r.Reason, At: now,
+			StateURI: w.Spec.StateURI, Successor: r.Successor, Epoch: r.Epoch,
+		})
+		if err != nil {
+			return fmt.Errorf("build revocation of %s: %w", r.ID, err)
+		}
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return fmt.Errorf("encode revocation of %s: %w", r.ID, err)
+		}
+		rows = append(rows, outRow{bundle: b, key: fmt.Sprintf("revocation:%s:%d", r.ID, r.Epoch)})
+	}
+	err := sqlitedb.InTx(ctx, a.db, func(tx *sql.Tx) error {
+		if err := saveWorkloads(ctx, tx, now, ws); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if _, err := a.outbox.SendTx(ctx, tx, r.bundle, "agent", courier.SendOptions{IdempotencyKey: r.key}); err != nil &&
+				!errors.Is(err, courier.ErrIdempotencyConflict) {
+				return fmt.Errorf("queue revocation: %w", err)
+			}
+		}
+		if extra != nil {
+			return extra(tx)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("commit step: %w", err)
+	}
+	a.refreshPolicy(ids)
+	a.perform(ctx, now, effs)
+	a.met.stepSeconds.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// perform runs effects in order; backend work and network waits go to
+// owned goroutines that report back as inputs.
+func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect) {
+	heldChanged := false
+	for _, e := range effs {
+		a.met.effects.WithLabelValues(effectType(e)).Inc()
+		a.logger.Debug("effect", "effect", e.String())
+		switch e := e.(type) {
+		case lease.EnteredState:
+			from := string(e.From)
+			if from == "" {
+				from = "new"
+			}
+			a.met.transitions.WithLabelValues(from, string(e.To)).Inc()
+			a.logger.Info("workload state", "workload", e.ID, "from", from, "to", e.To, "epoch", e.Epoch)
+			a.emit("state", e.ID, "%s -> %s (epoch %d)", from, e.To, e.Epoch)
+			heldChanged = true
+		case lease.StartWorkload:
+			w, _ := a.m.Workload(e.ID)
+			a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
+			a.act.enqueue(ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command})
+		case lease.StopWorkload:
+			a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, e.Reason)
+			a.act.enqueue(ctx, e.ID, op{kind: opStop, epoch: e.Epoch, reason: e.Reason})
+		case lease.PublishRevocation:
+			a.met.revocations.WithLabelValues("queued").Inc()
+			a.emit("revocation", e.ID, "revocation of epoch %d queued in the outbox (successor %s): %s", e.Epoch, short(e.Successor), e.Reason)
+		case lease.PublishClaim:
+			a.met.promotions.WithLabelValues("claimed").Inc()
+			a.goFeedback(ctx, func(ctx context.Context) { a.publishClaim(ctx, e.ID, e.Epoch, heartbeat.ClaimActive) })
+		case lease.WithdrawClaim:
+			a.met.promotions.WithLabelValues("withdrawn").Inc()
+			a.goFeedback(ctx, func(ctx context.Context) { a.publishClaim(ctx, e.ID, e.Epoch, heartbeat.ClaimWithdrawn) })
+		case lease.ReadClaims:
+			a.goFeedback(ctx, func(ctx context.Context) { a.readClaims(ctx, e) })
+		case lease.AttemptRespawn:
+			w, _ := a.m.Workload(e.ID)
+			a.emit("respawn", e.ID, "respawn attempt %d at %s", e.Attempt, e.At.Format(time.TimeOnly))
+			a.act.enqueue(ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt, at: e.At})
+		case lease.Failed:
+			a.logger.Error("workload failed", "workload", e.ID, "epoch", e.Epoch, "reason", e.Reason)
+			a.emit("failed", e.ID, "failed at epoch %d: %s", e.Epoch, e.Reason)
+		case lease.QuorumReport:
+			a.logger.Warn("workload without standby lacks relay quorum; it keeps running", "workload", e.ID, "since", e.LostAt)
+			a.emit("quorum", e.ID, "no quorum since %s; no standby, keeps running", e.LostAt.Format(time.TimeOnly))
+		}
+	}
+	if heldChanged {
+		a.publishHeld()
+	}
+}
+
+func effectType(e lease.Effect) string {
+	switch e.(type) {
+	case lease.EnteredState:
+		return "entered_state"
+	case lease.StartWorkload:
+		return "start"
+	case lease.StopWorkload:
+		return "stop"
+	case lease.PublishRevocation:
+		return "publish_revocation"
+	case lease.PublishClaim:
+		return "publish_claim"
+	case lease.WithdrawClaim:
+		return "withdraw_claim"
+	case lease.ReadClaims:
+		return "read_claims"
+	case lease.AttemptRespawn:
+		return "attempt_respawn"
+	case lease.Failed:
+		return "failed"
+	case lease.QuorumReport:
+		return "quorum_report"
+	}
+	return "other"
+}
+
+func (a *Agent) goFeedback(ctx context.Context, f func(context.Context)) {
+	a.fgWG.Add(1)
+	go func() {
+		defer a.fgWG.Done()
+		f(ctx)
+	}()
+}
+
+// publishClaim publishes a promotion claim (or withdrawn marker) and, for an
+// active claim, reports how many relays accepted it.
+func (a *Agent) publishClaim(ctx context.Context, id string, epoch uint64, status heartbeat.ClaimStatus) {
+	ev, err := heartbeat.BuildPromotion(a.keys, heartbeat.PromotionParams{WorkloadID: id, At: a.now(), Epoch: epoch, Status: status})
+	if err != nil {
+		a.logger.Error("build promotion claim", "workload", id, "err", err)
+		if status == heartbeat.ClaimActive {
+			a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: id, Epoch: epoch}})
+		}
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
+	res := a.pool.Publish(pctx, ev)
+	cancel()
+	if status != heartbeat.ClaimActive {
+		return
+	}
+	a.emit("claim", id, "promotion claim for epoch %d accepted by %d of %d relays", epoch, len(res.Accepted), a.cfg.Lease.N)
+	a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: id, Epoch: epoch, Accepted: len(res.Accepted)}})
+}
+
+// readClaims waits until r.At, reads the workload's promotion claims from the
+// relays, feeds each and reports the read.
+func (a *Agent) readClaims(ctx context.Context, r lease.ReadClaims) {
+	if d := r.At.Sub(a.now()); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+	qctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
+	evs, eose := a.pool.Query(qctx, nostr.Filter{
+		Kinds: []int{heartbeat.KindPromotion},
+		Tags:  nostr.TagMap{"d": []string{heartbeat.PromotionDTag(r.ID)}},
+	})
+	cancel()
+	now := a.now()
+	var claims []lease.PromotionClaim
+	rivals := map[string]bool{}
+	for _, re := range evs {
+		got, err := a.ingestor.Ingest(ctx, now, re.Event)
+		if err != nil || got.Promotion == nil {
+			continue
+		}
+		p := got.Promotion
+		if p.WorkloadID != r.ID {
+			continue
+		}
+		c := lease.PromotionClaim{Workload: p.WorkloadID, Claimer: p.Signer, Epoch: p.Epoch, Active: p.Status != heartbeat.ClaimWithdrawn, Relay: re.Relay}
+		claims = append(claims, c)
+		if c.Claimer != a.self && c.Active && (c.Epoch >= r.Epoch || c.Epoch == heartbeat.EpochUnknown) {
+			rivals[c.Claimer] = true
+		}
+	}
+	a.emit("read", r.ID, "read claims for epoch %d on %d relays: %d competing", r.Epoch, eose, len(rivals))
+	a.send(ctx, input{claims: claims, claimRead: &lease.ClaimRead{Workload: r.ID, Epoch: r.Epoch, Relays: eose, Competing: len(rivals)}})
+}
+
+// ingestLoop verifies and decodes relay events and feeds machine inputs.
+func (a *Agent) ingestLoop(ctx context.Context) error {
+	for {
+		var re RelayEvent
+		select {
+		case <-ctx.Done():
+			return nil
+		case re = <-a.raw:
+		}
+		now := a.now()
+		var ts int64
+		if re.Event.Kind != heartbeat.KindHeartbeat && re.Event.Kind != heartbeat.KindHeartbeatEphemeral {
+			ts = int64(re.Event.CreatedAt)
+			a.cursor.Begin(ts)
+		}
+		in, ok := a.decode(ctx, now, re)
+		if !ok {
+			if ts > 0 {
+				a.cursor.Done(ts)
+			}
+			continue
+		}
+		in.cursorTS = ts
+		select {
+		case a.inputs <- in:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input, bool) {
+	got, err := a.ingestor.Ingest(ctx, now, re.Event)
+	if err != nil {
+		reason := string(heartbeat.ReasonOf(err))
+		a.met.eventsRejected.WithLabelValues(reason).Inc()
+		a.logger.Debug("event rejected", "relay", re.Relay, "reason", reason, "err", err)
+		return input{}, false
+	}
+	switch {
+	case got.Heartbeat != nil:
+		h := got.Heartbeat
+		a.met.eventsAccepted.WithLabelValues("heartbeat").Inc()
+		if !h.Expiration.IsZero() && !now.Before(h.Expiration) {
+			a.met.eventsRejected.WithLabelValues("expired").Inc()
+			return input{}, false
+		}
+		hb := &lease.Heartbeat{
+			Provider: h.Provider, Relay: re.Relay, EventID: h.EventID, CreatedAt: h.CreatedAt,
+			ReceivedAt: now, Listed: h.ListsWorkloads,
+		}
+		if len(h.Workloads) > 0 {
+			hb.Workloads = make([]lease.WorkloadEpoch, len(h.Workloads))
+			for i, w := range h.Workloads {
+				hb.Workloads[i] = lease.WorkloadEpoch{ID: w.ID, Epoch: w.Epoch}
+			}
+		}
+		return input{hb: hb}, true
+	case got.Duplicate:
+		return input{}, false
+	case got.Revocation != nil:
+		r := got.Revocation
+		a.met.eventsAccepted.WithLabelValues("revocation").Inc()
+		return input{rev: &lease.Revocation{
+			Workload: r.WorkloadID, Signer: r.Signer, Epoch: r.Epoch, Successor: r.Successor,
+			Standbys: r.Standbys, Reason: r.Reason,
+		}}, true
+	case got.Promotion != nil:
+		p := got.Promotion
+		a.met.eventsAccepted.WithLabelValues("promotion").Inc()
+		if p.Signer != a.self {
+			a.emit("received", p.WorkloadID, "promotion claim (%s) for epoch %d from %s", p.Status, p.Epoch, short(p.Signer))
+		}
+		return input{claims: []lease.PromotionClaim{{
+			Workload: p.WorkloadID, Claimer: p.Signer, Epoch: p.Epoch,
+			Active: p.Status != heartbeat.ClaimWithdrawn, Relay: re.Relay,
+		}}}, true
+	case got.LeaseGrant != nil:
+		a.met.eventsAccepted.WithLabelValues("lease_grant").Inc()
+		spec := a.specFromGrant(got.LeaseGrant)
+		return input{grant: &spec}, true
+	}
+	return input{}, false
+}
+
+func (a *Agent) specFromGrant(g *heartbeat.LeaseGrant) lease.Spec {
+	pol := lease.RestartPolicy{Policy: lease.RestartNever}
+	if g.RestartPolicy == heartbeat.RestartOnFailure || g.RestartPolicy == heartbeat.RestartAlways {
+		pol = lease.RestartPolicy{Policy: lease.RestartOnFailure, MaxAttempts: a.cfg.RestartMaxAttempts}
+	}
+	return lease.Spec{
+		ID: g.WorkloadID, Primary: g.Primary, Standbys: g.Standbys, Replication: lease.Replication(g.Replication),
+		RestartPolicy: pol, Epoch: g.Epoch, Command: g.Command, CreatedAt: g.CreatedAt, ExpiresAt: g.ExpiresAt,
+		Relays: g.Relays, Quorum: g.Quorum,
+	}
+}
+
+// heartbeatLoop publishes our heartbeats (both kinds) every interval.
+func (a *Agent) heartbeatLoop(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.Lease.HeartbeatInterval)
+	defer t.Stop()
+	ttl := a.cfg.HeartbeatTTL
+	if ttl == 0 {
+		ttl = 2 * a.cfg.Lease.Stale
+	}
+	ttl = max(ttl, time.Second)
+	for {
+		held := a.heldList()
+		stored, eph, err := heartbeat.BuildHeartbeats(a.keys, heartbeat.HeartbeatParams{At: a.now(), Workloads: held, TTL: ttl})
+		if err != nil {
+			a.logger.Error("build heartbeat", "err", err)
+		} else {
+			timeout := min(a.cfg.PublishTimeout, a.cfg.Lease.HeartbeatInterval)
+			pctx, cancel := context.WithTimeout(ctx, timeout)
+			done := make(chan PublishResult, 1)
+			go func() { done <- a.pool.Publish(pctx, eph) }()
+			res := a.pool.Publish(pctx, stored)
+			<-done
+			cancel()
+			ids := make([]string, len(held))
+			for i, h := range held {
+				ids[i] = fmt.Sprintf("%s@%d", h.ID, h.Epoch)
+			}
+			a.emit("heartbeat", "", "heartbeat published, accepted by %d of %d relays, listing [%s]", len(res.Accepted), a.cfg.Lease.N, strings.Join(ids, " "))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// onOutboxAck is called when the courier delivered an event to quorum.
+func (a *Agent) onOutboxAck(ev *nostr.Event, res PublishResult) {
+	if ev.Kind == heartbeat.KindRevocation {
+		a.met.revocations.WithLabelValues("sent").Inc()
+		w := ""
+		if t := ev.Tags.GetFirst([]string{"workload", ""}); t != nil && len(*t) > 1 {
+			w = (*t)[1]
+		}
+		a.emit("revocation", w, "revocation delivered: accepted by %d relays (%s)", len(res.Accepted), strings.Join(res.Accepted, " "))
+	}
+}
+
+// saveMeta persists the machine's relay tables, every workload whose state
+// or epoch changed since the last save, and the cursor.
+func (a *Agent) saveMeta(ctx context.Context) error {
+	snap := a.m.Snapshot()
+	now := a.now()
+	var changed []lease.WorkloadSnapshot
+	for _, w := range snap.Workloads {
+		b, err := json.Marshal(&w)
+		if err != nil {
+			return fmt.Errorf("save machine: %w", err)
+		}
+		if a.saved[w.Spec.ID] != string(b) {
+			changed = append(changed, w)
+			a.saved[w.Spec.ID] = string(b)
+		}
+	}
+	return sqlitedb.InTx(ctx, a.db, func(tx *sql.Tx) error {
+		if err := saveWorkloads(ctx, tx, now, changed); err != nil {
+			return err
+		}
+		if err := saveMachineMeta(ctx, tx, snap); err != nil {
+			return err
+		}
+		return setMeta(ctx, tx, metaCursor, fmt.Sprint(a.cursor.Cursor()))
+	})
+}
+
+// applyCommands applies operator commands queued in the database.
+func (a *Agent) applyCommands(ctx context.Context) {
+	cmds, err := ListCommands(ctx, a.db, true)
+	if err != nil {
+		a.logger.Error("read operator commands", "err", err)
+		return
+	}
+	for _, c := range cmds {
+		now := a.now()
+		var effs []lease.Effect
+		result := "ok"
+		var release string
+		switch c.Action {
+		case "grant":
+			if c.Spec == nil {
+				result = "error: no spec"
+				break
+			}
+			e, err := a.m.Track(now, *c.Spec)
+			if err != nil {
+				result = "error: " + err.Error()
+			}
+			effs = e
+			a.emit("grant", c.Workload, "local operator grant applied: %s", result)
+		case "release":
+			w, ok := a.m.Workload(c.Workload)
+			if !ok {
+				result = "error: workload not tracked"
+				break
+			}
+			if w.State.Holding() {
+				effs = append(effs, lease.StopWorkload{ID: c.Workload, Epoch: w.Epoch, Reason: "released by operator"})
+			}
+			release = c.Workload
+		}
+		seq := c.Seq
+		err := a.commit(ctx, now, effs, func(tx *sql.Tx) error {
+			if release != "" {
+				if err := deleteWorkload(ctx, tx, release); err != nil {
+					return err
+				}
+			}
+			return markCommand(ctx, tx, seq, now, result)
+		})
+		if err != nil {
+			a.logger.Error("apply operator command", "seq", c.Seq, "err", err)
+			return
+		}
+		if release != "" {
+			a.m.Remove(release)
+			delete(a.saved, release)
+			a.publishHeld()
+			a.refreshPolicy([]string{release})
+		}
+	}
+}
+
+func short(hexKey string) string {
+	if len(hexKey) > 8 {
+		return hexKey[:8]
+	}
+	if hexKey == "" {
+		return "(none)"
+	}
+	return hexKey
+}

@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"sync"
+
+	"provideragent/heartbeat"
+)
+
+// signerPolicy answers heartbeat's signer rules from a copy of the lease
+// table that the machine goroutine keeps current; ingest goroutines read it.
+type signerPolicy struct {
+	issuers map[string]bool
+
+	mu        sync.RWMutex
+	workloads map[string]policyEntry
+}
+
+type policyEntry struct {
+	holder  string
+	members []string
+}
+
+var _ heartbeat.SignerPolicy = (*signerPolicy)(nil)
+
+func newSignerPolicy(issuers []string) *signerPolicy {
+	p := &signerPolicy{issuers: map[string]bool{}, workloads: map[string]policyEntry{}}
+	for _, k := range issuers {
+		p.issuers[k] = true
+	}
+	return p
+}
+
+func (p *signerPolicy) CurrentPrimary(id string) (string, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	e, ok := p.workloads[id]
+	return e.holder, ok
+}
+
+func (p *signerPolicy) IsMember(id, pubkey string) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	e, ok := p.workloads[id]
+	if !ok {
+		return false
+	}
+	for _, m := range e.members {
+		if m == pubkey {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *signerPolicy) AllowedIssuer(pubkey string) bool { return p.issuers[pubkey] }
+
+// refreshPolicy copies the holder and members of the given workloads from
+// the machine (machine goroutine only).
+func (a *Agent) refreshPolicy(ids []string) {
+	a.policy.mu.Lock()
+	defer a.policy.mu.Unlock()
+	for _, id := range ids {
+		w, ok := a.m.Workload(id)
+		if !ok {
+			delete(a.policy.workloads, id)
+			continue
+		}
+		members := append([]string{w.Spec.Primary}, w.Spec.Standbys...)
+		a.policy.workloads[id] = policyEntry{holder: w.Holder, members: members}
+	}
+}
