@@ -112,9 +112,9 @@ func (m *Machine) withdrawRetry(w *WorkloadSnapshot, out *[]Effect) {
 
 // abortClaim leaves the claim step because someone else holds or claims a
 // higher epoch, withdrawing the claim if it may still be active.
-func (m *Machine) abortClaim(w *WorkloadSnapshot, out *[]Effect) {
+func (m *Machine) abortClaim(w *WorkloadSnapshot, target uint64, out *[]Effect) {
 	if w.Phase == PhasePublishing || w.Phase == PhaseReading {
-		*out = append(*out, WithdrawClaim{ID: w.Spec.ID, Epoch: w.Target})
+		*out = append(*out, WithdrawClaim{ID: w.Spec.ID, Epoch: target})
 	}
 	m.enter(w, StateStandby, out)
 }

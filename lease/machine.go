@@ -289,7 +289,7 @@ func (m *Machine) enter(w *WorkloadSnapshot, to State, out *[]Effect) {
 		w.Phase, w.PhaseAt, w.Target, w.ClaimAttempt, w.ClaimFrom, w.Trigger = PhaseNone, time.Time{}, 0, 0, time.Time{}, ""
 	}
 	if to != StateSyncing {
-		w.Resume = ""
+		w.Resume, w.ResumeSince = "", time.Time{}
 	}
 	*out = append(*out, EnteredState{ID: w.Spec.ID, From: from, To: to, Epoch: w.Epoch})
 }

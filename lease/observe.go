@@ -112,7 +112,9 @@ func (m *Machine) higherEpochHeld(w *WorkloadSnapshot, pi int, e uint64, ri int,
 	case w.State == StateEvicted:
 		m.enter(w, StateFenced, out)
 	case w.State == StatePromoting:
-		m.abortClaim(w, out)
+		target := w.Target
+		m.follow(w, pi, e, recv)
+		m.abortClaim(w, target, out)
 	}
 	m.follow(w, pi, e, recv)
 	w.ClaimAt[ri] = recv
@@ -196,7 +198,7 @@ func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 	}
 	w.Rivals = append(w.Rivals, RivalClaim{Claimer: c.Claimer, Epoch: c.Epoch, SeenAt: now})
 	if w.State == StatePromoting && c.Epoch > w.Target {
-		m.abortClaim(w, &out)
+		m.abortClaim(w, w.Target, &out)
 	}
 	return out
 }

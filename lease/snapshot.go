@@ -66,8 +66,10 @@ type WorkloadSnapshot struct {
 	RespawnAt time.Time `json:"respawn_at,omitzero"`
 	// Reported is true once the current quorum loss was reported (rule 6).
 	Reported bool `json:"reported,omitempty"`
-	// Resume is the state a Syncing workload returns to.
-	Resume State `json:"resume,omitempty"`
+	// Resume is the state a Syncing workload returns to, and ResumeSince
+	// the Since it returns with.
+	Resume      State     `json:"resume,omitempty"`
+	ResumeSince time.Time `json:"resume_since,omitzero"`
 	// WatchFrom is when this standby began watching Holder at Epoch.
 	WatchFrom time.Time `json:"watch_from,omitzero"`
 	// ClaimAt holds, per relay (Snapshot.Relays order), the local time of
@@ -151,9 +153,16 @@ func (m *Machine) Snapshot() Snapshot {
 		s.Providers[i] = m.provs[i].copy()
 	}
 	for i, w := range m.list {
-		s.Workloads[i] = w.copy()
+		s.Workloads[i] = w.public()
 	}
 	return s
+}
+
+// public is a deep copy without the derived index fields.
+func (w *WorkloadSnapshot) public() WorkloadSnapshot {
+	c := w.copy()
+	c.holder, c.named = 0, nil
+	return c
 }
 
 // Workload returns a copy of one workload's persisted state.
@@ -162,7 +171,7 @@ func (m *Machine) Workload(id string) (WorkloadSnapshot, bool) {
 	if w == nil {
 		return WorkloadSnapshot{}, false
 	}
-	return w.copy(), true
+	return w.public(), true
 }
 
 // Restore rebuilds a machine from a snapshot taken by Snapshot, for an agent
@@ -236,7 +245,7 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 	var out []Effect
 	for _, w := range m.list {
 		if w.State == StateLive || w.State == StateSuspect {
-			w.Resume = w.State
+			w.Resume, w.ResumeSince = w.State, w.Since
 			m.enter(w, StateSyncing, &out)
 		}
 	}
@@ -249,6 +258,7 @@ func (w *WorkloadSnapshot) normaliseTimes() {
 	w.HealthySince = w.HealthySince.UTC()
 	w.RespawnAt = w.RespawnAt.UTC()
 	w.WatchFrom = w.WatchFrom.UTC()
+	w.ResumeSince = w.ResumeSince.UTC()
 	w.PhaseAt = w.PhaseAt.UTC()
 	w.ClaimFrom = w.ClaimFrom.UTC()
 	w.Spec.CreatedAt = w.Spec.CreatedAt.UTC()

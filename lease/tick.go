@@ -120,9 +120,8 @@ func (m *Machine) tickSuspect(w *WorkloadSnapshot, now time.Time, has bool, lost
 func (m *Machine) becomeLive(w *WorkloadSnapshot, out *[]Effect) {
 	w.Reported = false
 	if m.awaitingSync {
-		w.Resume = StateLive
+		w.Resume, w.ResumeSince, w.HealthySince = StateLive, m.now, m.now
 		m.enter(w, StateSyncing, out)
-		w.Resume = StateLive
 		return
 	}
 	w.HealthySince = m.now
@@ -277,11 +276,9 @@ func (m *Machine) RelaySynced(now time.Time, relay string) []Effect {
 		if w.State != StateSyncing {
 			continue
 		}
-		to := w.Resume
-		if to == StateLive {
-			w.HealthySince = m.now
-		}
-		m.enter(w, to, &out)
+		since := w.ResumeSince
+		m.enter(w, w.Resume, &out)
+		w.Since = since
 		out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: w.Epoch})
 	}
 	return out

@@ -1,0 +1,256 @@
+package lease
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func roundTrip(t testing.TB, snap Snapshot) Snapshot {
+	t.Helper()
+	b, err := json.Marshal(snap)
+	if err != nil {
+		t.Fatalf("json.Marshal(snapshot) = %v", err)
+	}
+	var out Snapshot
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("json.Unmarshal(snapshot) = %v", err)
+	}
+	return out
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string // substring of the error; empty: valid
+	}{
+		{"default", func(*Config) {}, ""},
+		{"m zero", func(c *Config) { c.M = 0 }, "m = 0"},
+		{"m above n", func(c *Config) { c.M = 4 }, "m = 4, must not exceed n = 3"},
+		{"n too large", func(c *Config) { c.N = MaxRelays + 1 }, "n = 33"},
+		{"relay count", func(c *Config) { c.Relays = c.Relays[:2] }, "relays has 2 entries"},
+		{"relay scheme", func(c *Config) { c.Relays[1] = "https://x.test" }, `relays[1] = "https://x.test"`},
+		{"relay duplicate", func(c *Config) { c.Relays[2] = "WSS://r1.test/" }, "duplicates"},
+		{"t1 zero", func(c *Config) { c.T1 = 0 }, "t1 = 0s"},
+		{"negative skew", func(c *Config) { c.MaxSkew = -time.Second }, "max_skew = -1s"},
+		{"stale below two heartbeats", func(c *Config) { c.Stale = 119 * time.Second }, "stale = 1m59s, must be at least twice heartbeat_interval = 1m0s"},
+		{"provision above t1+t2", func(c *Config) { c.ProvisionTimeout = 421 * time.Second }, "provision_timeout = 7m1s"},
+		{"takeover at fencing time", func(c *Config) { c.TakeoverAfter = 640 * time.Second }, "takeover_after = 10m40s, must exceed t1+t2+stale+max_skew+relay_delay = 10m40s"},
+		{"takeover just above", func(c *Config) { c.TakeoverAfter = 641 * time.Second }, ""},
+		{"restart max below initial", func(c *Config) { c.RestartMax = time.Second }, "restart_max = 1s"},
+		{"claim max below base", func(c *Config) { c.ClaimRetryMax = time.Second }, "claim_retry_max = 1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := testConfig()
+			tt.mod(&c)
+			err := c.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate(%s) = %v, want nil", tt.name, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate(%s) = %v, want error containing %q", tt.name, err, tt.want)
+			}
+		})
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("DefaultConfig().Validate() = %v, want nil", err)
+	}
+}
+
+func TestNormalizeRelayURL(t *testing.T) {
+	tests := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"wss://relay.example.com", "wss://relay.example.com", true},
+		{"WSS://Relay.Example.COM/", "wss://relay.example.com", true},
+		{"wss://relay.example.com:443/", "wss://relay.example.com", true},
+		{"ws://relay.example.com:80", "ws://relay.example.com", true},
+		{"wss://relay.example.com:4443/nostr/", "wss://relay.example.com:4443/nostr", true},
+		{" wss://relay.example.com#frag", "wss://relay.example.com", true},
+		{"wss://[::1]:7777", "wss://[::1]:7777", true},
+		{"https://relay.example.com", "", false},
+		{"wss://user:pw@relay.example.com", "", false},
+		{"wss://", "", false},
+		{"", "", false},
+		{"::::", "", false},
+	}
+	for _, tt := range tests {
+		got, err := NormalizeRelayURL(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("NormalizeRelayURL(%q) = %q, %v, want %q, ok=%v", tt.in, got, err, tt.want, tt.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidRelayURL) {
+			t.Errorf("NormalizeRelayURL(%q) error %v does not wrap ErrInvalidRelayURL", tt.in, err)
+		}
+	}
+}
+
+func TestSpecValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Spec)
+		want string
+	}{
+		{"valid", func(*Spec) {}, ""},
+		{"empty id", func(s *Spec) { s.ID = "" }, "id = \"\""},
+		{"id with space", func(s *Spec) { s.ID = "a b" }, "printable"},
+		{"primary not hex", func(s *Spec) { s.Primary = "npub1xyz" }, "primary"},
+		{"standby twice", func(s *Spec) { s.Standbys = append(s.Standbys, s.Standbys[0]) }, "names a provider twice"},
+		{"primary as standby", func(s *Spec) { s.Standbys = []string{s.Primary} }, "names a provider twice"},
+		{"standbys without warm-standby", func(s *Spec) { s.Replication = ReplicationNone }, "standbys need warm-standby"},
+		{"warm-standby without standby", func(s *Spec) { s.Standbys = nil }, "needs at least one standby"},
+		{"unknown replication", func(s *Spec) { s.Replication = "hot" }, "replication = \"hot\""},
+		{"unknown restart", func(s *Spec) { s.RestartPolicy.Policy = "always" }, "restart_policy.policy"},
+		{"negative attempts", func(s *Spec) { s.RestartPolicy.MaxAttempts = -1 }, "max_attempts = -1"},
+		{"epoch zero", func(s *Spec) { s.Epoch = 0 }, "epoch = 0"},
+		{"expiry before creation", func(s *Spec) { s.ExpiresAt = s.CreatedAt.Add(-time.Second) }, "expires_at"},
+		{"bad relay", func(s *Spec) { s.Relays = []string{"http://x"} }, "relays[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sp := warmSpec("w1", "alice", "bob")
+			tt.mod(&sp)
+			err := sp.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate(%s) = %v, want nil", tt.name, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrInvalidSpec) {
+				t.Fatalf("Validate(%s) = %v, want error containing %q", tt.name, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestTrackRelaySetAndRegrant(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	spec := warmSpec("w1", "alice", "bob")
+	spec.Relays = []string{"wss://r3.test", "WSS://r1.test/", "wss://r2.test"}
+	spec.Quorum = 2
+	h.track(0, spec)
+	// identical re-grant and an extension are accepted silently.
+	h.wantEffects("Track(same)", h.track(s, spec))
+	ext := spec
+	ext.ExpiresAt = at(time.Hour)
+	h.wantEffects("Track(extended)", h.track(2*s, ext))
+	changed := spec
+	changed.Epoch = 5
+	if _, err := h.m.Track(at(3*s), changed); !errors.Is(err, ErrAlreadyTracked) {
+		t.Fatalf("Track(changed epoch) = %v, want %v", err, ErrAlreadyTracked)
+	}
+	other := warmSpec("w2", "alice", "bob")
+	other.Relays = []string{"wss://r1.test", "wss://r2.test", "wss://r4.test"}
+	if _, err := h.m.Track(at(3*s), other); !errors.Is(err, ErrRelaySetMismatch) {
+		t.Fatalf("Track(other relays) = %v, want %v", err, ErrRelaySetMismatch)
+	}
+	other.Relays, other.Quorum = nil, 3
+	if _, err := h.m.Track(at(3*s), other); !errors.Is(err, ErrRelaySetMismatch) {
+		t.Fatalf("Track(other quorum) = %v, want %v", err, ErrRelaySetMismatch)
+	}
+	// expiry stops the workload.
+	effs := h.tick(time.Hour)
+	h.wantEffects("Tick(expiry)", effs, "entered w1 provisioning -> expired epoch=1", `stop w1 epoch=1 reason="lease expired"`)
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	h := newHarness(t, "bob", nil)
+	h.track(0, warmSpec("w1", "alice", "bob", "carol"))
+	h.track(0, warmSpec("w2", "bob", "carol"))
+	h.track(0, warmSpec("w3", "carol", "bob"))
+	for d := time.Duration(0); d <= 300*s; d += 60 * s {
+		h.hb(d, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+		h.hb(d, "bob", all3, []WorkloadEpoch{{"w2", 1}})
+		h.tick(d)
+	}
+	h.hb(300*s, "carol", []int{1}, nil)
+	h.m.ObserveClaim(at(301*s), PromotionClaim{Workload: "w3", Claimer: key("dave"), Epoch: 2, Active: true}) // not named: ignored
+	h.m.ObserveRevocation(at(302*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
+	h.m.ClaimPublished(at(303*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
+
+	snap := h.m.Snapshot()
+	rt := roundTrip(t, snap)
+	if !reflect.DeepEqual(snap, rt) {
+		t.Fatalf("JSON round trip changed the snapshot:\n%+v\nwant\n%+v", rt, snap)
+	}
+	m2, effs, err := Restore(at(303*s), h.m.Config(), rt)
+	if err != nil {
+		t.Fatalf("Restore() = %v", err)
+	}
+	h.wantEffects("Restore", effs, "entered w2 live -> syncing epoch=1")
+	m2.RelaySynced(at(303*s), "wss://r1.test")
+	m2.RelaySynced(at(303*s), "wss://r2.test")
+	if got, want := m2.Snapshot(), h.m.Snapshot(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Restore+sync snapshot = \n%+v\nwant\n%+v", got, want)
+	}
+	if got := m2.Outstanding(); render(got) != "read-claims w1 epoch=2 at=+5m13s" {
+		t.Fatalf("Outstanding() = %v", render(got))
+	}
+	bad := rt
+	bad.Version = 99
+	if _, _, err := Restore(at(303*s), h.m.Config(), bad); !errors.Is(err, ErrInvalidSnapshot) {
+		t.Fatalf("Restore(version 99) = %v, want %v", err, ErrInvalidSnapshot)
+	}
+}
+
+func FuzzRestore(f *testing.F) {
+	h := newHarness(&testing.T{}, "bob", nil)
+	h.m.Track(at(0), warmSpec("w1", "alice", "bob"))
+	h.m.ObserveHeartbeat(at(10*s), Heartbeat{Provider: key("alice"), Relay: "wss://r1.test", CreatedAt: at(10 * s), Listed: true, Workloads: []WorkloadEpoch{{"w1", 1}}})
+	b, _ := json.Marshal(h.m.Snapshot())
+	f.Add(b)
+	f.Add([]byte(`{"version":1}`))
+	f.Add([]byte(`{"version":1,"self":"` + key("bob") + `","relays":["wss://r1.test","wss://r2.test","wss://r3.test"],"workloads":[{"state":"live"}]}`))
+	cfg := testConfig()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var snap Snapshot
+		if json.Unmarshal(data, &snap) != nil {
+			return
+		}
+		m, _, err := Restore(at(0), cfg, snap)
+		if err != nil {
+			return
+		}
+		// a restored machine must survive any input without panicking.
+		m.Tick(at(time.Hour))
+		m.ObserveHeartbeat(at(time.Hour), Heartbeat{Provider: key("alice"), Relay: "wss://r2.test", CreatedAt: at(time.Hour), Listed: true, Workloads: []WorkloadEpoch{{"w1", 7}}})
+		m.RelaySynced(at(time.Hour), "wss://r1.test")
+		m.RelaySynced(at(time.Hour), "wss://r2.test")
+		m.Tick(at(100 * time.Hour))
+		_ = m.Snapshot()
+	})
+}
+
+func FuzzSpecValidate(f *testing.F) {
+	b, _ := json.Marshal(warmSpec("w1", "alice", "bob"))
+	f.Add(b)
+	f.Add([]byte(`{"id":"x","primary":"` + key("a") + `","replication":"none","restart_policy":{"policy":"never"},"epoch":1}`))
+	cfg := testConfig()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var sp Spec
+		if json.Unmarshal(data, &sp) != nil {
+			return
+		}
+		if sp.Validate() != nil {
+			return
+		}
+		m, err := New(cfg, sp.Primary)
+		if err != nil {
+			t.Fatalf("New() = %v", err)
+		}
+		if _, err := m.Track(at(0), sp); err != nil && !errors.Is(err, ErrRelaySetMismatch) {
+			t.Fatalf("Track(valid spec) = %v", err)
+		}
+		m.Tick(at(time.Hour))
+	})
+}
