@@ -377,7 +377,7 @@ func TestRule8_ConcurrentClaimersNeverBothStart(t *testing.T) {
 	carol.track(0, spec)
 	bob.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
 	carol.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("carol")}) // conflicting successor (e.g. a lying primary)
-	board := map[string]bool{"bob": true, "carol": true}                                                                       // both active
+	board := map[string]bool{"bob": true, "carol": true}                                                                      // both active
 	bob.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
 	carol.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
 	read := func(h *harness, self, other string, d time.Duration) []Effect {
