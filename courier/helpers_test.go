@@ -43,11 +43,15 @@ type env struct {
 
 func openDB(t testing.TB, path string) *sql.DB {
 	t.Helper()
-	db, err := sqlitedb.Open(context.Background(), path, sqlitedb.Options{})
+	db, err := openDBErr(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return db
+}
+
+func openDBErr(path string) (*sql.DB, error) {
+	return sqlitedb.Open(context.Background(), path, sqlitedb.Options{})
 }
 
 // newEnv opens a courier on a fresh SQLite file with a fake clock and
