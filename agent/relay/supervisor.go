@@ -633,6 +633,7 @@ func (ss *session) send(sub *mainSub) error {
 	sub.id = ss.c.nextID("pa-sub-")
 	ss.byID[sub.id] = sub
 	sub.eose = false
+	ss.eoseReported = false
 	sub.state = subActive
 	sub.sentAuthed = ss.c.isAuthed()
 	var since nostr.Timestamp

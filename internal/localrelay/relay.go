@@ -153,6 +153,8 @@ type Stats struct {
 	Events int `json:"events"`
 	// Closed is the number of subscriptions that got a fault CLOSED.
 	Closed int `json:"closed"`
+	// Held is the number of EVENTs waiting for their OK (HoldOK, WriteDelay).
+	Held int `json:"held"`
 }
 
 type subKey struct {
@@ -177,6 +179,7 @@ type Relay struct {
 	serveErr chan error
 	subs     map[subKey]bool // subscriptions seen by the CLOSED fault
 	closed   int
+	held     int
 	replayTo map[subKey][]nostr.Filter // subscriptions the replay fault serves
 
 	shutdownOnce sync.Once
@@ -322,9 +325,9 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 // Stats reports what the relay holds.
 func (r *Relay) Stats() Stats {
 	r.mu.Lock()
-	st, closed := r.store, r.closed
+	st, closed, held := r.store, r.closed, r.held
 	r.mu.Unlock()
-	s := Stats{Closed: closed}
+	s := Stats{Closed: closed, Held: held}
 	if st != nil {
 		s.Events = st.count()
 	}
@@ -459,6 +462,14 @@ func (r *Relay) rejectUnauthed(ctx context.Context) (bool, string) {
 }
 
 func (r *Relay) holdWrite(ctx context.Context, _ *nostr.Event) (bool, string) {
+	r.mu.Lock()
+	r.held++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.held--
+		r.mu.Unlock()
+	}()
 	ws := khatru.GetConnection(ctx)
 	var wsDone <-chan struct{}
 	if ws != nil {

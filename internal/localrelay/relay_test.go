@@ -147,6 +147,13 @@ func TestHoldOK(t *testing.T) {
 	r := relaytest.Start(t, "--hold-ok")
 	c := relaytest.Dial(t, r.URL())
 	c.Send(nostr.EventEnvelope{Event: signed(t, testKey, 1, "x", time.Now())})
+	deadline := time.Now().Add(wait)
+	for r.Stats().Held != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Stats().Held = %d, want 1", r.Stats().Held)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if env, err := c.Read(300 * time.Millisecond); err == nil {
 		t.Fatalf("Read() = %v, want no OK", env)
 	}
