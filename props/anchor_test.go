@@ -40,7 +40,7 @@ func splitBrainSearch() faultSpace {
 }
 
 func TestAnchorRuleSplitBrain(t *testing.T) {
-	found, out := expectCounterexample(t, "anchor", runSafety(anchorProtocol(), splitBrainSearch()))
+	found, out := expectCounterexample(t, "anchor", runSafety(anchorProtocol(), splitBrainSearch(), nil))
 	if !found {
 		t.Fatalf("rapid.Check(anchor rule) found no two-writer schedule, want one:\n%s", out)
 	}

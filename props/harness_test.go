@@ -131,8 +131,26 @@ func (w *world) relay(t *rapid.T) sim.RelayID {
 	return sim.RelayID(rapid.IntRange(0, w.sc.N-1).Draw(t, "relay"))
 }
 
+// drawDuration draws a duration in [lo, hi] as whole minutes plus seconds,
+// so that rapid's bias toward small integers does not make every wait tiny.
+func drawDuration(t *rapid.T, label string, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	span := hi - lo
+	var d time.Duration
+	if span >= time.Minute {
+		d = time.Duration(rapid.IntRange(0, int(span/time.Minute)).Draw(t, label+"Min")) * time.Minute
+	}
+	d += time.Duration(rapid.IntRange(0, 59).Draw(t, label+"Sec")) * time.Second
+	if d > span {
+		d = span
+	}
+	return lo + d
+}
+
 func (w *world) wait(t *rapid.T) {
-	d := time.Duration(rapid.Int64Range(int64(time.Second), int64(w.fs.MaxAdvance)).Draw(t, "wait")).Round(time.Second)
+	d := drawDuration(t, "wait", time.Second, w.fs.MaxAdvance)
 	w.s.RunFor(d)
 	t.Logf("  ... %v later (t=%v): %s", d, w.s.Now().Round(time.Millisecond), w.s.Describe())
 }
@@ -169,7 +187,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 		a["relayCrash"] = func(t *rapid.T) {
 			r := w.relay(t)
 			wipe := fs.Wipes && rapid.Bool().Draw(t, "wipe")
-			down := time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "down")).Round(time.Second)
+			down := drawDuration(t, "down", 0, time.Hour)
 			t.Logf("t=%v crash R%d (wipe %v) for %v", w.s.Now(), r, wipe, down)
 			w.s.CrashRelay(r, wipe)
 			w.s.After(down, func() { w.s.RestartRelay(r) })
@@ -205,7 +223,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			if !kill {
 				maxDown = fs.MaxPause // the workload runs unsupervised: bounded like a pause
 			}
-			down := time.Duration(rapid.Int64Range(0, int64(maxDown)).Draw(t, "down")).Round(time.Second)
+			down := drawDuration(t, "down", 0, maxDown)
 			t.Logf("t=%v crash P%d (node crash %v), restart %v later", w.s.Now(), p, kill, down)
 			w.s.CrashProvider(p, kill)
 			w.s.After(down, func() { w.s.RestartProvider(p) })
@@ -223,7 +241,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 	if fs.MaxPause > 0 {
 		a["pause"] = func(t *rapid.T) {
 			p := w.provider(t)
-			d := time.Duration(rapid.Int64Range(int64(fs.MinPause), int64(fs.MaxPause)).Draw(t, "pause")).Round(time.Second)
+			d := drawDuration(t, "pause", fs.MinPause, fs.MaxPause)
 			t.Logf("t=%v pause P%d for %v", w.s.Now(), p, d)
 			w.s.PauseFor(p, d)
 			w.wait(t)
@@ -233,7 +251,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 		a["pathDelay"] = func(t *rapid.T) {
 			author, receiver := w.provider(t), w.provider(t)
 			r := w.relay(t)
-			d := time.Duration(rapid.Int64Range(int64(fs.MinExtraDelay), int64(fs.ExtraDelay)).Draw(t, "delay")).Round(time.Second)
+			d := drawDuration(t, "delay", fs.MinExtraDelay, fs.ExtraDelay)
 			t.Logf("t=%v delay P%d's events from R%d to P%d by %v", w.s.Now(), author, r, receiver, d)
 			w.s.SetPathDelay(author, r, receiver, d)
 			w.wait(t)
@@ -244,9 +262,41 @@ func (w *world) actions() map[string]func(*rapid.T) {
 
 // runSafety is the safety property over proto and fs: build a world, let
 // rapid apply faults, and fail at the first two-writer instant.
-func runSafety(proto protocol, fs faultSpace) func(*rapid.T) {
+func runSafety(proto protocol, fs faultSpace, st *stats) func(*rapid.T) {
 	return func(t *rapid.T) {
 		w := newWorld(t, proto, fs)
 		t.Repeat(w.actions())
+		st.add(w)
 	}
+}
+
+// stats sums what the checks of one property simulated.
+type stats struct {
+	checks    int
+	events    uint64
+	simTime   time.Duration
+	failovers int // checks in which some standby started the workload
+	starts    int
+}
+
+func (st *stats) add(w *world) {
+	if st == nil {
+		return
+	}
+	st.checks++
+	st.events += w.s.Steps()
+	st.simTime += w.s.Now()
+	n, e := w.s.Starts()
+	st.starts += n
+	if e > 1 {
+		st.failovers++
+	}
+}
+
+func (st *stats) String() string {
+	if st.checks == 0 {
+		return "no completed checks"
+	}
+	return fmt.Sprintf("%d checks passed: %d simulated events, %v simulated time (%v per check on average), %d workload starts, failover in %d checks",
+		st.checks, st.events, st.simTime.Round(time.Second), (st.simTime / time.Duration(st.checks)).Round(time.Second), st.starts, st.failovers)
 }

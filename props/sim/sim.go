@@ -287,6 +287,8 @@ type Sim struct {
 	checkers  []Checker
 	violation *Violation
 	steps     uint64
+	starts    int
+	maxEpoch  uint64
 }
 
 // New builds a world with the given nodes (len(nodes) == cfg.Providers) and
@@ -330,6 +332,10 @@ func (s *Sim) Config() Config { return s.cfg }
 
 // Now is the current simulated instant.
 func (s *Sim) Now() time.Duration { return s.now }
+
+// Starts counts workload starts (a start of an already running copy at the
+// same epoch is not counted); MaxEpoch is the highest epoch started.
+func (s *Sim) Starts() (starts int, maxEpoch uint64) { return s.starts, s.maxEpoch }
 
 // Steps is the number of events processed so far.
 func (s *Sim) Steps() uint64 { return s.steps }
@@ -814,6 +820,13 @@ func (e env) Query(r RelayID, match func(*Event) bool) QueryID {
 	return e.s.query(e.p, r, match)
 }
 func (e env) Start(w string, epoch uint64) {
+	if old, ok := e.p.running[w]; ok && old == epoch {
+		return
+	}
+	e.s.starts++
+	if epoch > e.s.maxEpoch {
+		e.s.maxEpoch = epoch
+	}
 	e.p.running[w] = epoch
 	e.Logf("workload %s STARTED (epoch %d)", w, epoch)
 }

@@ -1,0 +1,87 @@
+package props
+
+import (
+	"fmt"
+	"time"
+
+	"provideragent/lease"
+)
+
+// Assumptions are the bounds the single-writer guarantee rests on. Within
+// them, the props tests check that no two providers ever run a workload at
+// the same instant; the TestAssumption... tests show a two-writer schedule
+// once a bound is exceeded.
+type Assumptions struct {
+	// MaxClockOffset bounds each provider's wall-clock offset from true time.
+	// Two providers then disagree by at most 2*MaxClockOffset = MaxSkew, so
+	// every heartbeat that counts for its signer also counts, within
+	// RelayDelay, for every observer (created_at stays inside
+	// [received-Stale, received+MaxSkew]), which the quorum-intersection
+	// argument of the takeover rule needs.
+	MaxClockOffset time.Duration
+	// MaxDriftPPM bounds each clock's rate error (parts per million). Drift
+	// stretches the holder's self-fencing time and shrinks the standby's
+	// takeover wait; it eats at most 2*MaxDriftPPM*1e-6*TakeoverAfter of the
+	// margin.
+	MaxDriftPPM int64
+	// MaxDelay bounds publish-to-delivery through a relay that is up, on a
+	// link that is not cut: lease.Config.RelayDelay. The claim step waits
+	// this long after M relays accepted a claim.
+	MaxDelay time.Duration
+	// MaxPause bounds how long a provider's agent may stall while its
+	// workload keeps running: a GC pause, a frozen VM, or an agent crash and
+	// restart that leaves the workload process up. A stalled holder does not
+	// self-fence, so the stall eats the margin directly.
+	MaxPause time.Duration
+	// TickInterval is the longest the driver waits between two Ticks.
+	TickInterval time.Duration
+}
+
+// Margin is the slack between the holder's self-fencing and a standby's
+// takeover: TakeoverAfter - (T1+T2+Stale+MaxSkew) - RelayDelay. lease's
+// Config.Validate insists it is positive; ticks, drift and pauses must fit
+// in it.
+func Margin(cfg lease.Config) time.Duration {
+	return cfg.TakeoverAfter - cfg.SelfFencingTime() - cfg.RelayDelay
+}
+
+// AssumptionsFor states the bounds for a lease configuration: offsets within
+// MaxSkew/2, drift within 1000 ppm (0.1 %, a hundred times a typical
+// crystal), delays within RelayDelay, pauses within half the margin, and a
+// tick every second.
+func AssumptionsFor(cfg lease.Config) Assumptions {
+	return Assumptions{
+		MaxClockOffset: cfg.MaxSkew / 2,
+		MaxDriftPPM:    1000,
+		MaxDelay:       cfg.RelayDelay,
+		MaxPause:       Margin(cfg) / 2,
+		TickInterval:   time.Second,
+	}
+}
+
+// DriftAllowance is how much of the margin clock drift can eat:
+// 2*MaxDriftPPM*1e-6*TakeoverAfter, rounded up to a millisecond.
+func (a Assumptions) DriftAllowance(cfg lease.Config) time.Duration {
+	d := time.Duration(2 * a.MaxDriftPPM * int64(cfg.TakeoverAfter/time.Millisecond) / 1e6)
+	return (d + 1) * time.Millisecond
+}
+
+// Validate checks that the bounds fit the configuration: clocks within
+// MaxSkew, delays within RelayDelay, and pause, drift and tick together
+// within the margin.
+func (a Assumptions) Validate(cfg lease.Config) error {
+	if 2*a.MaxClockOffset > cfg.MaxSkew {
+		return fmt.Errorf("assumptions: max clock offset = %v, must be at most max_skew/2 = %v", a.MaxClockOffset, cfg.MaxSkew/2)
+	}
+	if a.MaxDelay > cfg.RelayDelay {
+		return fmt.Errorf("assumptions: max delay = %v, must be at most relay_delay = %v", a.MaxDelay, cfg.RelayDelay)
+	}
+	if a.MaxDriftPPM < 0 || a.MaxDriftPPM >= 1e6 {
+		return fmt.Errorf("assumptions: max drift = %d ppm, must be in [0, 1e6)", a.MaxDriftPPM)
+	}
+	if used := a.MaxPause + a.TickInterval + a.DriftAllowance(cfg); used > Margin(cfg) {
+		return fmt.Errorf("assumptions: pause %v + tick %v + drift %v = %v, must fit the margin takeover_after-(t1+t2+stale+max_skew+relay_delay) = %v",
+			a.MaxPause, a.TickInterval, a.DriftAllowance(cfg), used, Margin(cfg))
+	}
+	return nil
+}
