@@ -1,0 +1,3 @@
+DROP TABLE agent_kv;
+DROP TABLE agent_relay_cursors;
+DROP TABLE agent_workload_state;
