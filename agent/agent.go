@@ -150,6 +150,9 @@ type Event struct {
 	Kind     string // heartbeat, quorum, state, start, stop, revocation, claim, read, received
 	Workload string
 	Detail   string
+	// State and Epoch are set for Kind "state" (the state entered).
+	State string
+	Epoch uint64
 }
 
 // input is one machine input, produced off the machine goroutine.
@@ -203,6 +206,9 @@ type Agent struct {
 	lastStat  time.Time
 	saved     map[string]string // workload id -> last saved state+epoch, to skip unchanged rows
 	fgWG      sync.WaitGroup    // feedback goroutines (claims, reads)
+
+	attemptMu sync.Mutex
+	attempted map[string]bool // revocation event ids whose first attempt was reported
 }
 
 // New builds an agent: it migrates the agent and courier tables, restores
@@ -224,7 +230,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		now: deps.Now, onEvent: deps.OnEvent, reg: deps.Registerer, gatherer: deps.Gatherer,
 		backend: deps.Backend, pool: deps.Pool,
 		inputs: make(chan input, 1024), raw: make(chan RelayEvent, 1024),
-		synced: map[string]bool{}, saved: map[string]string{},
+		synced: map[string]bool{}, saved: map[string]string{}, attempted: map[string]bool{},
 	}
 	if a.logger == nil {
 		a.logger = slog.New(slog.DiscardHandler)
@@ -376,7 +382,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	goLoop("courier", func(ctx context.Context) error {
 		return a.outbox.Run(ctx, &NostrForwarder{
 			Pool: a.pool, Quorum: a.cfg.Lease.M, Timeout: a.cfg.PublishTimeout, Gate: a.act,
-			OnAck: a.onOutboxAck,
+			OnAck: a.onOutboxAck, OnAttempt: a.onOutboxAttempt,
 		})
 	})
 	goLoop("heartbeat", a.heartbeatLoop)
@@ -443,17 +449,21 @@ func (a *Agent) filters() nostr.Filters {
 	return append(f, other)
 }
 
-func (a *Agent) healthy() error {
-	if a.pool == nil {
-		return errors.New("not started")
-	}
+func (a *Agent) connected() int {
 	up := 0
 	for _, r := range a.pool.Status() {
 		if r.Connected {
 			up++
 		}
 	}
-	if up < a.cfg.Lease.M {
+	return up
+}
+
+func (a *Agent) healthy() error {
+	if a.pool == nil {
+		return errors.New("not started")
+	}
+	if up := a.connected(); up < a.cfg.Lease.M {
 		return fmt.Errorf("%d relays connected, quorum needs %d", up, a.cfg.Lease.M)
 	}
 	return nil

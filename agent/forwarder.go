@@ -35,6 +35,8 @@ type NostrForwarder struct {
 	Gate    FenceGate     // nil: no fence check
 	// OnAck is called after an event reached quorum (timeline, metrics).
 	OnAck func(ev *nostr.Event, res PublishResult)
+	// OnAttempt is called after every publish attempt, successful or not.
+	OnAttempt func(ev *nostr.Event, res PublishResult)
 }
 
 var _ courier.Forwarder = (*NostrForwarder)(nil)
@@ -62,6 +64,9 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	res := f.Pool.Publish(pctx, &ev)
 	cancel()
+	if f.OnAttempt != nil {
+		f.OnAttempt(&ev, res)
+	}
 	if len(res.Accepted) < f.Quorum {
 		return courier.TransportError(fmt.Errorf("publish kind %d %s: %d of quorum %d accepted (rejected %v, timed out %v): %w",
 			ev.Kind, ev.ID, len(res.Accepted), f.Quorum, res.Rejected, res.TimedOut, ErrNoQuorum))

@@ -108,7 +108,9 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []int
 			}
 		}
 		a.met.revocations.WithLabelValues("received").Inc()
-		a.emit("received", r.Workload, "revocation of epoch %d from %s, successor %s", r.Epoch, short(r.Signer), short(r.Successor))
+		if r.Signer != a.self {
+			a.emit("received", r.Workload, "revocation of epoch %d from %s, successor %s", r.Epoch, short(r.Signer), short(r.Successor))
+		}
 		effs = append(effs, a.m.ObserveRevocation(now, r)...)
 	case in.grant != nil:
 		e, err := a.m.Track(now, *in.grant)
@@ -252,7 +254,10 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect)
 			}
 			a.met.transitions.WithLabelValues(from, string(e.To)).Inc()
 			a.logger.Info("workload state", "workload", e.ID, "from", from, "to", e.To, "epoch", e.Epoch)
-			a.emit("state", e.ID, "%s -> %s (epoch %d)", from, e.To, e.Epoch)
+			if a.onEvent != nil {
+				a.onEvent(Event{Time: a.now(), Agent: a.name, Kind: "state", Workload: e.ID,
+					Detail: fmt.Sprintf("%s -> %s (epoch %d)", from, e.To, e.Epoch), State: string(e.To), Epoch: e.Epoch})
+			}
 			heldChanged = true
 		case lease.StartWorkload:
 			w, _ := a.m.Workload(e.ID)
@@ -490,6 +495,16 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 		ttl = 2 * a.cfg.Lease.Stale
 	}
 	ttl = max(ttl, time.Second)
+	// The first beat waits (up to one interval) for a relay connection.
+	for i := 0; i < 20 && ctx.Err() == nil; i++ {
+		if up := a.connected(); up > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(a.cfg.Lease.HeartbeatInterval / 20):
+		}
+	}
 	for {
 		held := a.heldList()
 		stored, eph, err := heartbeat.BuildHeartbeats(a.keys, heartbeat.HeartbeatParams{At: a.now(), Workloads: held, TTL: ttl})
@@ -517,15 +532,35 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 	}
 }
 
+// onOutboxAttempt is called after every publish attempt of the outbox.
+func (a *Agent) onOutboxAttempt(ev *nostr.Event, res PublishResult) {
+	if ev.Kind != heartbeat.KindRevocation || len(res.Accepted) >= a.cfg.Lease.M {
+		return
+	}
+	// Once per event: the outbox may retry many times.
+	a.attemptMu.Lock()
+	seen := a.attempted[ev.ID]
+	a.attempted[ev.ID] = true
+	a.attemptMu.Unlock()
+	if seen {
+		return
+	}
+	a.emit("revocation", tagValue(ev, "workload"), "revocation published: accepted by %d relays (%s), below quorum %d: the outbox retries",
+		len(res.Accepted), strings.Join(res.Accepted, " "), a.cfg.Lease.M)
+}
+
+func tagValue(ev *nostr.Event, name string) string {
+	if t := ev.Tags.GetFirst([]string{name, ""}); t != nil && len(*t) > 1 {
+		return (*t)[1]
+	}
+	return ""
+}
+
 // onOutboxAck is called when the courier delivered an event to quorum.
 func (a *Agent) onOutboxAck(ev *nostr.Event, res PublishResult) {
 	if ev.Kind == heartbeat.KindRevocation {
 		a.met.revocations.WithLabelValues("sent").Inc()
-		w := ""
-		if t := ev.Tags.GetFirst([]string{"workload", ""}); t != nil && len(*t) > 1 {
-			w = (*t)[1]
-		}
-		a.emit("revocation", w, "revocation delivered: accepted by %d relays (%s)", len(res.Accepted), strings.Join(res.Accepted, " "))
+		a.emit("revocation", tagValue(ev, "workload"), "revocation delivered: accepted by %d relays (%s)", len(res.Accepted), strings.Join(res.Accepted, " "))
 	}
 }
 
