@@ -77,6 +77,11 @@ func (r *RetryUploader) UploadPending(ctx context.Context, req Request) (Report,
 	retries := 0
 	for {
 		rep, err := r.inner.UploadPending(ctx, req)
+		if retries == 0 && (err != nil || rep.Outcome != OutcomePartial) {
+			// AC-1/AC-12: success, failure and errors of the first call
+			// pass through unchanged.
+			return rep, err
+		}
 		agg.add(rep)
 		if err != nil {
 			return agg.report(rep.Outcome, retries), err
