@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"provideragent/agent/config"
+	"provideragent/heartbeat"
+)
+
+func init() {
+	register(command{
+		name:    "keygen",
+		summary: "create a new identity key file (mode 0600) and print its npub",
+		run:     runKeygen,
+	})
+}
+
+const keygenUsage = `Usage: provider-agent keygen --out FILE
+
+Creates a new secp256k1 identity key for the agent and writes the secret as
+64 hex characters to FILE with mode 0600. It refuses to overwrite an existing
+file. It prints the public key as npub and as hex (give these to lease
+issuers and to the other providers); the secret is never printed.
+
+Example:
+  provider-agent keygen --out /var/lib/provider-agent/identity.key`
+
+func runKeygen(_ context.Context, args []string, stdout, _ io.Writer) error {
+	fs := newFlagSet("keygen", keygenUsage, stdout)
+	out := fs.String("out", "", "key `file` to create (required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return usagef("keygen: --out FILE is required")
+	}
+	if fs.NArg() > 0 {
+		return usagef("keygen: unexpected argument %q", fs.Arg(0))
+	}
+	pub, err := config.GenerateKeyFile(*out)
+	if err != nil {
+		return fmt.Errorf("keygen: %w", err)
+	}
+	npub, err := heartbeat.EncodeNpub(pub)
+	if err != nil {
+		return fmt.Errorf("keygen: %w", err)
+	}
+	fmt.Fprintf(stdout, "wrote %s (mode 0600)\nnpub: %s\nhex:  %s\n", *out, npub, pub)
+	return nil
+}
