@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"provideragent/agent"
+	"provideragent/agent/backend"
+	"provideragent/agent/config"
+	"provideragent/internal/sqlitedb"
+)
+
+func init() {
+	register(command{
+		name:    "run",
+		summary: "run the agent daemon (relays, lease machine, workloads, /metrics /healthz /status)",
+		run:     runRun,
+	})
+}
+
+const runUsage = `provider-agent run starts the agent daemon: it connects to the lease's relays,
+publishes this provider's heartbeats, drives the lease machine for every
+workload it is named in, runs and fences the workload processes, and serves
+/metrics, /healthz and /status (default on 127.0.0.1:9464). It stops cleanly on
+SIGINT or SIGTERM.
+
+Settings come from the TOML config file, then PROVIDER_AGENT_<SECTION>_<KEY>
+environment variables, then these flags. The identity key file must not be
+readable by group or others (chmod 600); create one with 'provider-agent keygen'.
+
+Example:
+  provider-agent run --config /etc/provider-agent.toml
+  provider-agent run --data-dir ./data --relay wss://relay.damus.io --relay wss://nos.lol \
+      --relay wss://relay.nostr.band --quorum 2`
+
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("run", runUsage, stdout)
+	flags := config.BindFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("run: unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := flags.Resolve(os.Environ())
+	if err != nil {
+		return err
+	}
+	logger, err := newLogger(cfg.Log, stderr)
+	if err != nil {
+		return err
+	}
+	secret, err := config.LoadKeyFile(cfg.KeyFilePath())
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.Agent.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	db, err := sqlitedb.Open(ctx, cfg.DBPath(), sqlitedb.Options{})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	pcfg := backend.DefaultProcessConfig()
+	pcfg.StopGrace = cfg.Backend.StopGrace
+	pcfg.LogDir = cfg.BackendLogDir()
+	proc, err := backend.NewProcess(pcfg, logger)
+	if err != nil {
+		return fmt.Errorf("backend: %w", err)
+	}
+	a, err := agent.New(ctx, agentConfig(cfg, secret), agent.Deps{
+		DB: db, Logger: logger, Backend: agent.AdaptBackend(proc),
+	})
+	if err != nil {
+		_ = proc.Close(context.Background())
+		return err
+	}
+	where := "disabled"
+	if addr := a.Addr(); addr != "" {
+		where = "http://" + addr + "/status"
+	}
+	fmt.Fprintf(stdout, "provider-agent: running as %s with %d relays (quorum %d); status %s; data %s\n",
+		a.Npub(), len(cfg.Lease.Relays), cfg.Lease.Quorum, where, cfg.DBPath())
+	runErr := a.Run(ctx)
+	// Workload processes keep running only as long as the backend: close it
+	// (stops them) with a bounded grace.
+	cctx, cancel := context.WithTimeout(context.Background(), cfg.Backend.StopGrace+5*time.Second)
+	defer cancel()
+	if err := proc.Close(cctx); err != nil && runErr == nil {
+		runErr = fmt.Errorf("close backend: %w", err)
+	}
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		return runErr
+	}
+	fmt.Fprintln(stdout, "provider-agent: stopped")
+	return nil
+}
+
+// agentConfig maps the validated file config onto the agent's.
+func agentConfig(cfg config.Config, secret string) agent.Config {
+	c := agent.DefaultConfig()
+	c.Lease = cfg.LeaseConfig()
+	c.SecretKey = secret
+	c.TrustedIssuers = cfg.Agent.TrustedIssuers
+	c.Listen = cfg.Agent.Listen
+	c.Courier.MaxAttempts = cfg.Courier.MaxAttempts
+	c.Courier.InitialBackoff = cfg.Courier.BackoffInitial
+	c.Courier.MaxBackoff = cfg.Courier.BackoffCap
+	c.Courier.FlushInterval = cfg.Courier.FlushInterval
+	c.Courier.Retention = cfg.Courier.Retention
+	return c
+}
+
+func newLogger(l config.LogSection, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.Level)); err != nil {
+		return nil, fmt.Errorf("log.level = %q: want debug, info, warn or error", l.Level)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(l.Format) {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log.format = %q: want text or json", l.Format)
+}
