@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"provideragent/lease"
 )
 
 // ErrInvalid is wrapped by every error of Parse, Load, ApplyEnv and Validate
@@ -52,51 +54,60 @@ type AgentSection struct {
 }
 
 // LeaseSection is the [lease] section: the relay set, quorum and the timings
-// of the lease state machine (see DESIGN.md, "Liveness").
+// of the lease state machine (see DESIGN.md, "Liveness"). The defaults are
+// lease.DefaultConfig's; LeaseConfig maps the section onto lease.Config.
 type LeaseSection struct {
-	// Relays are the N relay URLs (ws:// or wss://). Validate normalises
-	// them. Default none: at least one is required.
+	// Relays are the N relay URLs (ws:// or wss://), normalised by
+	// Validate. Default: three public relays (set your own in production).
 	Relays []string `toml:"relays"`
 	// Quorum is M, the number of relays that must carry a provider's fresh
 	// heartbeat for it to have quorum. 1 <= M <= N. Default 2.
 	Quorum int `toml:"quorum"`
-	// T1 is the debounce from the moment quorum was lost to Suspect. Default 20s.
+	// T1 is the debounce from the moment quorum was lost to Suspect.
+	// Default 120s.
 	T1 time.Duration `toml:"t1"`
-	// T2 is how long a workload stays Suspect before it is evicted. Default 20s.
+	// T2 is how long a workload stays Suspect before it is evicted.
+	// Default 300s.
 	T2 time.Duration `toml:"t2"`
-	// Stale is how old (local receive time) a heartbeat may be and still
-	// count toward quorum. Default 30s.
+	// Stale is how long (local receive time) a heartbeat keeps counting
+	// toward quorum; at least twice heartbeat.interval. Default 180s.
 	Stale time.Duration `toml:"stale"`
 	// MaxSkew is how far in the future a heartbeat's created_at may lie.
-	// Default 10s.
+	// Default 30s.
 	MaxSkew time.Duration `toml:"max_skew"`
-	// ProvisionTimeout fails a workload that does not reach quorum in time.
-	// Default 5m.
+	// ProvisionTimeout fails a workload that does not reach quorum in time
+	// (and bounds relay sync after a restart); at most t1+t2. Default 300s.
 	ProvisionTimeout time.Duration `toml:"provision_timeout"`
 	// TakeoverAfter is how long a standby must see no Live claim of the
 	// holder before it claims the workload. Must exceed
-	// t1 + t2 + stale + max_skew + relay_delay. Default 120s.
+	// t1 + t2 + stale + max_skew + relay_delay. Default 720s.
 	TakeoverAfter time.Duration `toml:"takeover_after"`
-	// RelayDelay bounds delivery through a relay that is up. Default 5s.
+	// RelayDelay bounds delivery through a relay that is up. Default 10s.
 	RelayDelay time.Duration `toml:"relay_delay"`
 	// RestartBackoffInitial is the first respawn delay; it doubles per
-	// attempt up to RestartBackoffMax. Defaults 1s and 5m.
+	// attempt up to RestartBackoffMax. Defaults 5s and 5m. (The number of
+	// attempts is per workload, in the lease's restart_policy.)
 	RestartBackoffInitial time.Duration `toml:"restart_backoff_initial"`
 	RestartBackoffMax     time.Duration `toml:"restart_backoff_max"`
 	// RestartBackoffResetAfter is the healthy run time after which the
 	// attempt count starts again from zero. Default 10m.
 	RestartBackoffResetAfter time.Duration `toml:"restart_backoff_reset_after"`
-	// RestartMaxAttempts is how many respawns are tried before the workload
-	// is Failed; 0 means never respawn. Default 5.
-	RestartMaxAttempts int `toml:"restart_max_attempts"`
 	// EvictWithoutStandby lets loss of quorum stop workloads that have no
 	// standby (off by default: they are only reported).
 	EvictWithoutStandby bool `toml:"evict_without_standby"`
+	// ClaimRetryBase is the claim step's retry backoff base and the stagger
+	// per standby rank; it doubles up to ClaimRetryMax. Defaults 15s and 5m.
+	ClaimRetryBase time.Duration `toml:"claim_retry_base"`
+	ClaimRetryMax  time.Duration `toml:"claim_retry_max"`
+	// ClaimTimeout is how long a claim waits for relay feedback before it
+	// is withdrawn and retried. Default 30s.
+	ClaimTimeout time.Duration `toml:"claim_timeout"`
 }
 
 // HeartbeatSection is the [heartbeat] section.
 type HeartbeatSection struct {
-	// Interval between our heartbeats. Must be below lease.stale. Default 5s.
+	// Interval between our heartbeats; lease.stale must be at least twice
+	// this. Default 60s.
 	Interval time.Duration `toml:"interval"`
 }
 
@@ -153,29 +164,35 @@ type LogSection struct {
 	Format string `toml:"format"`
 }
 
-// Default returns the documented defaults. It has no relays, so it does not
-// validate until at least one relay is set.
+// Default returns the documented defaults; the [lease] and [heartbeat]
+// values come from lease.DefaultConfig. The default relays are three public
+// relays: set your own in production.
 func Default() Config {
+	lc := lease.DefaultConfig()
 	return Config{
 		Agent: AgentSection{
 			DataDir: "provider-agent-data",
 			Listen:  "127.0.0.1:9464",
 		},
 		Lease: LeaseSection{
-			Quorum:                   2,
-			T1:                       20 * time.Second,
-			T2:                       20 * time.Second,
-			Stale:                    30 * time.Second,
-			MaxSkew:                  10 * time.Second,
-			ProvisionTimeout:         5 * time.Minute,
-			TakeoverAfter:            120 * time.Second,
-			RelayDelay:               5 * time.Second,
-			RestartBackoffInitial:    time.Second,
-			RestartBackoffMax:        5 * time.Minute,
-			RestartBackoffResetAfter: 10 * time.Minute,
-			RestartMaxAttempts:       5,
+			Relays:                   append([]string(nil), lc.Relays...),
+			Quorum:                   lc.M,
+			T1:                       lc.T1,
+			T2:                       lc.T2,
+			Stale:                    lc.Stale,
+			MaxSkew:                  lc.MaxSkew,
+			ProvisionTimeout:         lc.ProvisionTimeout,
+			TakeoverAfter:            lc.TakeoverAfter,
+			RelayDelay:               lc.RelayDelay,
+			RestartBackoffInitial:    lc.RestartInitial,
+			RestartBackoffMax:        lc.RestartMax,
+			RestartBackoffResetAfter: lc.RestartResetAfter,
+			EvictWithoutStandby:      lc.EvictWithoutStandby,
+			ClaimRetryBase:           lc.ClaimRetryBase,
+			ClaimRetryMax:            lc.ClaimRetryMax,
+			ClaimTimeout:             lc.ClaimTimeout,
 		},
-		Heartbeat: HeartbeatSection{Interval: 5 * time.Second},
+		Heartbeat: HeartbeatSection{Interval: lc.HeartbeatInterval},
 		Backend:   BackendSection{Kind: "process", StopGrace: 10 * time.Second},
 		Courier: CourierSection{
 			MaxAttempts:    10,

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"provideragent/lease"
 )
 
 // valid returns a config that validates: the defaults plus three relays.
@@ -36,6 +39,36 @@ func TestDefaultPlusRelaysValidates(t *testing.T) {
 	}
 	if got, want := c.BackendLogDir(), filepath.Join("provider-agent-data", "logs"); got != want {
 		t.Errorf("BackendLogDir() = %q, want %q", got, want)
+	}
+}
+
+func TestDefaultMatchesLease(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate(Default()) = %v, want nil", err)
+	}
+	if got, want := c.LeaseConfig(), lease.DefaultConfig(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Default().LeaseConfig() = %+v, want lease.DefaultConfig() %+v", got, want)
+	}
+}
+
+func TestLeaseConfigMapsEveryField(t *testing.T) {
+	c := valid()
+	c.Lease.Quorum = 3
+	c.Lease.EvictWithoutStandby = true
+	c.Lease.T1 = 7 * time.Minute
+	c.Lease.TakeoverAfter = time.Hour
+	c.Heartbeat.Interval = 11 * time.Second
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	lc := c.LeaseConfig()
+	if lc.M != 3 || lc.N != 3 || !lc.EvictWithoutStandby || lc.T1 != 7*time.Minute || lc.TakeoverAfter != time.Hour ||
+		lc.HeartbeatInterval != 11*time.Second || !reflect.DeepEqual(lc.Relays, c.Lease.Relays) {
+		t.Errorf("LeaseConfig() = %+v, want the [lease] and [heartbeat] values", lc)
+	}
+	if err := lc.Validate(); err != nil {
+		t.Errorf("LeaseConfig().Validate() = %v, want nil", err)
 	}
 }
 
@@ -93,11 +126,20 @@ func TestValidate(t *testing.T) {
 		{"negative t1", func(c *Config) { c.Lease.T1 = -time.Second }, "lease.t1 = -1s: must be > 0"},
 		{"zero stale", func(c *Config) { c.Lease.Stale = 0 }, "lease.stale = 0s: must be > 0"},
 		{"zero skew ok", func(c *Config) { c.Lease.MaxSkew = 0 }, ""},
-		{"takeover too short", func(c *Config) { c.Lease.TakeoverAfter = 85 * time.Second },
-			"lease.takeover_after = 1m25s: must exceed the holder's self-fencing time plus relay delay, t1+t2+stale+max_skew+relay_delay (1m25s)"},
+		{"takeover too short", func(c *Config) { c.Lease.TakeoverAfter = 640 * time.Second },
+			"lease.takeover_after = 10m40s: must exceed the holder's self-fencing time plus relay delay, t1+t2+stale+max_skew+relay_delay (10m40s)"},
+		{"provision above t1+t2", func(c *Config) { c.Lease.ProvisionTimeout = 421 * time.Second }, "lease.provision_timeout = 7m1s: must be <= t1+t2 (7m0s)"},
+		{"claim retry max below base", func(c *Config) { c.Lease.ClaimRetryMax = time.Second }, "lease.claim_retry_max = 1s"},
+		{"claim timeout", func(c *Config) { c.Lease.ClaimTimeout = 0 }, "lease.claim_timeout = 0s: must be > 0"},
+		{"too many relays", func(c *Config) {
+			c.Lease.Relays = nil
+			for i := 0; i < 33; i++ {
+				c.Lease.Relays = append(c.Lease.Relays, fmt.Sprintf("wss://r%d.example", i))
+			}
+		}, "lease.relays = [33 relays]: at most 32 relays"},
 		{"backoff max below initial", func(c *Config) { c.Lease.RestartBackoffMax = time.Millisecond }, "lease.restart_backoff_max = 1ms"},
-		{"negative attempts", func(c *Config) { c.Lease.RestartMaxAttempts = -1 }, "lease.restart_max_attempts = -1"},
-		{"heartbeat not below stale", func(c *Config) { c.Heartbeat.Interval = 30 * time.Second }, "heartbeat.interval = 30s: must be below lease.stale (30s)"},
+		{"heartbeat above half of stale", func(c *Config) { c.Heartbeat.Interval = 91 * time.Second },
+			"heartbeat.interval = 1m31s: must be at most half of lease.stale (3m0s)"},
 		{"backend kind", func(c *Config) { c.Backend.Kind = "docker" }, `backend.kind = "docker"`},
 		{"stop grace", func(c *Config) { c.Backend.StopGrace = 0 }, "backend.stop_grace = 0s"},
 		{"courier attempts", func(c *Config) { c.Courier.MaxAttempts = 0 }, "courier.max_attempts = 0"},
@@ -154,6 +196,7 @@ func TestNormalizeRelayURL(t *testing.T) {
 		{"wss://relay.example.com", "wss://relay.example.com", true},
 		{"wss://Relay.Example.com/", "wss://relay.example.com", true},
 		{"ws://localhost:7777", "ws://localhost:7777", true},
+		{"wss://relay.example.com:443/", "wss://relay.example.com", true},
 		{"ws://[::1]:7777", "ws://[::1]:7777", true},
 		{"wss://relay.example.com/nostr?x=1", "wss://relay.example.com/nostr?x=1", true},
 		{"https://relay.example.com", "", false},

@@ -24,38 +24,43 @@ listen = "127.0.0.1:9464"
 trusted_issuers = ["npub1flwvqsh5vyveclsd5guhk626q2tk6cmgn4w3ef9d8euhw0qtnflq3cp0yj"]
 
 [lease]
-# The N relays all providers of a workload judge quorum over.
+# The N relays all providers of a workload judge quorum over (at most 32).
 relays = ["wss://relay.damus.io", "wss://nos.lol", "wss://relay.nostr.band"]
 # M: a provider has quorum while at least M relays carry its fresh heartbeat.
 quorum = 2
 # Debounce from the moment quorum was lost until the workload is Suspect.
-t1 = "20s"
+t1 = "120s"
 # Time spent Suspect before the workload is evicted (fenced).
-t2 = "20s"
-# A heartbeat counts for this long after it was received (local clock).
-stale = "30s"
+t2 = "300s"
+# A heartbeat counts for this long after it was received (local clock);
+# at least twice heartbeat.interval.
+stale = "180s"
 # Heartbeats dated further in the future than this never count.
-max_skew = "10s"
-# A workload that does not reach quorum within this fails.
-provision_timeout = "5m0s"
+max_skew = "30s"
+# A workload that does not reach quorum within this fails; at most t1 + t2.
+provision_timeout = "300s"
 # A standby claims a workload after seeing no Live claim for this long.
 # Must exceed t1 + t2 + stale + max_skew + relay_delay.
-takeover_after = "2m0s"
+takeover_after = "720s"
 # Bound on delivery through a relay that is up.
-relay_delay = "5s"
-# Respawn of an exited workload: delay doubles from initial to max; the
-# count resets after reset_after of healthy running; Failed after
-# restart_max_attempts respawns (0 = never respawn).
-restart_backoff_initial = "1s"
-restart_backoff_max = "5m0s"
-restart_backoff_reset_after = "10m0s"
-restart_max_attempts = 5
+relay_delay = "10s"
+# Respawn of an exited workload: the delay doubles from initial to max and
+# the attempt count resets after reset_after of healthy running (how many
+# attempts is the lease's restart_policy).
+restart_backoff_initial = "5s"
+restart_backoff_max = "5m"
+restart_backoff_reset_after = "10m"
 # Also stop workloads without a standby when quorum is lost.
 evict_without_standby = false
+# Claim step retries: base doubling up to max, plus base per standby rank;
+# a claim without relay feedback within claim_timeout is withdrawn.
+claim_retry_base = "15s"
+claim_retry_max = "5m"
+claim_timeout = "30s"
 
 [heartbeat]
-# Interval between our heartbeats; must be below lease.stale.
-interval = "5s"
+# Interval between our heartbeats; at most half of lease.stale.
+interval = "60s"
 
 [backend]
 # Only "process": the lease's command runs as a child process group.
@@ -69,10 +74,10 @@ log_dir = ""
 # Durable outbox for revocations and promotions.
 max_attempts = 10
 backoff_initial = "1s"
-backoff_cap = "5m0s"
+backoff_cap = "5m"
 flush_interval = "1s"
 # Acknowledged receipts are pruned after this long.
-retention = "168h0m0s"
+retention = "168h"
 
 [uploader]
 # Blossom servers for checkpoint tiles; empty = checkpoint uploads off.
@@ -84,7 +89,7 @@ max_in_call_retries = 3
 max_per_tile_attempts = 5
 # Retry delay min(backoff_base^retry, backoff_cap).
 backoff_base = "2s"
-backoff_cap = "1m0s"
+backoff_cap = "60s"
 
 [log]
 # debug, info, warn or error.

@@ -8,15 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nbd-wtf/go-nostr"
-
 	"provideragent/heartbeat"
+	"provideragent/lease"
 )
 
 // Validate checks every setting and returns the first problem as one error
 // of the form `config: lease.quorum = 4: must be <= number of relays (3)`,
 // wrapping ErrInvalid. On success it also rewrites relay URLs into the form
-// go-nostr uses (lower-case host, no trailing slash) and trusted issuers into
+// the lease machine uses (lease.NormalizeRelayURL) and trusted issuers into
 // lowercase hex, so the rest of the agent can compare them as strings.
 func (c *Config) Validate() error {
 	relays := make([]string, 0, len(c.Lease.Relays))
@@ -59,10 +58,13 @@ func (c *Config) check(nRelays int) error {
 		}
 	}
 	if nRelays == 0 {
-		return invalid("lease.relays", "[]", "at least one relay is required (ws:// or wss:// URL)")
+		return invalid("lease.relays", rawValue("[]"), "at least one relay is required (ws:// or wss:// URL)")
 	}
 	if l.Quorum < 1 {
 		return invalid("lease.quorum", l.Quorum, "must be >= 1")
+	}
+	if nRelays > lease.MaxRelays {
+		return invalid("lease.relays", rawValue(fmt.Sprintf("[%d relays]", nRelays)), fmt.Sprintf("at most %d relays", lease.MaxRelays))
 	}
 	if l.Quorum > nRelays {
 		return invalid("lease.quorum", l.Quorum, fmt.Sprintf("must be <= number of relays (%d)", nRelays))
@@ -82,6 +84,9 @@ func (c *Config) check(nRelays int) error {
 		{"lease.restart_backoff_initial", l.RestartBackoffInitial, false},
 		{"lease.restart_backoff_max", l.RestartBackoffMax, false},
 		{"lease.restart_backoff_reset_after", l.RestartBackoffResetAfter, false},
+		{"lease.claim_retry_base", l.ClaimRetryBase, false},
+		{"lease.claim_retry_max", l.ClaimRetryMax, false},
+		{"lease.claim_timeout", l.ClaimTimeout, false},
 		{"heartbeat.interval", c.Heartbeat.Interval, false},
 		{"backend.stop_grace", c.Backend.StopGrace, false},
 		{"courier.backoff_initial", c.Courier.BackoffInitial, false},
@@ -103,16 +108,20 @@ func (c *Config) check(nRelays int) error {
 		return invalid("lease.restart_backoff_max", l.RestartBackoffMax,
 			fmt.Sprintf("must be >= lease.restart_backoff_initial (%s)", l.RestartBackoffInitial))
 	}
-	if l.RestartMaxAttempts < 0 {
-		return invalid("lease.restart_max_attempts", l.RestartMaxAttempts, "must be >= 0")
+	if l.ClaimRetryMax < l.ClaimRetryBase {
+		return invalid("lease.claim_retry_max", l.ClaimRetryMax,
+			fmt.Sprintf("must be >= lease.claim_retry_base (%s)", l.ClaimRetryBase))
+	}
+	if l.ProvisionTimeout > l.T1+l.T2 {
+		return invalid("lease.provision_timeout", l.ProvisionTimeout, fmt.Sprintf("must be <= t1+t2 (%s)", l.T1+l.T2))
 	}
 	if fence := l.T1 + l.T2 + l.Stale + l.MaxSkew + l.RelayDelay; l.TakeoverAfter <= fence {
 		return invalid("lease.takeover_after", l.TakeoverAfter, fmt.Sprintf(
 			"must exceed the holder's self-fencing time plus relay delay, t1+t2+stale+max_skew+relay_delay (%s)", fence))
 	}
-	if c.Heartbeat.Interval >= l.Stale {
+	if l.Stale < 2*c.Heartbeat.Interval {
 		return invalid("heartbeat.interval", c.Heartbeat.Interval,
-			fmt.Sprintf("must be below lease.stale (%s) or heartbeats go stale before the next one", l.Stale))
+			fmt.Sprintf("must be at most half of lease.stale (%s) so a lost heartbeat does not cost quorum", l.Stale))
 	}
 	if c.Backend.Kind != "process" {
 		return invalid("backend.kind", c.Backend.Kind, `want "process"`)
@@ -156,15 +165,17 @@ func (c *Config) check(nRelays int) error {
 	return c.checkLease()
 }
 
+// rawValue is a value printed as is (not quoted) in a FieldError.
+type rawValue string
+
 // invalid formats one validation error: `config: PATH = VALUE: WHY`.
 func invalid(path string, value any, why string) error {
 	var v string
 	switch x := value.(type) {
 	case string:
 		v = strconv.Quote(x)
-		if x == "[]" {
-			v = x
-		}
+	case rawValue:
+		v = string(x)
 	default:
 		v = fmt.Sprint(x)
 	}
@@ -204,7 +215,8 @@ func checkHostPort(s string) error {
 
 // NormalizeRelayURL checks that s is a ws:// or wss:// URL with a host and no
 // credentials or fragment, and returns it in the form go-nostr uses for
-// Relay.URL (nostr.NormalizeURL: lower-case host, no trailing slash).
+// lease.NormalizeRelayURL form the machine compares relays in (lower-case
+// scheme and host, no default port, no trailing slash).
 func NormalizeRelayURL(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	p, err := url.Parse(s)
@@ -232,8 +244,8 @@ func NormalizeRelayURL(s string) (string, error) {
 	if strings.ContainsAny(s, " \t\r\n") {
 		return "", fmt.Errorf("URL contains white space")
 	}
-	n := nostr.NormalizeURL(scheme + s[len(p.Scheme):])
-	if n == "" {
+	n, err := lease.NormalizeRelayURL(s)
+	if err != nil {
 		return "", fmt.Errorf("not a relay URL")
 	}
 	return n, nil
