@@ -61,23 +61,35 @@ func (m *Machine) takeoverDue(w *WorkloadSnapshot, now time.Time) bool {
 	holder := &m.provs[w.holder]
 	wait := m.cfg.TakeoverAfter + time.Duration(m.rank(w))*m.cfg.ClaimRetryBase
 	count := 0
+	var earliest time.Time
 	for r := range m.relays {
+		silentAt := maxTime(maxTime(w.ClaimAt[r], holder.Unlisted[r]), w.WatchFrom).Add(wait)
+		if r == 0 || silentAt.Before(earliest) {
+			earliest = silentAt
+		}
 		seen := self.Seen[r]
 		if seen.IsZero() || now.Sub(seen) >= m.cfg.Stale {
 			continue
 		}
-		last := maxTime(maxTime(w.ClaimAt[r], holder.Unlisted[r]), w.WatchFrom)
-		if now.Sub(last) >= wait {
+		if !now.Before(silentAt) {
 			count++
 		}
 	}
+	// Claim times only grow until follow or a transition resets the cache,
+	// so no relay can turn silent before earliest: Tick skips until then.
+	w.takeoverNotBefore = earliest
 	return count >= m.cfg.ReadQuorum()
 }
 
 func (m *Machine) tickStandby(w *WorkloadSnapshot, now time.Time, out *[]Effect) {
-	m.adoptSettled(w, now)
-	if w.activeRival(w.Epoch + 1) {
-		return // someone else is in the claim step
+	if len(w.Rivals) > 0 {
+		m.adoptSettled(w, now)
+		if w.activeRival(w.Epoch + 1) {
+			return // someone else is in the claim step
+		}
+	}
+	if now.Before(w.takeoverNotBefore) {
+		return
 	}
 	if m.takeoverDue(w, now) {
 		m.promote(w, TriggerTakeover, out)

@@ -285,6 +285,7 @@ func (m *Machine) enter(w *WorkloadSnapshot, to State, out *[]Effect) {
 	from := w.State
 	w.State = to
 	w.Since = m.now
+	w.takeoverNotBefore = time.Time{}
 	if to != StatePromoting {
 		w.Phase, w.PhaseAt, w.Target, w.ClaimAttempt, w.ClaimFrom, w.Trigger = PhaseNone, time.Time{}, 0, 0, time.Time{}, ""
 	}

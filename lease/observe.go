@@ -18,8 +18,9 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 	if !ok {
 		return nil
 	}
-	ri, ok := m.relayIdx[hb.Relay]
-	if !ok {
+	ri := m.relayFast(hb.Relay)
+	if ri < 0 {
+		var ok bool
 		if ri, ok = m.RelayIndex(hb.Relay); !ok {
 			return nil
 		}
@@ -69,28 +70,44 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 	return out
 }
 
+// relayFast finds a relay by its normalised or configured spelling with a
+// linear scan (N is small; cheaper than hashing the URL), or returns -1.
+func (m *Machine) relayFast(url string) int {
+	for i, r := range m.relays {
+		if r == url || m.cfg.Relays[i] == url {
+			return i
+		}
+	}
+	return -1
+}
+
 // updateQuorum recomputes QuorumUntil: the M-th most recent Seen plus Stale.
+// It keeps the M newest times in a small array: O(N*M), no allocation.
 func (m *Machine) updateQuorum(p *ProviderSnapshot) {
-	var top [MaxRelays]time.Time // top[0] newest
-	k := m.cfg.M
-	for _, s := range p.Seen {
+	var top [MaxRelays]int // indices into p.Seen, newest first
+	k, n := m.cfg.M, 0
+	for i, s := range p.Seen {
 		if s.IsZero() {
 			continue
 		}
-		j := k
-		for j > 0 && s.After(top[j-1]) {
+		j := n
+		for j > 0 && s.After(p.Seen[top[j-1]]) {
 			j--
 		}
-		if j < k {
-			copy(top[j+1:k], top[j:k-1])
-			top[j] = s
+		if j >= k {
+			continue
 		}
+		if n < k {
+			n++
+		}
+		copy(top[j+1:n], top[j:n-1])
+		top[j] = i
 	}
-	if top[k-1].IsZero() {
+	if n < k {
 		p.QuorumUntil = time.Time{}
 		return
 	}
-	p.QuorumUntil = top[k-1].Add(m.cfg.Stale)
+	p.QuorumUntil = p.Seen[top[k-1]].Add(m.cfg.Stale)
 }
 
 func (w *WorkloadSnapshot) names(pi int) bool {
@@ -127,6 +144,7 @@ func (m *Machine) follow(w *WorkloadSnapshot, pi int, e uint64, at time.Time) {
 	w.Epoch = e
 	w.WatchFrom = at
 	w.Revoked = false
+	w.takeoverNotBefore = time.Time{}
 	clear(w.ClaimAt)
 	w.Rivals = dropRivals(w.Rivals, e)
 }

@@ -89,6 +89,9 @@ type WorkloadSnapshot struct {
 
 	holder int   // provider index of Holder
 	named  []int // provider indices of Spec.Primary and Spec.Standbys
+	// takeoverNotBefore caches a lower bound of when takeover can become
+	// due (derived, never persisted; zero means unknown).
+	takeoverNotBefore time.Time
 }
 
 // ProviderSnapshot is one provider's relay table: per relay (Snapshot.Relays
@@ -161,7 +164,7 @@ func (m *Machine) Snapshot() Snapshot {
 // public is a deep copy without the derived index fields.
 func (w *WorkloadSnapshot) public() WorkloadSnapshot {
 	c := w.copy()
-	c.holder, c.named = 0, nil
+	c.holder, c.named, c.takeoverNotBefore = 0, nil, time.Time{}
 	return c
 }
 
