@@ -384,8 +384,12 @@ type session struct {
 func (ss *session) serve(ctx context.Context) error {
 	frames := make(chan nostr.Envelope, 64)
 	readErr := make(chan error, 1)
+	// On return: close the socket and cancel (unblocking the reader even
+	// when it waits to hand over a frame), then wait for both goroutines.
+	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer cancel()
 	defer ss.c.shutdown()
 	wg.Add(2)
 	go func() {
