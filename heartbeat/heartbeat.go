@@ -227,8 +227,8 @@ func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
 		return nil, rej
 	}
 
-	var in heartbeatIn
-	if err := json.Unmarshal([]byte(ev.Content), &in); err != nil {
+	in, err := decodeHeartbeatContent([]byte(ev.Content))
+	if err != nil {
 		return nil, rejectErr(ReasonDecode, err, "heartbeat content")
 	}
 	switch {
@@ -250,7 +250,7 @@ func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
 	if rej != nil {
 		return nil, rej
 	}
-	provider, err := ParsePublicKey(*in.ProviderNpub)
+	provider, err := publicKeyHex(*in.ProviderNpub)
 	if err != nil {
 		return nil, rejectErr(ReasonDecode, err, "heartbeat content: provider_npub")
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/btcsuite/btcd/btcec/v2"
 	"github.com/btcsuite/btcd/btcec/v2/schnorr"
@@ -72,6 +73,60 @@ func ParseSecretKey(s string) (string, error) {
 // form used in event pubkey fields and p tags). The key must be a valid x-only
 // secp256k1 point.
 func ParsePublicKey(s string) (string, error) {
+	h, err := publicKeyHex(s)
+	if err != nil {
+		return "", err
+	}
+	raw, _ := hex.DecodeString(h)
+	if _, err := schnorr.ParsePubKey(raw); err != nil {
+		return "", fmt.Errorf("parse public key: not a secp256k1 x-only point: %w", ErrBadPublicKey)
+	}
+	return h, nil
+}
+
+// publicKeyHex is ParsePublicKey without the curve check (a square root, about
+// 20us): for comparing a key named in content with a signer whose key the
+// signature check has already validated.
+func publicKeyHex(s string) (string, error) {
+	if h, ok := npubCache.get(s); ok {
+		return h, nil
+	}
+	h, err := publicKeyHexSlow(s)
+	if err == nil && strings.HasPrefix(s, "npub1") {
+		npubCache.put(s, h)
+	}
+	return h, err
+}
+
+// npubCache remembers recent npub -> hex decodings: every heartbeat names its
+// provider by npub, and bech32 decoding costs a few microseconds.
+var npubCache = &stringCache{m: map[string]string{}, max: 4096}
+
+// stringCache is a bounded map, emptied when full (providers are few, so it
+// rarely is).
+type stringCache struct {
+	mu  sync.RWMutex
+	m   map[string]string
+	max int
+}
+
+func (c *stringCache) get(k string) (string, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	v, ok := c.m[k]
+	return v, ok
+}
+
+func (c *stringCache) put(k, v string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.max {
+		clear(c.m)
+	}
+	c.m[k] = v
+}
+
+func publicKeyHexSlow(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	var raw []byte
 	switch {
@@ -100,8 +155,8 @@ func ParsePublicKey(s string) (string, error) {
 		}
 		raw = b
 	}
-	if _, err := schnorr.ParsePubKey(raw); err != nil {
-		return "", fmt.Errorf("parse public key: not a secp256k1 x-only point: %w", ErrBadPublicKey)
+	if len(raw) != 32 {
+		return "", fmt.Errorf("parse public key: want 32 bytes, got %d: %w", len(raw), ErrBadPublicKey)
 	}
 	return hex.EncodeToString(raw), nil
 }

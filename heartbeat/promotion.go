@@ -166,7 +166,7 @@ func DecodePromotion(ev *nostr.Event) (*Promotion, error) {
 	if rej != nil {
 		return nil, rej
 	}
-	np, err := ParsePublicKey(*in.NewPrimaryNpub)
+	np, err := publicKeyHex(*in.NewPrimaryNpub)
 	if err != nil {
 		return nil, rejectErr(ReasonDecode, err, "promotion content: new_primary_npub")
 	}

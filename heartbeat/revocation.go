@@ -208,7 +208,7 @@ func DecodeRevocation(ev *nostr.Event) (*Revocation, error) {
 	if rej != nil {
 		return nil, rej
 	}
-	primary, err := ParsePublicKey(*in.PrimaryProviderNpub)
+	primary, err := publicKeyHex(*in.PrimaryProviderNpub)
 	if err != nil {
 		return nil, rejectErr(ReasonDecode, err, "revocation content: primary_provider_npub")
 	}
