@@ -3,6 +3,7 @@ package courier
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -43,8 +44,10 @@ func (c *Courier) Flush(ctx context.Context, fwd Forwarder) (FlushResult, error)
 	start := c.clock.Now()
 	dbctx := context.WithoutCancel(ctx) // outcomes are recorded even on shutdown
 
-	jobs := make(chan Delivery, c.cfg.Concurrency)
-	outcomes := make(chan outcome, c.cfg.Concurrency)
+	// Buffers let the producer claim the next batch, and workers keep
+	// forwarding, while the recorder's commit holds the single connection.
+	jobs := make(chan Delivery, c.cfg.ClaimBatch)
+	outcomes := make(chan outcome, 2*c.cfg.ClaimBatch+c.cfg.Concurrency)
 	var workers sync.WaitGroup
 	for range c.cfg.Concurrency {
 		workers.Add(1)
@@ -91,6 +94,9 @@ claiming:
 	rr := <-recorded
 	if err := c.refreshGauges(dbctx); err != nil {
 		c.log.Warn("courier refresh gauges", "err", err)
+	}
+	if claimErr == nil && rr.abandoned > 0 {
+		claimErr = ctx.Err()
 	}
 	if claimErr == nil {
 		claimErr = rr.err
@@ -153,8 +159,9 @@ func (c *Courier) claim(ctx context.Context, start time.Time, n int) ([]Delivery
 }
 
 type recordResult struct {
-	res FlushResult
-	err error
+	res       FlushResult
+	abandoned int // deliveries released because ctx ended
+	err       error
 }
 
 // recordLoop stores outcomes in batches: it takes one, then all that are
@@ -176,6 +183,11 @@ func (c *Courier) recordLoop(ctx context.Context, outcomes <-chan outcome) recor
 				break drain
 			}
 		}
+		for _, o := range batch {
+			if o.abandoned {
+				rr.abandoned++
+			}
+		}
 		if err := c.record(ctx, batch, &rr.res); err != nil {
 			// The receipts stay claimed and come back after ClaimTimeout.
 			c.log.Error("courier record outcomes", "outcomes", len(batch), "err", err)
@@ -192,16 +204,36 @@ type decided struct {
 }
 
 // record applies one batch of outcomes in a transaction, then updates the
-// metrics and res.
+// metrics and res. Rows no longer pending (an operator dropped or changed
+// them meanwhile) are left alone.
 func (c *Courier) record(ctx context.Context, batch []outcome, res *FlushResult) error {
 	ds := make([]decided, len(batch))
+	acked := make([]int64, 0, len(batch))
+	var ackAt time.Time
+	for i, o := range batch {
+		ds[i] = decided{o: o}
+		if !o.abandoned && o.err == nil {
+			acked = append(acked, dbID(o.id))
+			if o.at.After(ackAt) {
+				ackAt = o.at
+			}
+		}
+	}
 	err := sqlitedb.InTx(ctx, c.db, func(tx *sql.Tx) error {
-		for i, o := range batch {
-			d, err := c.apply(ctx, tx, o)
-			if err != nil {
+		if len(acked) > 0 {
+			ids, _ := json.Marshal(acked)
+			if _, err := tx.ExecContext(ctx, `UPDATE courier_receipts
+				SET state = 'acknowledged', attempts = attempts + 1, acknowledged_at = ?, last_error = ''
+				WHERE id IN (SELECT value FROM json_each(?)) AND state = 'pending'`, millis(ackAt), string(ids)); err != nil {
+				return fmt.Errorf("acknowledge %d receipts: %w", len(acked), err)
+			}
+		}
+		var st stmts
+		defer st.close()
+		for i := range ds {
+			if err := c.apply(ctx, tx, &st, &ds[i]); err != nil {
 				return err
 			}
-			ds[i] = d
 		}
 		return nil
 	})
@@ -229,20 +261,47 @@ func (c *Courier) record(ctx context.Context, batch []outcome, res *FlushResult)
 	return nil
 }
 
-// apply writes one outcome. Rows no longer pending (an operator dropped or
-// changed them meanwhile) are left alone.
-func (c *Courier) apply(ctx context.Context, tx *sql.Tx, o outcome) (decided, error) {
-	d := decided{o: o}
+// stmts are the failure-path statements, prepared once per transaction.
+type stmts struct {
+	release, dead, retry *sql.Stmt
+}
+
+func (s *stmts) get(ctx context.Context, tx *sql.Tx, p **sql.Stmt, query string) (*sql.Stmt, error) {
+	if *p == nil {
+		st, err := tx.PrepareContext(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		*p = st
+	}
+	return *p, nil
+}
+
+func (s *stmts) close() {
+	for _, st := range []*sql.Stmt{s.release, s.dead, s.retry} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// apply writes one released or failed outcome (successes are done in bulk).
+func (c *Courier) apply(ctx context.Context, tx *sql.Tx, st *stmts, d *decided) error {
+	o := d.o
+	if !o.abandoned && o.err == nil {
+		return nil
+	}
 	id, at := dbID(o.id), millis(o.at)
-	var err error
+	var (
+		q   *sql.Stmt
+		err error
+	)
 	switch {
 	case o.abandoned:
-		_, err = tx.ExecContext(ctx, `UPDATE courier_receipts SET next_attempt_at = ?
-			WHERE id = ? AND state = 'pending'`, at, id)
-	case o.err == nil:
-		_, err = tx.ExecContext(ctx, `UPDATE courier_receipts
-			SET state = 'acknowledged', attempts = attempts + 1, acknowledged_at = ?, last_error = ''
-			WHERE id = ? AND state = 'pending'`, at, id)
+		if q, err = st.get(ctx, tx, &st.release, `UPDATE courier_receipts SET next_attempt_at = ?
+			WHERE id = ? AND state = 'pending'`); err == nil {
+			_, err = q.ExecContext(ctx, at, id)
+		}
 	default:
 		class, retryAfter := Classify(o.err)
 		d.class = class
@@ -250,20 +309,24 @@ func (c *Courier) apply(ctx context.Context, tx *sql.Tx, o outcome) (decided, er
 		msg := sanitizeError(o.err)
 		if class == ClassClient || attempts >= c.cfg.MaxAttempts {
 			d.dead = true
-			_, err = tx.ExecContext(ctx, `UPDATE courier_receipts
+			if q, err = st.get(ctx, tx, &st.dead, `UPDATE courier_receipts
 				SET state = 'dead', attempts = attempts + 1, failed_at = ?, last_error = ?
-				WHERE id = ? AND state = 'pending'`, at, msg, id)
+				WHERE id = ? AND state = 'pending'`); err == nil {
+				_, err = q.ExecContext(ctx, at, msg, id)
+			}
 		} else {
 			next := c.retryAt(o.at, attempts, class, retryAfter)
-			_, err = tx.ExecContext(ctx, `UPDATE courier_receipts
+			if q, err = st.get(ctx, tx, &st.retry, `UPDATE courier_receipts
 				SET attempts = attempts + 1, next_attempt_at = ?, last_error = ?
-				WHERE id = ? AND state = 'pending'`, millis(next), msg, id)
+				WHERE id = ? AND state = 'pending'`); err == nil {
+				_, err = q.ExecContext(ctx, millis(next), msg, id)
+			}
 		}
 	}
 	if err != nil {
-		return d, fmt.Errorf("receipt %s: %w", o.id, err)
+		return fmt.Errorf("receipt %s: %w", o.id, err)
 	}
-	return d, nil
+	return nil
 }
 
 // retryAt is when a failed receipt is due again: after a rate limit its

@@ -18,7 +18,6 @@ CREATE TABLE courier_receipts (
 CREATE UNIQUE INDEX courier_receipts_idempotency_key
 	ON courier_receipts (idempotency_key) WHERE idempotency_key IS NOT NULL;
 
+-- Serves Flush's claim (state = 'pending' by next_attempt_at) and Prune and
+-- the DLQ (by state).
 CREATE INDEX courier_receipts_due ON courier_receipts (state, next_attempt_at, id);
-
-CREATE INDEX courier_receipts_acknowledged_at
-	ON courier_receipts (acknowledged_at) WHERE state = 'acknowledged';
