@@ -47,9 +47,12 @@ func (c ProcessConfig) Validate() error {
 }
 
 // Process is the process backend: each workload is a child process in its
-// own process group. It asks the kernel to SIGKILL the child if the agent
-// dies (a dead agent cannot fence its workload, so the workload must not
-// outlive it).
+// own process group. A dead agent cannot fence its workload, so the workload
+// must not outlive it: the kernel SIGKILLs the child when the agent dies
+// (Pdeathsig), and, when LogDir is set, NewProcess kills whatever a previous
+// incarnation using the same LogDir left running (grandchildren that
+// Pdeathsig does not reach), found by the PROVIDER_AGENT_BACKEND marker in
+// their environment.
 type Process struct {
 	cfg    ProcessConfig
 	logger *slog.Logger
@@ -60,6 +63,7 @@ type Process struct {
 	wg     sync.WaitGroup // one per process waiter
 	out    *lockedWriter  // shared by all processes when LogDir is ""
 
+	marker string // PROVIDER_AGENT_BACKEND value; "" without LogDir
 	queue  *exitQueue
 	exits  chan Exit
 	quit   chan struct{}
@@ -94,10 +98,17 @@ func NewProcess(cfg ProcessConfig, logger *slog.Logger) (*Process, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	var marker string
 	if cfg.LogDir != "" {
 		if err := os.MkdirAll(cfg.LogDir, 0o750); err != nil {
 			return nil, fmt.Errorf("backend: log dir: %w", err)
 		}
+		abs, err := filepath.Abs(cfg.LogDir)
+		if err != nil {
+			return nil, fmt.Errorf("backend: log dir: %w", err)
+		}
+		sum := sha256.Sum256([]byte(abs))
+		marker = hex.EncodeToString(sum[:8])
 	}
 	b := &Process{
 		cfg:    cfg,
@@ -107,6 +118,12 @@ func NewProcess(cfg ProcessConfig, logger *slog.Logger) (*Process, error) {
 		exits:  make(chan Exit),
 		quit:   make(chan struct{}),
 		qdone:  make(chan struct{}),
+		marker: marker,
+	}
+	if marker != "" {
+		if n := b.reapLeftovers(); n > 0 {
+			logger.Warn("killed workload processes left running by a previous agent", "processes", n, "log_dir", cfg.LogDir)
+		}
 	}
 	if cfg.LogDir == "" && cfg.Output != nil {
 		b.out = &lockedWriter{w: cfg.Output}
@@ -177,6 +194,10 @@ func (b *Process) Start(ctx context.Context, spec StartSpec) error {
 		"PROVIDER_AGENT_WORKLOAD_ID="+spec.WorkloadID,
 		fmt.Sprintf("PROVIDER_AGENT_EPOCH=%d", spec.Epoch))
 	cmd.Env = append(cmd.Env, spec.Env...)
+	if b.marker != "" {
+		// Last, so a spec cannot override it.
+		cmd.Env = append(cmd.Env, MarkerEnv+"="+b.marker)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p := &proc{id: spec.WorkloadID, epoch: spec.Epoch, cmd: cmd, done: make(chan struct{})}
 	if b.cfg.LogDir != "" {

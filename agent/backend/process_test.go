@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -396,4 +397,64 @@ func TestLogName(t *testing.T) {
 	if logName("a/b") == logName("a_b") {
 		t.Errorf("logName(a/b) = logName(a_b) = %q, want distinct", logName("a_b"))
 	}
+}
+
+// TestLeftoversOfADeadAgentAreKilled simulates an agent killed with kill -9:
+// its workload's grandchild survived (Pdeathsig reaches only the child). A
+// new backend on the same LogDir kills it; a process tagged for another
+// LogDir survives.
+func TestLeftoversOfADeadAgentAreKilled(t *testing.T) {
+	logDir := filepath.Join(t.TempDir(), "logs")
+	first, err := NewProcess(ProcessConfig{StopGrace: time.Second, LogDir: logDir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := first.marker
+	if err := first.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spawn := func(marker string) *os.Process {
+		t.Helper()
+		cmd := exec.Command("sleep", "60")
+		cmd.Env = append(os.Environ(), MarkerEnv+"="+marker)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		t.Cleanup(func() { cmd.Process.Kill(); <-done })
+		return cmd.Process
+	}
+	leftover := spawn(marker)
+	other := spawn("0123456789abcdef")
+	waitFor(t, "the environ to be readable", func() bool {
+		env, _ := os.ReadFile("/proc/" + strconv.Itoa(leftover.Pid) + "/environ")
+		return hasEnvEntry(env, []byte(MarkerEnv+"="+marker))
+	})
+
+	second := newTestDir(t, logDir)
+	waitFor(t, "the leftover to die", func() bool { return !alive(leftover.Pid) })
+	if !alive(other.Pid) {
+		t.Error("process of another backend was killed, want it alive")
+	}
+	// New workloads carry the marker.
+	if err := second.Start(context.Background(), StartSpec{WorkloadID: "m", Command: ShellCommand(`echo "marker=$` + MarkerEnv + `"`)}); err != nil {
+		t.Fatal(err)
+	}
+	nextExit(t, second)
+	data, _ := os.ReadFile(second.LogPath("m"))
+	if !strings.Contains(string(data), "marker="+marker) {
+		t.Errorf("log = %q, want marker=%s", data, marker)
+	}
+}
+
+func newTestDir(t *testing.T, logDir string) *Process {
+	t.Helper()
+	b, err := NewProcess(ProcessConfig{StopGrace: time.Second, LogDir: logDir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(context.Background()) })
+	return b
 }
