@@ -95,37 +95,70 @@ func Split(r io.Reader, workload string, tileSize int, fn func(content []byte, s
 	return m, nil
 }
 
+// addBatchBytes bounds the tile bytes AddFile writes per transaction, so a
+// large file never holds the database's write lock for long.
+const addBatchBytes = 8 << 20
+
 // AddFile splits r into tiles of tileSize bytes and stores them as pending
-// tiles of workload in one transaction. Tiles the workload already has (same
-// sha256) are not stored twice, so an uploaded tile is never re-sent. It
+// tiles of workload, committing about every 8 MiB so that other writers of
+// the database (the running agent) are not blocked for the whole file. Tiles
+// the workload already has (same sha256) are not stored twice, so an uploaded
+// tile is never re-sent and re-running AddFile after an error is safe. It
 // returns the manifest and how many new tiles were stored.
 func (s *Store) AddFile(ctx context.Context, workload string, r io.Reader, tileSize int) (Manifest, int, error) {
 	if workload == "" {
 		return Manifest{}, 0, errors.New("add file: empty workload")
 	}
-	var m Manifest
+	type row struct {
+		sha     string
+		content []byte
+	}
+	var batch []row
+	batchBytes := 0
 	added := 0
 	now := s.nowMillis()
-	err := sqlitedb.InTx(ctx, s.db, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO tiles (workload, sha256, size, content, status, created_at, updated_at)
-			VALUES (?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (workload, sha256) DO NOTHING`)
-		if err != nil {
-			return err
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
 		}
-		defer stmt.Close()
-		m, err = Split(r, workload, tileSize, func(content []byte, sha string) error {
-			res, err := stmt.ExecContext(ctx, workload, sha, len(content), content, now, now)
+		err := sqlitedb.InTx(ctx, s.db, func(tx *sql.Tx) error {
+			stmt, err := tx.PrepareContext(ctx, `INSERT INTO tiles (workload, sha256, size, content, status, created_at, updated_at)
+				VALUES (?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (workload, sha256) DO NOTHING`)
 			if err != nil {
 				return err
 			}
-			n, err := res.RowsAffected()
-			added += int(n)
-			return err
+			defer stmt.Close()
+			n := 0
+			for _, rw := range batch {
+				res, err := stmt.ExecContext(ctx, workload, rw.sha, len(rw.content), rw.content, now, now)
+				if err != nil {
+					return err
+				}
+				k, err := res.RowsAffected()
+				if err != nil {
+					return err
+				}
+				n += int(k)
+			}
+			added += n
+			return nil
 		})
+		batch, batchBytes = batch[:0], 0
 		return err
+	}
+	m, err := Split(r, workload, tileSize, func(content []byte, sha string) error {
+		batch = append(batch, row{sha: sha, content: bytes.Clone(content)})
+		batchBytes += len(content)
+		if batchBytes >= addBatchBytes {
+			return flush()
+		}
+		return nil
 	})
+	if err == nil {
+		err = flush()
+	}
 	if err != nil {
-		return Manifest{}, 0, fmt.Errorf("add file to workload %s: %w", workload, err)
+		return Manifest{}, added, fmt.Errorf("add file to workload %s: %w", workload, err)
 	}
 	return m, added, nil
 }
