@@ -148,8 +148,22 @@ func New(cfg Config, opts Options) (*Pool, error) {
 
 // Received returns the channel of received events and EOSE markers, in
 // arrival order per relay. It is closed when Close returns. A consumer that
-// stops reading stalls the relays' reads (backpressure), never drops events.
+// stops reading stalls the relays' reads (backpressure), never drops events;
+// OKs queued behind a stalled read wait too, so do not call Publish from the
+// goroutine that consumes Received without a deadline you can afford.
 func (p *Pool) Received() <-chan Received { return p.out }
+
+// Synced returns the relays whose current connection has delivered EOSE for
+// the whole subscription (the "synced at least M relays" check).
+func (p *Pool) Synced() []string {
+	var out []string
+	for _, s := range p.sups {
+		if st := s.status(); st.Connected && st.EOSESeen {
+			out = append(out, s.url)
+		}
+	}
+	return out
+}
 
 // URLs returns the normalised relay URLs, in configuration order.
 func (p *Pool) URLs() []string {

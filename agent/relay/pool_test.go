@@ -162,6 +162,9 @@ func TestPoolSubscribePublishThreeRelays(t *testing.T) {
 			t.Errorf("Received(%s).At = %v, want a local receive time", u, r.At)
 		}
 	}
+	if got := h.pool.Synced(); len(got) != 3 {
+		t.Errorf("Synced() = %v, want all 3 relays", got)
+	}
 	for _, s := range h.pool.Status() {
 		if !s.Connected || !s.EOSESeen || s.LastMessageAt.IsZero() {
 			t.Errorf("Status(%s) = %+v, want connected with EOSE", s.URL, s)
