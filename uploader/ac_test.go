@@ -562,3 +562,30 @@ func TestAC13_ReinvocationResendsOnlyUnacked(t *testing.T) {
 		}
 	}
 }
+
+// cancelClock's Sleep reports that the context ended (Ctrl-C during a
+// backoff).
+type cancelClock struct{ *fakeClock }
+
+func (c *cancelClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.fakeClock.Sleep(ctx, d)
+	return context.Canceled
+}
+
+func TestRetryStopsWhenSleepIsCancelled(t *testing.T) {
+	clock := &cancelClock{fakeClock: newFakeClock()}
+	store := newStore(t, clock)
+	tiles := addTiles(t, store, "w", 2, 16)
+	inner := &scriptedInner{store: store, reject: func(int, uploader.Tile) bool { return true }}
+	r, err := uploader.NewRetryUploader(inner, uploader.DefaultConfig(), uploader.Deps{Store: store, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.UploadPending(context.Background(), uploader.Request{})
+	if !errors.Is(err, context.Canceled) || inner.Calls() != 1 || rep.Rejected != 2 {
+		t.Errorf("UploadPending(cancelled in sleep) = %+v, %v (%d calls), want context.Canceled after 1 call", rep, err, inner.Calls())
+	}
+	if n := attempts(t, store, tiles[0].ID); n != 1 {
+		t.Errorf("upload_attempts = %d, want 1", n)
+	}
+}

@@ -168,3 +168,28 @@ func TestParseManifestRejectsBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A file larger than one commit batch is stored completely, and adding it
+// again stores nothing.
+func TestAddFileAcrossBatches(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, nil)
+	data := randomBytes(t, 9<<20+12345)
+	m, added, err := s.AddFile(ctx, "big", bytes.NewReader(data), 1<<20)
+	if err != nil || added != 10 || len(m.Tiles) != 10 || m.SHA256 != sha(data) {
+		t.Fatalf("AddFile(9 MiB+) = %d tiles, %d added, %v, want 10, 10, nil", len(m.Tiles), added, err)
+	}
+	if _, added, err := s.AddFile(ctx, "big", bytes.NewReader(data), 1<<20); err != nil || added != 0 {
+		t.Errorf("AddFile(again) = %d added, %v, want 0, nil", added, err)
+	}
+	if n, err := s.CountPending(ctx, "big"); err != nil || n != 10 {
+		t.Errorf("CountPending = %d, %v, want 10", n, err)
+	}
+	tiles, _ := s.List(ctx, uploader.Filter{Workload: "big"})
+	for i, tile := range tiles {
+		content, err := s.Content(ctx, tile.ID)
+		if err != nil || sha(content) != m.Tiles[i].SHA256 {
+			t.Errorf("Content(tile %d) hash = %s, %v, want %s", tile.ID, sha(content), err, m.Tiles[i].SHA256)
+		}
+	}
+}
