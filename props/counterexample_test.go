@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 )
@@ -84,6 +85,10 @@ func setRapidFlag(t *testing.T, name, value string) {
 	t.Cleanup(func() { _ = f.Value.Set(old) })
 }
 
+// shrinkTime bounds the time rapid spends minimising an expected
+// counterexample (rapid's default is 30 s); -rapid.shrinktime overrides it.
+const shrinkTime = 5 * time.Second
+
 // expectCounterexample runs prop under rapid.Check and reports whether it
 // failed; out is rapid's report followed by the log of the shrunk failing
 // run (the counterexample). No fail file is written: the failure is the
@@ -91,7 +96,14 @@ func setRapidFlag(t *testing.T, name, value string) {
 func expectCounterexample(t *testing.T, name string, prop func(*rapid.T)) (found bool, out string) {
 	t.Helper()
 	setRapidFlag(t, "rapid.nofailfile", "true")
+	setRapidFlag(t, "rapid.shrinktime", shrinkTime.String())
 	rec := &recordingTB{name: t.Name() + "/" + name}
 	rapid.Check(rec, prop)
-	return rec.Failed(), strings.Join(rec.lines, "\n")
+	var keep []string
+	for _, l := range rec.lines {
+		if !strings.HasPrefix(l, "[rapid] draw ") {
+			keep = append(keep, l)
+		}
+	}
+	return rec.Failed(), strings.Join(keep, "\n")
 }

@@ -53,6 +53,10 @@ type faultSpace struct {
 	MinExtraDelay time.Duration
 	// OnlyRelay >= 0 confines relay and link faults to that relay.
 	OnlyRelay int
+	// HolderFaultsOnly aims outages (partitions, isolation, crashes,
+	// pauses) at the provider running the workload only, never at a
+	// watching standby: see TestSingleWriterKnownLeaseBug.
+	HolderFaultsOnly bool
 }
 
 // protocol builds the nodes of a world.
@@ -124,6 +128,21 @@ func (w *world) provider(t *rapid.T) sim.ProviderID {
 	return sim.ProviderID(rapid.IntRange(0, w.sc.K-1).Draw(t, "provider"))
 }
 
+// target picks the provider an outage fault (partition, isolation, crash,
+// pause) hits: any provider, or with HolderFaultsOnly the one running the
+// workload (ok is false when none does).
+func (w *world) target(t *rapid.T) (sim.ProviderID, bool) {
+	if !w.fs.HolderFaultsOnly {
+		return w.provider(t), true
+	}
+	for p := 0; p < w.sc.K; p++ {
+		if _, ok := w.s.Running(sim.ProviderID(p), workloadID); ok {
+			return sim.ProviderID(p), true
+		}
+	}
+	return 0, false
+}
+
 func (w *world) relay(t *rapid.T) sim.RelayID {
 	if w.fs.OnlyRelay >= 0 {
 		return sim.RelayID(w.fs.OnlyRelay)
@@ -171,9 +190,28 @@ func (w *world) actions() map[string]func(*rapid.T) {
 	}
 	if fs.Partitions {
 		a["partition"] = func(t *rapid.T) {
-			p, r := w.provider(t), w.relay(t)
+			p, ok := w.target(t)
+			if !ok {
+				w.wait(t)
+				return
+			}
+			r := w.relay(t)
 			t.Logf("t=%v partition P%d-R%d", w.s.Now(), p, r)
 			w.s.Partition(p, r)
+			w.wait(t)
+		}
+		a["isolate"] = func(t *rapid.T) {
+			p, ok := w.target(t)
+			if !ok {
+				w.wait(t)
+				return
+			}
+			t.Logf("t=%v isolate P%d from every relay", w.s.Now(), p)
+			for r := 0; r < w.sc.N; r++ {
+				if fs.OnlyRelay < 0 || r == fs.OnlyRelay {
+					w.s.Partition(p, sim.RelayID(r))
+				}
+			}
 			w.wait(t)
 		}
 		a["heal"] = func(t *rapid.T) {
@@ -217,7 +255,11 @@ func (w *world) actions() map[string]func(*rapid.T) {
 	}
 	if fs.ProviderCrash {
 		a["crashRestart"] = func(t *rapid.T) {
-			p := w.provider(t)
+			p, ok := w.target(t)
+			if !ok {
+				w.wait(t)
+				return
+			}
 			kill := rapid.Bool().Draw(t, "killWorkload")
 			maxDown := time.Hour
 			if !kill {
@@ -240,7 +282,11 @@ func (w *world) actions() map[string]func(*rapid.T) {
 	}
 	if fs.MaxPause > 0 {
 		a["pause"] = func(t *rapid.T) {
-			p := w.provider(t)
+			p, ok := w.target(t)
+			if !ok {
+				w.wait(t)
+				return
+			}
 			d := drawDuration(t, "pause", fs.MinPause, fs.MaxPause)
 			t.Logf("t=%v pause P%d for %v", w.s.Now(), p, d)
 			w.s.PauseFor(p, d)
@@ -248,12 +294,15 @@ func (w *world) actions() map[string]func(*rapid.T) {
 		}
 	}
 	if fs.ExtraDelay > 0 {
-		a["pathDelay"] = func(t *rapid.T) {
-			author, receiver := w.provider(t), w.provider(t)
-			r := w.relay(t)
+		a["slowPair"] = func(t *rapid.T) {
+			a := w.provider(t)
+			b := sim.ProviderID((int(a) + 1 + rapid.IntRange(0, w.sc.K-2).Draw(t, "other")) % w.sc.K)
 			d := drawDuration(t, "delay", fs.MinExtraDelay, fs.ExtraDelay)
-			t.Logf("t=%v delay P%d's events from R%d to P%d by %v", w.s.Now(), author, r, receiver, d)
-			w.s.SetPathDelay(author, r, receiver, d)
+			t.Logf("t=%v every relay delivers P%d's events to P%d and back %v late", w.s.Now(), a, b, d)
+			for r := 0; r < w.sc.N; r++ {
+				w.s.SetPathDelay(a, sim.RelayID(r), b, d)
+				w.s.SetPathDelay(b, sim.RelayID(r), a, d)
+			}
 			w.wait(t)
 		}
 	}

@@ -91,8 +91,13 @@ func (s *Sim) CrashProvider(p ProviderID, killWorkload bool) {
 
 // Kill crash-stops provider p for good (node and workload gone).
 func (s *Sim) Kill(p ProviderID) {
+	pr := s.provs[p]
 	s.CrashProvider(p, true)
-	s.provs[p].dead = true
+	for w := range pr.running { // the agent was already down: the node goes now
+		delete(pr.running, w)
+		s.trace = append(s.trace, Entry{At: s.now, Who: pr.name, What: "workload " + w + " STOPPED (node gone)"})
+	}
+	pr.dead = true
 	s.Logf("%s is gone for good", s.provs[p].name)
 }
 

@@ -621,7 +621,9 @@ func (s *Sim) sendDown(p ProviderID, r RelayID, author ProviderID, fn func(*prov
 		extra = s.pathExtra[[3]int{int(author), int(r), int(p)}]
 	}
 	at := s.now + s.legDelay(l, extra)
-	if !l.reorder {
+	if !l.reorder && extra == 0 {
+		// FIFO per connection; a path-delayed event is held back by the
+		// relay and does not block the events behind it.
 		if at < l.lastDown {
 			at = l.lastDown
 		}
