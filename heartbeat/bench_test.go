@@ -18,7 +18,7 @@ func benchHeartbeats(b *testing.B, n int) []*nostr.Event {
 		ev, err := BuildHeartbeat(k, HeartbeatParams{
 			At:        t0.Add(-time.Duration(i%120) * time.Second),
 			Capacity:  Capacity{CPUAvailable: uint64(i), MemoryMBAvailable: 4096, StorageGBAvailable: 100},
-			Workloads: []WorkloadEpoch{{"workload-a", 3}, {"workload-b", 1}},
+			Workloads: []WorkloadEpoch{{ID: "workload-a", Epoch: 3}, {ID: "workload-b", Epoch: 1}},
 		}, false)
 		if err != nil {
 			b.Fatal(err)

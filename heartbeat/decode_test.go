@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/lease"
 )
 
 // mutate copies ev, applies change to it, and re-signs it with k.
@@ -56,7 +58,7 @@ func content(s string) func(ev *nostr.Event) { return func(ev *nostr.Event) { ev
 
 func TestDecodeRejects(t *testing.T) {
 	p, s1, other := testKeys(t, "p"), testKeys(t, "s1"), testKeys(t, "other")
-	hb, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{"a", 1}}}, false)
+	hb, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{ID: "a", Epoch: 1}}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +71,7 @@ func TestDecodeRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	lg, err := BuildLeaseGrant(other, LeaseGrantParams{WorkloadID: "a", Primary: p.PublicKey(), Standbys: []string{s1.PublicKey()},
-		Relays: []string{"wss://r1", "wss://r2"}, Quorum: 2, Replication: ReplicationWarmStandby, RestartPolicy: RestartAlways,
+		Relays: []string{"wss://r1", "wss://r2"}, Quorum: 2, Replication: lease.ReplicationWarmStandby, RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure},
 		Manifest: "image: x", At: t0})
 	if err != nil {
 		t.Fatal(err)

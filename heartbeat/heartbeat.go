@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/lease"
 )
 
 // Capacity is a heartbeat's available_capacity (Paygress CapacityInfo).
@@ -19,13 +21,9 @@ type Capacity struct {
 	StorageGBAvailable uint64 `json:"storage_gb_available"`
 }
 
-// WorkloadEpoch is one workload a provider holds Live, at an epoch (ours).
-type WorkloadEpoch struct {
-	// ID is the consumer-assigned workload id.
-	ID string `json:"id"`
-	// Epoch is the epoch the provider holds it at (>= 1).
-	Epoch uint64 `json:"epoch"`
-}
+// WorkloadEpoch is one workload a provider holds Live, at an epoch (ours): the
+// lease machine's own type, so decoded heartbeats feed it without copying.
+type WorkloadEpoch = lease.WorkloadEpoch
 
 // Heartbeat is a decoded heartbeat of either kind.
 //

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"provideragent/lease"
 )
 
 // Config bounds what the Ingestor accepts. Zero values are not defaults: start
@@ -25,8 +27,8 @@ type Config struct {
 	MaxTagBytes int
 	// MaxSkew is how far created_at may lie ahead of local time. Default 30s.
 	MaxSkew time.Duration
-	// HeartbeatMaxAge is how old a heartbeat's created_at may be (the lease
-	// machine's stale window). Default 300s (Paygress's live window).
+	// HeartbeatMaxAge is how old a heartbeat's created_at may be: set it to
+	// the lease machine's Stale. Default lease.DefaultConfig().Stale (180s).
 	HeartbeatMaxAge time.Duration
 	// CacheSize bounds the dedupe cache (event ids remembered). Default 65536.
 	CacheSize int
@@ -40,7 +42,7 @@ func DefaultConfig() Config {
 		MaxTags:         64,
 		MaxTagBytes:     1024,
 		MaxSkew:         30 * time.Second,
-		HeartbeatMaxAge: 300 * time.Second,
+		HeartbeatMaxAge: lease.DefaultConfig().Stale,
 		CacheSize:       1 << 16,
 	}
 }
@@ -363,8 +365,8 @@ func (in *Ingestor) finish(now time.Time, res Ingested) (Ingested, error) {
 		if !in.policy.AllowedIssuer(g.Issuer) {
 			return Ingested{}, in.rejected(res.Event, reject(ReasonWrongSigner, "lease grant from an issuer that is not allowed"))
 		}
-		if !g.ExpiresAt.IsZero() && !now.Before(g.ExpiresAt) {
-			return Ingested{}, in.rejected(res.Event, reject(ReasonExpired, "lease of %.64q expired at %d", g.WorkloadID, g.ExpiresAt.Unix()))
+		if exp := g.Spec.ExpiresAt; !exp.IsZero() && !now.Before(exp) {
+			return Ingested{}, in.rejected(res.Event, reject(ReasonExpired, "lease of %.64q expired at %d", g.Spec.ID, exp.Unix()))
 		}
 	}
 	if res.Duplicate {

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"provideragent/lease"
 )
 
 func newTestIngestor(t testing.TB, cfg Config, pol SignerPolicy) (*Ingestor, *prometheus.Registry) {
@@ -49,7 +51,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 func TestIngestVerifiesOncePerID(t *testing.T) {
 	p := testKeys(t, "p")
 	in, reg := newTestIngestor(t, DefaultConfig(), newFakePolicy())
-	ev, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{"a", 1}}}, false)
+	ev, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{ID: "a", Epoch: 1}}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +246,7 @@ func TestIngestSignerRules(t *testing.T) {
 	promStranger, _ := BuildPromotion(stranger, PromotionParams{WorkloadID: "a", At: t0, Epoch: 9})
 	lease := func(k *Keys, exp time.Time) *nostr.Event {
 		ev, err := BuildLeaseGrant(k, LeaseGrantParams{WorkloadID: "a", Primary: p.PublicKey(), Standbys: []string{s1.PublicKey()},
-			Relays: []string{"wss://r1"}, Quorum: 1, Replication: ReplicationWarmStandby, RestartPolicy: RestartAlways,
+			Relays: []string{"wss://r1"}, Quorum: 1, Replication: lease.ReplicationWarmStandby, RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure},
 			Command: []string{"run"}, ExpiresAt: exp, At: t0})
 		if err != nil {
 			t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unicode/utf8"
 )
 
 // Event kinds of the wire protocol. The first four are Paygress v1 kinds; the
@@ -84,7 +83,8 @@ func LeaseDTag(workloadID string) string {
 }
 
 // ValidateWorkloadID reports whether id can name a workload: 1 to
-// MaxWorkloadIDBytes bytes of valid UTF-8 without control characters.
+// MaxWorkloadIDBytes bytes of printable ASCII without spaces (the rule of
+// lease.Spec, since ids end up in d tags and SQLite keys).
 func ValidateWorkloadID(id string) error {
 	if id == "" {
 		return fmt.Errorf("workload id is empty")
@@ -92,12 +92,9 @@ func ValidateWorkloadID(id string) error {
 	if len(id) > MaxWorkloadIDBytes {
 		return fmt.Errorf("workload id is %d bytes, max %d", len(id), MaxWorkloadIDBytes)
 	}
-	if !utf8.ValidString(id) {
-		return fmt.Errorf("workload id is not valid utf-8")
-	}
-	for _, r := range id {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return fmt.Errorf("workload id contains control character %U", r)
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("workload id has byte 0x%02x at %d, want printable ascii without spaces", c, i)
 		}
 	}
 	return nil

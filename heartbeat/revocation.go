@@ -12,7 +12,9 @@ import (
 //
 // Defaults for Paygress-made revocations: no epoch means Epoch is
 // EpochUnknown and HasEpoch false (read it as "the epoch the primary held");
-// no successor means the first standby is the successor (HasSuccessor false).
+// no successor field means the first standby is the successor (HasSuccessor
+// false). Our revocations always write the field; "" there means the primary
+// saw no standby alive, so standbys must rely on takeover.
 // Standby entries that are not valid keys are skipped, as Paygress does when
 // it builds the p tags.
 type Revocation struct {
@@ -39,8 +41,8 @@ type Revocation struct {
 	StateURI string
 	// Version is the payload schema version (1).
 	Version uint8
-	// Successor is the hex public key of the standby that should claim, ""
-	// when there are no standbys.
+	// Successor is the hex public key of the standby that should claim; ""
+	// when there is none.
 	Successor string
 	// HasSuccessor is true when the content named the successor (ours).
 	HasSuccessor bool
@@ -63,8 +65,8 @@ type RevocationParams struct {
 	At time.Time
 	// StateURI is the Blossom URI of the latest checkpoint (optional).
 	StateURI string
-	// Successor is the standby that should claim (hex or npub); "" means the
-	// first standby.
+	// Successor is the standby that should claim (hex or npub); "" means
+	// none (written as "", so readers do not default to the first standby).
 	Successor string
 	// Epoch is the epoch being revoked (>= 1).
 	Epoch uint64
@@ -78,7 +80,7 @@ type revocationWire struct {
 	RevokedAt           uint64   `json:"revoked_at"`
 	StateURI            string   `json:"state_uri,omitempty"`
 	Version             uint8    `json:"version"`
-	Successor           string   `json:"successor,omitempty"`
+	Successor           string   `json:"successor"`
 	Epoch               uint64   `json:"epoch"`
 }
 
@@ -135,8 +137,6 @@ func BuildRevocation(k *Keys, p RevocationParams) (*nostr.Event, error) {
 		if !found {
 			return nil, fmt.Errorf("build revocation: successor is not one of the standbys")
 		}
-	} else if len(npubs) > 0 {
-		successor = npubs[0]
 	}
 	content, err := json.Marshal(revocationWire{
 		WorkloadID:          p.WorkloadID,
@@ -245,7 +245,10 @@ func DecodeRevocation(ev *nostr.Event) (*Revocation, error) {
 		seen[h] = true
 		r.Standbys = append(r.Standbys, h)
 	}
-	if in.Successor != nil && *in.Successor != "" {
+	switch {
+	case in.Successor != nil && *in.Successor == "":
+		r.HasSuccessor = true // explicitly none
+	case in.Successor != nil:
 		h, err := ParsePublicKey(*in.Successor)
 		if err != nil {
 			return nil, rejectErr(ReasonDecode, err, "revocation content: successor")
@@ -254,8 +257,8 @@ func DecodeRevocation(ev *nostr.Event) (*Revocation, error) {
 			return nil, reject(ReasonDecode, "revocation content: successor is not one of the standbys")
 		}
 		r.Successor, r.HasSuccessor = h, true
-	} else if len(r.Standbys) > 0 {
-		r.Successor = r.Standbys[0]
+	case len(r.Standbys) > 0:
+		r.Successor = r.Standbys[0] // Paygress: no successor field
 	}
 	if in.Epoch != nil {
 		if *in.Epoch == 0 {

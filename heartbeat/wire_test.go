@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/lease"
 )
 
 // paygressEvent signs an event whose tags and content are written the way
@@ -117,11 +119,11 @@ func TestDecodePaygressPromotion(t *testing.T) {
 // Paygress requires, in its order, with npub keys, and the exact v1 tags.
 func TestBuiltEventsReadByPaygress(t *testing.T) {
 	p, s1, s2 := testKeys(t, "p"), testKeys(t, "s1"), testKeys(t, "s2")
-	hb, eph, err := BuildHeartbeats(p, HeartbeatParams{At: t0, Capacity: Capacity{1, 2, 3}, Workloads: []WorkloadEpoch{{"wl-7", 3}}})
+	hb, eph, err := BuildHeartbeats(p, HeartbeatParams{At: t0, Capacity: Capacity{CPUAvailable: 1, MemoryMBAvailable: 2, StorageGBAvailable: 3}, Workloads: []WorkloadEpoch{{ID: "wl-7", Epoch: 3}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rev, err := BuildRevocation(p, RevocationParams{WorkloadID: "wl-7", Standbys: []string{s1.Npub(), s2.PublicKey()}, Reason: "fenced", At: t0, Epoch: 3})
+	rev, err := BuildRevocation(p, RevocationParams{WorkloadID: "wl-7", Standbys: []string{s1.Npub(), s2.PublicKey()}, Successor: s1.PublicKey(), Reason: "fenced", At: t0, Epoch: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +180,7 @@ func TestBuiltEventsReadByPaygress(t *testing.T) {
 
 func TestRoundTrip(t *testing.T) {
 	p, s1, s2, issuer := testKeys(t, "p"), testKeys(t, "s1"), testKeys(t, "s2"), testKeys(t, "issuer")
-	hb, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{"a", 1}, {"b", 9}}, TTL: 90 * time.Second}, false)
+	hb, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{ID: "a", Epoch: 1}, {ID: "b", Epoch: 9}}, TTL: 90 * time.Second}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +188,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DecodeHeartbeat(built) = %v", err)
 	}
-	if !h.ListsWorkloads || !reflect.DeepEqual(h.Workloads, []WorkloadEpoch{{"a", 1}, {"b", 9}}) || !h.Expiration.Equal(t0.Add(90*time.Second)) {
+	if !h.ListsWorkloads || !reflect.DeepEqual(h.Workloads, []WorkloadEpoch{{ID: "a", Epoch: 1}, {ID: "b", Epoch: 9}}) || !h.Expiration.Equal(t0.Add(90*time.Second)) {
 		t.Fatalf("DecodeHeartbeat(built) = %+v", h)
 	}
 	if e, ok := h.ClaimsLive("b"); !ok || e != 9 {
@@ -213,6 +215,18 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("DecodeRevocation(built) = %+v, %v", r, err)
 	}
 
+	none, err := BuildRevocation(p, RevocationParams{WorkloadID: "a", Standbys: []string{s1.PublicKey()}, Reason: "r", At: t0, Epoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(none.Content, `"successor":""`) {
+		t.Fatalf("revocation without successor content = %s, want an explicit empty successor", none.Content)
+	}
+	rn, err := DecodeRevocation(none)
+	if err != nil || rn.Successor != "" || !rn.HasSuccessor {
+		t.Fatalf("DecodeRevocation(no successor) = %+v, %v, want explicitly none", rn, err)
+	}
+
 	wd, err := BuildPromotion(s1, PromotionParams{WorkloadID: "a", At: t0, Epoch: 2, Status: ClaimWithdrawn})
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +239,7 @@ func TestRoundTrip(t *testing.T) {
 	lg, err := BuildLeaseGrant(issuer, LeaseGrantParams{
 		WorkloadID: "a", Primary: p.Npub(), Standbys: []string{s1.PublicKey()},
 		Relays: []string{"wss://Relay.One/", "ws://127.0.0.1:7777"}, Quorum: 2,
-		Replication: ReplicationWarmStandby, RestartPolicy: RestartOnFailure,
+		Replication: lease.ReplicationWarmStandby, RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure, MaxAttempts: 3},
 		Command: []string{"/bin/app", "--serve"}, ExpiresAt: t0.Add(time.Hour), At: t0,
 	})
 	if err != nil {
@@ -236,10 +250,13 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("DecodeLeaseGrant(built) = %v", err)
 	}
 	want := &LeaseGrant{
-		EventID: lg.ID, Issuer: issuer.PublicKey(), CreatedAt: t0, WorkloadID: "a", Primary: p.PublicKey(),
-		Standbys: []string{s1.PublicKey()}, Relays: []string{"wss://relay.one", "ws://127.0.0.1:7777"}, Quorum: 2,
-		Replication: ReplicationWarmStandby, RestartPolicy: RestartOnFailure, Command: []string{"/bin/app", "--serve"},
-		ExpiresAt: t0.Add(time.Hour), Epoch: 1,
+		EventID: lg.ID, Issuer: issuer.PublicKey(),
+		Spec: lease.Spec{
+			ID: "a", Primary: p.PublicKey(), Standbys: []string{s1.PublicKey()},
+			Replication: lease.ReplicationWarmStandby, RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure, MaxAttempts: 3},
+			Epoch: 1, Command: []string{"/bin/app", "--serve"}, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour),
+			Relays: []string{"wss://relay.one", "ws://127.0.0.1:7777"}, Quorum: 2,
+		},
 	}
 	if !reflect.DeepEqual(g, want) {
 		t.Fatalf("DecodeLeaseGrant(built) = %+v, want %+v", g, want)
@@ -253,15 +270,15 @@ func TestBuildRejectsBadParams(t *testing.T) {
 		err  error
 	}{
 		{"heartbeat bad workload id", func() error {
-			_, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{"", 1}}}, false)
+			_, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{ID: "", Epoch: 1}}}, false)
 			return err
 		}()},
 		{"heartbeat epoch 0", func() error {
-			_, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{"a", 0}}}, false)
+			_, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{ID: "a", Epoch: 0}}}, false)
 			return err
 		}()},
 		{"heartbeat duplicate workload", func() error {
-			_, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{"a", 1}, {"a", 2}}}, false)
+			_, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{ID: "a", Epoch: 1}, {ID: "a", Epoch: 2}}}, false)
 			return err
 		}()},
 		{"revocation successor not standby", func() error {
@@ -277,19 +294,19 @@ func TestBuildRejectsBadParams(t *testing.T) {
 			return err
 		}()},
 		{"lease quorum above relays", func() error {
-			_, err := BuildLeaseGrant(p, LeaseGrantParams{WorkloadID: "a", Primary: p.PublicKey(), Relays: []string{"wss://r"}, Quorum: 2, Replication: ReplicationNone, RestartPolicy: RestartNever, Manifest: "m", At: t0})
+			_, err := BuildLeaseGrant(p, LeaseGrantParams{WorkloadID: "a", Primary: p.PublicKey(), Relays: []string{"wss://r"}, Quorum: 2, Replication: lease.ReplicationNone, RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever}, Manifest: "m", At: t0})
 			return err
 		}()},
 		{"lease warm standby without standby", func() error {
-			_, err := BuildLeaseGrant(p, LeaseGrantParams{WorkloadID: "a", Primary: p.PublicKey(), Relays: []string{"wss://r"}, Quorum: 1, Replication: ReplicationWarmStandby, RestartPolicy: RestartNever, Manifest: "m", At: t0})
+			_, err := BuildLeaseGrant(p, LeaseGrantParams{WorkloadID: "a", Primary: p.PublicKey(), Relays: []string{"wss://r"}, Quorum: 1, Replication: lease.ReplicationWarmStandby, RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever}, Manifest: "m", At: t0})
 			return err
 		}()},
 		{"lease command and manifest", func() error {
-			_, err := BuildLeaseGrant(p, LeaseGrantParams{WorkloadID: "a", Primary: p.PublicKey(), Relays: []string{"wss://r"}, Quorum: 1, Replication: ReplicationNone, RestartPolicy: RestartNever, Manifest: "m", Command: []string{"x"}, At: t0})
+			_, err := BuildLeaseGrant(p, LeaseGrantParams{WorkloadID: "a", Primary: p.PublicKey(), Relays: []string{"wss://r"}, Quorum: 1, Replication: lease.ReplicationNone, RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever}, Manifest: "m", Command: []string{"x"}, At: t0})
 			return err
 		}()},
 		{"lease http relay", func() error {
-			_, err := BuildLeaseGrant(p, LeaseGrantParams{WorkloadID: "a", Primary: p.PublicKey(), Relays: []string{"https://r"}, Quorum: 1, Replication: ReplicationNone, RestartPolicy: RestartNever, Manifest: "m", At: t0})
+			_, err := BuildLeaseGrant(p, LeaseGrantParams{WorkloadID: "a", Primary: p.PublicKey(), Relays: []string{"https://r"}, Quorum: 1, Replication: lease.ReplicationNone, RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever}, Manifest: "m", At: t0})
 			return err
 		}()},
 	}
