@@ -475,15 +475,7 @@ func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input
 }
 
 func (a *Agent) specFromGrant(g *heartbeat.LeaseGrant) lease.Spec {
-	pol := lease.RestartPolicy{Policy: lease.RestartNever}
-	if g.RestartPolicy == heartbeat.RestartOnFailure || g.RestartPolicy == heartbeat.RestartAlways {
-		pol = lease.RestartPolicy{Policy: lease.RestartOnFailure, MaxAttempts: a.cfg.RestartMaxAttempts}
-	}
-	return lease.Spec{
-		ID: g.WorkloadID, Primary: g.Primary, Standbys: g.Standbys, Replication: lease.Replication(g.Replication),
-		RestartPolicy: pol, Epoch: g.Epoch, Command: g.Command, CreatedAt: g.CreatedAt, ExpiresAt: g.ExpiresAt,
-		Relays: g.Relays, Quorum: g.Quorum,
-	}
+	return g.Spec
 }
 
 // heartbeatLoop publishes our heartbeats (both kinds) every interval.

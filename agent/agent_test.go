@@ -1,0 +1,385 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"provideragent/heartbeat"
+	"provideragent/internal/relaytest"
+	"provideragent/internal/sqlitedb"
+	"provideragent/lease"
+)
+
+// testLeaseConfig is the demo's timing: failover in about 10 s.
+func testLeaseConfig(relays []string) lease.Config {
+	c := lease.DefaultConfig()
+	c.M, c.N, c.Relays = 2, len(relays), relays
+	c.HeartbeatInterval = time.Second
+	c.Stale = 3 * time.Second
+	c.T1 = 2 * time.Second
+	c.T2 = 3 * time.Second
+	c.MaxSkew = time.Second
+	c.RelayDelay = time.Second
+	c.TakeoverAfter = 12 * time.Second
+	c.ProvisionTimeout = 5 * time.Second
+	c.RestartInitial = 200 * time.Millisecond
+	c.RestartMax = time.Second
+	c.RestartResetAfter = 10 * time.Second
+	c.ClaimRetryBase = time.Second
+	c.ClaimRetryMax = 4 * time.Second
+	c.ClaimTimeout = 5 * time.Second
+	return c
+}
+
+// eventLog records an agent's timeline events.
+type eventLog struct {
+	mu  sync.Mutex
+	evs []Event
+}
+
+func (l *eventLog) add(e Event) {
+	l.mu.Lock()
+	l.evs = append(l.evs, e)
+	l.mu.Unlock()
+}
+
+func (l *eventLog) find(pred func(Event) bool) (Event, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.evs {
+		if pred(e) {
+			return e, true
+		}
+	}
+	return Event{}, false
+}
+
+func (l *eventLog) states() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, e := range l.evs {
+		if e.Kind == "state" {
+			out = append(out, fmt.Sprintf("%s@%d", e.State, e.Epoch))
+		}
+	}
+	return out
+}
+
+type testAgent struct {
+	t       *testing.T
+	a       *Agent
+	key     string
+	pub     string
+	dbPath  string
+	log     *eventLog
+	backend *ProcessBackend
+	reg     *prometheus.Registry
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+type agentOpts struct {
+	name   string
+	key    string // "" generates one
+	dbPath string // "" uses a new file in t.TempDir()
+	lcfg   lease.Config
+	dial   map[string]string
+}
+
+func startAgent(t *testing.T, o agentOpts) *testAgent {
+	t.Helper()
+	if o.key == "" {
+		o.key = nostr.GeneratePrivateKey()
+	}
+	if o.dbPath == "" {
+		o.dbPath = filepath.Join(t.TempDir(), o.name+".db")
+	}
+	pub, _ := nostr.GetPublicKey(o.key)
+	ctx, cancel := context.WithCancel(context.Background())
+	db, err := sqlitedb.Open(ctx, o.dbPath, sqlitedb.Options{Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Lease = o.lcfg
+	cfg.SecretKey = o.key
+	cfg.DialAddrs = o.dial
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Name = o.name
+	cfg.PublishTimeout = 2 * time.Second
+	cfg.StopWorkloadsOnExit = true
+	cfg.Courier.MaxBackoff = time.Second
+	cfg.Courier.ForwardTimeout = 5 * time.Second
+	ta := &testAgent{t: t, key: o.key, pub: pub, dbPath: o.dbPath, log: &eventLog{}, reg: prometheus.NewRegistry(),
+		backend: NewProcessBackend(2*time.Second, nil), cancel: cancel, done: make(chan error, 1)}
+	a, err := New(ctx, cfg, Deps{DB: db, Registerer: ta.reg, Backend: ta.backend, OnEvent: ta.log.add})
+	if err != nil {
+		cancel()
+		db.Close()
+		t.Fatalf("New(%s) = %v, want nil", o.name, err)
+	}
+	ta.a = a
+	go func() {
+		err := a.Run(ctx)
+		db.Close()
+		ta.done <- err
+	}()
+	t.Cleanup(ta.stop)
+	return ta
+}
+
+// stop shuts the agent down and waits for Run (idempotent).
+func (ta *testAgent) stop() {
+	ta.cancel()
+	if ta.done == nil {
+		return
+	}
+	select {
+	case err := <-ta.done:
+		if err != nil {
+			ta.t.Errorf("Run() = %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		ta.t.Errorf("agent did not stop within 30 s")
+	}
+	ta.done = nil
+}
+
+func (ta *testAgent) state(id string) (string, uint64) {
+	for _, w := range ta.a.Status().Workloads {
+		if w.ID == id {
+			return w.State, w.Epoch
+		}
+	}
+	return "", 0
+}
+
+func (ta *testAgent) waitState(id string, want lease.State, epoch uint64, limit time.Duration) {
+	ta.t.Helper()
+	waitFor(ta.t, limit, fmt.Sprintf("%s: %s %s@%d (states %v)", ta.a.name, id, want, epoch, ta.log.states()), func() bool {
+		_, ok := ta.log.find(func(e Event) bool {
+			return e.Kind == "state" && e.Workload == id && e.State == string(want) && e.Epoch == epoch
+		})
+		return ok
+	})
+}
+
+func warmSpec(id, primary, standby string, relays []string) lease.Spec {
+	return lease.Spec{
+		ID: id, Primary: primary, Standbys: []string{standby}, Replication: lease.ReplicationWarmStandby, Epoch: 1,
+		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure, MaxAttempts: 3},
+		Command:       []string{"sh", "-c", "while :; do sleep 1; done"}, CreatedAt: time.Now(),
+		Relays: relays, Quorum: 2,
+	}
+}
+
+func startRelays(t *testing.T, n int) ([]*relaytest.Relay, []string) {
+	t.Helper()
+	var rs []*relaytest.Relay
+	var urls []string
+	for range n {
+		r := relaytest.Start(t)
+		rs = append(rs, r)
+		urls = append(urls, r.URL())
+	}
+	return rs, urls
+}
+
+// TestPartitionedPrimaryHandsOver: the primary is cut off from relays 1 and
+// 2; it fences itself, its revocation reaches the standby through relay 3,
+// and the standby is Live at epoch 2 within the bound; the old copy stopped
+// before the new one started.
+func TestPartitionedPrimaryHandsOver(t *testing.T) {
+	t.Parallel()
+	rs, urls := startRelays(t, 3)
+	lcfg := testLeaseConfig(urls)
+	var proxies []*Proxy
+	dial := map[string]string{}
+	for i := range 2 {
+		p, err := NewProxy(rs[i].Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		proxies = append(proxies, p)
+		dial[urls[i]] = p.URL()
+	}
+	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: dial})
+	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
+	spec := warmSpec("w1", primary.pub, standby.pub, urls)
+	ctx := context.Background()
+	primary.a.Track(ctx, spec)
+	standby.a.Track(ctx, spec)
+	primary.waitState("w1", lease.StateLive, 1, 15*time.Second)
+	if !primary.backend.Running("w1") {
+		t.Fatalf("primary Running(w1) = false, want true once Live")
+	}
+
+	cut := time.Now()
+	for _, p := range proxies {
+		p.Cut()
+	}
+	bound := lcfg.T1 + lcfg.T2 + lcfg.Stale + lcfg.RelayDelay + 2*time.Second
+	standby.waitState("w1", lease.StateLive, 2, bound+10*time.Second)
+	took := time.Since(cut)
+	t.Logf("failover took %v (bound %v)", took, bound)
+
+	stop, ok := primary.log.find(func(e Event) bool { return e.Kind == "stop" && e.Workload == "w1" })
+	if !ok {
+		t.Fatalf("primary events %v: no stop of w1", primary.log.states())
+	}
+	start, _ := standby.log.find(func(e Event) bool { return e.Kind == "start" && strings.Contains(e.Detail, "epoch 2") })
+	if !stop.Time.Before(start.Time) {
+		t.Fatalf("primary stop at %v, standby start at %v: want the stop first", stop.Time, start.Time)
+	}
+	waitFor(t, 5*time.Second, "primary process stopped", func() bool { return !primary.backend.Running("w1") })
+	primary.waitState("w1", lease.StateFenced, 1, 10*time.Second)
+	if !standby.backend.Running("w1") {
+		t.Fatalf("standby Running(w1) = false, want true at epoch 2")
+	}
+	if got := testutil.ToFloat64(standby.a.met.revocations.WithLabelValues("received")); got < 1 {
+		t.Fatalf("standby revocations received = %v, want >= 1", got)
+	}
+}
+
+// TestOneRelayDownNoFalseEviction: with one of three relays dead, a healthy
+// primary stays Live and the standby stays Standby for longer than the whole
+// eviction path would take.
+func TestOneRelayDownNoFalseEviction(t *testing.T) {
+	t.Parallel()
+	rs, urls := startRelays(t, 3)
+	lcfg := testLeaseConfig(urls)
+	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg})
+	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
+	spec := warmSpec("w1", primary.pub, standby.pub, urls)
+	ctx := context.Background()
+	primary.a.Track(ctx, spec)
+	standby.a.Track(ctx, spec)
+	primary.waitState("w1", lease.StateLive, 1, 15*time.Second)
+	rs[2].Kill()
+	// Longer than stale + t1 + t2 + relay_delay.
+	time.Sleep(lcfg.Stale + lcfg.T1 + lcfg.T2 + lcfg.RelayDelay + time.Second)
+	if st, ep := primary.state("w1"); st != string(lease.StateLive) || ep != 1 {
+		t.Fatalf("primary state = %s@%d (history %v), want live@1", st, ep, primary.log.states())
+	}
+	if st, _ := standby.state("w1"); st != string(lease.StateStandby) {
+		t.Fatalf("standby state = %s (history %v), want standby", st, standby.log.states())
+	}
+	if got, want := primary.log.states(), []string{"provisioning@1", "live@1"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("primary transitions = %v, want %v", got, want)
+	}
+}
+
+// TestRestartRestoresState: an agent stopped and started again on the same
+// database restores its workload, waits for relay sync (Syncing) and
+// resumes Live at the same epoch.
+func TestRestartRestoresState(t *testing.T) {
+	t.Parallel()
+	_, urls := startRelays(t, 3)
+	lcfg := testLeaseConfig(urls)
+	key := nostr.GeneratePrivateKey()
+	pub, _ := nostr.GetPublicKey(key)
+	dbPath := filepath.Join(t.TempDir(), "agent.db")
+	spec := lease.Spec{
+		ID: "solo", Primary: pub, Replication: lease.ReplicationNone, Epoch: 1,
+		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever},
+		Command:       []string{"sh", "-c", "while :; do sleep 1; done"}, CreatedAt: time.Now(),
+	}
+	first := startAgent(t, agentOpts{name: "first", key: key, dbPath: dbPath, lcfg: lcfg})
+	first.a.Track(context.Background(), spec)
+	first.waitState("solo", lease.StateLive, 1, 15*time.Second)
+	first.stop()
+
+	second := startAgent(t, agentOpts{name: "second", key: key, dbPath: dbPath, lcfg: lcfg})
+	if st, ep := second.state("solo"); st != string(lease.StateSyncing) || ep != 1 {
+		t.Fatalf("restored state = %s@%d, want syncing@1", st, ep)
+	}
+	second.waitState("solo", lease.StateLive, 1, 15*time.Second)
+	waitFor(t, 5*time.Second, "workload running after restore", func() bool { return second.backend.Running("solo") })
+}
+
+// TestBadEventsChangeNothing: forged, future-dated, stale and replayed
+// heartbeats and garbage served by a relay change no state; each is
+// counted as rejected (or not counted at all).
+func TestBadEventsChangeNothing(t *testing.T) {
+	t.Parallel()
+	rs, urls := startRelays(t, 3)
+	lcfg := testLeaseConfig(urls)
+	primaryKey := nostr.GeneratePrivateKey()
+	primaryPub, _ := nostr.GetPublicKey(primaryKey)
+	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
+	spec := warmSpec("w1", primaryPub, standby.pub, urls)
+	standby.a.Track(context.Background(), spec)
+	standby.waitState("w1", lease.StateStandby, 1, 10*time.Second)
+	waitFor(t, 10*time.Second, "standby connected", func() bool { return standby.a.pool.EOSECount() == 3 })
+
+	keys, err := heartbeat.NewKeys(primaryKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	build := func(at time.Time, held []heartbeat.WorkloadEpoch) nostr.Event {
+		ev, err := heartbeat.BuildHeartbeat(keys, heartbeat.HeartbeatParams{At: at, Workloads: held}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *ev
+	}
+	// A forged claim of epoch 5 by a stranger, and a forged revocation.
+	stranger, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
+	claim, err := heartbeat.BuildPromotion(stranger, heartbeat.PromotionParams{WorkloadID: "w1", At: now, Epoch: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := heartbeat.BuildRevocation(stranger, heartbeat.RevocationParams{WorkloadID: "w1", Standbys: []string{standby.pub}, Reason: "forged", At: now, Successor: standby.pub, Epoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := build(now, []heartbeat.WorkloadEpoch{{ID: "w1", Epoch: 1}})
+	badSig := good
+	badSig.Content = strings.Replace(badSig.Content, `"epoch":1`, `"epoch":9`, 1)
+	badSig.ID = badSig.GetID()
+	future := build(now.Add(time.Hour), []heartbeat.WorkloadEpoch{{ID: "w1", Epoch: 1}})
+	stale := build(now.Add(-time.Hour), []heartbeat.WorkloadEpoch{{ID: "w1", Epoch: 1}})
+	garbage := nostr.Event{ID: "zz", PubKey: "not a key", Kind: heartbeat.KindHeartbeat, Content: "{", Sig: "00"}
+	for _, r := range rs {
+		for _, ev := range []nostr.Event{badSig, future, stale, garbage, *claim, *rev} {
+			r.Inject(ev, false)
+		}
+	}
+	// Nobody ever gave the primary a quorum: the standby never counts it
+	// Live, and none of the bad events moved anything.
+	time.Sleep(2 * time.Second)
+	if got := standby.log.states(); strings.Join(got, ",") != "standby@1" {
+		t.Fatalf("standby transitions = %v, want [standby@1]", got)
+	}
+	rejected := 0.0
+	for _, r := range heartbeat.AllReasons {
+		rejected += testutil.ToFloat64(standby.a.met.eventsRejected.WithLabelValues(string(r)))
+	}
+	if rejected == 0 {
+		var names []string
+		mfs, _ := standby.reg.Gather()
+		for _, mf := range mfs {
+			if strings.Contains(mf.GetName(), "reject") {
+				for _, m := range mf.GetMetric() {
+					names = append(names, fmt.Sprint(m.GetLabel(), m.GetCounter().GetValue()))
+				}
+			}
+		}
+		t.Fatalf("agent_events_rejected_total = 0 over known reasons; metrics: %v", names)
+	}
+	if standby.backend.Running("w1") {
+		t.Fatalf("standby Running(w1) = true after bad events, want false")
+	}
+}
