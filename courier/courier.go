@@ -337,7 +337,7 @@ func isConstraint(err error) bool {
 }
 
 const receiptColumns = `id, bundle_hash, sender, COALESCE(idempotency_key, ''), created_at, state, attempts,
-	next_attempt_at, last_error, failed_at, acknowledged_at, length(bundle)`
+	next_attempt_at, last_error, failed_at, acknowledged_at, size`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -394,11 +394,15 @@ func insertReceipt(ctx context.Context, tx *sql.Tx, in sendInput) (Receipt, bool
 		in.bundle = []byte{} // NULL is not a bundle
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO courier_receipts
-		(id, bundle_hash, sender, idempotency_key, created_at, state, attempts, next_attempt_at, last_error, bundle)
+		(id, bundle_hash, sender, idempotency_key, created_at, state, attempts, next_attempt_at, last_error, size)
 		VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, '', ?)`,
-		dbID(in.id), in.hash, in.sender, nullKey(in.key), now, now, in.bundle)
+		dbID(in.id), in.hash, in.sender, nullKey(in.key), now, now, len(in.bundle))
 	if err != nil {
 		return Receipt{}, false, fmt.Errorf("insert receipt: %w", err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO courier_bundles (receipt_id, bundle) VALUES (?, ?)`, dbID(in.id), in.bundle)
+	if err != nil {
+		return Receipt{}, false, fmt.Errorf("insert bundle: %w", err)
 	}
 	return Receipt{
 		ID:             in.id,

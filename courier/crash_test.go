@@ -188,7 +188,7 @@ func TestCrashSIGKILLLosesNoSend(t *testing.T) {
 	if err := e.db.QueryRow(`PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
 		t.Fatalf("integrity_check = %q, %v, want ok", check, err)
 	}
-	rows, err := e.db.Query(`SELECT bundle, COUNT(*) FROM courier_receipts GROUP BY bundle HAVING COUNT(*) > 1`)
+	rows, err := e.db.Query(`SELECT bundle, COUNT(*) FROM courier_bundles GROUP BY bundle HAVING COUNT(*) > 1`)
 	if err != nil {
 		t.Fatal(err)
 	}

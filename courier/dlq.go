@@ -53,7 +53,8 @@ func (c *Courier) List(ctx context.Context, opts ListOptions) ([]Receipt, error)
 
 // Get returns one receipt with its bundle.
 func (c *Courier) Get(ctx context.Context, id ID) (Receipt, error) {
-	row := c.db.QueryRowContext(ctx, `SELECT `+receiptColumns+`, bundle FROM courier_receipts WHERE id = ?`, dbID(id))
+	row := c.db.QueryRowContext(ctx, `SELECT `+receiptColumns+`, bundle
+		FROM courier_receipts JOIN courier_bundles ON receipt_id = id WHERE id = ?`, dbID(id))
 	var bundle []byte
 	r, err := scanReceipt(row, &bundle)
 	if errors.Is(err, sql.ErrNoRows) {

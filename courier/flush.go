@@ -3,17 +3,22 @@ package courier
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	"provideragent/internal/sqlitedb"
 )
 
 // recordBatch is the most outcomes recorded in one transaction.
 const recordBatch = 512
+
+// recordLinger: a batch smaller than min waits up to wait for more outcomes.
+var recordLinger = struct {
+	min  int
+	wait time.Duration
+}{min: 64, wait: 2 * time.Millisecond}
 
 // FlushResult counts what one Flush did.
 type FlushResult struct {
@@ -131,31 +136,103 @@ func (c *Courier) forwardOne(ctx context.Context, fwd Forwarder, d Delivery) (o 
 // claim hides up to n receipts due at start from other flushes for
 // ClaimTimeout and returns them as deliveries.
 func (c *Courier) claim(ctx context.Context, start time.Time, n int) ([]Delivery, error) {
-	rows, err := c.db.QueryContext(ctx, `UPDATE courier_receipts SET next_attempt_at = ?
-		WHERE id IN (SELECT id FROM courier_receipts
-			WHERE state = 'pending' AND next_attempt_at <= ?
-			ORDER BY next_attempt_at, id LIMIT ?)
-		RETURNING id, bundle_hash, COALESCE(idempotency_key, ''), sender, attempts, bundle`,
-		millis(start.Add(c.cfg.ClaimTimeout)), millis(start), n)
+	var out []Delivery
+	err := c.bookkeeping(ctx, func(tx *sql.Tx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, `UPDATE courier_receipts SET next_attempt_at = ?
+			WHERE id IN (SELECT id FROM courier_receipts
+				WHERE state = 'pending' AND next_attempt_at <= ?
+				ORDER BY next_attempt_at, id LIMIT ?)
+			RETURNING id, bundle_hash, COALESCE(idempotency_key, ''), sender, attempts`,
+			millis(start.Add(c.cfg.ClaimTimeout)), millis(start), n)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		ids := make([]int64, 0, n)
+		for rows.Next() {
+			var d Delivery
+			var id int64
+			if err := rows.Scan(&id, &d.BundleHash, &d.IdempotencyKey, &d.Sender, &d.Attempt); err != nil {
+				return err
+			}
+			d.ReceiptID = ID(uint64(id))
+			d.Attempt++
+			out = append(out, d)
+			ids = append(ids, id)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		if len(ids) == 0 {
+			return nil
+		}
+		idsJSON, _ := json.Marshal(ids)
+		brows, err := tx.QueryContext(ctx, `SELECT receipt_id, bundle FROM courier_bundles
+			WHERE receipt_id IN (SELECT value FROM json_each(?))`, string(idsJSON))
+		if err != nil {
+			return err
+		}
+		defer brows.Close()
+		bundles := make(map[int64][]byte, len(ids))
+		for brows.Next() {
+			var id int64
+			var b []byte
+			if err := brows.Scan(&id, &b); err != nil {
+				return err
+			}
+			if b == nil {
+				b = []byte{}
+			}
+			bundles[id] = b
+		}
+		if err := brows.Err(); err != nil {
+			return err
+		}
+		for i := range out {
+			out[i].Bundle = bundles[dbID(out[i].ReceiptID)]
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("claim due receipts: %w", err)
 	}
-	defer rows.Close()
-	var out []Delivery
-	for rows.Next() {
-		var d Delivery
-		var id int64
-		if err := rows.Scan(&id, &d.BundleHash, &d.IdempotencyKey, &d.Sender, &d.Attempt, &d.Bundle); err != nil {
-			return nil, fmt.Errorf("claim due receipts: %w", err)
-		}
-		d.ReceiptID = ID(uint64(id))
-		d.Attempt++
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim due receipts: %w", err)
-	}
 	return out, nil
+}
+
+// bookkeeping runs fn in a transaction on the database's connection with
+// synchronous=NORMAL, then restores FULL. Claims and delivery outcomes need
+// atomicity but not an fsync each: after a power loss the last few may be
+// forgotten, which only makes a receipt due again (delivery is at least
+// once). Sends always commit with FULL. If FULL cannot be restored the
+// connection is discarded, so a relaxed connection never serves a Send.
+func (c *Courier) bookkeeping(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	conn, err := c.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `PRAGMA synchronous = NORMAL`); err != nil {
+		return err
+	}
+	defer func() {
+		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous = FULL`); rerr != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			if err == nil {
+				err = fmt.Errorf("restore synchronous=FULL: %w", rerr)
+			}
+		}
+	}()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 type recordResult struct {
@@ -169,8 +246,14 @@ type recordResult struct {
 func (c *Courier) recordLoop(ctx context.Context, outcomes <-chan outcome) recordResult {
 	var rr recordResult
 	batch := make([]outcome, 0, recordBatch)
+	linger := time.NewTimer(0)
+	defer linger.Stop()
+	<-linger.C
 	for o := range outcomes {
 		batch = append(batch[:0], o)
+		// Take what is waiting; if that is a small batch, linger briefly
+		// for more so that a busy flush commits in fewer transactions.
+		lingering := false
 	drain:
 		for len(batch) < recordBatch {
 			select {
@@ -179,7 +262,21 @@ func (c *Courier) recordLoop(ctx context.Context, outcomes <-chan outcome) recor
 					break drain
 				}
 				batch = append(batch, o)
+				continue
 			default:
+			}
+			if lingering || len(batch) >= recordLinger.min {
+				break
+			}
+			lingering = true
+			linger.Reset(recordLinger.wait)
+			select {
+			case o, ok := <-outcomes:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, o)
+			case <-linger.C:
 				break drain
 			}
 		}
@@ -219,7 +316,7 @@ func (c *Courier) record(ctx context.Context, batch []outcome, res *FlushResult)
 			}
 		}
 	}
-	err := sqlitedb.InTx(ctx, c.db, func(tx *sql.Tx) error {
+	err := c.bookkeeping(ctx, func(tx *sql.Tx) error {
 		if len(acked) > 0 {
 			ids, _ := json.Marshal(acked)
 			if _, err := tx.ExecContext(ctx, `UPDATE courier_receipts

@@ -1,1 +1,2 @@
+DROP TABLE IF EXISTS courier_bundles;
 DROP TABLE IF EXISTS courier_receipts;

@@ -1,5 +1,6 @@
--- One row per receipt: the bundle and its delivery state. Times are unix
--- milliseconds. id is the random 64-bit receipt id stored as a signed integer.
+-- One row per receipt with its delivery state; the bundle lives in
+-- courier_bundles so that state updates never rewrite it. Times are unix
+-- milliseconds; id is the random 64-bit receipt id stored as a signed integer.
 CREATE TABLE courier_receipts (
 	id              INTEGER PRIMARY KEY,
 	bundle_hash     TEXT    NOT NULL,
@@ -12,12 +13,17 @@ CREATE TABLE courier_receipts (
 	last_error      TEXT    NOT NULL DEFAULT '',
 	failed_at       INTEGER,
 	acknowledged_at INTEGER,
-	bundle          BLOB    NOT NULL
+	size            INTEGER NOT NULL
+);
+
+CREATE TABLE courier_bundles (
+	receipt_id INTEGER PRIMARY KEY REFERENCES courier_receipts (id) ON DELETE CASCADE,
+	bundle     BLOB    NOT NULL
 );
 
 CREATE UNIQUE INDEX courier_receipts_idempotency_key
 	ON courier_receipts (idempotency_key) WHERE idempotency_key IS NOT NULL;
 
--- Serves Flush's claim (state = 'pending' by next_attempt_at) and Prune and
+-- Serves Flush's claim (state = 'pending' by next_attempt_at), Prune and
 -- the DLQ (by state).
 CREATE INDEX courier_receipts_due ON courier_receipts (state, next_attempt_at, id);
