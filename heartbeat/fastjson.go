@@ -12,6 +12,11 @@ import "github.com/mailru/easyjson/jlexer"
 func decodeHeartbeatContent(data []byte) (heartbeatIn, error) {
 	var in heartbeatIn
 	l := jlexer.Lexer{Data: data}
+	if l.IsNull() { // as encoding/json: null leaves everything absent
+		l.Skip()
+		l.Consumed()
+		return in, l.Error()
+	}
 	l.Delim('{')
 	for !l.IsDelim('}') {
 		key := l.UnsafeFieldName(false)
