@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"provideragent/agent/config"
+)
+
+// TestRunRejectsBadConfig: invalid settings stop startup with one line that
+// names the field and the value.
+func TestRunRejectsBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	relays := []string{"--relay", "ws://127.0.0.1:1", "--relay", "ws://127.0.0.1:2", "--relay", "ws://127.0.0.1:3"}
+	tests := []struct {
+		name string
+		args []string
+		want string
+		code int
+	}{
+		{"quorum above relays", append([]string{"--data-dir", dir, "--quorum", "4"}, relays...), "lease.quorum", 1},
+		{"bad relay url", []string{"--data-dir", dir, "--relay", "http://x", "--quorum", "1"}, "lease.relays", 1},
+		{"unknown flag", []string{"--nope"}, "flag provided but not defined", 2},
+		{"missing key file", append([]string{"--data-dir", dir}, relays...), "identity.key", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := runMain(context.Background(), append([]string{"run"}, tt.args...), &out, &errb)
+			msg := strings.TrimSpace(errb.String())
+			if code != tt.code || !strings.Contains(msg, tt.want) {
+				t.Fatalf("run %v = exit %d %q, want exit %d mentioning %q", tt.args, code, msg, tt.code, tt.want)
+			}
+			if strings.Count(msg, "\n") > 0 && tt.code == 1 {
+				t.Fatalf("run %v error spans %d lines, want one: %q", tt.args, strings.Count(msg, "\n")+1, msg)
+			}
+		})
+	}
+}
+
+// TestRunRefusesOpenKeyFile: a key file readable by others stops startup.
+func TestRunRefusesOpenKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "identity.key")
+	if _, err := config.GenerateKeyFile(key); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(key, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	args := []string{"run", "--data-dir", dir, "--relay", "ws://127.0.0.1:1", "--relay", "ws://127.0.0.1:2", "--quorum", "1"}
+	code := runMain(context.Background(), args, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "0644") {
+		t.Fatalf("run with a 0644 key file = exit %d %q, want exit 1 naming the mode", code, errb.String())
+	}
+}
+
+func TestRunHelp(t *testing.T) {
+	for _, name := range []string{"run", "demo", "status", "workloads", "dev-relay"} {
+		var out, errb bytes.Buffer
+		code := runMain(context.Background(), []string{name, "--help"}, &out, &errb)
+		if code != 0 || !strings.Contains(out.String(), "Example") {
+			t.Errorf("%s --help = exit %d, output %q, want exit 0 with an example", name, code, out.String())
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/nbd-wtf/go-nostr"
+)
+
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := runMain(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestWorkloadsGrantListRelease: grants and releases are queued in the
+// database; list shows them pending; status falls back to the database when
+// no agent answers.
+func TestWorkloadsGrantListRelease(t *testing.T) {
+	dir := t.TempDir()
+	primary, _ := nostr.GetPublicKey(nostr.GeneratePrivateKey())
+	standby, _ := nostr.GetPublicKey(nostr.GeneratePrivateKey())
+	code, out, errs := run(t, "workloads", "grant", "--data-dir", dir, "--id", "web-1", "--primary", primary,
+		"--standby", standby, "--command", "sleep 100")
+	if code != 0 || !strings.Contains(out, "queued grant") {
+		t.Fatalf("workloads grant = exit %d %q %q, want a queued grant", code, out, errs)
+	}
+	code, out, _ = run(t, "workloads", "list", "--data-dir", dir)
+	if code != 0 || !strings.Contains(out, "pending: grant web-1") {
+		t.Fatalf("workloads list = exit %d %q, want the pending grant", code, out)
+	}
+	code, out, _ = run(t, "workloads", "release", "--data-dir", dir, "web-1")
+	if code != 0 || !strings.Contains(out, "queued release") {
+		t.Fatalf("workloads release = exit %d %q, want a queued release", code, out)
+	}
+	code, out, errs = run(t, "status", "--data-dir", dir, "--listen", "127.0.0.1:1")
+	if code != 0 || !strings.Contains(errs, "showing the database") || !strings.Contains(out, "source: database") {
+		t.Fatalf("status = exit %d %q %q, want the database fallback", code, out, errs)
+	}
+}
+
+func TestWorkloadsGrantRejectsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no id", []string{"--primary", strings.Repeat("a", 64), "--command", "x"}, "--id"},
+		{"no command", []string{"--id", "w", "--primary", strings.Repeat("a", 64)}, "--command"},
+		{"bad primary", []string{"--id", "w", "--primary", "npub1nope", "--command", "x"}, "primary"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errs := run(t, append([]string{"workloads", "grant", "--data-dir", dir}, tt.args...)...)
+			if code == 0 || !strings.Contains(errs, tt.want) {
+				t.Fatalf("workloads grant %v = exit %d %q, want an error naming %q", tt.args, code, errs, tt.want)
+			}
+		})
+	}
+	if code, _, _ := run(t, "workloads", "show", "--data-dir", t.TempDir(), "nope"); code == 0 {
+		t.Fatalf("workloads show on a missing database = exit 0, want an error")
+	}
+}
