@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/nbd-wtf/go-nostr"
 	"github.com/nbd-wtf/go-nostr/nip42"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Status is a snapshot of one relay's state.
@@ -50,6 +51,7 @@ type supervisor struct {
 	url            string
 	log            *slog.Logger
 	filtersChanged chan struct{}
+	received       prometheus.Counter // cached: one increment per frame
 
 	mu       sync.Mutex
 	cur      *conn
@@ -67,6 +69,7 @@ func newSupervisor(p *Pool, url string) *supervisor {
 		filtersChanged: make(chan struct{}, 1),
 		changed:        make(chan struct{}),
 		st:             Status{URL: url},
+		received:       p.m.received.WithLabelValues(url),
 	}
 }
 
@@ -449,7 +452,7 @@ func (ss *session) read(ctx context.Context, frames chan<- nostr.Envelope) error
 		if err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
-		ss.s.p.m.received.WithLabelValues(ss.s.url).Inc()
+		ss.s.received.Inc()
 		ss.s.mu.Lock()
 		ss.s.st.LastMessageAt = ss.s.p.opts.Now()
 		ss.s.mu.Unlock()
