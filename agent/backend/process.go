@@ -75,7 +75,7 @@ type proc struct {
 	id    string
 	epoch uint64
 	cmd   *exec.Cmd
-	log   *os.File // nil when output goes to cfg.Output
+	log   string // log file path; "" when output goes to cfg.Output
 	done  chan struct{}
 
 	// guarded by Process.mu
@@ -207,16 +207,18 @@ func (b *Process) Start(ctx context.Context, spec StartSpec) error {
 		}
 		fmt.Fprintf(f, "=== provider-agent: start %s epoch %d at %s: %q\n",
 			spec.WorkloadID, spec.Epoch, b.cfg.Now().UTC().Format(time.RFC3339), spec.Command)
-		p.log = f
+		p.log = b.LogPath(spec.WorkloadID)
 		cmd.Stdout, cmd.Stderr = f, f
+		// The child has its own copy: do not hold one descriptor per
+		// workload in the agent (10,000 workloads would exceed the limit).
+		defer f.Close()
 	} else if b.out != nil {
 		// exec copies through a pipe and goroutine; Wait waits for it.
 		cmd.Stdout, cmd.Stderr = b.out, b.out
 	}
 	if err := cmd.Start(); err != nil {
-		if p.log != nil {
-			fmt.Fprintf(p.log, "=== provider-agent: start failed: %v\n", err)
-			p.log.Close()
+		if p.log != "" {
+			appendLog(p.log, fmt.Sprintf("=== provider-agent: start failed: %v\n", err))
 		}
 		return fmt.Errorf("start %s: %w", spec.WorkloadID, err)
 	}
@@ -255,9 +257,8 @@ func (b *Process) wait(p *proc) {
 		delete(b.procs, p.id)
 	}
 	b.mu.Unlock()
-	if p.log != nil {
-		fmt.Fprintf(p.log, "=== provider-agent: %s ended: %s\n", p.id, e)
-		p.log.Close()
+	if p.log != "" {
+		appendLog(p.log, fmt.Sprintf("=== provider-agent: %s ended: %s\n", p.id, e))
 	}
 	close(p.done)
 	level := slog.LevelInfo
@@ -388,6 +389,16 @@ func (q *exitQueue) pop() (Exit, bool) {
 	q.items[0] = Exit{}
 	q.items = q.items[1:]
 	return e, true
+}
+
+// appendLog appends a line of the agent's own to a workload log, best effort.
+func appendLog(path, line string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return
+	}
+	_, _ = f.WriteString(line)
+	_ = f.Close()
 }
 
 // lockedWriter serialises writes of several processes to one writer.

@@ -305,10 +305,16 @@ func TestCloseStopsEverythingWithoutLeaks(t *testing.T) {
 	}
 	ctx := context.Background()
 	const n = 20
+	fdsBefore := openFDs(t)
 	for i := 0; i < n; i++ {
 		if err := b.Start(ctx, StartSpec{WorkloadID: "w" + strconv.Itoa(i), Command: []string{"sleep", "60"}}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Running workloads hold no descriptors in the agent (pidfds aside: at
+	// most one per process).
+	if fds := openFDs(t); fds > fdsBefore+n {
+		t.Errorf("open descriptors with %d workloads = %d, want at most %d", n, fds, fdsBefore+n)
 	}
 	// Nobody reads Exits: Close must not block on it.
 	if err := b.Close(ctx); err != nil {
@@ -329,6 +335,15 @@ func TestCloseStopsEverythingWithoutLeaks(t *testing.T) {
 		t.Errorf("second Close = %v, want nil", err)
 	}
 	waitFor(t, "goroutines to return to the baseline", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(ents)
 }
 
 func TestExitsAreQueuedForSlowReaders(t *testing.T) {
