@@ -55,7 +55,11 @@ func (w *WorkloadSnapshot) activeRival(e uint64) bool {
 // this standby's own heartbeats come back, the holder has made no Live claim
 // of the workload (listed at the current epoch, or any heartbeat for a peer
 // that lists none) for TakeoverAfter (plus rank*ClaimRetryBase, so that
-// standbys try in rank order), counted from when watching began.
+// standbys try in rank order). Silence is counted only while this standby
+// watched: from the latest of the holder's last claim on the relay, the
+// start of watching the holder, and the start of the standby's own unbroken
+// stretch of heartbeats on that relay, so that the standby's own outage (a
+// partition, a crash) never passes for the holder's silence.
 func (m *Machine) takeoverDue(w *WorkloadSnapshot, now time.Time) bool {
 	self := &m.provs[m.selfIdx]
 	holder := &m.provs[w.holder]
@@ -68,8 +72,11 @@ func (m *Machine) takeoverDue(w *WorkloadSnapshot, now time.Time) bool {
 			earliest = silentAt
 		}
 		seen := self.Seen[r]
-		if seen.IsZero() || now.Sub(seen) >= m.cfg.Stale {
-			continue
+		if seen.IsZero() || now.Sub(seen) > m.watchGap() {
+			continue // not watching this relay right now
+		}
+		if watched := self.Stretch[r].Add(wait); watched.After(silentAt) {
+			silentAt = watched
 		}
 		if !now.Before(silentAt) {
 			count++

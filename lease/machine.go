@@ -172,6 +172,7 @@ func (m *Machine) provider(id string) int {
 		Seen:     make([]time.Time, n),
 		Created:  make([]time.Time, n),
 		Unlisted: make([]time.Time, n),
+		Stretch:  make([]time.Time, n),
 	})
 	i := len(m.provs) - 1
 	m.provIdx[id] = i

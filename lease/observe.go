@@ -40,6 +40,9 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 	}
 	p.Created[ri] = created
 	if recv.After(p.Seen[ri]) {
+		if p.Seen[ri].IsZero() || recv.Sub(p.Seen[ri]) > m.watchGap() {
+			p.Stretch[ri] = recv // a gap: this relay was not watched meanwhile
+		}
 		p.Seen[ri] = recv
 	}
 	m.updateQuorum(p)
@@ -68,6 +71,14 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 		}
 	}
 	return out
+}
+
+// watchGap is the longest gap between two counting heartbeats of one
+// provider on one relay that still counts as one unbroken stretch: one
+// heartbeat interval plus the relay delay. A longer gap means a heartbeat
+// went missing, so the provider may not have been watching that relay.
+func (m *Machine) watchGap() time.Duration {
+	return m.cfg.HeartbeatInterval + m.cfg.RelayDelay
 }
 
 // relayFast finds a relay by its normalised or configured spelling with a

@@ -346,6 +346,27 @@ func TestRule8_TakeoverOnlyAfterSilenceSeenWhileHealthy(t *testing.T) {
 			}
 		}
 	})
+	t.Run("the standby's own outage is not the holder's silence", func(t *testing.T) {
+		// bob is cut off from 100 s to 900 s; alice claims until 700 s and
+		// then starts self-fencing. bob must count silence only from 900 s.
+		h := newHarness(t, "bob", nil)
+		h.track(0, warmSpec("w1", "alice", "bob"))
+		var took time.Duration
+		for d := time.Duration(0); d <= 3600*s && took == 0; d += s {
+			if d%(60*s) == 0 && d <= 700*s && d >= 120*s {
+				h.hb(d, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+			}
+			if d%(60*s) == 0 && (d <= 100*s || d >= 900*s) {
+				h.hb(d, "bob", all3, []WorkloadEpoch{})
+			}
+			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
+				took = d
+			}
+		}
+		if want := 900*s + cfg.TakeoverAfter; took != want {
+			t.Fatalf("takeover at %v, want %v (back online + takeover_after)", took, want)
+		}
+	})
 	t.Run("silence on fewer than N-M+1 healthy relays is not enough", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))

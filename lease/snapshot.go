@@ -96,13 +96,15 @@ type WorkloadSnapshot struct {
 
 // ProviderSnapshot is one provider's relay table: per relay (Snapshot.Relays
 // order) the local time of its last counting heartbeat, the created_at of
-// the last accepted one, and the local time of the last counting one that
-// listed no workloads (a Paygress peer).
+// the last accepted one, the local time of the last counting one that listed
+// no workloads (a Paygress peer), and the start of the current unbroken
+// stretch of counting heartbeats (no gap above HeartbeatInterval+RelayDelay).
 type ProviderSnapshot struct {
 	ID       string      `json:"id"`
 	Seen     []time.Time `json:"seen"`
 	Created  []time.Time `json:"created"`
 	Unlisted []time.Time `json:"unlisted"`
+	Stretch  []time.Time `json:"stretch"`
 	// QuorumUntil is when this provider loses quorum unless more heartbeats
 	// arrive: the M-th most recent Seen plus Stale. Zero: never had quorum.
 	QuorumUntil time.Time `json:"quorum_until,omitzero"`
@@ -135,6 +137,7 @@ func (p *ProviderSnapshot) copy() ProviderSnapshot {
 	c.Seen = append([]time.Time(nil), p.Seen...)
 	c.Created = append([]time.Time(nil), p.Created...)
 	c.Unlisted = append([]time.Time(nil), p.Unlisted...)
+	c.Stretch = append([]time.Time(nil), p.Stretch...)
 	return c
 }
 
@@ -208,13 +211,17 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 		if !IsHexPubkey(p.ID) {
 			return bad("provider %q is not a hex pubkey", p.ID)
 		}
-		if len(p.Seen) != n || len(p.Created) != n || len(p.Unlisted) != n {
+		if p.Stretch == nil { // written before stretches were kept
+			p.Stretch = append([]time.Time(nil), p.Seen...)
+		}
+		if len(p.Seen) != n || len(p.Created) != n || len(p.Unlisted) != n || len(p.Stretch) != n {
 			return bad("provider %s relay table has wrong size", p.ID)
 		}
 		i := m.provider(p.ID)
 		c := p.copy()
 		for j := range c.Seen {
 			c.Seen[j], c.Created[j], c.Unlisted[j] = c.Seen[j].UTC(), c.Created[j].UTC(), c.Unlisted[j].UTC()
+			c.Stretch[j] = c.Stretch[j].UTC()
 		}
 		c.QuorumUntil = c.QuorumUntil.UTC()
 		m.provs[i] = c
