@@ -55,7 +55,8 @@ type StartSpec struct {
 	// Command is the argv to execute (Command[0] is looked up in PATH). Use
 	// ShellCommand to run a shell command line.
 	Command []string
-	// Env entries ("KEY=value") are added to the agent's environment, after
+	// Env entries ("KEY=value") are added to the base environment (the
+	// agent's, unless the backend is configured otherwise), after
 	// PROVIDER_AGENT_WORKLOAD_ID and PROVIDER_AGENT_EPOCH.
 	Env []string
 	// Dir is the working directory; "" means the agent's.

@@ -28,6 +28,10 @@ type ProcessConfig struct {
 	// Output receives the workloads' output when LogDir is "" (nil
 	// discards it).
 	Output io.Writer
+	// BaseEnv is the environment every workload starts from; nil means the
+	// agent's own (os.Environ()). Use an empty, non-nil slice to pass only
+	// the PROVIDER_AGENT_* variables and the spec's Env.
+	BaseEnv []string
 	// Now is the clock stamped on exits. Default time.Now.
 	Now func() time.Time
 }
@@ -190,7 +194,11 @@ func (b *Process) Start(ctx context.Context, spec StartSpec) error {
 
 	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
 	cmd.Dir = spec.Dir
-	cmd.Env = append(os.Environ(),
+	base := b.cfg.BaseEnv
+	if base == nil {
+		base = os.Environ()
+	}
+	cmd.Env = append(append([]string(nil), base...),
 		"PROVIDER_AGENT_WORKLOAD_ID="+spec.WorkloadID,
 		fmt.Sprintf("PROVIDER_AGENT_EPOCH=%d", spec.Epoch))
 	cmd.Env = append(cmd.Env, spec.Env...)

@@ -250,6 +250,23 @@ func TestEnvDirAndLogFile(t *testing.T) {
 	}
 }
 
+func TestBaseEnv(t *testing.T) {
+	var buf syncBuffer
+	t.Setenv("AGENT_ONLY_SECRET", "s3cret")
+	b, err := NewProcess(ProcessConfig{StopGrace: time.Second, Output: &buf, BaseEnv: []string{"PATH=" + os.Getenv("PATH")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	if err := b.Start(context.Background(), StartSpec{WorkloadID: "e", Env: []string{"X=1"}, Command: ShellCommand(`echo "[$AGENT_ONLY_SECRET][$X][$PROVIDER_AGENT_WORKLOAD_ID]"`)}); err != nil {
+		t.Fatal(err)
+	}
+	nextExit(t, b)
+	if got := buf.String(); !strings.Contains(got, "[][1][e]") {
+		t.Errorf("output = %q, want the agent's variable absent and the spec's present", got)
+	}
+}
+
 func TestOutputWriter(t *testing.T) {
 	var buf syncBuffer
 	cfg := DefaultProcessConfig()
