@@ -17,6 +17,10 @@ type Config struct {
 	// URLs are the relays, ws:// or wss://; normalised with
 	// nostr.NormalizeURL and deduplicated. At least one is required.
 	URLs []string
+	// DialAddrs maps a relay URL (as in URLs) to the websocket URL actually
+	// dialled, e.g. through a test proxy; labels, results and metrics keep
+	// the URL from URLs. Absent: dial the URL itself.
+	DialAddrs map[string]string
 	// BackoffInitial is the first reconnect (and resubscribe) delay (default 500ms).
 	BackoffInitial time.Duration
 	// BackoffMax caps the reconnect delay (default 30s).
@@ -72,6 +76,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: URLs entry %q, want ws://host or wss://host", ErrInvalidConfig, u)
 		}
 	}
+	for u, d := range c.DialAddrs {
+		pd, err := url.Parse(d)
+		if err != nil || (pd.Scheme != "ws" && pd.Scheme != "wss") || pd.Host == "" {
+			return fmt.Errorf("%w: DialAddrs[%q] = %q, want ws://host or wss://host", ErrInvalidConfig, u, d)
+		}
+	}
 	durations := []struct {
 		name string
 		v    time.Duration
@@ -109,6 +119,16 @@ func (c Config) normalizedURLs() []string {
 		}
 	}
 	return out
+}
+
+// dialAddr returns the websocket URL to dial for the normalised relay URL u.
+func (c Config) dialAddr(u string) string {
+	for k, d := range c.DialAddrs {
+		if NormalizeURL(k) == u && d != "" {
+			return d
+		}
+	}
+	return u
 }
 
 // NormalizeURL is the relay URL form used for every label and key in this

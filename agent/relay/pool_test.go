@@ -519,3 +519,27 @@ func TestPoolCloseLeavesNoGoroutines(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// DialAddrs: the pool dials another address (a proxy in the demo) but labels
+// everything with the configured URL; AUTH uses the dialled address.
+func TestPoolDialAddrs(t *testing.T) {
+	r := relaytest.Start(t, "--require-auth")
+	const canonical = "ws://relay-a.invalid"
+	cfg := fastConfig(canonical)
+	cfg.DialAddrs = map[string]string{canonical: r.URL()}
+	h := newPool(t, cfg, relay.Options{Filters: kind1Filter(t), SecretKey: agentKey})
+	h.waitEOSE(canonical)
+	ev := signed(t, 1, "via dial addr", time.Now())
+	if res := h.pool.Publish(context.Background(), ev); len(res.Accepted) != 1 || res.Accepted[0] != canonical {
+		t.Fatalf("Publish() = %+v, want accepted by %s", res, canonical)
+	}
+	h.waitEvent(canonical, ev.ID)
+	if st := h.status(canonical); !st.Authenticated {
+		t.Fatalf("Status(%s) = %+v, want authenticated", canonical, st)
+	}
+	bad := fastConfig(canonical)
+	bad.DialAddrs = map[string]string{canonical: "http://x"}
+	if err := bad.Validate(); !errors.Is(err, relay.ErrInvalidConfig) {
+		t.Fatalf("Validate(bad DialAddrs) = %v, want ErrInvalidConfig", err)
+	}
+}

@@ -49,6 +49,7 @@ type Status struct {
 type supervisor struct {
 	p              *Pool
 	url            string
+	dial           string // websocket URL dialled (Config.DialAddrs)
 	log            *slog.Logger
 	filtersChanged chan struct{}
 	received       prometheus.Counter // cached: one increment per frame
@@ -65,6 +66,7 @@ func newSupervisor(p *Pool, url string) *supervisor {
 	return &supervisor{
 		p:              p,
 		url:            url,
+		dial:           p.cfg.dialAddr(url),
 		log:            p.logger.With("relay", url),
 		filtersChanged: make(chan struct{}, 1),
 		changed:        make(chan struct{}),
@@ -183,7 +185,7 @@ func (s *supervisor) fetchLimits(ctx context.Context) {
 	}
 	fctx, cancel := context.WithTimeout(ctx, s.p.cfg.NIP11Timeout)
 	defer cancel()
-	l, err := fetchLimits(fctx, s.p.infoHTTP, s.url)
+	l, err := fetchLimits(fctx, s.p.infoHTTP, s.dial)
 	if err != nil {
 		// Absence is fine; try again on the next connection.
 		s.log.Debug("no NIP-11 limits", "err", err)
@@ -200,13 +202,13 @@ func (s *supervisor) fetchLimits(ctx context.Context) {
 
 func (s *supervisor) connectAndServe(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(ctx, s.p.cfg.DialTimeout)
-	ws, resp, err := websocket.Dial(dctx, s.url, &websocket.DialOptions{HTTPClient: s.p.dialHTTP})
+	ws, resp, err := websocket.Dial(dctx, s.dial, &websocket.DialOptions{HTTPClient: s.p.dialHTTP})
 	cancel()
 	if resp != nil && resp.Body != nil {
 		_ = resp.Body.Close()
 	}
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", s.url, err)
+		return fmt.Errorf("dial %s: %w", s.dial, err)
 	}
 	ws.SetReadLimit(s.p.cfg.MaxMessageSize)
 	sctx, scancel := context.WithCancel(ctx)
@@ -732,7 +734,8 @@ func (ss *session) authenticate(challenge string) error {
 	if ss.c.isAuthed() || ss.authOK != nil {
 		return nil
 	}
-	ev := nip42.CreateUnsignedAuthEvent(challenge, ss.s.p.pubkey, ss.s.url)
+	// The relay checks the tag against the address it was reached at.
+	ev := nip42.CreateUnsignedAuthEvent(challenge, ss.s.p.pubkey, ss.s.dial)
 	if err := ev.Sign(sk); err != nil {
 		return fmt.Errorf("sign auth event: %w", err)
 	}
