@@ -73,14 +73,17 @@ func (r *RetryUploader) ConfirmState(ctx context.Context) error {
 // UploadPending calls the inner uploader and retries partial outcomes in a
 // bounded loop (never recursion). See the type comment for the rules.
 func (r *RetryUploader) UploadPending(ctx context.Context, req Request) (Report, error) {
+	rep, err := r.inner.UploadPending(ctx, req)
+	if err != nil || rep.Outcome != OutcomePartial {
+		// AC-1/AC-12: success, failure and errors of the first call pass
+		// through unchanged, with no sleep and no store access.
+		return rep, err
+	}
 	agg := newAggregate()
 	retries := 0
 	for {
-		rep, err := r.inner.UploadPending(ctx, req)
-		if retries == 0 && (err != nil || rep.Outcome != OutcomePartial) {
-			// AC-1/AC-12: success, failure and errors of the first call
-			// pass through unchanged.
-			return rep, err
+		if retries > 0 {
+			rep, err = r.inner.UploadPending(ctx, req)
 		}
 		agg.add(rep)
 		if err != nil {
@@ -92,16 +95,16 @@ func (r *RetryUploader) UploadPending(ctx context.Context, req Request) (Report,
 		if err := r.countRejections(ctx, rep, agg); err != nil {
 			return agg.report(OutcomePartial, retries), err
 		}
-		pending, err := r.store.CountPending(ctx, req.Workload)
-		if err != nil {
-			return agg.report(OutcomePartial, retries), fmt.Errorf("retry upload: %w", err)
+		pending, cerr := r.store.CountPending(ctx, req.Workload)
+		if cerr != nil {
+			return agg.report(OutcomePartial, retries), fmt.Errorf("retry upload: %w", cerr)
 		}
 		if pending == 0 || retries >= r.cfg.MaxInCallRetries {
 			final := agg.report(OutcomePartial, retries)
 			if pending > 0 {
 				final.NextRetryAt = r.cfg.NextRetryAt(r.clock.Now())
 			}
-			r.logger.Info("upload retry budget exhausted", "retry_count", retries,
+			r.logger.Info("upload retry loop ended with tiles rejected", "retry_count", retries,
 				"remaining_pending_count", pending, "gave_up", len(final.GaveUp), "next_retry_at", final.NextRetryAt)
 			return final, nil
 		}
@@ -110,8 +113,8 @@ func (r *RetryUploader) UploadPending(ctx context.Context, req Request) (Report,
 		r.metrics.Retries.Inc()
 		r.logger.Info("retrying partial upload", "attempt_number", retries, "sleep", d,
 			"remaining_pending_count", pending)
-		if err := r.clock.Sleep(ctx, d); err != nil {
-			return agg.report(OutcomePartial, retries), fmt.Errorf("retry upload: %w", err)
+		if serr := r.clock.Sleep(ctx, d); serr != nil {
+			return agg.report(OutcomePartial, retries), fmt.Errorf("retry upload: %w", serr)
 		}
 	}
 }
