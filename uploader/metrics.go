@@ -47,6 +47,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Bytes of tiles accepted by Blossom servers, summed over servers.",
 		}),
 	}
+	for _, o := range []string{string(OutcomeSuccess), string(OutcomePartial), string(OutcomeFailure), "error"} {
+		m.Uploads.WithLabelValues(o) // export every outcome from the start, at 0
+	}
 	if reg == nil {
 		return m, nil
 	}
