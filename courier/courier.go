@@ -423,40 +423,44 @@ type Stats struct {
 
 // Stats counts the receipts in each state.
 func (c *Courier) Stats(ctx context.Context) (Stats, error) {
-	rows, err := c.db.QueryContext(ctx, `SELECT state, COUNT(*) FROM courier_receipts GROUP BY state`)
-	if err != nil {
-		return Stats{}, fmt.Errorf("courier stats: %w", err)
-	}
-	defer rows.Close()
 	var s Stats
-	for rows.Next() {
-		var st string
-		var n int
-		if err := rows.Scan(&st, &n); err != nil {
+	for _, q := range []struct {
+		st State
+		n  *int
+	}{{StatePending, &s.Pending}, {StateAcknowledged, &s.Acknowledged}, {StateDead, &s.Dead}} {
+		n, err := c.count(ctx, q.st)
+		if err != nil {
 			return Stats{}, fmt.Errorf("courier stats: %w", err)
 		}
-		switch State(st) {
-		case StatePending:
-			s.Pending = n
-		case StateAcknowledged:
-			s.Acknowledged = n
-		case StateDead:
-			s.Dead = n
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return Stats{}, fmt.Errorf("courier stats: %w", err)
+		*q.n = n
 	}
 	return s, nil
 }
 
-func (c *Courier) refreshGauges(ctx context.Context) error {
-	s, err := c.Stats(ctx)
-	if err != nil {
-		return err
+// count counts one state from its partial index (the literal lets SQLite
+// use it).
+func (c *Courier) count(ctx context.Context, st State) (int, error) {
+	if !st.Valid() {
+		return 0, fmt.Errorf("count state %q: %w", st, ErrInvalidSend)
 	}
-	c.m.pending.Set(float64(s.Pending))
-	c.m.dlqSize.Set(float64(s.Dead))
+	var n int
+	err := c.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM courier_receipts WHERE state = '`+string(st)+`'`).Scan(&n)
+	return n, err
+}
+
+// refreshGauges sets courier_pending and courier_dead_letter_queue_size
+// from the database.
+func (c *Courier) refreshGauges(ctx context.Context) error {
+	pending, err := c.count(ctx, StatePending)
+	if err != nil {
+		return fmt.Errorf("refresh gauges: %w", err)
+	}
+	dead, err := c.count(ctx, StateDead)
+	if err != nil {
+		return fmt.Errorf("refresh gauges: %w", err)
+	}
+	c.m.pending.Set(float64(pending))
+	c.m.dlqSize.Set(float64(dead))
 	return nil
 }
 

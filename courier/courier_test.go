@@ -243,6 +243,11 @@ func TestFlushAcknowledgesAndPassesIdempotencyData(t *testing.T) {
 	if err != nil || res != (FlushResult{}) || len(fwd.calls) != 2 {
 		t.Errorf("second Flush = %+v, %v (%d calls), want nothing to do", res, err, len(fwd.calls))
 	}
+	// Flush relaxes synchronous for its bookkeeping only: sends stay FULL.
+	var sync int
+	if err := e.db.QueryRow(`PRAGMA synchronous`).Scan(&sync); err != nil || sync != 2 {
+		t.Errorf("PRAGMA synchronous after Flush = %d, %v, want 2 (FULL)", sync, err)
+	}
 }
 
 func TestFlushClassifiesErrors(t *testing.T) {

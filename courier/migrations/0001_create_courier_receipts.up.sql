@@ -24,6 +24,10 @@ CREATE TABLE courier_bundles (
 CREATE UNIQUE INDEX courier_receipts_idempotency_key
 	ON courier_receipts (idempotency_key) WHERE idempotency_key IS NOT NULL;
 
--- Serves Flush's claim (state = 'pending' by next_attempt_at), Prune and
--- the DLQ (by state).
-CREATE INDEX courier_receipts_due ON courier_receipts (state, next_attempt_at, id);
+-- Partial indexes, one per state: a state change moves a receipt from one
+-- small index to another, Flush claims from the pending one, the DLQ lists
+-- from the dead one and Prune deletes from the acknowledged one. Queries
+-- must spell the state as a literal for SQLite to use them.
+CREATE INDEX courier_receipts_due ON courier_receipts (next_attempt_at, id) WHERE state = 'pending';
+CREATE INDEX courier_receipts_dead ON courier_receipts (id) WHERE state = 'dead';
+CREATE INDEX courier_receipts_acked ON courier_receipts (acknowledged_at) WHERE state = 'acknowledged';
