@@ -92,6 +92,10 @@ type LeaseSection struct {
 	// RestartBackoffResetAfter is the healthy run time after which the
 	// attempt count starts again from zero. Default 10m.
 	RestartBackoffResetAfter time.Duration `toml:"restart_backoff_reset_after"`
+	// RestartMaxAttempts is the respawn budget for lease grants whose
+	// restart policy carries no count (the wire format has none): after it
+	// the workload is Failed. 0 means never respawn. Default 5.
+	RestartMaxAttempts int `toml:"restart_max_attempts"`
 	// EvictWithoutStandby lets loss of quorum stop workloads that have no
 	// standby (off by default: they are only reported).
 	EvictWithoutStandby bool `toml:"evict_without_standby"`
@@ -187,6 +191,7 @@ func Default() Config {
 			RestartBackoffInitial:    lc.RestartInitial,
 			RestartBackoffMax:        lc.RestartMax,
 			RestartBackoffResetAfter: lc.RestartResetAfter,
+			RestartMaxAttempts:       5,
 			EvictWithoutStandby:      lc.EvictWithoutStandby,
 			ClaimRetryBase:           lc.ClaimRetryBase,
 			ClaimRetryMax:            lc.ClaimRetryMax,

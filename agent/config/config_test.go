@@ -131,6 +131,8 @@ func TestValidate(t *testing.T) {
 		{"provision above t1+t2", func(c *Config) { c.Lease.ProvisionTimeout = 421 * time.Second }, "lease.provision_timeout = 7m1s: must be <= t1+t2 (7m0s)"},
 		{"claim retry max below base", func(c *Config) { c.Lease.ClaimRetryMax = time.Second }, "lease.claim_retry_max = 1s"},
 		{"claim timeout", func(c *Config) { c.Lease.ClaimTimeout = 0 }, "lease.claim_timeout = 0s: must be > 0"},
+		{"negative restart attempts", func(c *Config) { c.Lease.RestartMaxAttempts = -1 }, "lease.restart_max_attempts = -1: must be 0 to 1000"},
+		{"zero restart attempts ok", func(c *Config) { c.Lease.RestartMaxAttempts = 0 }, ""},
 		{"too many relays", func(c *Config) {
 			c.Lease.Relays = nil
 			for i := 0; i < 33; i++ {

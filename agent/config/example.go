@@ -50,6 +50,8 @@ relay_delay = "10s"
 restart_backoff_initial = "5s"
 restart_backoff_max = "5m"
 restart_backoff_reset_after = "10m"
+# Respawns allowed for grants whose restart policy gives no count (0 = never).
+restart_max_attempts = 5
 # Also stop workloads without a standby when quorum is lost.
 evict_without_standby = false
 # Claim step retries: base doubling up to max, plus base per standby rank;

@@ -108,6 +108,9 @@ func (c *Config) check(nRelays int) error {
 		return invalid("lease.restart_backoff_max", l.RestartBackoffMax,
 			fmt.Sprintf("must be >= lease.restart_backoff_initial (%s)", l.RestartBackoffInitial))
 	}
+	if l.RestartMaxAttempts < 0 || l.RestartMaxAttempts > lease.MaxRestartAttempts {
+		return invalid("lease.restart_max_attempts", l.RestartMaxAttempts, fmt.Sprintf("must be 0 to %d", lease.MaxRestartAttempts))
+	}
 	if l.ClaimRetryMax < l.ClaimRetryBase {
 		return invalid("lease.claim_retry_max", l.ClaimRetryMax,
 			fmt.Sprintf("must be >= lease.claim_retry_base (%s)", l.ClaimRetryBase))
