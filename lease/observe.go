@@ -58,7 +58,7 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 	var out []Effect
 	for _, we := range hb.Workloads {
 		w := m.byID[we.ID]
-		if w == nil || !w.names(pi) || w.State.Terminal() {
+		if w == nil || !w.names(pi) || w.State.Terminal() || we.Epoch > MaxEpoch {
 			continue
 		}
 		switch {
@@ -187,7 +187,7 @@ func (m *Machine) fence(w *WorkloadSnapshot, reason string, out *[]Effect) {
 // which blocks its own claim step for that epoch.
 func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 	w := m.byID[c.Workload]
-	if w == nil || w.State.Terminal() || c.Claimer == m.self {
+	if w == nil || w.State.Terminal() || c.Claimer == m.self || c.Epoch > MaxEpoch {
 		return nil
 	}
 	pi, ok := m.provIdx[c.Claimer]
@@ -220,12 +220,22 @@ func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 		m.enter(w, StateFenced, &out)
 		return out
 	}
-	for _, r := range w.Rivals {
-		if r.Claimer == c.Claimer && r.Epoch == c.Epoch {
+	// one rival entry per claimer (its latest claim), so the list stays
+	// bounded by the providers the lease names.
+	found := false
+	for i, r := range w.Rivals {
+		if r.Claimer != c.Claimer {
+			continue
+		}
+		found = true
+		if r.Epoch == c.Epoch {
 			return nil
 		}
+		w.Rivals[i] = RivalClaim{Claimer: c.Claimer, Epoch: c.Epoch, SeenAt: now}
 	}
-	w.Rivals = append(w.Rivals, RivalClaim{Claimer: c.Claimer, Epoch: c.Epoch, SeenAt: now})
+	if !found {
+		w.Rivals = append(w.Rivals, RivalClaim{Claimer: c.Claimer, Epoch: c.Epoch, SeenAt: now})
+	}
 	if w.State == StatePromoting && c.Epoch > w.Target {
 		m.abortClaim(w, w.Target, &out)
 	}

@@ -38,6 +38,11 @@ type RestartPolicy struct {
 	MaxAttempts int `json:"max_attempts,omitempty"`
 }
 
+// MaxEpoch bounds epochs everywhere: specs above it are invalid, and
+// heartbeats and claims naming a higher epoch are ignored, so epoch+1 never
+// overflows.
+const MaxEpoch = 1 << 62
+
 // MaxRestartAttempts bounds RestartPolicy.MaxAttempts.
 const MaxRestartAttempts = 1000
 
@@ -141,7 +146,7 @@ func (s Spec) Validate() error {
 	default:
 		return bad("restart_policy.policy = %q, must be never or on-failure", s.RestartPolicy.Policy)
 	}
-	if s.Epoch < 1 || s.Epoch > 1<<62 {
+	if s.Epoch < 1 || s.Epoch > MaxEpoch {
 		return bad("epoch = %d, must be 1 to 2^62", s.Epoch)
 	}
 	if !s.ExpiresAt.IsZero() && !s.CreatedAt.IsZero() && !s.ExpiresAt.After(s.CreatedAt) {
