@@ -30,7 +30,12 @@ type Config struct {
 	// HeartbeatMaxAge is how old a heartbeat's created_at may be: set it to
 	// the lease machine's Stale. Default lease.DefaultConfig().Stale (180s).
 	HeartbeatMaxAge time.Duration
-	// CacheSize bounds the dedupe cache (event ids remembered). Default 65536.
+	// CacheSize bounds the dedupe cache (event ids remembered). Each entry
+	// keeps a copy of the event and its decoded form, about 2 KB for a
+	// heartbeat. Duplicates arrive within seconds and heartbeats older than
+	// HeartbeatMaxAge are rejected before the cache, so it only needs to hold
+	// the events of that window: providers x 2 kinds x 3 per minute. Default
+	// 8192 (about 16 MB at most).
 	CacheSize int
 }
 
@@ -43,7 +48,7 @@ func DefaultConfig() Config {
 		MaxTagBytes:     1024,
 		MaxSkew:         30 * time.Second,
 		HeartbeatMaxAge: lease.DefaultConfig().Stale,
-		CacheSize:       1 << 16,
+		CacheSize:       8192,
 	}
 }
 
