@@ -402,6 +402,10 @@ func insertReceipt(ctx context.Context, tx *sql.Tx, in sendInput) (Receipt, bool
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO courier_bundles (receipt_id, bundle) VALUES (?, ?)`, dbID(in.id), in.bundle)
 	if err != nil {
+		// Never leave a receipt without its bundle in a committed batch.
+		if _, derr := tx.ExecContext(ctx, `DELETE FROM courier_receipts WHERE id = ?`, dbID(in.id)); derr != nil {
+			return Receipt{}, false, fmt.Errorf("insert bundle: %w (and remove receipt: %v)", err, derr)
+		}
 		return Receipt{}, false, fmt.Errorf("insert bundle: %w", err)
 	}
 	return Receipt{

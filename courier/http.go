@@ -27,8 +27,9 @@ const maxRetryAfter = 365 * 24 * time.Hour
 
 // HTTPForwarder POSTs each bundle to one URL. 2xx acknowledges; 429 is
 // rate-limited (Retry-After in seconds or as an HTTP date is honoured);
-// other 4xx and unfollowed 3xx are client errors; 5xx and other statuses
-// are server errors; a request that gets no response is a transport error.
+// other 4xx and 3xx are client errors (only 307 and 308 are followed); 5xx
+// and other statuses are server errors; a request that gets no response is
+// a transport error.
 type HTTPForwarder struct {
 	url    string
 	client *http.Client
@@ -53,7 +54,25 @@ func NewHTTPForwarder(rawURL string, client *http.Client) (*HTTPForwarder, error
 	if client == nil {
 		client = http.DefaultClient
 	}
-	return &HTTPForwarder{url: u.String(), client: client, Now: time.Now}, nil
+	// Follow only method-preserving redirects (307, 308): the client would
+	// turn a POST into a bodiless GET on 301, 302 and 303, and a 200 to
+	// that GET would count as an acknowledgement it is not.
+	c := *client
+	inner := client.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.Response != nil && req.Response.StatusCode != http.StatusTemporaryRedirect &&
+			req.Response.StatusCode != http.StatusPermanentRedirect {
+			return http.ErrUseLastResponse
+		}
+		if inner != nil {
+			return inner(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &HTTPForwarder{url: u.String(), client: &c, Now: time.Now}, nil
 }
 
 // Forward POSTs d.Bundle with the receipt id, BLAKE3 hash, sender and

@@ -180,3 +180,46 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+func TestHTTPForwarderRedirects(t *testing.T) {
+	var mu sync.Mutex
+	var finalMethods []string
+	var finalBodies []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/302":
+			http.Redirect(w, r, "/final", http.StatusFound)
+		case "/307":
+			http.Redirect(w, r, "/final", http.StatusTemporaryRedirect)
+		case "/final":
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			finalMethods = append(finalMethods, r.Method)
+			finalBodies = append(finalBodies, string(b))
+			mu.Unlock()
+		}
+	}))
+	defer srv.Close()
+	tests := []struct {
+		path      string
+		wantClass ErrorClass
+	}{
+		{"/302", ClassClient}, // would become a GET without the bundle
+		{"/307", ""},          // method and body preserved
+	}
+	for _, tt := range tests {
+		f, err := NewHTTPForwarder(srv.URL+tt.path, srv.Client())
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = f.Forward(context.Background(), Delivery{ReceiptID: 1, Bundle: []byte("b")})
+		if class, _ := Classify(err); (tt.wantClass == "") != (err == nil) || (err != nil && class != tt.wantClass) {
+			t.Errorf("Forward(%s) = %v, want class %q", tt.path, err, tt.wantClass)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(finalMethods) != 1 || finalMethods[0] != http.MethodPost || finalBodies[0] != "b" {
+		t.Errorf("final endpoint saw %v %v, want one POST with the bundle", finalMethods, finalBodies)
+	}
+}
