@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"provideragent/props/sim"
 )
 
@@ -45,4 +47,11 @@ func TestAnchorRuleSplitBrain(t *testing.T) {
 		t.Fatalf("rapid.Check(anchor rule) found no two-writer schedule, want one:\n%s", out)
 	}
 	t.Logf("rapid's shrunk two-writer schedule for the anchor's rule:\n%s", out)
+
+	// Our rules pass the same search.
+	t.Run("ours", func(t *testing.T) {
+		var st stats
+		rapid.Check(t, runSafety(leaseProtocol(), splitBrainSearch(), &st))
+		t.Logf("%v", &st)
+	})
 }

@@ -12,6 +12,10 @@ import (
 // workloadID is the one workload every simulated world runs.
 const workloadID = "w1"
 
+// clockSlewPeriod is how often a time daemon (NTP) reverses a drifting
+// clock within the bounds.
+const clockSlewPeriod = time.Hour
+
 // scenario is the static part of a world: sizes, quorum and clocks.
 type scenario struct {
 	K, N, M int
@@ -33,7 +37,7 @@ type faultSpace struct {
 	MinN, MaxN int // relays
 	FixedM     int // 0: draw M in [1, N]
 
-	MaxOffset   time.Duration // per-provider clock offset bound
+	MaxOffset   time.Duration // per-provider clock offset bound (drift included)
 	MinOffset   time.Duration // > 0 forces |offset| of P0 into [MinOffset, MaxOffset]
 	MaxDriftPPM int64
 	MinDriftPPM int64 // > 0 forces drift of magnitude >= this on P0 (slow) and P1 (fast)
@@ -53,10 +57,6 @@ type faultSpace struct {
 	MinExtraDelay time.Duration
 	// OnlyRelay >= 0 confines relay and link faults to that relay.
 	OnlyRelay int
-	// HolderFaultsOnly aims outages (partitions, isolation, crashes,
-	// pauses) at the provider running the workload only, never at a
-	// watching standby: see TestSingleWriterKnownLeaseBug.
-	HolderFaultsOnly bool
 }
 
 // protocol builds the nodes of a world.
@@ -75,14 +75,21 @@ func drawScenario(t *rapid.T, fs faultSpace) scenario {
 	} else {
 		sc.M = rapid.IntRange(1, sc.N).Draw(t, "quorum")
 	}
+	// Within the drift bound a time daemon slews each clock back every
+	// clockSlewPeriod, so drift never pushes the offset past MaxOffset.
+	period, maxOffset := time.Duration(0), fs.MaxOffset
+	if fs.MinDriftPPM == 0 && fs.MaxDriftPPM > 0 {
+		period = clockSlewPeriod
+		maxOffset -= time.Duration(int64(period) / 1e6 * fs.MaxDriftPPM)
+	}
 	for i := 0; i < sc.K; i++ {
-		var c sim.Clock
-		if fs.MaxOffset > 0 {
-			lo := -fs.MaxOffset
+		c := sim.Clock{Period: period}
+		if maxOffset > 0 {
+			lo := -maxOffset
 			if fs.MinOffset > 0 && i == 0 {
 				lo = fs.MinOffset
 			}
-			c.Offset = time.Duration(rapid.Int64Range(int64(lo), int64(fs.MaxOffset)).Draw(t, fmt.Sprintf("offset%d", i))).Round(time.Millisecond)
+			c.Offset = time.Duration(rapid.Int64Range(int64(lo), int64(maxOffset)).Draw(t, fmt.Sprintf("offset%d", i))).Round(time.Millisecond)
 			if fs.MinOffset > 0 && i == 0 && rapid.Bool().Draw(t, "offset0behind") {
 				c.Offset = -c.Offset
 			}
@@ -129,18 +136,9 @@ func (w *world) provider(t *rapid.T) sim.ProviderID {
 }
 
 // target picks the provider an outage fault (partition, isolation, crash,
-// pause) hits: any provider, or with HolderFaultsOnly the one running the
-// workload (ok is false when none does).
+// pause) hits.
 func (w *world) target(t *rapid.T) (sim.ProviderID, bool) {
-	if !w.fs.HolderFaultsOnly {
-		return w.provider(t), true
-	}
-	for p := 0; p < w.sc.K; p++ {
-		if _, ok := w.s.Running(sim.ProviderID(p), workloadID); ok {
-			return sim.ProviderID(p), true
-		}
-	}
-	return 0, false
+	return w.provider(t), true
 }
 
 func (w *world) relay(t *rapid.T) sim.RelayID {

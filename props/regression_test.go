@@ -34,16 +34,14 @@ func reconnect(s *sim.Sim, p sim.ProviderID, n int) {
 	}
 }
 
-// knownLeaseBugStandbyOutage names the rapid seed file that shows the
-// defect the two tests below pin down.
-const knownLeaseBugStandbyOutage = "testdata/rapid/TestSingleWriterKnownLeaseBug/TestSingleWriterKnownLeaseBug-20261122080750-11064.fail"
-
 // TestStandbyOutageIsNotSilence: a standby that was itself cut off from
 // every relay (or down) must not count its own outage as the holder's
-// silence. lease's takeoverDue requires the standby to be healthy on a relay
-// only at the moment of the check, so a standby that comes back after
-// TakeoverAfter claims at once, while a holder that lost quorum shortly
-// before is still inside its self-fencing time: two writers.
+// silence. Found by TestSingleWriter (seed under
+// testdata/rapid/TestSingleWriter/): lease's takeover check once required
+// the standby to be healthy only at the moment of the check, so a standby
+// back after TakeoverAfter claimed at once while a holder that lost quorum
+// shortly before was still inside its self-fencing time: two writers.
+// Fixed in lease 921d1ec.
 func TestStandbyOutageIsNotSilence(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -72,7 +70,7 @@ func TestStandbyOutageIsNotSilence(t *testing.T) {
 			s := scriptedWorld(t, 2, 2, 3, 1)
 			tc.apply(s)
 			if v := s.Violation(); v != nil {
-				t.Skipf("known lease defect (seed file %s): %s at %v\n%s", knownLeaseBugStandbyOutage, v.Msg, v.At, sim.FormatTimeline(v.Timeline))
+				t.Fatalf("%s at %v, want one writer\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
 			}
 			t.Logf("%s\n%s", s.Describe(), sim.FormatTimeline(s.Timeline()))
 		})

@@ -12,25 +12,10 @@ import (
 // epoch a provider holds Live never goes backwards. Checked after every
 // simulated event.
 //
-// Until the lease defect pinned by TestStandbyOutageIsNotSilence is fixed,
-// outages (partitions, isolation, crashes, pauses) hit only the provider
-// running the workload; relay faults, link faults and kills hit anyone.
-// TestSingleWriterKnownLeaseBug runs the unrestricted search.
+// The seed under testdata/rapid/TestSingleWriter/ replays first: a standby
+// that counted its own outage as the holder's silence (fixed in lease
+// 921d1ec; see TestStandbyOutageIsNotSilence).
 func TestSingleWriter(t *testing.T) {
-	fs := withinBounds()
-	fs.HolderFaultsOnly = true
-	var st stats
-	rapid.Check(t, runSafety(leaseProtocol(), fs, &st))
-	t.Logf("%v", &st)
-}
-
-// TestSingleWriterKnownLeaseBug is TestSingleWriter with outages hitting
-// standbys too. It finds two writers within a few dozen checks (seed file
-// under testdata/rapid/TestSingleWriterKnownLeaseBug/): lease's takeover
-// rule counts a standby's own outage as the holder's silence. Remove the
-// skip once lease is fixed; the seed then replays as a regression test.
-func TestSingleWriterKnownLeaseBug(t *testing.T) {
-	t.Skipf("known lease defect, replay with the seed file %s (see TestStandbyOutageIsNotSilence)", knownLeaseBugStandbyOutage)
 	var st stats
 	rapid.Check(t, runSafety(leaseProtocol(), withinBounds(), &st))
 	t.Logf("%v", &st)

@@ -99,12 +99,9 @@ func (n *AnchorNode) Boot(env Env, now time.Time) {
 // Crash implements Node.
 func (n *AnchorNode) Crash() {}
 
-// Held implements Node; the anchor has no epochs, so everything is epoch 0.
-func (n *AnchorNode) Held() map[string]uint64 {
-	if n.st.state == anchorLive {
-		return map[string]uint64{n.workload: 0}
-	}
-	return nil
+// Live implements Node; the anchor has no epochs, so everything is epoch 0.
+func (n *AnchorNode) Live(w string) (uint64, bool) {
+	return 0, w == n.workload && n.st.state == anchorLive
 }
 
 // Describe implements Node.

@@ -31,7 +31,7 @@ func SingleWriter(w string) Checker {
 			if !p.up {
 				continue
 			}
-			e, ok := p.node.Held()[w]
+			e, ok := p.node.Live(w)
 			if !ok {
 				continue
 			}

@@ -143,6 +143,7 @@ type LeaseNode struct {
 	pubs    map[EventID]*claimPub
 	reads   map[QueryID]*claimRead
 	err     error
+	heldBuf []lease.WorkloadEpoch
 }
 
 // NewLeaseNode returns provider self's driver for spec under cfg.
@@ -237,17 +238,21 @@ func (n *LeaseNode) Crash() {
 	n.m, n.outbox, n.pubs, n.reads = nil, nil, nil, nil
 }
 
-// Held implements Node: the workloads this machine holds in state Live.
-func (n *LeaseNode) Held() map[string]uint64 {
+// Live implements Node: whether the machine holds w in state Live.
+func (n *LeaseNode) Live(w string) (uint64, bool) {
 	if n.m == nil {
-		return nil
+		return 0, false
 	}
-	st, ok := n.m.State(n.spec.ID)
-	if !ok || st != lease.StateLive {
-		return nil
+	if st, ok := n.m.State(w); !ok || st != lease.StateLive {
+		return 0, false
 	}
-	w, _ := n.m.Workload(n.spec.ID)
-	return map[string]uint64{n.spec.ID: w.Epoch}
+	n.heldBuf = n.m.Held(n.heldBuf[:0])
+	for _, we := range n.heldBuf {
+		if we.ID == w {
+			return we.Epoch, true
+		}
+	}
+	return 0, false
 }
 
 // Describe implements Node.

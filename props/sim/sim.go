@@ -142,8 +142,9 @@ type Node interface {
 	Timer(env Env, now time.Time, tag any)
 	// Crash drops all volatile state; only what the node persisted survives.
 	Crash()
-	// Held lists the workloads this node's machine holds Live, with epochs.
-	Held() map[string]uint64
+	// Live reports whether this node's machine holds workload w Live, and
+	// at which epoch (called after every event: keep it allocation-free).
+	Live(w string) (epoch uint64, ok bool)
 	// Describe is a short state summary for timelines.
 	Describe() string
 }
@@ -171,22 +172,77 @@ type Env interface {
 	Logf(format string, args ...any)
 }
 
-// Clock maps simulated time to a provider's local wall clock:
-// local(t) = Epoch + t + Offset + t*DriftPPM/1e6.
+// Clock maps simulated time to a provider's local wall clock. The clock
+// runs DriftPPM fast (negative: slow) from Offset; with a Period, a time
+// daemon slews it back every Period, so the drift reverses and the offset
+// stays within Offset + DriftPPM*1e-6*Period (a triangle wave; the clock
+// never steps and never runs backwards):
+//
+//	local(t) = Epoch + t + Offset + DriftPPM*1e-6*tri(t)
+//
+// where tri(t) = t without a Period, else the distance travelled along a
+// 0..Period..0 triangle.
 type Clock struct {
 	Offset   time.Duration
-	DriftPPM int64 // > -1e6
+	DriftPPM int64 // |DriftPPM| < 1e6
+	Period   time.Duration
+}
+
+func (c Clock) tri(t time.Duration) time.Duration {
+	if c.Period <= 0 {
+		return t
+	}
+	ph := t % (2 * c.Period)
+	if ph < 0 {
+		ph += 2 * c.Period
+	}
+	if ph <= c.Period {
+		return ph
+	}
+	return 2*c.Period - ph
 }
 
 // Local is the clock reading at simulated time t.
 func (c Clock) Local(t time.Duration) time.Time {
-	return Epoch.Add(t + c.Offset + time.Duration(int64(t)/1000*c.DriftPPM/1000))
+	return Epoch.Add(t + c.Offset + time.Duration(int64(c.tri(t))/1000*c.DriftPPM/1000))
 }
 
-// Sim returns the simulated instant at which the clock reads local.
+// Sim returns a simulated instant at which the clock reads local or just
+// after (within a few microseconds; the clock is strictly increasing).
 func (c Clock) Sim(local time.Time) time.Duration {
-	d := local.Sub(Epoch) - c.Offset
-	return time.Duration(float64(d) * 1e6 / float64(1e6+c.DriftPPM))
+	want := local.Sub(Epoch)
+	t := want - c.Offset
+	for i := 0; i < 100; i++ {
+		diff := c.Local(t).Sub(Epoch) - want
+		if diff >= 0 && diff < 5*time.Microsecond {
+			return t
+		}
+		step := time.Duration(float64(diff) * 1e6 / float64(1e6+c.DriftPPM))
+		if diff < 0 {
+			step -= time.Microsecond // make progress, land at or after
+		}
+		t -= step
+	}
+	for c.Local(t).Sub(Epoch) < want {
+		t += time.Millisecond
+	}
+	return t
+}
+
+// MaxOffset is the largest |local - true| the clock ever shows.
+func (c Clock) MaxOffset() time.Duration {
+	o := c.Offset
+	if o < 0 {
+		o = -o
+	}
+	d := c.DriftPPM
+	if d < 0 {
+		d = -d
+	}
+	if c.Period <= 0 {
+		return time.Duration(1<<63 - 1)
+	}
+	return o + time.Duration(int64(c.Period)/1000*d/1000)
 }
 
 // Entry is one line of a timeline.
@@ -845,13 +901,15 @@ func (e env) Running(w string) (uint64, bool) {
 }
 func (e env) At(local time.Time, tag any) {
 	p, s, inc := e.p, e.s, e.p.incarnation
-	at := p.clock.Sim(local)
-	if at <= s.now {
-		at = s.now
-	}
-	s.schedule(at, func() {
+	var fire func()
+	fire = func() {
+		if p.clock.Local(s.now).Before(local) { // not yet on the local clock
+			s.schedule(max(p.clock.Sim(local), s.now+time.Microsecond), fire)
+			return
+		}
 		s.deliver(p, inc, func(now time.Time) { p.node.Timer(envFor(s, p), now, tag) })
-	})
+	}
+	s.schedule(p.clock.Sim(local), fire)
 }
 func (e env) Logf(format string, args ...any) {
 	e.s.trace = append(e.s.trace, Entry{At: e.s.now, Who: e.p.name, What: fmt.Sprintf(format, args...)})

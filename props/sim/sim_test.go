@@ -98,3 +98,25 @@ func TestLeaseKilledPrimaryFailsOver(t *testing.T) {
 	}
 	t.Logf("%s\n%s", s.Describe(), sim.FormatTimeline(s.Timeline()))
 }
+
+func TestClockSimInvertsLocal(t *testing.T) {
+	clocks := []sim.Clock{
+		{},
+		{Offset: 15 * time.Second, DriftPPM: 1000, Period: time.Hour},
+		{Offset: -15 * time.Second, DriftPPM: -1000, Period: time.Hour},
+		{Offset: time.Hour, DriftPPM: 600_000},
+		{Offset: -time.Hour, DriftPPM: -600_000},
+	}
+	for _, c := range clocks {
+		for _, at := range []time.Duration{0, time.Second, 59 * time.Minute, 61 * time.Minute, 5 * time.Hour} {
+			local := c.Local(at)
+			got := c.Sim(local)
+			if d := got - at; d < 0 || d > time.Millisecond {
+				t.Errorf("%+v: Sim(Local(%v)) = %v, want %v (+<=1ms)", c, at, got, at)
+			}
+			if c.Local(got).Before(local) {
+				t.Errorf("%+v: Local(Sim(%v)) = %v, want >= %v", c, local, c.Local(got), local)
+			}
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package props_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"provideragent/lease"
+	"provideragent/props/sim"
+)
+
+// LivenessBound is the design's bound on failover time, measured from the
+// instant the primary dies for good until some standby is Live, when at
+// least one standby and max(M, N-M+1) relays stay healthy:
+//
+//	TakeoverAfter                      the takeover rule's silence
+//	+ (K-2)*ClaimRetryBase             stagger: the healthy standby's worst rank
+//	+ propagation:
+//	    RelayDelay                     the primary's last heartbeat reaches the standby
+//	    HeartbeatInterval + RelayDelay the standby's own heartbeat shows it healthy
+//	    2*RelayDelay                   claim accepted by M relays (publish and OK legs)
+//	    RelayDelay                     the claim step's wait
+//	    QueryTimeout                   the read (slow relays time out)
+//	    3*TickInterval                 ticks between the steps
+//
+// stretched by the clock drift bound.
+func LivenessBound(cfg lease.Config, k int, queryTimeout, tick time.Duration, driftPPM int64) time.Duration {
+	stagger := time.Duration(max(k-2, 0)) * cfg.ClaimRetryBase
+	propagation := cfg.RelayDelay + cfg.HeartbeatInterval + cfg.RelayDelay + 2*cfg.RelayDelay + cfg.RelayDelay + queryTimeout + 3*tick
+	b := cfg.TakeoverAfter + stagger + propagation
+	return b + time.Duration(int64(b)/1e6*driftPPM)
+}
+
+// TestLiveness: the primary dies for good; one standby (rapid picks which)
+// and max(M, N-M+1) relays stay healthy (up, links intact, delays within
+// RelayDelay); every other relay suffers any fault (crash, storage loss,
+// partitions, loss, duplicates, reordering, replays); every other standby is
+// either healthy or dies too. Some standby must be Live within
+// LivenessBound of the primary's death.
+func TestLiveness(t *testing.T) {
+	var checks, worstK int
+	var worst time.Duration
+	rapid.Check(t, func(rt *rapid.T) {
+		fs := faultSpace{MinK: 2, MaxK: 4, MinN: 3, MaxN: 5,
+			MaxOffset: assumed.MaxClockOffset, MaxDriftPPM: assumed.MaxDriftPPM}
+		n := rapid.IntRange(3, 5).Draw(rt, "n")
+		fs.MinN, fs.MaxN = n, n
+		fs.FixedM = rapid.IntRange((n+2)/2, n).Draw(rt, "m") // max(M, N-M+1) == M
+		w := newWorld(rt, leaseProtocol(), fs)
+		sc, s := w.sc, w.s
+		healthyStandby := sim.ProviderID(rapid.IntRange(1, sc.K-1).Draw(rt, "healthyStandby"))
+		perm := rapid.Permutation(relayIDs(sc.N)).Draw(rt, "relayOrder")
+		healthy := map[sim.RelayID]bool{}
+		for _, r := range perm[:sc.M] {
+			healthy[r] = true
+		}
+		rt.Logf("healthy standby P%d, healthy relays %v", healthyStandby, perm[:sc.M])
+
+		warmup := drawDuration(rt, "warmup", 2*time.Minute, 30*time.Minute)
+		s.RunFor(warmup)
+		death := s.Now()
+		rt.Logf("t=%v P0 dies for good", death)
+		s.Kill(0)
+		for p := 1; p < sc.K; p++ {
+			if sim.ProviderID(p) != healthyStandby && rapid.Bool().Draw(rt, fmt.Sprintf("kill%d", p)) {
+				rt.Logf("t=%v P%d dies too", s.Now(), p)
+				s.Kill(sim.ProviderID(p))
+			}
+		}
+		for _, r := range perm[sc.M:] {
+			faultRelay(rt, s, r, sc.K)
+		}
+		bound := LivenessBound(lease.DefaultConfig(), sc.K, leaseProtocol().cfg.QueryTimeout, assumed.TickInterval, assumed.MaxDriftPPM)
+		liveAt := s.RunWhile(death+bound, func() bool { return !anyStandbyLive(s, sc.K) })
+		if v := s.Violation(); v != nil {
+			rt.Fatalf("%s at t=%v\ntimeline:\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
+		}
+		if liveAt < 0 {
+			rt.Fatalf("no standby Live %v after the primary died (bound %v): %s\ntimeline:\n%s",
+				s.Now()-death, bound, s.Describe(), sim.FormatTimeline(s.Timeline()))
+		}
+		checks++
+		if took := liveAt - death; took > worst {
+			worst, worstK = took, sc.K
+		}
+	})
+	t.Logf("%d checks: slowest failover %v (K=%d, bound %v)", checks, worst.Round(time.Millisecond), worstK,
+		LivenessBound(lease.DefaultConfig(), worstK, leaseProtocol().cfg.QueryTimeout, assumed.TickInterval, assumed.MaxDriftPPM))
+}
+
+func relayIDs(n int) []sim.RelayID {
+	out := make([]sim.RelayID, n)
+	for i := range out {
+		out[i] = sim.RelayID(i)
+	}
+	return out
+}
+
+func anyStandbyLive(s *sim.Sim, k int) bool {
+	for p := 1; p < k; p++ {
+		if _, ok := s.Node(sim.ProviderID(p)).Live(workloadID); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// faultRelay gives relay r one fault drawn by rapid, now or later.
+func faultRelay(t *rapid.T, s *sim.Sim, r sim.RelayID, k int) {
+	at := drawDuration(t, "faultAt", 0, 10*time.Minute)
+	switch kind := rapid.IntRange(0, 4).Draw(t, "relayFault"); kind {
+	case 0:
+		wipe := rapid.Bool().Draw(t, "wipe")
+		down := drawDuration(t, "down", 0, time.Hour)
+		t.Logf("R%d crashes at +%v (wipe %v) for %v", r, at, wipe, down)
+		s.After(at, func() {
+			s.CrashRelay(r, wipe)
+			s.After(down, func() { s.RestartRelay(r) })
+		})
+	case 1:
+		t.Logf("R%d is cut from every provider at +%v", r, at)
+		s.After(at, func() {
+			for p := 0; p < k; p++ {
+				s.Partition(sim.ProviderID(p), r)
+			}
+		})
+	case 2:
+		f := sim.LinkFaults{LossPct: rapid.IntRange(0, 100).Draw(t, "loss"), DupPct: rapid.IntRange(0, 100).Draw(t, "dup"),
+			Reorder: rapid.Bool().Draw(t, "reorder"), Extra: drawDuration(t, "extra", 0, time.Hour)}
+		t.Logf("R%d's links degrade at +%v: %+v", r, at, f)
+		s.After(at, func() {
+			for p := 0; p < k; p++ {
+				s.SetLinkFaults(sim.ProviderID(p), r, f)
+			}
+		})
+	case 3:
+		t.Logf("R%d replays its stored heartbeats every minute from +%v", r, at)
+		var replay func()
+		replay = func() {
+			s.ReplayHeartbeats(r)
+			s.After(time.Minute, replay)
+		}
+		s.After(at, replay)
+	default:
+		t.Logf("R%d stays healthy", r)
+	}
+}
