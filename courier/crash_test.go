@@ -99,12 +99,12 @@ func TestCrashSIGKILLLosesNoSend(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "crash.db")
 	sent := map[string]string{} // id -> bundle
-	const cycles = 24
-	deadline := time.Now().Add(25 * time.Second)
-	for cycle := 0; cycle < cycles; cycle++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d crash cycles fit in the time budget, want %d", cycle, cycles)
-		}
+	// At least 20 cycles; up to 30 while the first 15 s last.
+	const minCycles, maxCycles = 20, 30
+	soft := time.Now().Add(15 * time.Second)
+	cycles := 0
+	for cycle := 0; cycle < maxCycles && (cycle < minCycles || time.Now().Before(soft)); cycle++ {
+		cycles++
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+path, fmt.Sprintf("COURIER_CRASH_CYCLE=%d", cycle))
 		var stderr strings.Builder
@@ -161,7 +161,7 @@ func TestCrashSIGKILLLosesNoSend(t *testing.T) {
 		}
 	}
 	if len(sent) < cycles {
-		t.Fatalf("only %d sends acknowledged by the child, want at least %d", len(sent), cycles)
+		t.Fatalf("only %d sends returned nil in the children, want at least %d", len(sent), cycles)
 	}
 
 	// Restart: with the clock well past every claim and backoff, flushes
