@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nbd-wtf/go-nostr"
@@ -16,8 +17,16 @@ import (
 )
 
 // fuzzKeys signs the fuzzers' seed events; decoders see its public key as the
-// signer.
-func fuzzKeys(t testing.TB) *Keys { return testKeys(t, "fuzz") }
+// signer. Derived once: key derivation would dominate each fuzz iteration.
+func fuzzKeys(t testing.TB) *Keys {
+	fuzzKeysOnce.Do(func() { fuzzKeysVal = testKeys(t, "fuzz") })
+	return fuzzKeysVal
+}
+
+var (
+	fuzzKeysOnce sync.Once
+	fuzzKeysVal  *Keys
+)
 
 // seedEvents builds one valid event of every kind plus Paygress-shaped ones.
 func seedEvents(t testing.TB) []*nostr.Event {
