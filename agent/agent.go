@@ -70,13 +70,17 @@ func DefaultConfig() Config {
 	c.InitialBackoff = 200 * time.Millisecond
 	c.MaxBackoff = time.Minute
 	c.ForwardTimeout = 20 * time.Second
+	ing := heartbeat.DefaultConfig()
+	// A heartbeat lists every workload held: 10,000 workloads take about
+	// 300 KB, under the common relay message limit of 512,000 bytes.
+	ing.MaxEventBytes, ing.MaxContentBytes = 512000, 512000
 	return Config{
 		Lease:              lease.DefaultConfig(),
 		RestartMaxAttempts: 5,
 		Listen:             "127.0.0.1:9464",
 		TickInterval:       250 * time.Millisecond,
 		PublishTimeout:     5 * time.Second,
-		Ingest:             heartbeat.DefaultConfig(),
+		Ingest:             ing,
 		Courier:            c,
 	}
 }
@@ -204,7 +208,7 @@ type Agent struct {
 	synced    map[string]bool
 	hadQuorum bool
 	lastStat  time.Time
-	saved     map[string]string // workload id -> last saved state+epoch, to skip unchanged rows
+	saved     map[string]uint64 // workload id -> hash of the last saved snapshot, to skip unchanged rows
 	fgWG      sync.WaitGroup    // feedback goroutines (claims, reads)
 
 	attemptMu sync.Mutex
@@ -229,8 +233,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		cfg: cfg, db: deps.DB, logger: deps.Logger, keys: keys, self: keys.PublicKey(),
 		now: deps.Now, onEvent: deps.OnEvent, reg: deps.Registerer, gatherer: deps.Gatherer,
 		backend: deps.Backend, pool: deps.Pool,
-		inputs: make(chan input, 1024), raw: make(chan RelayEvent, 1024),
-		synced: map[string]bool{}, saved: map[string]string{}, attempted: map[string]bool{},
+		inputs: make(chan input, 1024), raw: make(chan RelayEvent, 256),
+		synced: map[string]bool{}, saved: map[string]uint64{}, attempted: map[string]bool{},
 	}
 	if a.logger == nil {
 		a.logger = slog.New(slog.DiscardHandler)

@@ -76,7 +76,7 @@ func (l *eventLog) states() []string {
 }
 
 type testAgent struct {
-	t       *testing.T
+	t       testing.TB
 	a       *Agent
 	key     string
 	pub     string
@@ -96,7 +96,7 @@ type agentOpts struct {
 	dial   map[string]string
 }
 
-func startAgent(t *testing.T, o agentOpts) *testAgent {
+func startAgent(t testing.TB, o agentOpts) *testAgent {
 	t.Helper()
 	if o.key == "" {
 		o.key = nostr.GeneratePrivateKey()
@@ -183,7 +183,7 @@ func warmSpec(id, primary, standby string, relays []string) lease.Spec {
 	}
 }
 
-func startRelays(t *testing.T, n int) ([]*relaytest.Relay, []string) {
+func startRelays(t testing.TB, n int) ([]*relaytest.Relay, []string) {
 	t.Helper()
 	var rs []*relaytest.Relay
 	var urls []string

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strings"
 	"time"
 
@@ -16,6 +17,9 @@ import (
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
 )
+
+// saveSeed seeds the hashes that detect unchanged workload rows.
+var saveSeed = maphash.MakeSeed()
 
 // maxBatch bounds how many inputs one machine step folds into one commit.
 const maxBatch = 256
@@ -440,11 +444,9 @@ func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input
 			Provider: h.Provider, Relay: re.Relay, EventID: h.EventID, CreatedAt: h.CreatedAt,
 			ReceivedAt: now, Listed: h.ListsWorkloads,
 		}
-		if len(h.Workloads) > 0 {
-			hb.Workloads = make([]lease.WorkloadEpoch, len(h.Workloads))
-			for i, w := range h.Workloads {
-				hb.Workloads[i] = lease.WorkloadEpoch{ID: w.ID, Epoch: w.Epoch}
-			}
+		if h.Provider != a.self {
+			// Shared, read-only: the machine does not keep or modify it.
+			hb.Workloads = h.Workloads
 		}
 		return input{hb: hb}, true
 	case got.Duplicate:
@@ -556,24 +558,29 @@ func (a *Agent) onOutboxAck(ev *nostr.Event, res PublishResult) {
 	}
 }
 
-// saveMeta persists the machine's relay tables, every workload whose state
-// or epoch changed since the last save, and the cursor.
+// saveMeta persists the machine's relay tables, every workload whose
+// snapshot changed since the last save, and the cursor. Only the changed
+// rows are kept in memory (10,000 unchanged workloads cost a marshal each,
+// not a copy).
 func (a *Agent) saveMeta(ctx context.Context) error {
 	snap := a.m.Snapshot()
 	now := a.now()
-	var changed []lease.WorkloadSnapshot
-	for _, w := range snap.Workloads {
-		b, err := json.Marshal(&w)
+	var changed []workloadRow
+	for i := range snap.Workloads {
+		w := &snap.Workloads[i]
+		b, err := json.Marshal(w)
 		if err != nil {
 			return fmt.Errorf("save machine: %w", err)
 		}
-		if a.saved[w.Spec.ID] != string(b) {
-			changed = append(changed, w)
-			a.saved[w.Spec.ID] = string(b)
+		h := maphash.Bytes(saveSeed, b)
+		if a.saved[w.Spec.ID] != h {
+			changed = append(changed, workloadRow{id: w.Spec.ID, state: string(w.State), epoch: w.Epoch, json: b})
+			a.saved[w.Spec.ID] = h
 		}
 	}
+	snap.Workloads = nil
 	return sqlitedb.InTx(ctx, a.db, func(tx *sql.Tx) error {
-		if err := saveWorkloads(ctx, tx, now, changed); err != nil {
+		if err := saveWorkloadRows(ctx, tx, now, changed); err != nil {
 			return err
 		}
 		if err := saveMachineMeta(ctx, tx, snap); err != nil {

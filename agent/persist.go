@@ -60,9 +60,30 @@ const (
 	metaCursor  = "cursor"
 )
 
+// workloadRow is one marshalled workload snapshot.
+type workloadRow struct {
+	id    string
+	state string
+	epoch uint64
+	json  []byte
+}
+
 // saveWorkloads upserts workload snapshots inside tx.
 func saveWorkloads(ctx context.Context, tx *sql.Tx, now time.Time, ws []lease.WorkloadSnapshot) error {
-	if len(ws) == 0 {
+	rows := make([]workloadRow, 0, len(ws))
+	for i := range ws {
+		b, err := json.Marshal(&ws[i])
+		if err != nil {
+			return fmt.Errorf("save workload %s: %w", ws[i].Spec.ID, err)
+		}
+		rows = append(rows, workloadRow{id: ws[i].Spec.ID, state: string(ws[i].State), epoch: ws[i].Epoch, json: b})
+	}
+	return saveWorkloadRows(ctx, tx, now, rows)
+}
+
+// saveWorkloadRows upserts marshalled workload snapshots inside tx.
+func saveWorkloadRows(ctx context.Context, tx *sql.Tx, now time.Time, rows []workloadRow) error {
+	if len(rows) == 0 {
 		return nil
 	}
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO agent_workloads (id, state, epoch, snapshot, updated_at)
@@ -73,13 +94,9 @@ func saveWorkloads(ctx context.Context, tx *sql.Tx, now time.Time, ws []lease.Wo
 		return fmt.Errorf("save workloads: %w", err)
 	}
 	defer stmt.Close()
-	for i := range ws {
-		b, err := json.Marshal(&ws[i])
-		if err != nil {
-			return fmt.Errorf("save workload %s: %w", ws[i].Spec.ID, err)
-		}
-		if _, err := stmt.ExecContext(ctx, ws[i].Spec.ID, string(ws[i].State), int64(ws[i].Epoch), string(b), now.UnixMilli()); err != nil {
-			return fmt.Errorf("save workload %s: %w", ws[i].Spec.ID, err)
+	for _, r := range rows {
+		if _, err := stmt.ExecContext(ctx, r.id, r.state, int64(r.epoch), string(r.json), now.UnixMilli()); err != nil {
+			return fmt.Errorf("save workload %s: %w", r.id, err)
 		}
 	}
 	return nil

@@ -106,7 +106,7 @@ func TestRelayClientPublishSubscribeAndCut(t *testing.T) {
 }
 
 // waitFor polls cond (for conditions driven by real sockets, not timers).
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for !cond() {
