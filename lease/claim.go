@@ -82,9 +82,10 @@ func (m *Machine) takeoverDue(w *WorkloadSnapshot, now time.Time) bool {
 			count++
 		}
 	}
-	// Claim times only grow until follow or a transition resets the cache,
-	// so no relay can turn silent before earliest: Tick skips until then.
-	w.takeoverNotBefore = earliest
+	// Claim times and stretches only grow until follow or a transition
+	// wakes the workload, so no relay can turn silent before earliest:
+	// Tick may sleep the workload until then.
+	w.wakeHint = earliest
 	return count >= m.cfg.ReadQuorum()
 }
 
@@ -94,9 +95,6 @@ func (m *Machine) tickStandby(w *WorkloadSnapshot, now time.Time, out *[]Effect)
 		if w.activeRival(w.Epoch + 1) {
 			return // someone else is in the claim step
 		}
-	}
-	if now.Before(w.takeoverNotBefore) {
-		return
 	}
 	if m.takeoverDue(w, now) {
 		m.promote(w, TriggerTakeover, out)

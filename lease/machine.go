@@ -25,6 +25,10 @@ type Machine struct {
 
 	list []*WorkloadSnapshot
 	byID map[string]*WorkloadSnapshot
+	// wake[i] is a lower bound (unix ns) of the next time Tick can change
+	// anything for list[i]; 0 means always look. Derived, never persisted:
+	// inputs that could bring a deadline forward reset it (touch).
+	wake []int64
 
 	now          time.Time
 	awaitingSync bool
@@ -190,7 +194,9 @@ func (m *Machine) add(w *WorkloadSnapshot) {
 	if len(w.ClaimAt) != len(m.relays) {
 		w.ClaimAt = make([]time.Time, len(m.relays))
 	}
+	w.idx = len(m.list)
 	m.list = append(m.list, w)
+	m.wake = append(m.wake, 0)
 	m.byID[w.Spec.ID] = w
 }
 
@@ -221,6 +227,7 @@ func (m *Machine) Track(now time.Time, spec Spec) ([]Effect, error) {
 			return nil, fmt.Errorf("track %s: %w", spec.ID, ErrAlreadyTracked)
 		}
 		w.Spec.ExpiresAt, w.Spec.StateURI = spec.ExpiresAt, spec.StateURI
+		m.touch(w) // an expiry may have appeared
 		return nil, nil
 	}
 	w := &WorkloadSnapshot{Spec: spec, Holder: spec.Primary, Epoch: spec.Epoch}
@@ -276,8 +283,12 @@ func (m *Machine) Remove(id string) bool {
 		return false
 	}
 	delete(m.byID, id)
-	i := slices.Index(m.list, w)
+	i := w.idx
 	m.list = slices.Delete(m.list, i, i+1)
+	m.wake = slices.Delete(m.wake, i, i+1)
+	for j := i; j < len(m.list); j++ {
+		m.list[j].idx = j
+	}
 	return true
 }
 
@@ -286,7 +297,7 @@ func (m *Machine) enter(w *WorkloadSnapshot, to State, out *[]Effect) {
 	from := w.State
 	w.State = to
 	w.Since = m.now
-	w.takeoverNotBefore = time.Time{}
+	m.touch(w)
 	if to != StatePromoting {
 		w.Phase, w.PhaseAt, w.Target, w.ClaimAttempt, w.ClaimFrom, w.Trigger = PhaseNone, time.Time{}, 0, 0, time.Time{}, ""
 	}
@@ -295,6 +306,9 @@ func (m *Machine) enter(w *WorkloadSnapshot, to State, out *[]Effect) {
 	}
 	*out = append(*out, EnteredState{ID: w.Spec.ID, From: from, To: to, Epoch: w.Epoch})
 }
+
+// touch makes the next Tick look at w again.
+func (m *Machine) touch(w *WorkloadSnapshot) { m.wake[w.idx] = 0 }
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {

@@ -155,7 +155,7 @@ func (m *Machine) follow(w *WorkloadSnapshot, pi int, e uint64, at time.Time) {
 	w.Epoch = e
 	w.WatchFrom = at
 	w.Revoked = false
-	w.takeoverNotBefore = time.Time{}
+	m.touch(w)
 	clear(w.ClaimAt)
 	w.Rivals = dropRivals(w.Rivals, e)
 }
@@ -195,6 +195,7 @@ func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 		return nil
 	}
 	now = m.clock(now)
+	m.touch(w)
 	if !c.Active {
 		out := w.Rivals[:0]
 		for _, r := range w.Rivals {
@@ -254,6 +255,7 @@ func (m *Machine) ObserveRevocation(now time.Time, r Revocation) []Effect {
 		return nil
 	}
 	now = m.clock(now)
+	m.touch(w)
 	w.Revoked = true
 	if w.State == StateStandby && r.Successor == m.self {
 		var out []Effect

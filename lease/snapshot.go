@@ -89,9 +89,8 @@ type WorkloadSnapshot struct {
 
 	holder int   // provider index of Holder
 	named  []int // provider indices of Spec.Primary and Spec.Standbys
-	// takeoverNotBefore caches a lower bound of when takeover can become
-	// due (derived, never persisted; zero means unknown).
-	takeoverNotBefore time.Time
+	idx      int       // position in Machine.list and Machine.wake
+	wakeHint time.Time // earliest takeover time found by takeoverDue
 }
 
 // ProviderSnapshot is one provider's relay table: per relay (Snapshot.Relays
@@ -167,7 +166,7 @@ func (m *Machine) Snapshot() Snapshot {
 // public is a deep copy without the derived index fields.
 func (w *WorkloadSnapshot) public() WorkloadSnapshot {
 	c := w.copy()
-	c.holder, c.named, c.takeoverNotBefore = 0, nil, time.Time{}
+	c.holder, c.named, c.idx, c.wakeHint = 0, nil, 0, time.Time{}
 	return c
 }
 

@@ -13,26 +13,72 @@ import (
 // (every second or so) and after feeding observations.
 func (m *Machine) Tick(now time.Time) []Effect {
 	now = m.clock(now)
+	nowNS := now.UnixNano()
 	var out []Effect
 	self := &m.provs[m.selfIdx]
-	for _, w := range m.list {
-		if w.State.Terminal() {
-			continue
+	for i, wake := range m.wake {
+		if wake > nowNS {
+			continue // nothing can happen to this workload yet
 		}
-		if !w.Spec.ExpiresAt.IsZero() && !now.Before(w.Spec.ExpiresAt) {
-			m.expire(w, &out)
-			continue
-		}
-		switch {
-		case w.State.Holding():
-			m.tickHolder(w, now, self, &out)
-		case w.State == StateStandby:
-			m.tickStandby(w, now, &out)
-		case w.State == StatePromoting:
-			m.tickPromoting(w, now, &out)
-		}
+		w := m.list[i]
+		m.tickOne(w, now, self, &out)
+		m.wake[i] = m.nextWake(w, now, self)
 	}
 	return out
+}
+
+func (m *Machine) tickOne(w *WorkloadSnapshot, now time.Time, self *ProviderSnapshot, out *[]Effect) {
+	if w.State.Terminal() {
+		return
+	}
+	if !w.Spec.ExpiresAt.IsZero() && !now.Before(w.Spec.ExpiresAt) {
+		m.expire(w, out)
+		return
+	}
+	switch {
+	case w.State.Holding():
+		m.tickHolder(w, now, self, out)
+	case w.State == StateStandby:
+		w.wakeHint = time.Time{}
+		m.tickStandby(w, now, out)
+	case w.State == StatePromoting:
+		m.tickPromoting(w, now, out)
+	}
+}
+
+// nextWake is a lower bound of the next time Tick can change anything for w
+// without another input touching it, or 0 when Tick must always look. Only
+// Live and Standby, the states nearly every workload sits in, sleep: their
+// deadlines (quorum loss + T1, respawn counter reset, takeover, expiry) can
+// only move later as heartbeats arrive.
+func (m *Machine) nextWake(w *WorkloadSnapshot, now time.Time, self *ProviderSnapshot) int64 {
+	const never = int64(^uint64(0) >> 1)
+	var at time.Time
+	switch w.State {
+	case StateFenced, StateFailed, StateExpired:
+		return never
+	case StateLive:
+		at = maxTime(self.QuorumUntil, w.HoldFrom).Add(m.cfg.T1)
+		if w.Attempts > 0 {
+			if r := w.HealthySince.Add(m.cfg.RestartResetAfter); r.Before(at) {
+				at = r
+			}
+		}
+	case StateStandby:
+		if len(w.Rivals) > 0 || w.wakeHint.IsZero() {
+			return 0
+		}
+		at = w.wakeHint
+	default:
+		return 0
+	}
+	if !w.Spec.ExpiresAt.IsZero() && w.Spec.ExpiresAt.Before(at) {
+		at = w.Spec.ExpiresAt
+	}
+	if !at.After(now) {
+		return 0
+	}
+	return at.UnixNano()
 }
 
 func (m *Machine) expire(w *WorkloadSnapshot, out *[]Effect) {
