@@ -87,8 +87,8 @@ type WorkloadSnapshot struct {
 	ClaimFrom    time.Time  `json:"claim_from,omitzero"`
 	Trigger      Trigger    `json:"trigger,omitempty"`
 
-	holder int   // provider index of Holder
-	named  []int // provider indices of Spec.Primary and Spec.Standbys
+	holder   int       // provider index of Holder
+	named    []int     // provider indices of Spec.Primary and Spec.Standbys
 	idx      int       // position in Machine.list and Machine.wake
 	wakeHint time.Time // earliest takeover time found by takeoverDue
 }
