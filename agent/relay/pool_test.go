@@ -223,7 +223,7 @@ func TestPoolKillRestartResubscribesWithSince(t *testing.T) {
 	eventually(t, "relay 0 disconnected", func() bool { return !h.status(urls[0]).Connected })
 
 	// Publishing during the outage: 2 acceptances, the dead relay times out.
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	res := h.pool.Publish(ctx, signed(t, 1, "during outage", time.Now()))
 	cancel()
 	if res.AcceptedCount() != 2 || len(res.TimedOut) != 1 || res.TimedOut[0].Relay != urls[0] {
@@ -422,7 +422,7 @@ func TestPoolQuery(t *testing.T) {
 	}
 	eventually(t, "limits fetched", func() bool { return h.status(urls[1]).Limits.MaxLimit == 2 })
 	rs[2].Kill()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	got := h.pool.Query(ctx, nostr.Filter{Kinds: []int{1}, Limit: 10})
 	want := []int{3, 2}

@@ -203,8 +203,9 @@ func (r QueryResult) Complete() bool { return r.EOSE && r.Err == nil && r.Closed
 
 // Query reads the stored events matching filter from every relay until
 // each one's EOSE (or CLOSED, error, or ctx's end), concurrently, and
-// returns one result per relay in configuration order. Relays that are
-// disconnected are waited for until ctx ends.
+// returns one result per relay in configuration order. A relay that is
+// disconnected, or whose connection drops mid-query, is waited for and read
+// again from scratch on its next connection until ctx ends.
 func (p *Pool) Query(ctx context.Context, filter nostr.Filter) []QueryResult {
 	out := make([]QueryResult, len(p.sups))
 	var wg sync.WaitGroup
@@ -254,11 +255,15 @@ func (c *conn) query(id string) *querySink {
 }
 
 func (s *supervisor) query(ctx context.Context, filter nostr.Filter) QueryResult {
-	res := QueryResult{Relay: s.url}
 	triedAuth := false
+	var lost error // the last connection loss, reported if no later connection answers
 	for {
+		res := QueryResult{Relay: s.url}
 		c, err := s.waitConn(ctx)
 		if err != nil {
+			if lost != nil {
+				err = fmt.Errorf("%w (earlier: %v)", err, lost)
+			}
 			res.Err = err
 			return res
 		}
@@ -280,8 +285,12 @@ func (s *supervisor) query(ctx context.Context, filter nostr.Filter) QueryResult
 		}
 		if err := c.write(nostr.ReqEnvelope{SubscriptionID: id, Filters: groups[0]}); err != nil {
 			remove()
-			res.Err = fmt.Errorf("%w: %w", ErrConnectionLost, err)
-			return res
+			lost = fmt.Errorf("%w: %w", ErrConnectionLost, err)
+			if !waitClosed(ctx, c) {
+				res.Err = lost
+				return res
+			}
+			continue // on the next connection
 		}
 		select {
 		case <-q.done:
@@ -289,15 +298,17 @@ func (s *supervisor) query(ctx context.Context, filter nostr.Filter) QueryResult
 		case <-ctx.Done():
 		}
 		remove()
+		q.finish(false, "") // no-op when the relay already ended it
 		q.mu.Lock()
 		res.Events, res.EOSE, res.ClosedReason = q.events, q.eose, q.reason
 		q.mu.Unlock()
-		select {
-		case <-q.done:
-		default:
-			q.finish(false, "")
+		if !res.EOSE && res.ClosedReason == "" {
 			select {
 			case <-c.closed:
+				if ctx.Err() == nil {
+					lost = ErrConnectionLost
+					continue // read everything again on the next connection
+				}
 				res.Err = ErrConnectionLost
 			default:
 				res.Err = ctx.Err()
@@ -316,7 +327,6 @@ func (s *supervisor) query(ctx context.Context, filter nostr.Filter) QueryResult
 			case <-ctx.Done():
 				return res
 			}
-			res = QueryResult{Relay: s.url}
 			continue
 		}
 		return res
