@@ -62,4 +62,18 @@
 //     pairs it holds.
 //   - After a restart: Restore, re-issue Outstanding(), subscribe, feed what
 //     each relay returns, and call RelaySynced on each relay's EOSE.
+//
+// # Quorum and takeover bookkeeping
+//
+// Each provider named by a lease has a relay table: per relay, the local time
+// of its last counting heartbeat, the created_at of the last accepted one
+// (replays and older re-served events never count), and the start of its
+// current unbroken stretch of heartbeats (no gap above HeartbeatInterval +
+// RelayDelay). Quorum is a function of that table (QuorumUntil, updated in
+// O(N) per heartbeat), so Tick never scans observations. A standby counts the
+// holder's silence on a relay only from the latest of the holder's last claim
+// there and the start of its own unbroken stretch there, so that its own
+// outage or restart never passes for the holder's silence. Tick lets Live
+// and Standby workloads sleep until their next possible deadline; any input
+// that could bring a deadline forward wakes them.
 package lease
