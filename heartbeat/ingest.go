@@ -118,8 +118,9 @@ type Ingestor struct {
 	m      *metrics
 
 	mu       sync.Mutex
-	cur, old map[string]*entry
-	half     int
+	good     *generations      // verified events
+	bad      *generations      // rejections cacheable by (id, sig)
+	inflight map[string]*entry // being verified now (bounded by concurrency)
 }
 
 type entryState uint8
@@ -160,10 +161,11 @@ func NewIngestor(cfg Config, policy SignerPolicy, reg prometheus.Registerer, log
 	if err != nil {
 		return nil, fmt.Errorf("new ingestor: %w", err)
 	}
-	half := cfg.CacheSize / 2
 	return &Ingestor{
 		cfg: cfg, policy: policy, log: logger.With("component", "heartbeat"), m: m,
-		cur: make(map[string]*entry, half), old: map[string]*entry{}, half: half,
+		good:     newGenerations(cfg.CacheSize),
+		bad:      newGenerations(max(cfg.CacheSize/4, 8)),
+		inflight: map[string]*entry{},
 	}, nil
 }
 
@@ -200,7 +202,7 @@ func (in *Ingestor) Ingest(ctx context.Context, now time.Time, ev *nostr.Event) 
 		switch {
 		case e == nil:
 			e = &entry{state: statePending, done: make(chan struct{})}
-			in.insert(ev.ID, e)
+			in.inflight[ev.ID] = e
 			leader = true
 			in.mu.Unlock()
 		case e.state == stateGood && sameEvent(&e.ev, ev):
@@ -231,24 +233,28 @@ func (in *Ingestor) Ingest(ctx context.Context, now time.Time, ev *nostr.Event) 
 	}
 
 	res, rej, cacheable := in.verifyAndDecode(ev)
+	var settled *entry
+	switch {
+	case rej == nil:
+		settled = &entry{state: stateGood, ev: copyEvent(ev), result: res}
+	case cacheable:
+		settled = &entry{state: stateBad, sig: ev.Sig, rej: rej}
+	}
+	in.mu.Lock()
+	if leader && in.inflight[ev.ID] == e {
+		delete(in.inflight, ev.ID)
+	}
+	switch {
+	case settled == nil:
+	case settled.state == stateGood:
+		in.bad.remove(ev.ID)
+		in.good.insert(ev.ID, settled) // replaces a good entry with another signature
+	case in.good.lookup(ev.ID) == nil:
+		in.bad.insert(ev.ID, settled) // never shadows a verified event
+	}
+	in.mu.Unlock()
 	if leader {
-		in.mu.Lock()
-		switch {
-		case rej == nil:
-			e.state, e.ev, e.result = stateGood, copyEvent(ev), res
-		case cacheable:
-			e.state, e.sig, e.rej = stateBad, ev.Sig, rej
-		default:
-			in.remove(ev.ID, e)
-		}
 		close(e.done)
-		in.mu.Unlock()
-	} else if rej == nil {
-		in.mu.Lock()
-		if cur := in.lookup(ev.ID); cur == nil || cur.state == stateBad {
-			in.insert(ev.ID, &entry{state: stateGood, ev: copyEvent(ev), result: res})
-		}
-		in.mu.Unlock()
 	}
 	if rej != nil {
 		return Ingested{}, in.rejected(ev, rej)
@@ -394,45 +400,67 @@ func (in *Ingestor) rejected(ev *nostr.Event, rej *RejectError) error {
 	return rej
 }
 
-// lookup finds id in the two generations (caller holds mu); a hit in the old
-// generation moves to the current one.
+// lookup finds id among verified events, cached rejections and events
+// being verified (caller holds mu).
 func (in *Ingestor) lookup(id string) *entry {
-	if e, ok := in.cur[id]; ok {
+	if e := in.good.lookup(id); e != nil {
 		return e
 	}
-	if e, ok := in.old[id]; ok {
-		delete(in.old, id)
-		in.insert(id, e)
+	if e := in.bad.lookup(id); e != nil {
+		return e
+	}
+	return in.inflight[id]
+}
+
+// CacheLen returns the number of event ids remembered, verified and rejected
+// (for tests and status).
+func (in *Ingestor) CacheLen() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.good.len() + in.bad.len()
+}
+
+// generations is a bounded map of two generations: inserts go to the current
+// one, which becomes the old one when full (the previous old one is dropped),
+// and a hit in the old one moves to the current one. At most capacity ids are
+// kept, recently used ones survive, and nothing is ever scanned.
+type generations struct {
+	cur, old map[string]*entry
+	half     int
+}
+
+func newGenerations(capacity int) *generations {
+	half := max(capacity/2, 1)
+	return &generations{cur: make(map[string]*entry, half), old: map[string]*entry{}, half: half}
+}
+
+func (g *generations) lookup(id string) *entry {
+	if e, ok := g.cur[id]; ok {
+		return e
+	}
+	if e, ok := g.old[id]; ok {
+		delete(g.old, id)
+		g.insert(id, e)
 		return e
 	}
 	return nil
 }
 
-// insert adds to the current generation, rotating when it is full, so at most
-// CacheSize ids are remembered (caller holds mu).
-func (in *Ingestor) insert(id string, e *entry) {
-	if len(in.cur) >= in.half {
-		in.old = in.cur
-		in.cur = make(map[string]*entry, in.half)
+func (g *generations) insert(id string, e *entry) {
+	if _, ok := g.cur[id]; !ok && len(g.cur) >= g.half {
+		g.old = g.cur
+		g.cur = make(map[string]*entry, g.half)
 	}
-	in.cur[id] = e
+	delete(g.old, id)
+	g.cur[id] = e
 }
 
-func (in *Ingestor) remove(id string, e *entry) {
-	if in.cur[id] == e {
-		delete(in.cur, id)
-	}
-	if in.old[id] == e {
-		delete(in.old, id)
-	}
+func (g *generations) remove(id string) {
+	delete(g.cur, id)
+	delete(g.old, id)
 }
 
-// CacheLen returns the number of event ids remembered (for tests and status).
-func (in *Ingestor) CacheLen() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return len(in.cur) + len(in.old)
-}
+func (g *generations) len() int { return len(g.cur) + len(g.old) }
 
 func sameEvent(a, b *nostr.Event) bool {
 	if a.ID != b.ID || a.Sig != b.Sig || a.PubKey != b.PubKey || a.CreatedAt != b.CreatedAt ||

@@ -397,7 +397,7 @@ func TestIngestWaiterHonoursContext(t *testing.T) {
 	// Plant a pending entry as if another goroutine were verifying ev.
 	pending := &entry{state: statePending, done: make(chan struct{})}
 	in.mu.Lock()
-	in.insert(ev.ID, pending)
+	in.inflight[ev.ID] = pending
 	in.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -407,7 +407,7 @@ func TestIngestWaiterHonoursContext(t *testing.T) {
 	// When the "leader" gives up without a verdict, the waiter verifies itself.
 	go func() {
 		in.mu.Lock()
-		in.remove(ev.ID, pending)
+		delete(in.inflight, ev.ID)
 		close(pending.done)
 		in.mu.Unlock()
 	}()
@@ -449,5 +449,38 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := NewIngestor(DefaultConfig(), newFakePolicy(), reg, nil); err == nil {
 		t.Errorf("NewIngestor(same registry twice) = nil error, want a registration error")
+	}
+}
+
+// TestIngestJunkDoesNotEvictVerified floods the ingestor with events that
+// fail the id check or the signature; the verified event stays cached.
+func TestIngestJunkDoesNotEvictVerified(t *testing.T) {
+	p := testKeys(t, "p")
+	cfg := DefaultConfig()
+	cfg.CacheSize = 16
+	in, _ := newTestIngestor(t, cfg, newFakePolicy())
+	ctx := context.Background()
+	good, _ := BuildHeartbeat(p, HeartbeatParams{At: t0}, true)
+	if _, err := in.Ingest(ctx, t0, good); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ {
+		ev, _ := BuildHeartbeat(p, HeartbeatParams{At: t0.Add(-time.Duration(i+1) * time.Second)}, true)
+		badID := copyEvent(ev)
+		badID.ID = flipHex(badID.ID)
+		if _, err := in.Ingest(ctx, t0, &badID); ReasonOf(err) != ReasonBadID {
+			t.Fatalf("Ingest(bad id %d) = %v, want bad_id", i, err)
+		}
+		badSig := copyEvent(ev)
+		badSig.Sig = flipHex(badSig.Sig)
+		if _, err := in.Ingest(ctx, t0, &badSig); ReasonOf(err) != ReasonBadSig {
+			t.Fatalf("Ingest(bad sig %d) = %v, want bad_sig", i, err)
+		}
+	}
+	if res, err := in.Ingest(ctx, t0, good); err != nil || !res.Duplicate {
+		t.Fatalf("Ingest(good after junk) = %+v, %v, want a duplicate", res, err)
+	}
+	if n := in.CacheLen(); n > cfg.CacheSize+max(cfg.CacheSize/4, 8) {
+		t.Fatalf("CacheLen() = %d, want bounded", n)
 	}
 }
