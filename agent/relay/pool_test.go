@@ -295,7 +295,7 @@ func TestPoolPublishRelayKilledBeforeOK(t *testing.T) {
 		}
 		return true
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	done := make(chan relay.PublishResult, 1)
 	go func() { done <- h.pool.Publish(ctx, signed(t, 1, "x", time.Now())) }()
