@@ -17,6 +17,7 @@ import (
 	"provideragent/courier"
 	"provideragent/heartbeat"
 	"provideragent/lease"
+	"provideragent/uploader"
 )
 
 // ErrInvalidConfig wraps every Config.Validate failure.
@@ -140,6 +141,10 @@ type Deps struct {
 	// Pool is the relay layer. Default: the built-in websocket client over
 	// Lease.Relays and DialAddrs.
 	Pool RelayPool
+	// Uploader, when set, uploads pending checkpoint tiles to Blossom
+	// servers every UploadInterval (default 10 s).
+	Uploader       uploader.Uploader
+	UploadInterval time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// OnEvent receives timeline events (the demo prints them). It is called
@@ -199,6 +204,9 @@ type Agent struct {
 	cursor   *cursorTracker
 	http     *httpServer
 
+	uploader       uploader.Uploader
+	uploadInterval time.Duration
+
 	inputs chan input
 	raw    chan RelayEvent
 
@@ -232,7 +240,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, db: deps.DB, logger: deps.Logger, keys: keys, self: keys.PublicKey(),
 		now: deps.Now, onEvent: deps.OnEvent, reg: deps.Registerer, gatherer: deps.Gatherer,
-		backend: deps.Backend, pool: deps.Pool,
+		backend: deps.Backend, pool: deps.Pool, uploader: deps.Uploader, uploadInterval: deps.UploadInterval,
 		inputs: make(chan input, 1024), raw: make(chan RelayEvent, 256),
 		synced: map[string]bool{}, saved: map[string]uint64{}, attempted: map[string]bool{},
 	}
@@ -391,6 +399,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	goLoop("heartbeat", a.heartbeatLoop)
 	goLoop("backend-exits", a.exitLoop)
+	if a.uploader != nil {
+		goLoop("uploads", a.uploadLoop)
+	}
 
 	err := a.machineLoop(runCtx)
 	cancel()

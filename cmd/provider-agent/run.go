@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -10,10 +11,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"provideragent/agent"
 	"provideragent/agent/backend"
 	"provideragent/agent/config"
 	"provideragent/internal/sqlitedb"
+	"provideragent/uploader"
 )
 
 func init() {
@@ -76,8 +81,15 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("backend: %w", err)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	up, err := buildUploader(ctx, cfg, db, secret, reg, logger)
+	if err != nil {
+		_ = proc.Close(context.Background())
+		return err
+	}
 	a, err := agent.New(ctx, agentConfig(cfg, secret), agent.Deps{
-		DB: db, Logger: logger, Backend: agent.AdaptBackend(proc),
+		DB: db, Logger: logger, Backend: agent.AdaptBackend(proc), Registerer: reg, Gatherer: reg, Uploader: up,
 	})
 	if err != nil {
 		_ = proc.Close(context.Background())
@@ -102,6 +114,35 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintln(stdout, "provider-agent: stopped")
 	return nil
+}
+
+// buildUploader builds the checkpoint uploader when Blossom servers are
+// configured (nil otherwise), with its metrics on the agent's registry.
+func buildUploader(ctx context.Context, cfg config.Config, db *sql.DB, secret string, reg prometheus.Registerer, logger *slog.Logger) (uploader.Uploader, error) {
+	if len(cfg.Uploader.Servers) == 0 {
+		return nil, nil
+	}
+	store, err := uploader.NewStore(ctx, db, nil)
+	if err != nil {
+		return nil, fmt.Errorf("uploader: %w", err)
+	}
+	met, err := uploader.NewMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("uploader metrics: %w", err)
+	}
+	ucfg := uploader.DefaultConfig()
+	ucfg.Servers = cfg.Uploader.Servers
+	ucfg.DisableRetry = cfg.Uploader.DisableRetry
+	ucfg.MaxInCallRetries = cfg.Uploader.MaxInCallRetries
+	ucfg.MaxPerTileAttempts = cfg.Uploader.MaxPerTileAttempts
+	ucfg.BackoffBase = cfg.Uploader.BackoffBase.Seconds()
+	ucfg.BackoffCap = cfg.Uploader.BackoffCap
+	ucfg.TileSize = cfg.Uploader.TileSize
+	up, err := uploader.BuildUploader(ucfg, uploader.Deps{Store: store, SecretKey: secret, Logger: logger, Metrics: met})
+	if err != nil {
+		return nil, fmt.Errorf("uploader: %w", err)
+	}
+	return up, nil
 }
 
 // agentConfig maps the validated file config onto the agent's.
