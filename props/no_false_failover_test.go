@@ -45,9 +45,9 @@ func TestNoFalseFailover(t *testing.T) {
 	var st stats
 	rapid.Check(t, func(rt *rapid.T) {
 		fs := faultSpace{
-			MinK: 2, MaxK: 4, MinN: 3, MaxN: 3, FixedM: 2,
+			MinK: 2, MaxK: 3, MinN: 3, MaxN: 3, FixedM: 2,
 			MaxOffset: assumed.MaxClockOffset, MaxDriftPPM: assumed.MaxDriftPPM,
-			MaxAdvance:   15 * time.Minute,
+			MaxAdvance:   10 * time.Minute,
 			Partitions:   true,
 			RelayCrashes: true,
 			Wipes:        true,

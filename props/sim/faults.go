@@ -38,6 +38,7 @@ func (s *Sim) CrashRelay(r RelayID, wipe bool) {
 	rs.up = false
 	if wipe {
 		rs.store = map[storeKey]*Event{}
+		rs.hbs = map[ProviderID]int{}
 	}
 	for p := range s.provs {
 		s.disconnect(ProviderID(p), r)

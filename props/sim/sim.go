@@ -310,6 +310,7 @@ type storeKey struct {
 type relayState struct {
 	up    bool
 	store map[storeKey]*Event
+	hbs   map[ProviderID]int // stored heartbeats per author
 }
 
 type provider struct {
@@ -365,7 +366,7 @@ func New(cfg Config, nodes []Node, clocks []Clock) (*Sim, error) {
 		pathExtra: map[[3]int]time.Duration{},
 	}
 	for i := 0; i < cfg.Relays; i++ {
-		s.relays = append(s.relays, &relayState{up: true, store: map[storeKey]*Event{}})
+		s.relays = append(s.relays, &relayState{up: true, store: map[storeKey]*Event{}, hbs: map[ProviderID]int{}})
 	}
 	for i, n := range nodes {
 		p := &provider{id: ProviderID(i), node: n, name: fmt.Sprintf("P%d", i), running: map[string]uint64{}}
@@ -806,13 +807,19 @@ func (s *Sim) store(r RelayID, e *Event) bool {
 			return false
 		}
 	}
+	_, replaced := rs.store[k]
 	rs.store[k] = e
-	if e.Kind == KindHeartbeat {
-		s.pruneHeartbeats(rs, e.Author)
+	if e.Kind == KindHeartbeat && !replaced {
+		rs.hbs[e.Author]++
+		if rs.hbs[e.Author] > 2*s.cfg.KeepHeartbeats {
+			s.pruneHeartbeats(rs, e.Author)
+		}
 	}
 	return true
 }
 
+// pruneHeartbeats keeps the newest KeepHeartbeats heartbeats of author (a
+// relay keeps between KeepHeartbeats and twice that many).
 func (s *Sim) pruneHeartbeats(rs *relayState, author ProviderID) {
 	var hs []*Event
 	for k, ev := range rs.store {
@@ -820,6 +827,7 @@ func (s *Sim) pruneHeartbeats(rs *relayState, author ProviderID) {
 			hs = append(hs, ev)
 		}
 	}
+	rs.hbs[author] = len(hs)
 	if len(hs) <= s.cfg.KeepHeartbeats {
 		return
 	}
@@ -827,6 +835,7 @@ func (s *Sim) pruneHeartbeats(rs *relayState, author ProviderID) {
 	for _, ev := range hs[:len(hs)-s.cfg.KeepHeartbeats] {
 		delete(rs.store, keyOf(ev))
 	}
+	rs.hbs[author] = s.cfg.KeepHeartbeats
 }
 
 func (s *Sim) query(p *provider, r RelayID, match func(*Event) bool) QueryID {
