@@ -289,7 +289,11 @@ func (n *LeaseNode) Tick(env Env, now time.Time) {
 		return
 	}
 	if !now.Before(n.nextHB) {
-		n.nextHB = now.Add(n.cfg.HeartbeatInterval)
+		// A ticker: keep the cadence; after a stall, restart it from now.
+		n.nextHB = n.nextHB.Add(n.cfg.HeartbeatInterval)
+		if !n.nextHB.After(now) {
+			n.nextHB = now.Add(n.cfg.HeartbeatInterval)
+		}
 		hb := LeaseHeartbeat{Workloads: n.m.Held(nil)}
 		env.Publish(Event{Kind: KindHeartbeat, CreatedAt: now.Unix(), D: fmt.Sprint(now.Unix() / 60), Body: hb}, nil)
 	}
