@@ -33,6 +33,7 @@ func splitBrainSearch() faultSpace {
 	return faultSpace{
 		MinK: 2, MaxK: 3, MinN: 3, MaxN: 3, FixedM: 2,
 		MaxAdvance:   10 * time.Minute,
+		Warmup:       10 * time.Minute,
 		Partitions:   true,
 		RelayCrashes: true,
 		LinkFaults:   true,

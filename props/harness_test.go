@@ -43,6 +43,7 @@ type faultSpace struct {
 	MinDriftPPM int64 // > 0 forces drift of magnitude >= this on P0 (slow) and P1 (fast)
 
 	MaxAdvance time.Duration // longest quiet period after an action
+	Warmup     time.Duration // fault-free period before the first action
 
 	Partitions    bool
 	RelayCrashes  bool
@@ -312,6 +313,10 @@ func (w *world) actions() map[string]func(*rapid.T) {
 func runSafety(proto protocol, fs faultSpace, st *stats) func(*rapid.T) {
 	return func(t *rapid.T) {
 		w := newWorld(t, proto, fs)
+		if fs.Warmup > 0 {
+			w.s.RunFor(fs.Warmup)
+			t.Logf("  ... %v warm-up (t=%v): %s", fs.Warmup, w.s.Now(), w.s.Describe())
+		}
 		t.Repeat(w.actions())
 		st.add(w)
 	}

@@ -60,12 +60,13 @@ type AnchorNode struct {
 	self     ProviderID
 	rank     int // 0 = first primary
 
-	st       anchorPersist
-	saved    anchorPersist
-	lastSeen time.Time         // last heartbeat from the primary (local receive time)
-	ownHB    map[RelayID]int64 // newest own heartbeat created_at per relay
-	nextHB   time.Time         // next heartbeat due
-	booted   bool
+	st        anchorPersist
+	saved     anchorPersist
+	lastSeen  time.Time         // last heartbeat from the primary (local receive time)
+	ownHB     map[RelayID]int64 // newest own heartbeat created_at per relay
+	nextHB    time.Time         // next heartbeat due
+	booted    bool
+	liveSince time.Time // for the timeline
 }
 
 // NewAnchorNode returns provider self's anchor model; provider 0 starts as
@@ -126,9 +127,10 @@ func (n *AnchorNode) Tick(env Env, now time.Time) {
 	switch n.st.state {
 	case anchorLive:
 		if !n.quorum(now) && now.Sub(n.st.since) >= n.cfg.T1 {
+			n.liveSince = n.st.since
 			n.st.state, n.st.since = anchorSuspect, now
 			n.persist()
-			env.Logf("anchor: Live -> Suspect (no quorum, %v since entering Live)", n.cfg.T1)
+			env.Logf("anchor: Live -> Suspect (no quorum; t1 counts from entering Live, %v ago); evicts %v from now", now.Sub(n.liveSince).Round(time.Second), n.cfg.T2)
 		}
 	case anchorSuspect:
 		if n.quorum(now) {
