@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"pgregory.net/rapid"
-
 	"provideragent/lease"
 )
 
@@ -65,5 +63,3 @@ func TestAssumptionPause(t *testing.T) {
 		OnlyRelay:  -1,
 	})
 }
-
-var _ = rapid.Check

@@ -136,12 +136,6 @@ func (w *world) provider(t *rapid.T) sim.ProviderID {
 	return sim.ProviderID(rapid.IntRange(0, w.sc.K-1).Draw(t, "provider"))
 }
 
-// target picks the provider an outage fault (partition, isolation, crash,
-// pause) hits.
-func (w *world) target(t *rapid.T) (sim.ProviderID, bool) {
-	return w.provider(t), true
-}
-
 func (w *world) relay(t *rapid.T) sim.RelayID {
 	if w.fs.OnlyRelay >= 0 {
 		return sim.RelayID(w.fs.OnlyRelay)
@@ -189,22 +183,14 @@ func (w *world) actions() map[string]func(*rapid.T) {
 	}
 	if fs.Partitions {
 		a["partition"] = func(t *rapid.T) {
-			p, ok := w.target(t)
-			if !ok {
-				w.wait(t)
-				return
-			}
+			p := w.provider(t)
 			r := w.relay(t)
 			t.Logf("t=%v partition P%d-R%d", w.s.Now(), p, r)
 			w.s.Partition(p, r)
 			w.wait(t)
 		}
 		a["isolate"] = func(t *rapid.T) {
-			p, ok := w.target(t)
-			if !ok {
-				w.wait(t)
-				return
-			}
+			p := w.provider(t)
 			t.Logf("t=%v isolate P%d from every relay", w.s.Now(), p)
 			for r := 0; r < w.sc.N; r++ {
 				if fs.OnlyRelay < 0 || r == fs.OnlyRelay {
@@ -254,11 +240,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 	}
 	if fs.ProviderCrash {
 		a["crashRestart"] = func(t *rapid.T) {
-			p, ok := w.target(t)
-			if !ok {
-				w.wait(t)
-				return
-			}
+			p := w.provider(t)
 			kill := rapid.Bool().Draw(t, "killWorkload")
 			maxDown := time.Hour
 			if !kill {
@@ -281,11 +263,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 	}
 	if fs.MaxPause > 0 {
 		a["pause"] = func(t *rapid.T) {
-			p, ok := w.target(t)
-			if !ok {
-				w.wait(t)
-				return
-			}
+			p := w.provider(t)
 			d := drawDuration(t, "pause", fs.MinPause, fs.MaxPause)
 			t.Logf("t=%v pause P%d for %v", w.s.Now(), p, d)
 			w.s.PauseFor(p, d)

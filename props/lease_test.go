@@ -75,6 +75,3 @@ func withinBounds() faultSpace {
 		OnlyRelay:     -1,
 	}
 }
-
-// sanityTimeout keeps a single check from running away.
-const sanityTimeout = 30 * time.Second
