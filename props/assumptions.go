@@ -85,3 +85,28 @@ func (a Assumptions) Validate(cfg lease.Config) error {
 	}
 	return nil
 }
+
+// LivenessBound is the design's bound on failover time, measured from the
+// instant the primary dies for good until some standby is Live, when at
+// least one standby and max(M, N-M+1) relays stay healthy; k is the number
+// of providers (primary included) and readTimeout how long the driver waits
+// for a relay's answer to a claim read:
+//
+//	TakeoverAfter                       the takeover rule's silence
+//	+ (k-2)*ClaimRetryBase              stagger: the healthy standby's worst rank
+//	+ propagation:
+//	    RelayDelay                      the primary's last heartbeat reaches the standby
+//	    HeartbeatInterval + RelayDelay  the standby's own heartbeat shows it healthy
+//	    2*RelayDelay                    M relays accept the claim (publish and OK legs)
+//	    RelayDelay                      the claim step's wait
+//	    readTimeout                     the read (unhealthy relays time out)
+//	    3*TickInterval                  ticks between the steps
+//
+// stretched by the drift bound.
+func LivenessBound(cfg lease.Config, k int, a Assumptions, readTimeout time.Duration) time.Duration {
+	stagger := time.Duration(max(k-2, 0)) * cfg.ClaimRetryBase
+	propagation := cfg.RelayDelay + cfg.HeartbeatInterval + cfg.RelayDelay + 2*cfg.RelayDelay + cfg.RelayDelay +
+		readTimeout + 3*a.TickInterval
+	b := cfg.TakeoverAfter + stagger + propagation
+	return b + time.Duration(int64(b)/1e6*a.MaxDriftPPM)
+}

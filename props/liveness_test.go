@@ -8,37 +8,16 @@ import (
 	"pgregory.net/rapid"
 
 	"provideragent/lease"
+	"provideragent/props"
 	"provideragent/props/sim"
 )
-
-// LivenessBound is the design's bound on failover time, measured from the
-// instant the primary dies for good until some standby is Live, when at
-// least one standby and max(M, N-M+1) relays stay healthy:
-//
-//	TakeoverAfter                      the takeover rule's silence
-//	+ (K-2)*ClaimRetryBase             stagger: the healthy standby's worst rank
-//	+ propagation:
-//	    RelayDelay                     the primary's last heartbeat reaches the standby
-//	    HeartbeatInterval + RelayDelay the standby's own heartbeat shows it healthy
-//	    2*RelayDelay                   claim accepted by M relays (publish and OK legs)
-//	    RelayDelay                     the claim step's wait
-//	    QueryTimeout                   the read (slow relays time out)
-//	    3*TickInterval                 ticks between the steps
-//
-// stretched by the clock drift bound.
-func LivenessBound(cfg lease.Config, k int, queryTimeout, tick time.Duration, driftPPM int64) time.Duration {
-	stagger := time.Duration(max(k-2, 0)) * cfg.ClaimRetryBase
-	propagation := cfg.RelayDelay + cfg.HeartbeatInterval + cfg.RelayDelay + 2*cfg.RelayDelay + cfg.RelayDelay + queryTimeout + 3*tick
-	b := cfg.TakeoverAfter + stagger + propagation
-	return b + time.Duration(int64(b)/1e6*driftPPM)
-}
 
 // TestLiveness: the primary dies for good; one standby (rapid picks which)
 // and max(M, N-M+1) relays stay healthy (up, links intact, delays within
 // RelayDelay); every other relay suffers any fault (crash, storage loss,
 // partitions, loss, duplicates, reordering, replays); every other standby is
 // either healthy or dies too. Some standby must be Live within
-// LivenessBound of the primary's death.
+// props.LivenessBound of the primary's death.
 func TestLiveness(t *testing.T) {
 	var checks, worstK int
 	var worst time.Duration
@@ -72,7 +51,7 @@ func TestLiveness(t *testing.T) {
 		for _, r := range perm[sc.M:] {
 			faultRelay(rt, s, r, sc.K)
 		}
-		bound := LivenessBound(lease.DefaultConfig(), sc.K, leaseProtocol().cfg.QueryTimeout, assumed.TickInterval, assumed.MaxDriftPPM)
+		bound := props.LivenessBound(lease.DefaultConfig(), sc.K, assumed, leaseProtocol().cfg.QueryTimeout)
 		liveAt := s.RunWhile(death+bound, func() bool { return !anyStandbyLive(s, sc.K) })
 		if v := s.Violation(); v != nil {
 			rt.Fatalf("%s at t=%v\ntimeline:\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
@@ -87,7 +66,7 @@ func TestLiveness(t *testing.T) {
 		}
 	})
 	t.Logf("%d checks: slowest failover %v (K=%d, bound %v)", checks, worst.Round(time.Millisecond), worstK,
-		LivenessBound(lease.DefaultConfig(), worstK, leaseProtocol().cfg.QueryTimeout, assumed.TickInterval, assumed.MaxDriftPPM))
+		props.LivenessBound(lease.DefaultConfig(), worstK, assumed, leaseProtocol().cfg.QueryTimeout))
 }
 
 func relayIDs(n int) []sim.RelayID {
