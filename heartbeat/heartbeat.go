@@ -224,6 +224,9 @@ func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
 	if rej != nil {
 		return nil, rej
 	}
+	if ev.CreatedAt < 0 || ev.CreatedAt > maxUnix {
+		return nil, reject(ReasonDecode, "created_at %d out of range", ev.CreatedAt)
+	}
 
 	in, err := decodeHeartbeatContent([]byte(ev.Content))
 	if err != nil {
@@ -279,9 +282,6 @@ func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
 			StorageGBAvailable: *in.AvailableCapacity.StorageGBAvailable,
 		},
 		Version: version,
-	}
-	if ev.CreatedAt < 0 || ev.CreatedAt > maxUnix {
-		return nil, reject(ReasonDecode, "created_at %d out of range", ev.CreatedAt)
 	}
 	if hasExp {
 		h.Expiration = unixTime(uint64(exp))
