@@ -14,6 +14,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/heartbeat"
 	"provideragent/lease"
@@ -60,6 +61,9 @@ type Config struct {
 	// (default false: processes keep running across an agent restart; the
 	// demo and tests set it).
 	StopWorkloadsOnExit bool
+	// BuiltinRelayClient uses the agent's own small websocket client
+	// instead of agent/relay's pool (no pings, NIP-11 limits or metrics).
+	BuiltinRelayClient bool
 	// Name labels this agent in logs and timeline events. Default: the npub.
 	Name string
 }
@@ -292,15 +296,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	}
 	a.cursor = newCursorTracker(cur)
 	if a.pool == nil {
-		a.pool = newRelayClient(RelayClientConfig{
-			Relays:     a.m.Relays(),
-			DialAddrs:  normaliseKeys(cfg.DialAddrs),
-			Filters:    a.filters,
-			Sign:       keys.Sign,
-			OnReceived: func(r string) { a.met.eventsReceived.WithLabelValues(r).Inc() },
-			OnPublish:  func(r, o string) { a.met.publish.WithLabelValues(r, o).Inc() },
-			Logger:     a.logger,
-		})
+		if a.pool, err = a.newPool(); err != nil {
+			return nil, fmt.Errorf("new agent: %w", err)
+		}
 	}
 	if a.outbox, err = courier.Open(ctx, a.db, cfg.Courier, courier.Deps{Logger: a.logger, Registerer: a.reg}); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
@@ -327,6 +325,34 @@ func normaliseKeys(m map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// newPool builds the default relay layer: agent/relay's supervised pool,
+// or the built-in client when Config.BuiltinRelayClient is set.
+func (a *Agent) newPool() (RelayPool, error) {
+	onReceived := func(r string) { a.met.eventsReceived.WithLabelValues(r).Inc() }
+	onPublish := func(r, o string) { a.met.publish.WithLabelValues(r, o).Inc() }
+	dial := normaliseKeys(a.cfg.DialAddrs)
+	if a.cfg.BuiltinRelayClient {
+		return newRelayClient(RelayClientConfig{
+			Relays: a.m.Relays(), DialAddrs: dial, Filters: a.filters, Sign: a.keys.Sign,
+			OnReceived: onReceived, OnPublish: onPublish, Logger: a.logger,
+		}), nil
+	}
+	secret, err := heartbeat.ParseSecretKey(a.cfg.SecretKey)
+	if err != nil {
+		return nil, err
+	}
+	rc := relay.DefaultConfig()
+	rc.URLs = a.m.Relays()
+	rc.DialAddrs = dial
+	rc.PublishTimeout = a.cfg.PublishTimeout
+	rc.BackoffMax = min(rc.BackoffMax, 5*time.Second)
+	// A heartbeat list of 10,000 workloads is about 300 KB.
+	rc.MaxMessageSize = max(rc.MaxMessageSize, 1<<20)
+	return newRelayPool(rc, relay.Options{
+		Filters: a.poolFilters(), Since: a.since, SecretKey: secret, Logger: a.logger, Registerer: a.reg, Now: a.now,
+	}, onReceived, onPublish)
 }
 
 // restore loads the persisted machine or creates an empty one.
@@ -445,6 +471,28 @@ func (a *Agent) exitLoop(ctx context.Context) error {
 			a.send(ctx, input{exit: &ex})
 		}
 	}
+}
+
+// poolFilters are agent/relay's subscription: heartbeats live only (limit
+// 0: the next beat arrives within one interval, stored ones are stale by
+// then), and revocations, claims and grants since the cursor (set by the
+// pool from since on every (re)subscription).
+func (a *Agent) poolFilters() []nostr.Filter {
+	return []nostr.Filter{
+		{Kinds: []int{heartbeat.KindHeartbeat, heartbeat.KindHeartbeatEphemeral}, LimitZero: true},
+		{Kinds: []int{heartbeat.KindRevocation, heartbeat.KindPromotion, heartbeat.KindLeaseGrant}},
+	}
+}
+
+// since is the cursor minus a margin for signers' clock offsets and relay
+// delay (0: no cursor yet, read everything stored).
+func (a *Agent) since() nostr.Timestamp {
+	c := a.cursor.Cursor()
+	if c <= 0 {
+		return 0
+	}
+	s := c - int64((a.cfg.Lease.MaxSkew+a.cfg.Lease.RelayDelay)/time.Second) - 1
+	return nostr.Timestamp(max(s, 1))
 }
 
 // filters are the live subscription's filters, recomputed at every

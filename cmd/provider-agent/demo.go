@@ -96,11 +96,15 @@ type timeline struct {
 	start   time.Time
 	verbose bool
 	beats   map[string]int
+	closed  bool
 }
 
 func (t *timeline) printf(who, kind, format string, args ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
 	fmt.Fprintf(t.w, "[%5.1fs] %-8s %-10s %s\n", time.Since(t.start).Seconds(), who, kind, fmt.Sprintf(format, args...))
 }
 
@@ -289,5 +293,8 @@ func demo(ctx context.Context, stdout, stderr io.Writer, verbose bool) (DemoResu
 	tl.printf("demo", "check", "failover took %.1fs from the cut; bound t1+t2+stale+relay_delay+2s = %v",
 		res.Failover.Seconds(), res.Bound)
 	tl.printf("demo", "done", "stopping agents and relays")
+	tl.mu.Lock()
+	tl.closed = true
+	tl.mu.Unlock()
 	return res, nil
 }

@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/agent/relay"
+)
+
+// relayPool adapts agent/relay's Pool (supervised websockets with pings,
+// NIP-11 limits, NIP-42 AUTH, OK-tracked publish) to RelayPool.
+type relayPool struct {
+	p          *relay.Pool
+	onReceived func(relay string)
+	onPublish  func(relay, outcome string)
+}
+
+var _ RelayPool = (*relayPool)(nil)
+
+// NewRelayPool starts agent/relay supervisors for the given config and
+// options and returns them as a RelayPool. Run forwards their events and
+// closes the pool when its context ends.
+func NewRelayPool(cfg relay.Config, opts relay.Options) (RelayPool, error) {
+	return newRelayPool(cfg, opts, nil, nil)
+}
+
+func newRelayPool(cfg relay.Config, opts relay.Options, onReceived func(string), onPublish func(string, string)) (*relayPool, error) {
+	p, err := relay.New(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("relay pool: %w", err)
+	}
+	return &relayPool{p: p, onReceived: onReceived, onPublish: onPublish}, nil
+}
+
+func (r *relayPool) Run(ctx context.Context, out chan<- RelayEvent) error {
+	defer r.p.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case rec, ok := <-r.p.Received():
+			if !ok {
+				return nil
+			}
+			if rec.EOSE || rec.Event == nil {
+				continue
+			}
+			if r.onReceived != nil {
+				r.onReceived(rec.Relay)
+			}
+			select {
+			case out <- RelayEvent{Relay: rec.Relay, Event: rec.Event}:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}
+
+func (r *relayPool) Publish(ctx context.Context, ev *nostr.Event) PublishResult {
+	res := r.p.Publish(ctx, *ev)
+	if r.onPublish != nil {
+		for _, o := range res.All {
+			r.onPublish(o.Relay, string(o.Outcome))
+		}
+	}
+	out := PublishResult{Accepted: res.Accepted, Rejected: map[string]string{}}
+	for _, o := range res.Rejected {
+		out.Rejected[o.Relay] = o.Reason
+	}
+	for _, o := range res.Muted {
+		out.Rejected[o.Relay] = o.Reason
+	}
+	for _, o := range res.TimedOut {
+		out.TimedOut = append(out.TimedOut, o.Relay)
+	}
+	for _, o := range res.Failed {
+		out.TimedOut = append(out.TimedOut, o.Relay)
+	}
+	return out
+}
+
+func (r *relayPool) Query(ctx context.Context, f nostr.Filter) ([]RelayEvent, int) {
+	var out []RelayEvent
+	n := 0
+	for _, q := range r.p.Query(ctx, f) {
+		if q.EOSE {
+			n++
+		}
+		for i := range q.Events {
+			out = append(out, RelayEvent{Relay: q.Relay, Event: &q.Events[i]})
+		}
+	}
+	return out, n
+}
+
+func (r *relayPool) Status() []RelayStatus {
+	st := r.p.Status()
+	out := make([]RelayStatus, len(st))
+	for i, s := range st {
+		out[i] = RelayStatus{
+			URL: s.URL, Connected: s.Connected, EOSE: s.EOSESeen, Reconnects: s.Reconnects,
+			LastMessage: s.LastMessageAt, LastError: s.LastError,
+		}
+		if s.ClosedPermanently {
+			out[i].LastError = "subscription closed: " + s.ClosedReason
+		}
+	}
+	return out
+}
+
+func (r *relayPool) EOSECount() int { return len(r.p.Synced()) }
