@@ -201,7 +201,7 @@ func (m *Machine) ClaimsRead(now time.Time, r ClaimRead) []Effect {
 	target, from := w.Target, w.ClaimFrom
 	w.holder, w.Holder, w.Epoch = m.selfIdx, m.self, target
 	w.HoldFrom = from
-	w.Attempts, w.Reported, w.Revoked = 0, false, false
+	w.Attempts, w.Reported, w.Revoked, w.HealthySince = 0, false, false, time.Time{}
 	w.Rivals = nil
 	clear(w.ClaimAt)
 	m.enter(w, StateProvisioning, &out)

@@ -526,3 +526,16 @@ func TestRule11_ProvisionTimeout(t *testing.T) {
 		`stop w1 epoch=1 reason="provision timeout: no relay quorum within 5m0s"`,
 		`failed w1 epoch=1 reason="provision timeout: no relay quorum within 5m0s"`)
 }
+
+func TestRule11_RespawnDuringProvisioningStaysBounded(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	h.track(0, warmSpec("w1", "alice"))
+	h.m.ProcessExited(at(10*s), ProcessExit{Workload: "w1", Epoch: 1})
+	h.wantEffects("RespawnDone(ok)", h.m.RespawnDone(at(15*s), RespawnResult{Workload: "w1", Attempt: 1, OK: true}),
+		"entered w1 respawning -> provisioning epoch=1")
+	cfg := h.m.Config()
+	effs := h.tick(15*s + cfg.ProvisionTimeout)
+	if h.state("w1") != StateFailed || !hasEffect[Failed](effs) {
+		t.Fatalf("Tick(provision timeout after respawn) = %v, want failed", render(effs))
+	}
+}

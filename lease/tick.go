@@ -269,8 +269,10 @@ func (m *Machine) scheduleRespawn(w *WorkloadSnapshot, out *[]Effect) {
 
 // RespawnDone feeds the result of an AttemptRespawn. Success is accepted only
 // in Respawning and for the latest attempt (rule 5); it returns the workload
-// to Live (Syncing while awaiting relay sync). A failure schedules the next
-// attempt or, when the policy is exhausted, fails the workload.
+// to Live (Syncing while awaiting relay sync), or to Provisioning when it
+// never was Live at this epoch, so that rule 11 still bounds it. A failure
+// schedules the next attempt or, when the policy is exhausted, fails the
+// workload.
 func (m *Machine) RespawnDone(now time.Time, r RespawnResult) []Effect {
 	w := m.byID[r.Workload]
 	if w == nil || w.State != StateRespawning || r.Attempt != w.Attempts {
@@ -280,6 +282,10 @@ func (m *Machine) RespawnDone(now time.Time, r RespawnResult) []Effect {
 	var out []Effect
 	w.RespawnAt = time.Time{}
 	if r.OK {
+		if w.HealthySince.IsZero() {
+			m.enter(w, StateProvisioning, &out)
+			return out
+		}
 		m.becomeLive(w, &out)
 		return out
 	}
