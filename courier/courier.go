@@ -80,6 +80,41 @@ type Courier struct {
 	closeOnce sync.Once
 
 	flushMu sync.Mutex // one Flush at a time in this process
+
+	// stmts are prepared once; database/sql re-prepares them on a new
+	// connection and tx.StmtContext reuses the connection's copy.
+	stmts struct {
+		lookupKey, insertReceipt, insertBundle *sql.Stmt
+	}
+}
+
+func (c *Courier) prepareStatements(ctx context.Context) error {
+	for _, p := range []struct {
+		dst   **sql.Stmt
+		query string
+	}{
+		{&c.stmts.lookupKey, `SELECT ` + receiptColumns + ` FROM courier_receipts WHERE idempotency_key = ?`},
+		{&c.stmts.insertReceipt, `INSERT INTO courier_receipts
+			(id, bundle_hash, sender, idempotency_key, created_at, state, attempts, next_attempt_at, last_error, size)
+			VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, '', ?)`},
+		{&c.stmts.insertBundle, `INSERT INTO courier_bundles (seq, bundle) VALUES (?, ?)`},
+	} {
+		st, err := c.db.PrepareContext(ctx, p.query)
+		if err != nil {
+			c.closeStatements()
+			return fmt.Errorf("prepare: %w", err)
+		}
+		*p.dst = st
+	}
+	return nil
+}
+
+func (c *Courier) closeStatements() {
+	for _, st := range []*sql.Stmt{c.stmts.lookupKey, c.stmts.insertReceipt, c.stmts.insertBundle} {
+		if st != nil {
+			st.Close()
+		}
+	}
 }
 
 type sendReq struct {
@@ -145,14 +180,23 @@ func Open(ctx context.Context, db *sql.DB, cfg Config, deps Deps) (*Courier, err
 	if err := c.refreshGauges(ctx); err != nil {
 		return nil, fmt.Errorf("open courier: %w", err)
 	}
+	if err := c.prepareStatements(ctx); err != nil {
+		return nil, fmt.Errorf("open courier: %w", err)
+	}
 	go c.commitLoop()
 	return c, nil
 }
 
-// Close stops the group committer after the batch in progress. Sends that
-// have not been accepted yet fail with ErrClosed. It does not close the db.
+// Close stops the group committer after the batch in progress and closes
+// the prepared statements. Sends that have not been accepted yet fail with
+// ErrClosed; SendTx must not be called after Close. It does not close the
+// db.
 func (c *Courier) Close() error {
-	c.closeOnce.Do(func() { close(c.quit) })
+	c.closeOnce.Do(func() {
+		close(c.quit)
+		<-c.done
+		c.closeStatements()
+	})
 	<-c.done
 	return nil
 }
@@ -204,7 +248,7 @@ func (c *Courier) SendTx(ctx context.Context, tx *sql.Tx, bundle []byte, sender 
 		return Receipt{}, fmt.Errorf("courier send in tx: %w", err)
 	}
 	in.bundle = bundle
-	r, created, err := insertReceipt(ctx, tx, in)
+	r, created, err := c.insertReceipt(ctx, tx, in)
 	if err != nil {
 		return r, fmt.Errorf("courier send in tx: %w", err)
 	}
@@ -305,7 +349,7 @@ func (c *Courier) commitBatch(batch []*sendReq) {
 	err := sqlitedb.InTx(ctx, c.db, func(tx *sql.Tx) error {
 		created = 0
 		for i, req := range batch {
-			r, ok, err := insertReceipt(ctx, tx, req.in)
+			r, ok, err := c.insertReceipt(ctx, tx, req.in)
 			if err != nil && !errors.Is(err, ErrIdempotencyConflict) && !isConstraint(err) {
 				return err // the whole batch fails
 			}
@@ -375,9 +419,9 @@ func nullKey(k string) sql.NullString { return sql.NullString{String: k, Valid: 
 
 // insertReceipt stores one receipt in tx, or returns the receipt already
 // stored under the same idempotency key (created = false).
-func insertReceipt(ctx context.Context, tx *sql.Tx, in sendInput) (Receipt, bool, error) {
+func (c *Courier) insertReceipt(ctx context.Context, tx *sql.Tx, in sendInput) (Receipt, bool, error) {
 	if in.key != "" {
-		row := tx.QueryRowContext(ctx, `SELECT `+receiptColumns+` FROM courier_receipts WHERE idempotency_key = ?`, in.key)
+		row := tx.StmtContext(ctx, c.stmts.lookupKey).QueryRowContext(ctx, in.key)
 		r, err := scanReceipt(row)
 		switch {
 		case err == nil:
@@ -393,14 +437,15 @@ func insertReceipt(ctx context.Context, tx *sql.Tx, in sendInput) (Receipt, bool
 	if in.bundle == nil {
 		in.bundle = []byte{} // NULL is not a bundle
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO courier_receipts
-		(id, bundle_hash, sender, idempotency_key, created_at, state, attempts, next_attempt_at, last_error, size)
-		VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, '', ?)`,
+	res, err := tx.StmtContext(ctx, c.stmts.insertReceipt).ExecContext(ctx,
 		dbID(in.id), in.hash, in.sender, nullKey(in.key), now, now, len(in.bundle))
 	if err != nil {
 		return Receipt{}, false, fmt.Errorf("insert receipt: %w", err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO courier_bundles (receipt_id, bundle) VALUES (?, ?)`, dbID(in.id), in.bundle)
+	seq, err := res.LastInsertId()
+	if err == nil {
+		_, err = tx.StmtContext(ctx, c.stmts.insertBundle).ExecContext(ctx, seq, in.bundle)
+	}
 	if err != nil {
 		// Never leave a receipt without its bundle in a committed batch.
 		if _, derr := tx.ExecContext(ctx, `DELETE FROM courier_receipts WHERE id = ?`, dbID(in.id)); derr != nil {

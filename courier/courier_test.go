@@ -662,7 +662,7 @@ func TestListFiltersAndPaginates(t *testing.T) {
 	err := sqlitedb.InTx(ctx, e.db, func(tx *sql.Tx) error {
 		for _, id := range []ID{want[3], want[1], want[0], want[2]} {
 			in := sendInput{id: id, hash: HashBundle(nil), sender: "s", now: e.clock.Now(), bundle: []byte{}}
-			if _, _, err := insertReceipt(ctx, tx, in); err != nil {
+			if _, _, err := e.c.insertReceipt(ctx, tx, in); err != nil {
 				return err
 			}
 		}

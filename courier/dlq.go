@@ -59,7 +59,7 @@ func (c *Courier) List(ctx context.Context, opts ListOptions) ([]Receipt, error)
 // Get returns one receipt with its bundle.
 func (c *Courier) Get(ctx context.Context, id ID) (Receipt, error) {
 	row := c.db.QueryRowContext(ctx, `SELECT `+receiptColumns+`, bundle
-		FROM courier_receipts JOIN courier_bundles ON receipt_id = id WHERE id = ?`, dbID(id))
+		FROM courier_receipts r JOIN courier_bundles b ON b.seq = r.seq WHERE r.id = ?`, dbID(id))
 	var bundle []byte
 	r, err := scanReceipt(row, &bundle)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -140,58 +140,58 @@ func (c *Courier) claim(ctx context.Context, start time.Time, n int) ([]Delivery
 	err := c.bookkeeping(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
 		rows, err := tx.QueryContext(ctx, `UPDATE courier_receipts SET next_attempt_at = ?
-			WHERE id IN (SELECT id FROM courier_receipts
+			WHERE seq IN (SELECT seq FROM courier_receipts
 				WHERE state = 'pending' AND next_attempt_at <= ?
-				ORDER BY next_attempt_at, id LIMIT ?)
-			RETURNING id, bundle_hash, COALESCE(idempotency_key, ''), sender, attempts`,
+				ORDER BY next_attempt_at, seq LIMIT ?)
+			RETURNING seq, id, bundle_hash, COALESCE(idempotency_key, ''), sender, attempts`,
 			millis(start.Add(c.cfg.ClaimTimeout)), millis(start), n)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
-		ids := make([]int64, 0, n)
+		seqs := make([]int64, 0, n)
 		for rows.Next() {
 			var d Delivery
-			var id int64
-			if err := rows.Scan(&id, &d.BundleHash, &d.IdempotencyKey, &d.Sender, &d.Attempt); err != nil {
+			var seq, id int64
+			if err := rows.Scan(&seq, &id, &d.BundleHash, &d.IdempotencyKey, &d.Sender, &d.Attempt); err != nil {
 				return err
 			}
 			d.ReceiptID = ID(uint64(id))
 			d.Attempt++
 			out = append(out, d)
-			ids = append(ids, id)
+			seqs = append(seqs, seq)
 		}
 		if err := rows.Err(); err != nil {
 			return err
 		}
 		rows.Close()
-		if len(ids) == 0 {
+		if len(seqs) == 0 {
 			return nil
 		}
-		idsJSON, _ := json.Marshal(ids)
-		brows, err := tx.QueryContext(ctx, `SELECT receipt_id, bundle FROM courier_bundles
-			WHERE receipt_id IN (SELECT value FROM json_each(?))`, string(idsJSON))
+		seqsJSON, _ := json.Marshal(seqs)
+		brows, err := tx.QueryContext(ctx, `SELECT seq, bundle FROM courier_bundles
+			WHERE seq IN (SELECT value FROM json_each(?))`, string(seqsJSON))
 		if err != nil {
 			return err
 		}
 		defer brows.Close()
-		bundles := make(map[int64][]byte, len(ids))
+		bundles := make(map[int64][]byte, len(seqs))
 		for brows.Next() {
-			var id int64
+			var seq int64
 			var b []byte
-			if err := brows.Scan(&id, &b); err != nil {
+			if err := brows.Scan(&seq, &b); err != nil {
 				return err
 			}
 			if b == nil {
 				b = []byte{}
 			}
-			bundles[id] = b
+			bundles[seq] = b
 		}
 		if err := brows.Err(); err != nil {
 			return err
 		}
 		for i := range out {
-			out[i].Bundle = bundles[dbID(out[i].ReceiptID)]
+			out[i].Bundle = bundles[seqs[i]]
 		}
 		return nil
 	})

@@ -16,7 +16,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		{`SELECT COUNT(*) FROM courier_receipts WHERE state = 'pending'`, "courier_receipts_due"},
 		{`SELECT COUNT(*) FROM courier_receipts WHERE state = 'dead'`, "courier_receipts_dead"},
 		{`SELECT id FROM courier_receipts WHERE state = 'dead' AND ((id < 0) > (1 < 0) OR ((id < 0) = (1 < 0) AND id > 1)) ORDER BY id < 0, id LIMIT 5`, "courier_receipts_dead"},
-		{`SELECT id FROM courier_receipts WHERE state = 'pending' AND next_attempt_at <= 5 ORDER BY next_attempt_at, id LIMIT 5`, "courier_receipts_due"},
+		{`SELECT seq FROM courier_receipts WHERE state = 'pending' AND next_attempt_at <= 5 ORDER BY next_attempt_at, seq LIMIT 5`, "courier_receipts_due"},
 		{`DELETE FROM courier_receipts WHERE state = 'acknowledged' AND acknowledged_at < 5`, "courier_receipts_acked"},
 		{`SELECT MIN(next_attempt_at) FROM courier_receipts WHERE state = 'pending'`, "courier_receipts_due"},
 	}

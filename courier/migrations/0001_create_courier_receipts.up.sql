@@ -1,8 +1,11 @@
 -- One row per receipt with its delivery state; the bundle lives in
 -- courier_bundles so that state updates never rewrite it. Times are unix
--- milliseconds; id is the random 64-bit receipt id stored as a signed integer.
+-- milliseconds; id is the random 64-bit receipt id stored as a signed
+-- integer. Rows are keyed by seq, in insertion order, so that a group commit
+-- appends to the tables instead of touching one random page per receipt.
 CREATE TABLE courier_receipts (
-	id              INTEGER PRIMARY KEY,
+	seq             INTEGER PRIMARY KEY,
+	id              INTEGER NOT NULL UNIQUE,
 	bundle_hash     TEXT    NOT NULL,
 	sender          TEXT    NOT NULL,
 	idempotency_key TEXT,
@@ -17,8 +20,8 @@ CREATE TABLE courier_receipts (
 );
 
 CREATE TABLE courier_bundles (
-	receipt_id INTEGER PRIMARY KEY REFERENCES courier_receipts (id) ON DELETE CASCADE,
-	bundle     BLOB    NOT NULL
+	seq    INTEGER PRIMARY KEY REFERENCES courier_receipts (seq) ON DELETE CASCADE,
+	bundle BLOB    NOT NULL
 );
 
 CREATE UNIQUE INDEX courier_receipts_idempotency_key
@@ -28,6 +31,6 @@ CREATE UNIQUE INDEX courier_receipts_idempotency_key
 -- small index to another, Flush claims from the pending one, the DLQ lists
 -- from the dead one and Prune deletes from the acknowledged one. Queries
 -- must spell the state as a literal for SQLite to use them.
-CREATE INDEX courier_receipts_due ON courier_receipts (next_attempt_at, id) WHERE state = 'pending';
+CREATE INDEX courier_receipts_due ON courier_receipts (next_attempt_at) WHERE state = 'pending';
 CREATE INDEX courier_receipts_dead ON courier_receipts (id) WHERE state = 'dead';
 CREATE INDEX courier_receipts_acked ON courier_receipts (acknowledged_at) WHERE state = 'acknowledged';
