@@ -14,6 +14,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"provideragent/agent/backend"
 	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/heartbeat"
@@ -140,7 +141,8 @@ type Deps struct {
 	// courier); Gatherer serves /metrics. Default: a fresh registry.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
-	// Backend runs workloads. Default: NewProcessBackend(10s).
+	// Backend runs workloads. Default: agent/backend's Process with its
+	// defaults (closed when Run returns).
 	Backend Backend
 	// Pool is the relay layer. Default: the built-in websocket client over
 	// Lease.Relays and DialAddrs.
@@ -208,6 +210,7 @@ type Agent struct {
 	cursor   *cursorTracker
 	http     *httpServer
 
+	ownedProc      *backend.Process // closed by Run when the agent made it
 	uploader       uploader.Uploader
 	uploadInterval time.Duration
 
@@ -274,7 +277,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		return nil, fmt.Errorf("new agent: register metrics: %w", err)
 	}
 	if a.backend == nil {
-		a.backend = NewProcessBackend(10*time.Second, a.logger)
+		proc, err := backend.NewProcess(backend.DefaultProcessConfig(), a.logger)
+		if err != nil {
+			return nil, fmt.Errorf("new agent: %w", err)
+		}
+		a.ownedProc, a.backend = proc, AdaptBackend(proc)
 	}
 	if err := Migrate(ctx, a.db); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
@@ -443,6 +450,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if cerr := a.outbox.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close courier: %w", cerr)
+	}
+	if a.ownedProc != nil {
+		cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if cerr := a.ownedProc.Close(cctx); cerr != nil && err == nil {
+			err = fmt.Errorf("close backend: %w", cerr)
+		}
+		ccancel()
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"provideragent/agent/backend"
 	"provideragent/heartbeat"
 	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
@@ -82,7 +83,8 @@ type testAgent struct {
 	pub     string
 	dbPath  string
 	log     *eventLog
-	backend *ProcessBackend
+	backend Backend
+	proc    *backend.Process
 	reg     *prometheus.Registry
 	cancel  context.CancelFunc
 	done    chan error
@@ -120,8 +122,14 @@ func startAgent(t testing.TB, o agentOpts) *testAgent {
 	cfg.StopWorkloadsOnExit = true
 	cfg.Courier.MaxBackoff = time.Second
 	cfg.Courier.ForwardTimeout = 5 * time.Second
+	pcfg := backend.DefaultProcessConfig()
+	pcfg.StopGrace = 2 * time.Second
+	proc, err := backend.NewProcess(pcfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ta := &testAgent{t: t, key: o.key, pub: pub, dbPath: o.dbPath, log: &eventLog{}, reg: prometheus.NewRegistry(),
-		backend: NewProcessBackend(2*time.Second, nil), cancel: cancel, done: make(chan error, 1)}
+		backend: AdaptBackend(proc), proc: proc, cancel: cancel, done: make(chan error, 1)}
 	a, err := New(ctx, cfg, Deps{DB: db, Registerer: ta.reg, Backend: ta.backend, OnEvent: ta.log.add})
 	if err != nil {
 		cancel()
@@ -153,6 +161,11 @@ func (ta *testAgent) stop() {
 		ta.t.Errorf("agent did not stop within 30 s")
 	}
 	ta.done = nil
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ta.proc.Close(cctx); err != nil {
+		ta.t.Errorf("backend Close() = %v, want nil", err)
+	}
 }
 
 func (ta *testAgent) state(id string) (string, uint64) {

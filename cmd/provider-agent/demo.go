@@ -15,6 +15,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/agent"
+	"provideragent/agent/backend"
 	"provideragent/internal/localrelay"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
@@ -247,8 +248,19 @@ func demo(ctx context.Context, stdout, stderr io.Writer, verbose bool) (DemoResu
 		cfg.Courier.InitialBackoff = 200 * time.Millisecond
 		cfg.Courier.MaxBackoff = time.Second
 		cfg.Courier.ForwardTimeout = 5 * time.Second
+		pcfg := backend.DefaultProcessConfig()
+		pcfg.StopGrace = 2 * time.Second
+		proc, err := backend.NewProcess(pcfg, logger)
+		if err != nil {
+			return DemoResult{}, err
+		}
+		defer func() {
+			cctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = proc.Close(cctx)
+			c()
+		}()
 		a, err := agent.New(ctx, cfg, agent.Deps{
-			DB: db, Logger: logger.With("agent", who.name), Backend: agent.NewProcessBackend(2*time.Second, logger),
+			DB: db, Logger: logger.With("agent", who.name), Backend: agent.AdaptBackend(proc),
 			OnEvent: onEvent,
 		})
 		if err != nil {
