@@ -63,7 +63,7 @@ func (w *WorkloadSnapshot) activeRival(e uint64) bool {
 func (m *Machine) takeoverDue(w *WorkloadSnapshot, now time.Time) bool {
 	self := &m.provs[m.selfIdx]
 	holder := &m.provs[w.holder]
-	wait := m.cfg.TakeoverAfter + time.Duration(m.rank(w))*m.cfg.ClaimRetryBase
+	wait := m.cfg.TakeoverAfter + time.Duration(w.rank)*m.cfg.ClaimRetryBase
 	count := 0
 	var earliest time.Time
 	for r := range m.relays {
@@ -124,7 +124,7 @@ func (m *Machine) publishClaim(w *WorkloadSnapshot, out *[]Effect) {
 func (m *Machine) withdrawRetry(w *WorkloadSnapshot, out *[]Effect) {
 	*out = append(*out, WithdrawClaim{ID: w.Spec.ID, Epoch: w.Target})
 	w.Phase = PhaseBackoff
-	w.PhaseAt = m.now.Add(m.cfg.ClaimBackoff(w.ClaimAttempt, m.rank(w)))
+	w.PhaseAt = m.now.Add(m.cfg.ClaimBackoff(w.ClaimAttempt, w.rank))
 }
 
 // abortClaim leaves the claim step because someone else holds or claims a
@@ -200,6 +200,7 @@ func (m *Machine) ClaimsRead(now time.Time, r ClaimRead) []Effect {
 	}
 	target, from := w.Target, w.ClaimFrom
 	w.holder, w.Holder, w.Epoch = m.selfIdx, m.self, target
+	w.rank = m.rank(w)
 	w.HoldFrom = from
 	w.Attempts, w.Reported, w.Revoked, w.HealthySince = 0, false, false, time.Time{}
 	w.Rivals = nil

@@ -191,6 +191,7 @@ func (m *Machine) add(w *WorkloadSnapshot) {
 		w.named = append(w.named, m.provider(sb))
 	}
 	w.holder = m.provider(w.Holder)
+	w.rank = m.rank(w)
 	if len(w.ClaimAt) != len(m.relays) {
 		w.ClaimAt = make([]time.Time, len(m.relays))
 	}

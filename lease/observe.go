@@ -152,6 +152,7 @@ func (m *Machine) higherEpochHeld(w *WorkloadSnapshot, pi int, e uint64, ri int,
 func (m *Machine) follow(w *WorkloadSnapshot, pi int, e uint64, at time.Time) {
 	w.holder = pi
 	w.Holder = m.provs[pi].ID
+	w.rank = m.rank(w)
 	w.Epoch = e
 	w.WatchFrom = at
 	w.Revoked = false

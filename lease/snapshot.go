@@ -90,6 +90,7 @@ type WorkloadSnapshot struct {
 	holder   int       // provider index of Holder
 	named    []int     // provider indices of Spec.Primary and Spec.Standbys
 	idx      int       // position in Machine.list and Machine.wake
+	rank     int       // this provider's standby rank (see Machine.rank)
 	wakeHint time.Time // earliest takeover time found by takeoverDue
 }
 
@@ -166,7 +167,7 @@ func (m *Machine) Snapshot() Snapshot {
 // public is a deep copy without the derived index fields.
 func (w *WorkloadSnapshot) public() WorkloadSnapshot {
 	c := w.copy()
-	c.holder, c.named, c.idx, c.wakeHint = 0, nil, 0, time.Time{}
+	c.holder, c.named, c.idx, c.rank, c.wakeHint = 0, nil, 0, 0, time.Time{}
 	return c
 }
 
