@@ -243,6 +243,17 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 		if len(w.ClaimAt) != n {
 			return bad("workload %s: claim_at has %d entries, want %d", w.Spec.ID, len(w.ClaimAt), n)
 		}
+		switch w.Phase {
+		case PhaseNone, PhasePublishing, PhaseReading, PhaseBackoff:
+		default:
+			return bad("workload %s: phase = %q", w.Spec.ID, w.Phase)
+		}
+		if (w.State == StatePromoting) != (w.Phase != PhaseNone) || (w.State == StatePromoting && w.Target != w.Epoch+1) {
+			return bad("workload %s: state %q with phase %q, target %d, epoch %d", w.Spec.ID, w.State, w.Phase, w.Target, w.Epoch)
+		}
+		if w.Epoch < 1 || w.Epoch > MaxEpoch || w.Attempts < 0 || len(w.Rivals) > len(w.Spec.Standbys)+1 {
+			return bad("workload %s: epoch %d, attempts %d, %d rivals", w.Spec.ID, w.Epoch, w.Attempts, len(w.Rivals))
+		}
 		if w.State == StateSyncing && w.Resume != StateLive && w.Resume != StateSuspect {
 			return bad("workload %s: syncing with resume = %q", w.Spec.ID, w.Resume)
 		}
