@@ -76,6 +76,9 @@ func DefaultConfig() Config {
 	c.InitialBackoff = 200 * time.Millisecond
 	c.MaxBackoff = time.Minute
 	c.ForwardTimeout = 20 * time.Second
+	// A receipt claimed by a flush that died with the process (kill -9) is
+	// due again after ClaimTimeout: keep it short, above ForwardTimeout.
+	c.ClaimTimeout = 30 * time.Second
 	ing := heartbeat.DefaultConfig()
 	// A heartbeat lists every workload held: 10,000 workloads take about
 	// 300 KB, under the common relay message limit of 512,000 bytes.

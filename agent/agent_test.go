@@ -64,6 +64,14 @@ func (l *eventLog) find(pred func(Event) bool) (Event, bool) {
 	return Event{}, false
 }
 
+func (l *eventLog) dump(t testing.TB, who string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.evs {
+		t.Logf("%s: %s %s %s", who, e.Kind, e.Workload, e.Detail)
+	}
+}
+
 func (l *eventLog) states() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -122,6 +130,7 @@ func startAgent(t testing.TB, o agentOpts) *testAgent {
 	cfg.StopWorkloadsOnExit = true
 	cfg.Courier.MaxBackoff = time.Second
 	cfg.Courier.ForwardTimeout = 5 * time.Second
+	cfg.Courier.ClaimTimeout = 6 * time.Second
 	pcfg := backend.DefaultProcessConfig()
 	pcfg.StopGrace = 2 * time.Second
 	proc, err := backend.NewProcess(pcfg, nil)

@@ -248,6 +248,7 @@ func demo(ctx context.Context, stdout, stderr io.Writer, verbose bool) (DemoResu
 		cfg.Courier.InitialBackoff = 200 * time.Millisecond
 		cfg.Courier.MaxBackoff = time.Second
 		cfg.Courier.ForwardTimeout = 5 * time.Second
+		cfg.Courier.ClaimTimeout = 6 * time.Second
 		pcfg := backend.DefaultProcessConfig()
 		pcfg.StopGrace = 2 * time.Second
 		proc, err := backend.NewProcess(pcfg, logger)
