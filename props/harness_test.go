@@ -51,6 +51,7 @@ type faultSpace struct {
 	LinkFaults    bool // loss, duplicates, reordering
 	Replays       bool
 	ProviderCrash bool          // crash-restart (node crash, or agent crash bounded by MaxPause)
+	MidStepCrash  bool          // agent crash between persisting a step and performing its effects
 	Kills         bool          // crash-stop
 	MaxPause      time.Duration // 0: no pauses
 	MinPause      time.Duration
@@ -250,6 +251,18 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			t.Logf("t=%v crash P%d (node crash %v), restart %v later", w.s.Now(), p, kill, down)
 			w.s.CrashProvider(p, kill)
 			w.s.After(down, func() { w.s.RestartProvider(p) })
+			w.wait(t)
+		}
+	}
+	if fs.MidStepCrash {
+		a["crashMidStep"] = func(t *rapid.T) {
+			p := w.provider(t)
+			down := drawDuration(t, "down", 0, fs.MaxPause)
+			n, ok := w.s.Node(p).(interface{ ArmMidStepCrash(time.Duration) })
+			if ok {
+				t.Logf("t=%v P%d's agent will crash mid-step (after persisting, before the effects), down %v", w.s.Now(), p, down)
+				n.ArmMidStepCrash(down)
+			}
 			w.wait(t)
 		}
 	}

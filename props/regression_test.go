@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"provideragent/props/sim"
 )
 
@@ -75,4 +77,45 @@ func TestStandbyOutageIsNotSilence(t *testing.T) {
 			t.Logf("%s\n%s", s.Describe(), sim.FormatTimeline(s.Timeline()))
 		})
 	}
+}
+
+// midStepCrashSeed is the rapid seed file of TestMidStepCrash's failure.
+const midStepCrashSeed = "testdata/rapid/TestMidStepCrash/TestMidStepCrash-20261122083317-9693.fail"
+
+// TestMidStepCrash: the agent crashes after persisting a step and before
+// performing its effects (its workload left running), then restarts and
+// follows lease/doc.go literally: Restore, re-issue Outstanding(),
+// resubscribe, RelaySynced on EOSE. A lost StopWorkload is never re-issued:
+// the restored machine is evicted, failed or fenced while the process still
+// runs, and the standby the persisted revocation names starts a second copy.
+// Skipped until lease's Outstanding (or its driver protocol) re-issues the
+// stop for workloads in non-holding states; TestMidStepCrashReconciled shows
+// that such a stop restores the guarantee.
+func TestMidStepCrash(t *testing.T) {
+	t.Skipf("known gap in lease's restart protocol (a StopWorkload lost between persist and perform is never re-issued); seed file %s", midStepCrashSeed)
+	var st stats
+	fs := withinBounds()
+	fs.MidStepCrash = true
+	rapid.Check(t, runSafety(leaseProtocol(), fs, &st))
+	t.Logf("%v", &st)
+}
+
+// TestMidStepCrashReconciled is TestMidStepCrash with a driver that, after a
+// restart, stops any running process whose workload the machine does not
+// hold (sim.LeaseNode.SetReconcile).
+func TestMidStepCrashReconciled(t *testing.T) {
+	var st stats
+	fs := withinBounds()
+	fs.MidStepCrash = true
+	proto := leaseProtocol()
+	nodes := proto.nodes
+	proto.nodes = func(sc scenario) []sim.Node {
+		ns := nodes(sc)
+		for _, n := range ns {
+			n.(*sim.LeaseNode).SetReconcile(true)
+		}
+		return ns
+	}
+	rapid.Check(t, runSafety(proto, fs, &st))
+	t.Logf("%v", &st)
 }

@@ -144,7 +144,25 @@ type LeaseNode struct {
 	reads   map[QueryID]*claimRead
 	err     error
 	heldBuf []lease.WorkloadEpoch
+
+	// midStep arms a crash between persisting a step and performing its
+	// effects; halted drops every input until the simulator crashes us.
+	midStep   *time.Duration
+	halted    bool
+	reconcile bool
 }
+
+// SetReconcile makes the driver, after a restart, stop every workload
+// process it finds running whose machine state is not a holding state (a
+// StopWorkload lost in a crash between persisting and performing). lease's
+// driver protocol does not ask for this yet; see props' TestMidStepCrash.
+func (n *LeaseNode) SetReconcile(on bool) { n.reconcile = on }
+
+// ArmMidStepCrash makes the agent crash at its next step that has effects,
+// after persisting the new state and the step's outbox rows (revocations,
+// withdrawn markers) and before performing any effect; it restarts after
+// down. The workload process is left as it was.
+func (n *LeaseNode) ArmMidStepCrash(down time.Duration) { n.midStep = &down }
 
 // NewLeaseNode returns provider self's driver for spec under cfg.
 func NewLeaseNode(cfg lease.Config, spec lease.Spec, self ProviderID, providers int) *LeaseNode {
@@ -180,6 +198,7 @@ func (n *LeaseNode) name(key string) string {
 
 // Boot implements Node.
 func (n *LeaseNode) Boot(env Env, now time.Time) {
+	n.halted = false
 	n.pubs = map[EventID]*claimPub{}
 	n.reads = map[QueryID]*claimRead{}
 	n.nextHB = now
@@ -216,12 +235,21 @@ func (n *LeaseNode) Boot(env Env, now time.Time) {
 	env.Logf("restored from snapshot: %s", n.Describe())
 	n.apply(env, now, effs)
 	n.apply(env, now, m.Outstanding())
+	if n.reconcile {
+		if st, ok := m.State(n.spec.ID); ok && !st.Holding() {
+			if _, running := env.Running(n.spec.ID); running {
+				env.Logf("reconcile: %s is %s here, stops the process still running", n.spec.ID, st)
+				env.Stop(n.spec.ID)
+			}
+		}
+	}
 	n.flushOutbox(env)
 }
 
 // Crash implements Node: the machine state and outbox persisted after the
-// last input survive (the simulator crashes providers only between inputs,
-// and the driver persists after every input), the rest is lost.
+// last input survive (the driver persists after every input, and the
+// simulator crashes providers between inputs, or, after ArmMidStepCrash,
+// between persisting a step and performing its effects), the rest is lost.
 func (n *LeaseNode) Crash() {
 	if n.m == nil {
 		return
@@ -285,7 +313,7 @@ func (n *LeaseNode) createdAt(d string, now time.Time) int64 {
 
 // Tick implements Node.
 func (n *LeaseNode) Tick(env Env, now time.Time) {
-	if n.m == nil {
+	if n.m == nil || n.halted {
 		return
 	}
 	if !now.Before(n.nextHB) {
@@ -302,7 +330,7 @@ func (n *LeaseNode) Tick(env Env, now time.Time) {
 
 // Receive implements Node.
 func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
-	if n.m == nil {
+	if n.m == nil || n.halted {
 		return
 	}
 	author := ProviderKey(ev.Author)
@@ -333,7 +361,7 @@ func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 
 // EOSE implements Node.
 func (n *LeaseNode) EOSE(env Env, now time.Time, r RelayID) {
-	if n.m == nil {
+	if n.m == nil || n.halted {
 		return
 	}
 	n.apply(env, now, n.m.RelaySynced(now, RelayURL(r)))
@@ -343,7 +371,7 @@ func (n *LeaseNode) EOSE(env Env, now time.Time, r RelayID) {
 
 // PublishResult implements Node.
 func (n *LeaseNode) PublishResult(env Env, now time.Time, r RelayID, id EventID, ok bool) {
-	if n.m == nil {
+	if n.m == nil || n.halted {
 		return
 	}
 	if ok {
@@ -372,7 +400,7 @@ func (n *LeaseNode) PublishResult(env Env, now time.Time, r RelayID, id EventID,
 
 // QueryResult implements Node.
 func (n *LeaseNode) QueryResult(env Env, now time.Time, r RelayID, q QueryID, evs []*Event, ok bool) {
-	if n.m == nil {
+	if n.m == nil || n.halted {
 		return
 	}
 	rd := n.reads[q]
@@ -408,7 +436,7 @@ func (n *LeaseNode) QueryResult(env Env, now time.Time, r RelayID, q QueryID, ev
 
 // Timer implements Node.
 func (n *LeaseNode) Timer(env Env, now time.Time, tag any) {
-	if n.m == nil {
+	if n.m == nil || n.halted {
 		return
 	}
 	switch t := tag.(type) {
@@ -461,13 +489,20 @@ func (n *LeaseNode) flushOutbox(env Env) {
 	}
 }
 
-func (n *LeaseNode) enqueue(env Env, now time.Time, ev Event) {
-	id := env.Publish(ev, nil)
-	ev.ID, ev.Author = id, n.self
+// outboxRow is a persisted outbox row for ev, not yet sent anywhere (the
+// event gets its ID now, as a signed event does when it is built).
+func (n *LeaseNode) outboxRow(env Env, ev Event) outboxEntry {
+	ev.ID, ev.Author = env.NewEventID(), n.self
 	e := outboxEntry{Ev: ev, Pending: make([]bool, env.NumRelays())}
 	for i := range e.Pending {
 		e.Pending[i] = true
 	}
+	return e
+}
+
+func (n *LeaseNode) enqueue(env Env, now time.Time, ev Event) {
+	e := n.outboxRow(env, ev)
+	env.Republish(e.Ev, nil)
 	if len(n.outbox) == 0 {
 		env.At(now.Add(OutboxRetry), timerOutbox{})
 	}
@@ -477,6 +512,30 @@ func (n *LeaseNode) enqueue(env Env, now time.Time, ev Event) {
 // apply performs effects in order (the machine state is already
 // "persisted": see Crash).
 func (n *LeaseNode) apply(env Env, now time.Time, effs []lease.Effect) {
+	if n.halted {
+		return
+	}
+	if n.midStep != nil && hasAction(effs) {
+		// The transaction committed (state and outbox rows), then the
+		// process died before performing anything.
+		for _, e := range effs {
+			switch e := e.(type) {
+			case lease.PublishRevocation:
+				n.outbox = append(n.outbox, n.outboxRow(env, Event{Kind: KindRevocation, CreatedAt: n.createdAt("rev:"+e.ID, now), D: e.ID, Body: LeaseRevocation{
+					Workload: e.ID, Epoch: e.Epoch, Successor: e.Successor, Standbys: e.Standbys, Reason: e.Reason,
+				}}))
+			case lease.WithdrawClaim:
+				n.outbox = append(n.outbox, n.outboxRow(env, Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, now), D: e.ID, Body: LeaseClaim{
+					Workload: e.ID, Epoch: e.Epoch, Active: false,
+				}}))
+			}
+		}
+		env.Logf("agent crashes after persisting, before performing: %s", describeEffects(effs))
+		n.halted = true
+		env.CrashAgent(*n.midStep)
+		n.midStep = nil
+		return
+	}
 	for _, e := range effs {
 		switch e := e.(type) {
 		case lease.EnteredState:
@@ -514,6 +573,29 @@ func (n *LeaseNode) apply(env Env, now time.Time, effs []lease.Effect) {
 			n.fail(env, fmt.Errorf("unknown effect %T: %s", e, strings.TrimSpace(e.String())))
 		}
 	}
+}
+
+// hasAction reports whether effs asks for more than logging.
+func hasAction(effs []lease.Effect) bool {
+	for _, e := range effs {
+		switch e.(type) {
+		case lease.EnteredState, lease.Failed, lease.QuorumReport:
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+func describeEffects(effs []lease.Effect) string {
+	var parts []string
+	for _, e := range effs {
+		if _, ok := e.(lease.EnteredState); ok {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%T", e)[len("lease."):])
+	}
+	return strings.Join(parts, ", ")
 }
 
 func orNew(s lease.State) string {

@@ -157,9 +157,12 @@ type Env interface {
 	// Publish sends ev to the relays in to (all relays when to is nil). The
 	// simulator sets ID and Author; the caller sets CreatedAt from its clock.
 	Publish(ev Event, to []RelayID) EventID
-	// Republish re-sends an event published earlier (same ID, same
-	// created_at), as a durable outbox does.
+	// Republish sends an event that already has an ID (from NewEventID, or
+	// an earlier Publish) again, as a durable outbox does; nil to means all
+	// relays.
 	Republish(ev Event, to []RelayID)
+	// NewEventID returns a fresh event ID.
+	NewEventID() EventID
 	// Query reads the stored events matching match from relay r.
 	Query(r RelayID, match func(*Event) bool) QueryID
 	// Start and Stop flip the provider's "workload running" flag.
@@ -170,6 +173,9 @@ type Env interface {
 	At(local time.Time, tag any)
 	// Logf adds a line to the timeline.
 	Logf(format string, args ...any)
+	// CrashAgent crashes this provider's agent right after the current
+	// callback (its workload keeps running) and restarts it after d.
+	CrashAgent(d time.Duration)
 }
 
 // Clock maps simulated time to a provider's local wall clock. The clock
@@ -883,6 +889,7 @@ func (e env) Republish(ev Event, to []RelayID) {
 	ev.Author = e.p.id
 	e.s.send(e.p, &ev, to)
 }
+func (e env) NewEventID() EventID { return e.s.newEventID() }
 func (e env) Query(r RelayID, match func(*Event) bool) QueryID {
 	return e.s.query(e.p, r, match)
 }
@@ -919,6 +926,16 @@ func (e env) At(local time.Time, tag any) {
 		s.deliver(p, inc, func(now time.Time) { p.node.Timer(envFor(s, p), now, tag) })
 	}
 	s.schedule(p.clock.Sim(local), fire)
+}
+func (e env) CrashAgent(d time.Duration) {
+	s, p, inc := e.s, e.p, e.p.incarnation
+	s.schedule(s.now, func() {
+		if !p.up || p.incarnation != inc {
+			return
+		}
+		s.CrashProvider(p.id, false)
+		s.After(d, func() { s.RestartProvider(p.id) })
+	})
 }
 func (e env) Logf(format string, args ...any) {
 	e.s.trace = append(e.s.trace, Entry{At: e.s.now, Who: e.p.name, What: fmt.Sprintf(format, args...)})
