@@ -45,14 +45,22 @@ type Revocation struct {
 
 // PromotionClaim is a promotion claim or announcement (kind 38386) after
 // signature checks. Active is false for a withdrawn marker. A Paygress
-// announcement is active.
+// announcement is active and carries no epoch: Epoch 0 (EpochUnknown).
 type PromotionClaim struct {
 	Workload string
 	Claimer  string
 	Epoch    uint64
 	Active   bool
 	Relay    string
+	// CreatedAt is the event's created_at. It matters only for claims with
+	// EpochUnknown: such an announcement fences a copy held here when it was
+	// made (by the claimer's clock, allowing MaxSkew) after this provider
+	// began holding. Zero means unknown: the claim is then ignored.
+	CreatedAt time.Time
 }
+
+// EpochUnknown is the epoch of a claim that carries none (Paygress).
+const EpochUnknown uint64 = 0
 
 // ProcessExit reports that the workload process started for Epoch exited.
 type ProcessExit struct {

@@ -185,7 +185,11 @@ func (m *Machine) fence(w *WorkloadSnapshot, reason string, out *[]Effect) {
 // ObserveClaim feeds a verified promotion claim or withdrawn marker. An
 // active claim for a higher epoch by a provider the lease names fences a
 // copy held here at once (rule 9); a standby records it as a rival claim,
-// which blocks its own claim step for that epoch.
+// which blocks its own claim step for that epoch. A claim with EpochUnknown
+// (a Paygress announcement: that peer already started the workload) fences
+// a copy held here only when its CreatedAt is later than HoldFrom+MaxSkew;
+// otherwise it is ignored here, and the driver counts it as competing in
+// ClaimRead.
 func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 	w := m.byID[c.Workload]
 	if w == nil || w.State.Terminal() || c.Claimer == m.self || c.Epoch > MaxEpoch {
@@ -197,6 +201,14 @@ func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 	}
 	now = m.clock(now)
 	m.touch(w)
+	if c.Epoch == EpochUnknown {
+		if c.Active && w.State.Holding() && !c.CreatedAt.IsZero() && c.CreatedAt.After(w.HoldFrom.Add(m.cfg.MaxSkew)) {
+			var out []Effect
+			m.fence(w, fmt.Sprintf("promotion announced by %s after we began holding", c.Claimer), &out)
+			return out
+		}
+		return nil
+	}
 	if !c.Active {
 		out := w.Rivals[:0]
 		for _, r := range w.Rivals {

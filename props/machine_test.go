@@ -363,6 +363,11 @@ func (w *machineWorld) actions() map[string]func(*rapid.T) {
 			now := w.now
 			id := w.workload(t)
 			c := lease.PromotionClaim{Workload: id, Claimer: w.provider(t), Epoch: w.epoch(t, id), Active: rapid.Bool().Draw(t, "active")}
+			if rapid.IntRange(0, 4).Draw(t, "paygress") == 0 {
+				// a Paygress announcement: no epoch, created around now
+				c.Epoch = lease.EpochUnknown
+				c.CreatedAt = now.Add(time.Duration(rapid.IntRange(-900, 60).Draw(t, "announced_off_s")) * time.Second)
+			}
 			w.step(t, "claim", false, func(m *lease.Machine) []lease.Effect { return m.ObserveClaim(now, c) })
 		},
 		"revocation": func(t *rapid.T) {
