@@ -20,6 +20,8 @@
 //	                                        failed                        v higher epoch seen
 //	                                                                    fenced
 //
+// A successful respawn returns to provisioning instead of live when the
+// workload never was live at its epoch, so rule 11 still bounds it.
 // Any holding state (provisioning, live, suspect, respawning, syncing) goes
 // to fenced at once when a higher epoch is seen (rule 9). A restored machine
 // puts live and suspect workloads in syncing until M relays synced (rule 10).
