@@ -52,6 +52,7 @@ type faultSpace struct {
 	Replays       bool
 	ProviderCrash bool          // crash-restart (node crash, or agent crash bounded by MaxPause)
 	MidStepCrash  bool          // agent crash between persisting a step and performing its effects
+	ProcessExits  bool          // the workload process exits on its own (restart policy applies)
 	Kills         bool          // crash-stop
 	MaxPause      time.Duration // 0: no pauses
 	MinPause      time.Duration
@@ -263,6 +264,14 @@ func (w *world) actions() map[string]func(*rapid.T) {
 				t.Logf("t=%v P%d's agent will crash mid-step (after persisting, before the effects), down %v", w.s.Now(), p, down)
 				n.ArmMidStepCrash(down)
 			}
+			w.wait(t)
+		}
+	}
+	if fs.ProcessExits {
+		a["exit"] = func(t *rapid.T) {
+			p := w.provider(t)
+			t.Logf("t=%v P%d's workload process exits", w.s.Now(), p)
+			w.s.ExitWorkload(p, workloadID)
 			w.wait(t)
 		}
 	}

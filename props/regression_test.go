@@ -119,3 +119,44 @@ func TestMidStepCrashReconciled(t *testing.T) {
 	rapid.Check(t, runSafety(proto, fs, &st))
 	t.Logf("%v", &st)
 }
+
+// processExitsSeed is the rapid seed file of TestProcessExits' failure.
+const processExitsSeed = "testdata/rapid/TestProcessExits/TestProcessExits-20261122083413-11442.fail"
+
+// TestProcessExits: TestSingleWriter with workload processes that exit on
+// their own, so the restart policy (respawn with backoff) runs amid every
+// other fault, the driver following lease/doc.go literally ("AttemptRespawn:
+// at At, restart the process"). After a restart, Outstanding() re-issues a
+// pending AttemptRespawn whose At has passed; the driver restarts the
+// process at once, before any relay sync (rule 10), while a standby already
+// runs a higher epoch: two writers. Skipped until lease holds re-issued
+// respawns until the sync (or says so in its protocol);
+// TestProcessExitsGuarded shows that the guard restores the guarantee.
+func TestProcessExits(t *testing.T) {
+	t.Skipf("known gap in lease's restart protocol (a re-issued AttemptRespawn restarts the process before relay sync); seed file %s", processExitsSeed)
+	var st stats
+	fs := withinBounds()
+	fs.ProcessExits = true
+	rapid.Check(t, runSafety(leaseProtocol(), fs, &st))
+	t.Logf("%v", &st)
+}
+
+// TestProcessExitsGuarded is TestProcessExits with a driver that performs
+// an AttemptRespawn only while the machine still wants it and has synced
+// (sim.LeaseNode.SetRespawnGuard).
+func TestProcessExitsGuarded(t *testing.T) {
+	var st stats
+	fs := withinBounds()
+	fs.ProcessExits = true
+	proto := leaseProtocol()
+	nodes := proto.nodes
+	proto.nodes = func(sc scenario) []sim.Node {
+		ns := nodes(sc)
+		for _, n := range ns {
+			n.(*sim.LeaseNode).SetRespawnGuard(true)
+		}
+		return ns
+	}
+	rapid.Check(t, runSafety(proto, fs, &st))
+	t.Logf("%v", &st)
+}

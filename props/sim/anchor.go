@@ -200,4 +200,7 @@ func (n *AnchorNode) QueryResult(Env, time.Time, RelayID, QueryID, []*Event, boo
 // Timer implements Node.
 func (n *AnchorNode) Timer(Env, time.Time, any) {}
 
+// Exited implements Node (the anchor model does not respawn).
+func (n *AnchorNode) Exited(Env, time.Time, string, uint64) {}
+
 var _ Node = (*AnchorNode)(nil)

@@ -220,3 +220,22 @@ func (s *Sim) Describe() string {
 	}
 	return out
 }
+
+// ExitWorkload makes provider p's workload process exit (it crashed on its
+// own); the agent hears of it at once, or at resume when paused.
+func (s *Sim) ExitWorkload(p ProviderID, w string) {
+	pr := s.provs[p]
+	epoch, ok := pr.running[w]
+	if !ok {
+		return
+	}
+	delete(pr.running, w)
+	s.trace = append(s.trace, Entry{At: s.now, Who: pr.name, What: fmt.Sprintf("workload %s EXITED (epoch %d)", w, epoch)})
+	if !pr.up {
+		return
+	}
+	inc := pr.incarnation
+	s.schedule(s.now, func() {
+		s.deliver(pr, inc, func(now time.Time) { pr.node.Exited(envFor(s, pr), now, w, epoch) })
+	})
+}

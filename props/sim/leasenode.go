@@ -147,9 +147,10 @@ type LeaseNode struct {
 
 	// midStep arms a crash between persisting a step and performing its
 	// effects; halted drops every input until the simulator crashes us.
-	midStep   *time.Duration
-	halted    bool
-	reconcile bool
+	midStep      *time.Duration
+	halted       bool
+	reconcile    bool
+	respawnGuard bool
 }
 
 // SetReconcile makes the driver, after a restart, stop every workload
@@ -157,6 +158,12 @@ type LeaseNode struct {
 // StopWorkload lost in a crash between persisting and performing). lease's
 // driver protocol does not ask for this yet; see props' TestMidStepCrash.
 func (n *LeaseNode) SetReconcile(on bool) { n.reconcile = on }
+
+// SetRespawnGuard makes the driver perform an AttemptRespawn only if, when
+// it falls due, the machine still holds the workload in Respawning at that
+// attempt and is not awaiting relay sync after a restart. lease's driver
+// protocol does not ask for this yet; see props' TestProcessExits.
+func (n *LeaseNode) SetRespawnGuard(on bool) { n.respawnGuard = on }
 
 // ArmMidStepCrash makes the agent crash at its next step that has effects,
 // after persisting the new state and the step's outbox rows (revocations,
@@ -450,6 +457,17 @@ func (n *LeaseNode) Timer(env Env, now time.Time, tag any) {
 			n.reads[q] = rd
 		}
 	case timerRespawn:
+		if n.respawnGuard {
+			w, ok := n.m.Workload(t.workload)
+			if !ok || w.State != lease.StateRespawning || w.Attempts != t.attempt || n.m.AwaitingSync() {
+				if ok && w.State == lease.StateRespawning && w.Attempts == t.attempt {
+					env.At(now.Add(time.Second), t) // after the relay sync
+				}
+				env.Logf("respawn attempt %d held back (%s, awaiting sync %v)", t.attempt, w.State, n.m.AwaitingSync())
+				return
+			}
+		}
+		env.Logf("respawn attempt %d", t.attempt)
 		env.Start(t.workload, t.epoch)
 		n.apply(env, now, n.m.RespawnDone(now, lease.RespawnResult{Workload: t.workload, Attempt: t.attempt, OK: true}))
 	case timerOutbox:
@@ -458,6 +476,14 @@ func (n *LeaseNode) Timer(env Env, now time.Time, tag any) {
 			env.At(now.Add(OutboxRetry), timerOutbox{})
 		}
 	}
+}
+
+// Exited implements Node: ProcessExited.
+func (n *LeaseNode) Exited(env Env, now time.Time, w string, epoch uint64) {
+	if n.m == nil || n.halted {
+		return
+	}
+	n.apply(env, now, n.m.ProcessExited(now, lease.ProcessExit{Workload: w, Epoch: epoch, Reason: "exit status 1"}))
 }
 
 func (n *LeaseNode) pruneOutbox() {
@@ -564,6 +590,7 @@ func (n *LeaseNode) apply(env Env, now time.Time, effs []lease.Effect) {
 		case lease.ReadClaims:
 			env.At(e.At, timerRead{workload: e.ID, epoch: e.Epoch})
 		case lease.AttemptRespawn:
+			env.Logf("respawn attempt %d due at +%v", e.Attempt, e.At.Sub(now).Round(time.Millisecond))
 			env.At(e.At, timerRespawn{workload: e.ID, epoch: e.Epoch, attempt: e.Attempt})
 		case lease.Failed:
 			env.Logf("FAILED: %s", e.Reason)

@@ -140,6 +140,8 @@ type Node interface {
 	QueryResult(env Env, now time.Time, r RelayID, q QueryID, evs []*Event, ok bool)
 	// Timer fires a timer set with Env.At.
 	Timer(env Env, now time.Time, tag any)
+	// Exited reports that the workload process (started at epoch) exited.
+	Exited(env Env, now time.Time, workload string, epoch uint64)
 	// Crash drops all volatile state; only what the node persisted survives.
 	Crash()
 	// Live reports whether this node's machine holds workload w Live, and
