@@ -16,6 +16,7 @@ import (
 
 	"provideragent/agent/backend"
 	"provideragent/agent/relay"
+	"provideragent/agent/store"
 	"provideragent/courier"
 	"provideragent/heartbeat"
 	"provideragent/lease"
@@ -183,7 +184,8 @@ type input struct {
 	respawn   *lease.RespawnResult
 	claimAck  *lease.ClaimAck
 	claimRead *lease.ClaimRead
-	cursorTS  int64 // created_at of the event, for the cursor (0: none)
+	cursorTok store.Token // cursor token of the event (hasTok: set)
+	hasTok    bool
 }
 
 // Agent is one running provider agent.
@@ -211,6 +213,7 @@ type Agent struct {
 	act      *actuator
 	policy   *signerPolicy
 	cursor   *cursorTracker
+	st       *store.Store
 	http     *httpServer
 
 	ownedProc      *backend.Process // closed by Run when the agent made it
@@ -289,6 +292,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	if err := Migrate(ctx, a.db); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
+	if a.st, err = store.Open(ctx, a.db); err != nil {
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
 	if err := a.restore(ctx); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
@@ -300,7 +306,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	if a.ingestor, err = heartbeat.NewIngestor(icfg, a.policy, a.reg, a.logger); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
-	cur, err := loadCursor(ctx, a.db)
+	cur, err := loadCursor(ctx, a.st)
 	if err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
@@ -367,7 +373,7 @@ func (a *Agent) newPool() (RelayPool, error) {
 
 // restore loads the persisted machine or creates an empty one.
 func (a *Agent) restore(ctx context.Context) error {
-	snap, ok, err := loadSnapshot(ctx, a.db)
+	snap, ok, err := loadSnapshot(ctx, a.st)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent/store"
 	"provideragent/courier"
 	"provideragent/heartbeat"
 	"provideragent/internal/sqlitedb"
@@ -48,7 +49,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 		case in := <-a.inputs:
 			now := a.now()
 			var effs []lease.Effect
-			var cursors []int64
+			var cursors []store.Token
 			effs, cursors = a.feed(now, in, effs, cursors)
 		drain:
 			for i := 1; i < maxBatch; i++ {
@@ -92,9 +93,9 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 }
 
 // feed applies one input to the machine and appends its effects.
-func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []int64) ([]lease.Effect, []int64) {
-	if in.cursorTS > 0 {
-		cursors = append(cursors, in.cursorTS)
+func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []store.Token) ([]lease.Effect, []store.Token) {
+	if in.hasTok {
+		cursors = append(cursors, in.cursorTok)
 	}
 	switch {
 	case in.hb != nil:
@@ -220,7 +221,7 @@ func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, 
 		rows = append(rows, outRow{bundle: b, key: fmt.Sprintf("revocation:%s:%d", r.ID, r.Epoch)})
 	}
 	err := sqlitedb.InTx(ctx, a.db, func(tx *sql.Tx) error {
-		if err := saveWorkloads(ctx, tx, now, ws); err != nil {
+		if err := saveWorkloads(ctx, a.st, tx, ws); err != nil {
 			return err
 		}
 		for _, r := range rows {
@@ -403,19 +404,19 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 		case re = <-a.raw:
 		}
 		now := a.now()
-		var ts int64
-		if re.Event.Kind != heartbeat.KindHeartbeat && re.Event.Kind != heartbeat.KindHeartbeatEphemeral {
-			ts = int64(re.Event.CreatedAt)
-			a.cursor.Begin(ts)
+		var tok store.Token
+		tracked := re.Event.Kind != heartbeat.KindHeartbeat && re.Event.Kind != heartbeat.KindHeartbeatEphemeral
+		if tracked {
+			tok = a.cursor.Begin(int64(re.Event.CreatedAt))
 		}
 		in, ok := a.decode(ctx, now, re)
 		if !ok {
-			if ts > 0 {
-				a.cursor.Done(ts)
+			if tracked {
+				a.cursor.Done(tok)
 			}
 			continue
 		}
-		in.cursorTS = ts
+		in.cursorTok, in.hasTok = tok, tracked
 		select {
 		case a.inputs <- in:
 		case <-ctx.Done():
@@ -564,7 +565,6 @@ func (a *Agent) onOutboxAck(ev *nostr.Event, res PublishResult) {
 // not a copy).
 func (a *Agent) saveMeta(ctx context.Context) error {
 	snap := a.m.Snapshot()
-	now := a.now()
 	var changed []workloadRow
 	for i := range snap.Workloads {
 		w := &snap.Workloads[i]
@@ -574,19 +574,26 @@ func (a *Agent) saveMeta(ctx context.Context) error {
 		}
 		h := maphash.Bytes(saveSeed, b)
 		if a.saved[w.Spec.ID] != h {
-			changed = append(changed, workloadRow{id: w.Spec.ID, state: string(w.State), epoch: w.Epoch, json: b})
+			r, err := rowOf(w)
+			if err != nil {
+				return err
+			}
+			changed = append(changed, r)
 			a.saved[w.Spec.ID] = h
 		}
 	}
 	snap.Workloads = nil
 	return sqlitedb.InTx(ctx, a.db, func(tx *sql.Tx) error {
-		if err := saveWorkloadRows(ctx, tx, now, changed); err != nil {
+		if err := saveWorkloadRows(ctx, a.st, tx, changed); err != nil {
 			return err
 		}
-		if err := saveMachineMeta(ctx, tx, snap); err != nil {
+		if err := saveMachineMeta(ctx, a.st, tx, snap); err != nil {
 			return err
 		}
-		return setMeta(ctx, tx, metaCursor, fmt.Sprint(a.cursor.Cursor()))
+		if _, err := a.st.SaveCursor(ctx, tx, cursorKey, a.cursor.Cursor()); err != nil {
+			return fmt.Errorf("save cursor: %w", err)
+		}
+		return nil
 	})
 }
 
@@ -628,8 +635,8 @@ func (a *Agent) applyCommands(ctx context.Context) {
 		seq := c.Seq
 		err := a.commit(ctx, now, effs, func(tx *sql.Tx) error {
 			if release != "" {
-				if err := deleteWorkload(ctx, tx, release); err != nil {
-					return err
+				if err := a.st.DeleteWorkload(ctx, tx, release); err != nil {
+					return fmt.Errorf("delete workload %s: %w", release, err)
 				}
 			}
 			return markCommand(ctx, tx, seq, now, result)

@@ -8,30 +8,22 @@ import (
 	"fmt"
 	"time"
 
+	"provideragent/agent/store"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
 )
 
-// Component is the name under which the agent's migrations are recorded.
+// Component is the name under which the agent's own migrations (the
+// operator command queue) are recorded; workload rows, the cursor and the
+// machine's relay tables live in agent/store's tables.
 const Component = "agent"
 
 // migrations are the agent's tables, append-only. They live here as Go
 // strings (the agent package owns no migrations directory).
 var migrations = []sqlitedb.Migration{
 	{
-		Version: 1, Name: "create_agent_tables",
+		Version: 1, Name: "create_agent_commands",
 		Up: `
-CREATE TABLE agent_workloads (
-	id         TEXT    PRIMARY KEY,
-	state      TEXT    NOT NULL,
-	epoch      INTEGER NOT NULL,
-	snapshot   TEXT    NOT NULL, -- lease.WorkloadSnapshot as JSON
-	updated_at INTEGER NOT NULL  -- unix milliseconds
-);
-CREATE TABLE agent_meta (
-	key   TEXT PRIMARY KEY,
-	value TEXT NOT NULL
-);
 CREATE TABLE agent_commands (
 	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
 	action     TEXT    NOT NULL CHECK (action IN ('grant', 'release')),
@@ -41,23 +33,27 @@ CREATE TABLE agent_commands (
 	applied_at INTEGER,
 	result     TEXT    NOT NULL DEFAULT ''
 );`,
-		Down: `DROP TABLE agent_commands; DROP TABLE agent_meta; DROP TABLE agent_workloads;`,
+		Down: `DROP TABLE agent_commands;`,
 	},
 }
 
-// Migrate applies the agent's migrations to db.
+// Migrate applies agent/store's migrations and the agent's own to db.
 func Migrate(ctx context.Context, db *sql.DB) error {
+	if _, err := store.Open(ctx, db); err != nil {
+		return fmt.Errorf("migrate agent tables: %w", err)
+	}
 	if err := sqlitedb.Migrate(ctx, db, Component, migrations, 0); err != nil {
 		return fmt.Errorf("migrate agent tables: %w", err)
 	}
 	return nil
 }
 
-// metaMachine is the agent_meta key of the machine snapshot without its
-// workloads (relay tables, clock, sync flags).
+// kvMachine is the store key of the machine snapshot without its workloads
+// (relay tables, clock, sync flags); cursorKey is the relay label under
+// which the subscription cursor (one for all relays) is stored.
 const (
-	metaMachine = "machine"
-	metaCursor  = "cursor"
+	kvMachine = "lease_machine"
+	cursorKey = "*"
 )
 
 // workloadRow is one marshalled workload snapshot.
@@ -65,84 +61,77 @@ type workloadRow struct {
 	id    string
 	state string
 	epoch uint64
+	spec  []byte
 	json  []byte
 }
 
+func rowOf(w *lease.WorkloadSnapshot) (workloadRow, error) {
+	b, err := json.Marshal(w)
+	if err != nil {
+		return workloadRow{}, fmt.Errorf("save workload %s: %w", w.Spec.ID, err)
+	}
+	spec, err := json.Marshal(w.Spec)
+	if err != nil {
+		return workloadRow{}, fmt.Errorf("save workload %s: %w", w.Spec.ID, err)
+	}
+	return workloadRow{id: w.Spec.ID, state: string(w.State), epoch: w.Epoch, spec: spec, json: b}, nil
+}
+
 // saveWorkloads upserts workload snapshots inside tx.
-func saveWorkloads(ctx context.Context, tx *sql.Tx, now time.Time, ws []lease.WorkloadSnapshot) error {
+func saveWorkloads(ctx context.Context, st *store.Store, tx *sql.Tx, ws []lease.WorkloadSnapshot) error {
 	rows := make([]workloadRow, 0, len(ws))
 	for i := range ws {
-		b, err := json.Marshal(&ws[i])
+		r, err := rowOf(&ws[i])
 		if err != nil {
-			return fmt.Errorf("save workload %s: %w", ws[i].Spec.ID, err)
+			return err
 		}
-		rows = append(rows, workloadRow{id: ws[i].Spec.ID, state: string(ws[i].State), epoch: ws[i].Epoch, json: b})
+		rows = append(rows, r)
 	}
-	return saveWorkloadRows(ctx, tx, now, rows)
+	return saveWorkloadRows(ctx, st, tx, rows)
 }
 
 // saveWorkloadRows upserts marshalled workload snapshots inside tx.
-func saveWorkloadRows(ctx context.Context, tx *sql.Tx, now time.Time, rows []workloadRow) error {
+func saveWorkloadRows(ctx context.Context, st *store.Store, tx *sql.Tx, rows []workloadRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO agent_workloads (id, state, epoch, snapshot, updated_at)
-		VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET state = excluded.state, epoch = excluded.epoch,
-			snapshot = excluded.snapshot, updated_at = excluded.updated_at`)
-	if err != nil {
+	out := make([]store.WorkloadRow, len(rows))
+	for i, r := range rows {
+		out[i] = store.WorkloadRow{ID: r.id, State: r.state, Epoch: r.epoch, Spec: r.spec, Snapshot: r.json}
+	}
+	if err := st.SaveWorkloads(ctx, tx, out...); err != nil {
 		return fmt.Errorf("save workloads: %w", err)
-	}
-	defer stmt.Close()
-	for _, r := range rows {
-		if _, err := stmt.ExecContext(ctx, r.id, r.state, int64(r.epoch), string(r.json), now.UnixMilli()); err != nil {
-			return fmt.Errorf("save workload %s: %w", r.id, err)
-		}
-	}
-	return nil
-}
-
-func deleteWorkload(ctx context.Context, tx *sql.Tx, id string) error {
-	if _, err := tx.ExecContext(ctx, `DELETE FROM agent_workloads WHERE id = ?`, id); err != nil {
-		return fmt.Errorf("delete workload %s: %w", id, err)
-	}
-	return nil
-}
-
-func setMeta(ctx context.Context, tx *sql.Tx, key, value string) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO agent_meta (key, value) VALUES (?, ?)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
-	if err != nil {
-		return fmt.Errorf("save %s: %w", key, err)
 	}
 	return nil
 }
 
 // saveMachineMeta stores the snapshot's non-workload part.
-func saveMachineMeta(ctx context.Context, tx *sql.Tx, snap lease.Snapshot) error {
+func saveMachineMeta(ctx context.Context, st *store.Store, tx *sql.Tx, snap lease.Snapshot) error {
 	snap.Workloads = nil
 	b, err := json.Marshal(snap)
 	if err != nil {
 		return fmt.Errorf("save machine: %w", err)
 	}
-	return setMeta(ctx, tx, metaMachine, string(b))
+	if err := st.SetKV(ctx, tx, kvMachine, b); err != nil {
+		return fmt.Errorf("save machine: %w", err)
+	}
+	return nil
 }
 
 // loadSnapshot reads the persisted machine; ok is false on a fresh database.
-func loadSnapshot(ctx context.Context, db *sql.DB) (lease.Snapshot, bool, error) {
+func loadSnapshot(ctx context.Context, st *store.Store) (lease.Snapshot, bool, error) {
 	var snap lease.Snapshot
-	var meta string
-	err := db.QueryRowContext(ctx, `SELECT value FROM agent_meta WHERE key = ?`, metaMachine).Scan(&meta)
+	meta, err := st.KV(ctx, kvMachine)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, store.ErrNotFound):
 		return snap, false, nil
 	case err != nil:
 		return snap, false, fmt.Errorf("load machine: %w", err)
 	}
-	if err := json.Unmarshal([]byte(meta), &snap); err != nil {
+	if err := json.Unmarshal(meta, &snap); err != nil {
 		return snap, false, fmt.Errorf("load machine: %w", err)
 	}
-	ws, err := LoadWorkloads(ctx, db)
+	ws, err := loadWorkloads(ctx, st)
 	if err != nil {
 		return snap, false, err
 	}
@@ -150,36 +139,35 @@ func loadSnapshot(ctx context.Context, db *sql.DB) (lease.Snapshot, bool, error)
 	return snap, true, nil
 }
 
-// LoadWorkloads reads every persisted workload snapshot (used by the agent
-// at start and by `provider-agent status` when the agent is down).
+// LoadWorkloads reads every persisted workload snapshot (used by
+// `provider-agent status` when the agent is down).
 func LoadWorkloads(ctx context.Context, db *sql.DB) ([]lease.WorkloadSnapshot, error) {
-	rows, err := db.QueryContext(ctx, `SELECT snapshot FROM agent_workloads ORDER BY rowid`)
+	st, err := store.Open(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("load workloads: %w", err)
 	}
-	defer rows.Close()
-	var out []lease.WorkloadSnapshot
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, fmt.Errorf("load workloads: %w", err)
-		}
+	return loadWorkloads(ctx, st)
+}
+
+func loadWorkloads(ctx context.Context, st *store.Store) ([]lease.WorkloadSnapshot, error) {
+	rows, err := st.LoadAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load workloads: %w", err)
+	}
+	out := make([]lease.WorkloadSnapshot, 0, len(rows))
+	for _, r := range rows {
 		var w lease.WorkloadSnapshot
-		if err := json.Unmarshal([]byte(s), &w); err != nil {
-			return nil, fmt.Errorf("load workloads: %w", err)
+		if err := json.Unmarshal(r.Snapshot, &w); err != nil {
+			return nil, fmt.Errorf("load workload %s: %w", r.ID, err)
 		}
 		out = append(out, w)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("load workloads: %w", err)
 	}
 	return out, nil
 }
 
-func loadCursor(ctx context.Context, db *sql.DB) (int64, error) {
-	var v int64
-	err := db.QueryRowContext(ctx, `SELECT CAST(value AS INTEGER) FROM agent_meta WHERE key = ?`, metaCursor).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
+func loadCursor(ctx context.Context, st *store.Store) (int64, error) {
+	v, err := st.Cursor(ctx, cursorKey)
+	if errors.Is(err, store.ErrNotFound) {
 		return 0, nil
 	}
 	if err != nil {
