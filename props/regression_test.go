@@ -126,12 +126,19 @@ const processExitsSeed = "testdata/rapid/TestProcessExits/TestProcessExits-20261
 // TestProcessExits: TestSingleWriter with workload processes that exit on
 // their own, so the restart policy (respawn with backoff) runs amid every
 // other fault, the driver following lease/doc.go literally ("AttemptRespawn:
-// at At, restart the process"). After a restart, Outstanding() re-issues a
-// pending AttemptRespawn whose At has passed; the driver restarts the
-// process at once, before any relay sync (rule 10), while a standby already
-// runs a higher epoch: two writers. Skipped until lease holds re-issued
-// respawns until the sync (or says so in its protocol);
-// TestProcessExitsGuarded shows that the guard restores the guarantee.
+// at At, restart the process"). Two schedules give two writers:
+//   - after a restart, Outstanding() re-issues a pending AttemptRespawn
+//     whose At has passed; the driver restarts the process at once, before
+//     any relay sync (rule 10), while a standby already runs a higher epoch
+//     (the seed file below);
+//   - a respawn falls due just after the machine left Respawning (evicted
+//     at T1+T2 of quorum loss, with the revocation out); the driver
+//     restarts a process the machine has fenced while the successor starts.
+//
+// Skipped until lease's protocol tells the driver to perform a respawn only
+// while the machine still wants it (Respawning at that attempt, not awaiting
+// sync), or cancels it with an effect; TestProcessExitsGuarded shows that
+// such a guard restores the guarantee.
 func TestProcessExits(t *testing.T) {
 	t.Skipf("known gap in lease's restart protocol (a re-issued AttemptRespawn restarts the process before relay sync); seed file %s", processExitsSeed)
 	var st stats
