@@ -41,9 +41,6 @@ type Config struct {
 	// TrustedIssuers are hex public keys whose lease grants (kind 38388)
 	// are accepted from relays.
 	TrustedIssuers []string
-	// RestartMaxAttempts is used for grants whose restart policy is
-	// on-failure or always (the wire format carries no count). Default 5.
-	RestartMaxAttempts int
 	// Listen is the /metrics, /healthz and /status address; "" disables it.
 	// Default "127.0.0.1:9464".
 	Listen string
@@ -85,13 +82,12 @@ func DefaultConfig() Config {
 	// 300 KB, under the common relay message limit of 512,000 bytes.
 	ing.MaxEventBytes, ing.MaxContentBytes = 512000, 512000
 	return Config{
-		Lease:              lease.DefaultConfig(),
-		RestartMaxAttempts: 5,
-		Listen:             "127.0.0.1:9464",
-		TickInterval:       250 * time.Millisecond,
-		PublishTimeout:     5 * time.Second,
-		Ingest:             ing,
-		Courier:            c,
+		Lease:          lease.DefaultConfig(),
+		Listen:         "127.0.0.1:9464",
+		TickInterval:   250 * time.Millisecond,
+		PublishTimeout: 5 * time.Second,
+		Ingest:         ing,
+		Courier:        c,
 	}
 }
 
@@ -115,9 +111,6 @@ func (c Config) Validate() error {
 		if _, err := lease.NormalizeRelayURL(dial); err != nil {
 			return bad("dial_addrs[%q] = %q: %v", canon, dial, err)
 		}
-	}
-	if c.RestartMaxAttempts < 0 || c.RestartMaxAttempts > lease.MaxRestartAttempts {
-		return bad("restart_max_attempts = %d, must be 0 to %d", c.RestartMaxAttempts, lease.MaxRestartAttempts)
 	}
 	if c.TickInterval <= 0 || c.TickInterval > c.Lease.Stale {
 		return bad("tick_interval = %v, must be positive and at most lease stale %v", c.TickInterval, c.Lease.Stale)
@@ -598,11 +591,18 @@ func (a *Agent) refreshStatus(now time.Time) {
 	for _, s := range lease.States {
 		a.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
-	q := 0.0
-	if a.m.HasQuorum(now, a.self) {
-		q = 1
+	// Quorum of this provider and of every holder it watches.
+	providers := map[string]bool{a.self: true}
+	for _, w := range ws {
+		providers[w.Primary] = true
 	}
-	a.met.quorum.WithLabelValues(a.self).Set(q)
+	for p := range providers {
+		q := 0.0
+		if a.m.HasQuorum(now, p) {
+			q = 1
+		}
+		a.met.quorum.WithLabelValues(p).Set(q)
+	}
 	for _, r := range a.pool.Status() {
 		c := 0.0
 		if r.Connected {

@@ -2,7 +2,10 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -299,6 +302,54 @@ func TestOneRelayDownNoFalseEviction(t *testing.T) {
 	}
 	if got, want := primary.log.states(), []string{"provisioning@1", "live@1"}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("primary transitions = %v, want %v", got, want)
+	}
+
+	// The status server reports the same, over real HTTP.
+	base := "http://" + primary.a.Addr()
+	var st Status
+	getJSON(t, base+"/status", &st)
+	if len(st.Workloads) != 1 || st.Workloads[0].State != "live" || st.Workloads[0].Epoch != 1 || !st.Workloads[0].Running {
+		t.Fatalf("GET /status workloads = %+v, want w1 live at epoch 1, running", st.Workloads)
+	}
+	up := 0
+	for _, r := range st.Relays {
+		if r.Connected {
+			up++
+		}
+	}
+	if len(st.Relays) != 3 || up != 2 {
+		t.Fatalf("GET /status relays = %+v, want 3 with 2 connected", st.Relays)
+	}
+	if code, body := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Fatalf("GET /healthz = %d %q, want 200 with 2 of 3 relays up", code, body)
+	}
+	_, metrics := get(t, base+"/metrics")
+	for _, want := range []string{`agent_workloads{state="live"} 1`, "agent_provider_quorum{provider=\"" + primary.pub + "\"} 1", "courier_pending", "heartbeat_"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("GET /metrics lacks %s", want)
+		}
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	code, body := get(t, url)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s = %d %q, want 200", url, code, body)
+	}
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		t.Fatalf("GET %s: decode: %v", url, err)
 	}
 }
 

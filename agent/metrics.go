@@ -8,7 +8,7 @@ import (
 type metrics struct {
 	workloads      *prometheus.GaugeVec   // by state
 	transitions    *prometheus.CounterVec // from, to
-	quorum         *prometheus.GaugeVec   // provider: relays counting now
+	quorum         *prometheus.GaugeVec   // provider: 1 when it has relay quorum now
 	relayConnected *prometheus.GaugeVec   // relay: 1 connected, 0 not
 	relayReconnect *prometheus.GaugeVec   // relay: reconnects so far
 	eventsReceived *prometheus.CounterVec // relay
@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "agent_transitions_total", Help: "Workload state transitions, by from and to state.",
 		}, []string{"from", "to"}),
 		quorum: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "agent_quorum_relays", Help: "Relays on which a provider's heartbeat counts now (quorum needs M).",
+			Name: "agent_provider_quorum", Help: "1 when the provider (this agent or a holder it watches) has relay quorum now, else 0.",
 		}, []string{"provider"}),
 		relayConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "agent_relay_connected", Help: "1 when the relay connection is up, 0 otherwise.",

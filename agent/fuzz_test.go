@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/heartbeat"
+	"provideragent/lease"
+)
+
+// FuzzDecode feeds arbitrary relay events through the agent's ingest path
+// (verify, decode, convert to machine inputs) and the machine: nothing
+// panics and a forged or malformed event never becomes an input that
+// changes a workload.
+func FuzzDecode(f *testing.F) {
+	key := nostr.GeneratePrivateKey()
+	keys, err := heartbeat.NewKeys(key)
+	if err != nil {
+		f.Fatal(err)
+	}
+	now := time.Now()
+	hb, _ := heartbeat.BuildHeartbeat(keys, heartbeat.HeartbeatParams{At: now, Workloads: []heartbeat.WorkloadEpoch{{ID: "w1", Epoch: 1}}}, false)
+	claim, _ := heartbeat.BuildPromotion(keys, heartbeat.PromotionParams{WorkloadID: "w1", At: now, Epoch: 2})
+	for _, ev := range []*nostr.Event{hb, claim} {
+		b, _ := json.Marshal(ev)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"kind":38385,"content":"{","tags":[["workload","w1"]]}`))
+	f.Add([]byte(`{}`))
+
+	relays := []string{"ws://127.0.0.1:1", "ws://127.0.0.1:2", "ws://127.0.0.1:3"}
+	cfg := DefaultConfig()
+	cfg.Lease = testLeaseConfig(relays)
+	cfg.SecretKey = nostr.GeneratePrivateKey()
+	cfg.Listen = ""
+	ctx := context.Background()
+	db, err := openTestDB(ctx, filepath.Join(f.TempDir(), "fuzz.db"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { db.Close() })
+	a, err := New(ctx, cfg, Deps{DB: db, Backend: newMemBackend()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = a.outbox.Close() })
+	self := a.PublicKey()
+	if _, err := a.m.Track(now, lease.Spec{
+		ID: "w1", Primary: self, Standbys: []string{keys.PublicKey()}, Replication: lease.ReplicationWarmStandby,
+		Epoch: 1, RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever}, Command: []string{"true"},
+	}); err != nil {
+		f.Fatal(err)
+	}
+	a.refreshPolicy([]string{"w1"})
+
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var ev nostr.Event
+		if json.Unmarshal(raw, &ev) != nil {
+			return
+		}
+		in, ok := a.decode(ctx, now, RelayEvent{Relay: relays[0], Event: &ev})
+		if !ok {
+			return
+		}
+		if valid, _ := ev.CheckSignature(); !valid {
+			t.Fatalf("decode accepted event %s with a bad signature", ev.ID)
+		}
+		// Feeding a verified input must not panic either.
+		_, _ = a.feed(now, in, nil, nil)
+	})
+}
