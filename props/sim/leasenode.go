@@ -359,6 +359,7 @@ func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 	case LeaseClaim:
 		n.apply(env, now, n.m.ObserveClaim(now, lease.PromotionClaim{
 			Workload: b.Workload, Claimer: author, Epoch: b.Epoch, Active: b.Active, Relay: RelayURL(r),
+			CreatedAt: time.Unix(ev.CreatedAt, 0),
 		}))
 	default:
 		return
@@ -425,6 +426,7 @@ func (n *LeaseNode) QueryResult(env Env, now time.Time, r RelayID, q QueryID, ev
 			}
 			n.apply(env, now, n.m.ObserveClaim(now, lease.PromotionClaim{
 				Workload: c.Workload, Claimer: ProviderKey(ev.Author), Epoch: c.Epoch, Active: c.Active, Relay: RelayURL(r),
+				CreatedAt: time.Unix(ev.CreatedAt, 0),
 			}))
 			if c.Active && c.Epoch >= rd.epoch && ev.Author != n.self {
 				rd.claimers[ev.Author] = true
