@@ -102,11 +102,12 @@ type testAgent struct {
 }
 
 type agentOpts struct {
-	name   string
-	key    string // "" generates one
-	dbPath string // "" uses a new file in t.TempDir()
-	lcfg   lease.Config
-	dial   map[string]string
+	name    string
+	key     string // "" generates one
+	dbPath  string // "" uses a new file in t.TempDir()
+	lcfg    lease.Config
+	dial    map[string]string
+	issuers []string
 }
 
 func startAgent(t testing.TB, o agentOpts) *testAgent {
@@ -127,6 +128,7 @@ func startAgent(t testing.TB, o agentOpts) *testAgent {
 	cfg.Lease = o.lcfg
 	cfg.SecretKey = o.key
 	cfg.DialAddrs = o.dial
+	cfg.TrustedIssuers = o.issuers
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Name = o.name
 	cfg.PublishTimeout = 2 * time.Second
@@ -454,5 +456,39 @@ func TestBadEventsChangeNothing(t *testing.T) {
 	}
 	if standby.backend.Running("w1") {
 		t.Fatalf("standby Running(w1) = true after bad events, want false")
+	}
+}
+
+// TestLeaseGrantFromTrustedIssuer: a kind 38388 grant published to the relays
+// by a trusted issuer makes the agent track and start the workload; the same
+// grant from an untrusted key is ignored.
+func TestLeaseGrantFromTrustedIssuer(t *testing.T) {
+	t.Parallel()
+	rs, urls := startRelays(t, 3)
+	lcfg := testLeaseConfig(urls)
+	issuer, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
+	stranger, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
+	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg, issuers: []string{issuer.PublicKey()}})
+	waitFor(t, 10*time.Second, "agent connected", func() bool { return ta.a.pool.EOSECount() == 3 })
+	grant := func(k *heartbeat.Keys, id string) nostr.Event {
+		ev, err := heartbeat.BuildLeaseGrant(k, heartbeat.LeaseGrantParams{
+			WorkloadID: id, Primary: ta.pub, Relays: urls, Quorum: 2, Replication: lease.ReplicationNone,
+			RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever},
+			Command:       []string{"sh", "-c", "while :; do sleep 1; done"}, At: time.Now(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *ev
+	}
+	forged, trusted := grant(stranger, "from-stranger"), grant(issuer, "from-issuer")
+	for _, r := range rs {
+		r.Inject(forged, true)
+		r.Inject(trusted, true)
+	}
+	ta.waitState("from-issuer", lease.StateLive, 1, 15*time.Second)
+	waitFor(t, 5*time.Second, "granted workload running", func() bool { return ta.backend.Running("from-issuer") })
+	if st, _ := ta.state("from-stranger"); st != "" {
+		t.Fatalf("grant from an untrusted key: state %q, want not tracked", st)
 	}
 }
