@@ -222,8 +222,10 @@ type Agent struct {
 	synced    map[string]bool
 	hadQuorum bool
 	lastStat  time.Time
-	saved     map[string]uint64 // workload id -> hash of the last saved snapshot, to skip unchanged rows
-	fgWG      sync.WaitGroup    // feedback goroutines (claims, reads)
+	// statusDirty: a transition happened since the last status refresh.
+	statusDirty bool
+	saved       map[string]uint64 // workload id -> hash of the last saved snapshot, to skip unchanged rows
+	fgWG        sync.WaitGroup    // feedback goroutines (claims, reads)
 
 	attemptMu sync.Mutex
 	attempted map[string]bool // revocation event ids whose first attempt was reported
@@ -570,7 +572,7 @@ func (a *Agent) publishHeld() {
 // refreshStatus rebuilds the status document and the gauges (machine
 // goroutine only).
 func (a *Agent) refreshStatus(now time.Time) {
-	a.lastStat = now
+	a.lastStat, a.statusDirty = now, false
 	ids := a.m.IDs()
 	ws := make([]WorkloadStatus, 0, len(ids))
 	counts := a.m.StateCounts(nil)

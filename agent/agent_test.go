@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -490,5 +491,85 @@ func TestLeaseGrantFromTrustedIssuer(t *testing.T) {
 	waitFor(t, 5*time.Second, "granted workload running", func() bool { return ta.backend.Running("from-issuer") })
 	if st, _ := ta.state("from-stranger"); st != "" {
 		t.Fatalf("grant from an untrusted key: state %q, want not tracked", st)
+	}
+}
+
+// TestOperatorGrantAndRelease: commands queued in the database (what
+// `provider-agent workloads grant|release` write) are applied by the running
+// agent: the grant starts the workload, the release stops and forgets it.
+func TestOperatorGrantAndRelease(t *testing.T) {
+	t.Parallel()
+	_, urls := startRelays(t, 3)
+	lcfg := testLeaseConfig(urls)
+	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg})
+	ctx := context.Background()
+	db, err := openTestDB(ctx, ta.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	spec := lease.Spec{
+		ID: "op-1", Primary: ta.pub, Replication: lease.ReplicationNone, Epoch: 1,
+		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever},
+		Command:       []string{"sh", "-c", "while :; do sleep 1; done"},
+	}
+	if _, err := QueueGrant(ctx, db, spec, time.Now()); err != nil {
+		t.Fatalf("QueueGrant() = %v, want nil", err)
+	}
+	ta.waitState("op-1", lease.StateLive, 1, 15*time.Second)
+	if _, err := QueueRelease(ctx, db, "op-1", time.Now()); err != nil {
+		t.Fatalf("QueueRelease() = %v, want nil", err)
+	}
+	waitFor(t, 10*time.Second, "released workload stopped and forgotten", func() bool {
+		st, _ := ta.state("op-1")
+		return st == "" && !ta.backend.Running("op-1")
+	})
+	cmds, err := ListCommands(ctx, db, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cmds) != 2 || cmds[0].Result != "ok" || cmds[1].Result != "ok" || cmds[1].AppliedAt.IsZero() {
+		t.Fatalf("ListCommands() = %+v, want grant and release applied ok", cmds)
+	}
+	ws, err := LoadWorkloads(ctx, db)
+	if err != nil || len(ws) != 0 {
+		t.Fatalf("LoadWorkloads() = %d rows, %v; want none after release", len(ws), err)
+	}
+}
+
+// TestShutdownLeavesNoGoroutines: an agent that ran a workload over three
+// relays leaves no goroutine behind once Run returned and its backend closed.
+// Not parallel, so that the count is this test's alone.
+func TestShutdownLeavesNoGoroutines(t *testing.T) {
+	_, urls := startRelays(t, 3)
+	lcfg := testLeaseConfig(urls)
+	runtime.GC()
+	before := runtime.NumGoroutine()
+	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg})
+	ta.a.Track(context.Background(), lease.Spec{
+		ID: "g-1", Primary: ta.pub, Replication: lease.ReplicationNone, Epoch: 1,
+		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever},
+		Command:       []string{"sh", "-c", "while :; do sleep 1; done"},
+	})
+	ta.waitState("g-1", lease.StateLive, 1, 15*time.Second)
+	waitFor(t, 5*time.Second, "g-1 in GET /status", func() bool {
+		_, body := get(t, "http://"+ta.a.Addr()+"/status")
+		return strings.Contains(body, `"g-1"`)
+	})
+	http.DefaultClient.CloseIdleConnections()
+	ta.stop()
+	var after int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		after = runtime.NumGoroutine()
+		if after <= before || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if after > before {
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		t.Fatalf("goroutines: %d before, %d after shutdown, want no more\n%s", before, after, buf[:n])
 	}
 }

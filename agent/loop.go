@@ -70,6 +70,9 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			for _, c := range cursors {
 				a.cursor.Done(c)
 			}
+			if a.statusDirty && now.Sub(a.lastStat) >= 100*time.Millisecond {
+				a.refreshStatus(now)
+			}
 		case <-tick.C:
 			now := a.now()
 			effs := a.syncRelays(now)
@@ -79,7 +82,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 				a.logger.Error("persist tick", "err", err)
 			}
 			a.watchQuorum(now)
-			if now.Sub(a.lastStat) >= time.Second {
+			if now.Sub(a.lastStat) >= time.Second || (a.statusDirty && now.Sub(a.lastStat) >= 100*time.Millisecond) {
 				a.refreshStatus(now)
 			}
 		case <-cmds.C:
@@ -296,6 +299,7 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect)
 	}
 	if heldChanged {
 		a.publishHeld()
+		a.statusDirty = true
 	}
 }
 
