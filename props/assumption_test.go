@@ -22,19 +22,36 @@ func requireCounterexample(t *testing.T, name string, fs faultSpace) {
 	t.Logf("shrunk two-writer schedule with the %s bound exceeded:\n%s", name, out)
 }
 
-// TestAssumptionClockSkew: clocks that drift 30-60 % apart (the primary's
-// slow, the standbys' fast; the bound is props.Assumptions.MaxDriftPPM =
-// 0.1 %) let a standby's TakeoverAfter elapse before the cut-off primary's
-// self-fencing time does.
+// TestAssumptionClockSkew drops the clock bounds, each on its own:
+//   - offset: the primary's clock 5-20 min off (the bound is
+//     props.Assumptions.MaxClockOffset = MaxSkew/2 = 15 s), so the standby
+//     never counts its heartbeats (stale, or from the future) and its
+//     takeover wait runs from the start while the primary still holds;
+//   - drift: clocks that run 30-60 % apart (the primary's slow, the
+//     standbys' fast; the bound is props.Assumptions.MaxDriftPPM = 0.1 %),
+//     so a standby's TakeoverAfter elapses before the cut-off primary's
+//     self-fencing time does.
 func TestAssumptionClockSkew(t *testing.T) {
 	cfg := lease.DefaultConfig()
-	requireCounterexample(t, "clock-skew", faultSpace{
-		MinK: 2, MaxK: 2, MinN: 3, MaxN: 3, FixedM: 2,
-		MaxOffset:   10 * cfg.MaxSkew,
-		MinDriftPPM: 300_000, MaxDriftPPM: 600_000,
-		MaxAdvance: 10 * time.Minute,
-		Partitions: true,
-		OnlyRelay:  -1,
+	t.Run("offset", func(t *testing.T) {
+		requireCounterexample(t, "clock-offset", faultSpace{
+			MinK: 2, MaxK: 2, MinN: 3, MaxN: 3, FixedM: 2,
+			MinOffset: 10 * cfg.MaxSkew, MaxOffset: 40 * cfg.MaxSkew,
+			MaxAdvance: 10 * time.Minute,
+			Warmup:     5 * time.Minute,
+			Partitions: true,
+			OnlyRelay:  -1,
+		})
+	})
+	t.Run("drift", func(t *testing.T) {
+		requireCounterexample(t, "clock-drift", faultSpace{
+			MinK: 2, MaxK: 2, MinN: 3, MaxN: 3, FixedM: 2,
+			MinDriftPPM: 300_000, MaxDriftPPM: 600_000,
+			MaxAdvance: 10 * time.Minute,
+			Warmup:     5 * time.Minute,
+			Partitions: true,
+			OnlyRelay:  -1,
+		})
 	})
 }
 
@@ -45,6 +62,7 @@ func TestAssumptionMessageDelay(t *testing.T) {
 	requireCounterexample(t, "message-delay", faultSpace{
 		MinK: 2, MaxK: 2, MinN: 3, MaxN: 3, FixedM: 2,
 		MaxAdvance:    10 * time.Minute,
+		Warmup:        5 * time.Minute,
 		ExtraDelay:    time.Hour,
 		MinExtraDelay: 10 * time.Minute,
 		OnlyRelay:     -1,
@@ -58,6 +76,7 @@ func TestAssumptionPause(t *testing.T) {
 	requireCounterexample(t, "pause", faultSpace{
 		MinK: 2, MaxK: 2, MinN: 3, MaxN: 3, FixedM: 2,
 		MaxAdvance: 10 * time.Minute,
+		Warmup:     5 * time.Minute,
 		MinPause:   25 * time.Minute,
 		MaxPause:   time.Hour,
 		OnlyRelay:  -1,
