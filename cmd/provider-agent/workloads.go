@@ -13,6 +13,7 @@ import (
 	"provideragent/agent"
 	"provideragent/agent/backend"
 	"provideragent/agent/config"
+	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/lease"
 )
@@ -35,6 +36,9 @@ a stopped one when it starts.
   workloads grant --id ID --primary KEY [--standby KEY]... --command 'LINE'
                                  [--replication warm-standby|checkpointed|none]
                                  [--restart never|on-failure] [--max-attempts N]
+                                 [--publish]  also sign it with this agent's key file (as issuer)
+                                 and publish it (kind 38388) to the configured relays, so that
+                                 every named provider that trusts this key picks it up
   workloads release ID           stop the workload here and forget it
 
 Keys are hex or npub; --primary defaults to this agent's own key.
@@ -66,6 +70,7 @@ func runWorkloads(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		maxAttempts                                int
 		epoch                                      uint64
 		standbys                                   stringList
+		publish                                    bool
 	)
 	if sub == "grant" {
 		fs.StringVar(&id, "id", "", "workload `id` (required)")
@@ -76,6 +81,7 @@ func runWorkloads(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fs.StringVar(&restart, "restart", "on-failure", "restart policy: never or on-failure")
 		fs.IntVar(&maxAttempts, "max-attempts", 5, "respawn attempts for on-failure")
 		fs.Uint64Var(&epoch, "epoch", 1, "starting epoch")
+		fs.BoolVar(&publish, "publish", false, "also publish the grant, signed with the key file, to the relays")
 	}
 	if err := parseFlags(fs, rest); err != nil {
 		return err
@@ -153,6 +159,9 @@ func runWorkloads(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return err
 		}
 		fmt.Fprintf(stdout, "queued grant #%d of %s (primary %s, %d standbys, epoch %d)\n", seq, spec.ID, shortKey(spec.Primary), len(spec.Standbys), spec.Epoch)
+		if publish {
+			return publishGrant(ctx, cfg, spec, stdout)
+		}
 		return nil
 	case "release":
 		if fs.NArg() != 1 {
@@ -171,6 +180,61 @@ func runWorkloads(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return nil
 	}
 	return usagef("workloads: unknown subcommand %q (want list, show, grant or release)", sub)
+}
+
+// publishGrant signs spec as a kind 38388 lease grant with the key file and
+// publishes it to the configured relays; it needs a quorum of OK true.
+func publishGrant(ctx context.Context, cfg config.Config, spec lease.Spec, stdout io.Writer) error {
+	if len(cfg.Lease.Relays) == 0 {
+		return fmt.Errorf("workloads grant --publish: no relays configured (lease.relays or --relay)")
+	}
+	secret, err := config.LoadKeyFile(cfg.KeyFilePath())
+	if err != nil {
+		return fmt.Errorf("workloads grant --publish: %w", err)
+	}
+	keys, err := heartbeat.NewKeys(secret)
+	if err != nil {
+		return fmt.Errorf("workloads grant --publish: %w", err)
+	}
+	ev, err := heartbeat.BuildLeaseGrant(keys, heartbeat.LeaseGrantParams{
+		WorkloadID: spec.ID, Primary: spec.Primary, Standbys: spec.Standbys, Relays: cfg.Lease.Relays,
+		Quorum: cfg.Lease.Quorum, Replication: spec.Replication, RestartPolicy: spec.RestartPolicy,
+		Command: spec.Command, Epoch: spec.Epoch, At: time.Now(),
+	})
+	if err != nil {
+		return fmt.Errorf("workloads grant --publish: %w", err)
+	}
+	rc := relay.DefaultConfig()
+	rc.URLs = cfg.Lease.Relays
+	pool, err := relay.New(rc, relay.Options{SecretKey: secret})
+	if err != nil {
+		return fmt.Errorf("workloads grant --publish: %w", err)
+	}
+	defer pool.Close()
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	// Give the supervisors a moment to connect before publishing.
+	for pctx.Err() == nil {
+		up := 0
+		for _, s := range pool.Status() {
+			if s.Connected {
+				up++
+			}
+		}
+		if up >= cfg.Lease.Quorum {
+			break
+		}
+		select {
+		case <-pctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	res := pool.Publish(pctx, *ev)
+	fmt.Fprintf(stdout, "published grant %s (issuer %s): accepted by %d of %d relays\n", ev.ID, keys.Npub(), res.AcceptedCount(), len(cfg.Lease.Relays))
+	if res.AcceptedCount() < cfg.Lease.Quorum {
+		return fmt.Errorf("workloads grant --publish: only %d relays accepted, quorum is %d", res.AcceptedCount(), cfg.Lease.Quorum)
+	}
+	return nil
 }
 
 func grantSpec(cfg config.Config, id, primary string, standbys []string, command, replication, restart string, maxAttempts int, epoch uint64) (lease.Spec, error) {

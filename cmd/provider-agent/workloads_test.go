@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/heartbeat"
+	"provideragent/internal/relaytest"
 )
 
 func run(t *testing.T, args ...string) (int, string, string) {
@@ -63,5 +68,40 @@ func TestWorkloadsGrantRejectsBadInput(t *testing.T) {
 	}
 	if code, _, _ := run(t, "workloads", "show", "--data-dir", t.TempDir(), "nope"); code == 0 {
 		t.Fatalf("workloads show on a missing database = exit 0, want an error")
+	}
+}
+
+// TestWorkloadsGrantPublish: --publish signs the grant with the key file and
+// publishes it as kind 38388 to the relays, which store it.
+func TestWorkloadsGrantPublish(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, errs := run(t, "keygen", "--out", filepath.Join(dir, "identity.key")); code != 0 {
+		t.Fatalf("keygen = exit %d %q", code, errs)
+	}
+	args := []string{"workloads", "grant", "--data-dir", dir, "--id", "pub-1", "--command", "sleep 100", "--publish", "--quorum", "2"}
+	var relays []*relaytest.Relay
+	for range 3 {
+		r := relaytest.Start(t)
+		relays = append(relays, r)
+		args = append(args, "--relay", r.URL())
+	}
+	code, out, errs := run(t, args...)
+	if code != 0 || !strings.Contains(out, "accepted by 3 of 3 relays") {
+		t.Fatalf("workloads grant --publish = exit %d %q %q, want 3 of 3 accepted", code, out, errs)
+	}
+	c := relaytest.Dial(t, relays[0].URL())
+	defer c.Close()
+	c.Send(nostr.ReqEnvelope{SubscriptionID: "g", Filters: nostr.Filters{{Kinds: []int{heartbeat.KindLeaseGrant}}}})
+	env, err := c.Read(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, ok := env.(*nostr.EventEnvelope)
+	if !ok {
+		t.Fatalf("first reply = %v, want the stored grant", env)
+	}
+	g, err := heartbeat.DecodeLeaseGrant(&ev.Event)
+	if err != nil || g.Spec.ID != "pub-1" {
+		t.Fatalf("DecodeLeaseGrant() = %+v, %v; want workload pub-1", g, err)
 	}
 }
