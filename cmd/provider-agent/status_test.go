@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"provideragent/internal/relaytest"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// lockedWriter is a bytes.Buffer safe for the run goroutine and the test.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestRunAndStatusLive runs `provider-agent run` against three relays with a
+// queued operator grant, then `provider-agent status` reads the running
+// agent's /status; after SIGINT-style cancellation run exits 0 and status
+// falls back to the database.
+func TestRunAndStatusLive(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, errs := run(t, "keygen", "--out", filepath.Join(dir, "identity.key")); code != 0 {
+		t.Fatalf("keygen = exit %d %q", code, errs)
+	}
+	listen := freeAddr(t)
+	common := []string{"--data-dir", dir, "--listen", listen, "--quorum", "2"}
+	for range 3 {
+		common = append(common, "--relay", relaytest.Start(t).URL())
+	}
+	if code, out, errs := run(t, append([]string{"workloads", "grant", "--id", "svc-1", "--command", "sleep 1000"}, common...)...); code != 0 {
+		t.Fatalf("workloads grant = exit %d %q %q", code, out, errs)
+	}
+	t.Setenv("PROVIDER_AGENT_HEARTBEAT_INTERVAL", "1s")
+	t.Setenv("PROVIDER_AGENT_LEASE_STALE", "3s")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb lockedWriter
+	done := make(chan int, 1)
+	go func() { done <- runMain(ctx, append([]string{"run"}, common...), &out, &errb) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	deadline := time.Now().Add(30 * time.Second)
+	var status string
+	for {
+		code, o, _ := run(t, append([]string{"status"}, common...)...)
+		status = o
+		if code == 0 && strings.Contains(o, "source: agent") && strings.Contains(o, "svc-1") && strings.Contains(o, " live ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never showed svc-1 live from the agent:\n%s\nrun stdout:\n%s\nrun stderr:\n%s", status, out.String(), errb.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		done <- code
+		if code != 0 {
+			t.Fatalf("run after cancel = exit %d, want 0\n%s", code, errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("run did not stop within 30 s of cancellation")
+	}
+	code, o, errs := run(t, append([]string{"status"}, common...)...)
+	if code != 0 || !strings.Contains(o, "source: database") || !strings.Contains(o, "svc-1") {
+		t.Fatalf("status after stop = exit %d %q %q, want svc-1 from the database", code, o, errs)
+	}
+}
