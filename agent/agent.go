@@ -345,7 +345,7 @@ func (a *Agent) newPool() (RelayPool, error) {
 	onPublish := func(r, o string) { a.met.publish.WithLabelValues(r, o).Inc() }
 	dial := normaliseKeys(a.cfg.DialAddrs)
 	if a.cfg.BuiltinRelayClient {
-		return newRelayClient(RelayClientConfig{
+		return newRelayClient(relayClientConfig{
 			Relays: a.m.Relays(), DialAddrs: dial, Filters: a.filters, Sign: a.keys.Sign,
 			OnReceived: onReceived, OnPublish: onPublish, Logger: a.logger,
 		}), nil

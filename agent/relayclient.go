@@ -54,8 +54,8 @@ type RelayPool interface {
 	EOSECount() int
 }
 
-// RelayClientConfig configures relayClient.
-type RelayClientConfig struct {
+// relayClientConfig configures relayClient, the built-in websocket client.
+type relayClientConfig struct {
 	// Relays are the canonical URLs.
 	Relays []string
 	// DialAddrs maps a canonical URL to the websocket URL actually dialled
@@ -77,13 +77,13 @@ type RelayClientConfig struct {
 }
 
 type relayClient struct {
-	cfg   RelayClientConfig
+	cfg   relayClientConfig
 	conns []*relayConn
 }
 
 var _ RelayPool = (*relayClient)(nil)
 
-func newRelayClient(cfg RelayClientConfig) *relayClient {
+func newRelayClient(cfg relayClientConfig) *relayClient {
 	if cfg.BackoffInitial <= 0 {
 		cfg.BackoffInitial = 250 * time.Millisecond
 	}

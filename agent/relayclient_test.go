@@ -31,7 +31,7 @@ func TestRelayClientPublishSubscribeAndCut(t *testing.T) {
 	defer proxy.Close()
 
 	since := nostr.Now()
-	rc := newRelayClient(RelayClientConfig{
+	rc := newRelayClient(relayClientConfig{
 		Relays:    []string{good.URL(), rejecting.URL(), viaProxy.URL()},
 		DialAddrs: map[string]string{viaProxy.URL(): proxy.URL()},
 		Filters: func() nostr.Filters {
