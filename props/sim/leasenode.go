@@ -351,6 +351,20 @@ func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 			Listed:    true,
 			Workloads: b.Workloads,
 		}))
+	case AnchorHeartbeat:
+		// A Paygress v1 peer: its heartbeat lists no workloads.
+		n.apply(env, now, n.m.ObserveHeartbeat(now, lease.Heartbeat{
+			Provider:  author,
+			Relay:     RelayURL(r),
+			EventID:   fmt.Sprintf("%016x", uint64(ev.ID)),
+			CreatedAt: time.Unix(ev.CreatedAt, 0),
+		}))
+	case AnchorPromotion:
+		// A Paygress announcement: active, no epoch.
+		n.apply(env, now, n.m.ObserveClaim(now, lease.PromotionClaim{
+			Workload: b.Workload, Claimer: author, Epoch: lease.EpochUnknown, Active: true, Relay: RelayURL(r),
+			CreatedAt: time.Unix(ev.CreatedAt, 0),
+		}))
 	case LeaseRevocation:
 		n.apply(env, now, n.m.ObserveRevocation(now, lease.Revocation{
 			Workload: b.Workload, Signer: author, Epoch: b.Epoch,
