@@ -60,9 +60,6 @@ type Config struct {
 	// (default false: processes keep running across an agent restart; the
 	// demo and tests set it).
 	StopWorkloadsOnExit bool
-	// BuiltinRelayClient uses the agent's own small websocket client
-	// instead of agent/relay's pool (no pings, NIP-11 limits or metrics).
-	BuiltinRelayClient bool
 	// Name labels this agent in logs and timeline events. Default: the npub.
 	Name string
 }
@@ -338,18 +335,11 @@ func normaliseKeys(m map[string]string) map[string]string {
 	return out
 }
 
-// newPool builds the default relay layer: agent/relay's supervised pool,
-// or the built-in client when Config.BuiltinRelayClient is set.
+// newPool builds the default relay layer: agent/relay's supervised pool.
 func (a *Agent) newPool() (RelayPool, error) {
 	onReceived := func(r string) { a.met.eventsReceived.WithLabelValues(r).Inc() }
 	onPublish := func(r, o string) { a.met.publish.WithLabelValues(r, o).Inc() }
 	dial := normaliseKeys(a.cfg.DialAddrs)
-	if a.cfg.BuiltinRelayClient {
-		return newRelayClient(relayClientConfig{
-			Relays: a.m.Relays(), DialAddrs: dial, Filters: a.filters, Sign: a.keys.Sign,
-			OnReceived: onReceived, OnPublish: onPublish, Logger: a.logger,
-		}), nil
-	}
 	secret, err := heartbeat.ParseSecretKey(a.cfg.SecretKey)
 	if err != nil {
 		return nil, err

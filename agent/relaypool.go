@@ -9,6 +9,45 @@ import (
 	"provideragent/agent/relay"
 )
 
+// RelayEvent is one event as one relay delivered it. Relay is the relay's
+// canonical URL (the one the lease lists), whatever address was dialled.
+type RelayEvent struct {
+	Relay string
+	Event *nostr.Event
+}
+
+// PublishResult says how each relay answered one publish. Only an OK true
+// counts as accepted; a dropped connection or no answer before the deadline
+// is a timeout.
+type PublishResult struct {
+	Accepted []string
+	Rejected map[string]string // relay -> the relay's reason
+	TimedOut []string
+}
+
+// RelayPool is what the agent needs of the relay layer: supervised
+// connections that deliver events, publish with real OK tracking, one-shot
+// queries, and per-relay state. relayPool implements it on agent/relay;
+// tests may substitute their own.
+type RelayPool interface {
+	// Run connects to every relay, keeps the subscription alive and sends
+	// every received event to out until ctx ends; it returns after closing
+	// every socket.
+	Run(ctx context.Context, out chan<- RelayEvent) error
+	// Publish sends ev to every connected relay and waits for their OKs
+	// until ctx ends.
+	Publish(ctx context.Context, ev *nostr.Event) PublishResult
+	// Query runs a one-shot REQ on every connected relay and returns what
+	// each relay served before its EOSE (or ctx's end), and how many relays
+	// answered with EOSE.
+	Query(ctx context.Context, f nostr.Filter) ([]RelayEvent, int)
+	// Status reports each relay connection.
+	Status() []RelayStatus
+	// EOSECount is how many relays sent EOSE for the live subscription on
+	// their current connection.
+	EOSECount() int
+}
+
 // relayPool adapts agent/relay's Pool (supervised websockets with pings,
 // NIP-11 limits, NIP-42 AUTH, OK-tracked publish) to RelayPool.
 type relayPool struct {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent/relay"
 	"provideragent/internal/relaytest"
 )
 
@@ -20,7 +21,9 @@ func signedNote(t *testing.T, sk string, content string) *nostr.Event {
 	return ev
 }
 
-func TestRelayClientPublishSubscribeAndCut(t *testing.T) {
+// TestRelayPoolPublishSubscribeAndCut checks the adapter over agent/relay
+// and the Proxy the demo uses to cut a path with real sockets.
+func TestRelayPoolPublishSubscribeAndCut(t *testing.T) {
 	good := relaytest.Start(t)
 	rejecting := relaytest.Start(t, "--reject-writes")
 	viaProxy := relaytest.Start(t)
@@ -31,15 +34,17 @@ func TestRelayClientPublishSubscribeAndCut(t *testing.T) {
 	defer proxy.Close()
 
 	since := nostr.Now()
-	rc := newRelayClient(relayClientConfig{
-		Relays:    []string{good.URL(), rejecting.URL(), viaProxy.URL()},
-		DialAddrs: map[string]string{viaProxy.URL(): proxy.URL()},
-		Filters: func() nostr.Filters {
-			return nostr.Filters{{Kinds: []int{1}, Since: &since}}
-		},
-		BackoffInitial: 50 * time.Millisecond,
-		BackoffMax:     200 * time.Millisecond,
-	})
+	cfg := relay.DefaultConfig()
+	cfg.URLs = []string{good.URL(), rejecting.URL(), viaProxy.URL()}
+	cfg.DialAddrs = map[string]string{viaProxy.URL(): proxy.URL()}
+	cfg.BackoffInitial = 50 * time.Millisecond
+	cfg.BackoffMax = 200 * time.Millisecond
+	rc, err := newRelayPool(cfg, relay.Options{
+		Filters: []nostr.Filter{{Kinds: []int{1}, Since: &since}},
+	}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan RelayEvent, 64)
 	var wg sync.WaitGroup
