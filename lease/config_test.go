@@ -187,7 +187,10 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Restore() = %v", err)
 	}
-	h.wantEffects("Restore", effs, "entered w2 live -> syncing epoch=1")
+	h.wantEffects("Restore", effs,
+		`stop w1 epoch=1 reason="restart: not held here (promoting)"`,
+		`stop w3 epoch=1 reason="restart: not held here (standby)"`,
+		"entered w2 live -> syncing epoch=1")
 	m2.RelaySynced(at(303*s), "wss://r1.test")
 	m2.RelaySynced(at(303*s), "wss://r2.test")
 	if got, want := m2.Snapshot(), h.m.Snapshot(); !reflect.DeepEqual(got, want) {

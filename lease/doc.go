@@ -39,13 +39,20 @@
 // inputs from a single goroutine, persists the new state in the same
 // transaction as any outbox rows, then performs the effects in slice order:
 //
-//   - StartWorkload / StopWorkload: start or stop the process; both must be
-//     idempotent. A StopWorkload that precedes a PublishRevocation must
-//     finish before the revocation is queued (rule 7).
+//   - StartWorkload / StopWorkload: start or stop the process.
+//     StartWorkload/StopWorkload must be idempotent: the machine re-issues
+//     them after a restart (a start for a process that may still run, a stop
+//     for a process that may already be gone). A StopWorkload that precedes
+//     a PublishRevocation must finish before the revocation is queued
+//     (rule 7).
 //   - PublishRevocation: queue a revocation (kind 38385) in the durable outbox.
 //   - EnteredState, Failed, QuorumReport: log and count.
-//   - AttemptRespawn: at At, restart the process, then call RespawnDone with
-//     the same Attempt.
+//   - AttemptRespawn: restart the process at once (do not wait for At, the
+//     time it was scheduled for: the machine emits it only when it is due,
+//     while the workload is Respawning at that attempt and no relay sync is
+//     awaited), then call RespawnDone with the same Attempt. The machine
+//     never schedules a respawn in the driver, so an eviction or fencing
+//     that comes first simply means no AttemptRespawn is emitted.
 //   - The claim step (rule 8), a feedback loop: PublishClaim → publish an
 //     active claim to every relay, then call ClaimPublished with the number
 //     of OK-true answers (once M accepted, or once all answered or timed
@@ -62,8 +69,15 @@
 //     38385 event, ProcessExited when a process exits.
 //   - Heartbeats this provider publishes list Held(): the (workload, epoch)
 //     pairs it holds.
-//   - After a restart: Restore, re-issue Outstanding(), subscribe, feed what
-//     each relay returns, and call RelaySynced on each relay's EOSE.
+//   - After a restart: Restore and perform its effects (they begin with a
+//     StopWorkload for every workload this provider does not hold, because
+//     a stop persisted before the crash may never have been performed), then
+//     re-issue Outstanding() (claim-step requests; no AttemptRespawn before
+//     relay sync), subscribe, feed what each relay returns, and call
+//     RelaySynced on each relay's EOSE. Performing Restore's stops before
+//     the outbox sends anything keeps rule 7 across the crash. The sync's
+//     last RelaySynced resumes Syncing workloads (StartWorkload) and
+//     re-issues any AttemptRespawn whose RespawnDone the restart lost.
 //
 // # Quorum and takeover bookkeeping
 //

@@ -72,20 +72,31 @@ type WithdrawClaim struct {
 
 // ReadClaims asks the driver, at or after At, to read the promotion claims of
 // the workload from the relays, feed every claim it finds with
-// Machine.ObserveClaim, and then report with Machine.ClaimsRead.
+// Machine.ObserveClaim, and then report with Machine.ClaimsRead. Unlike
+// AttemptRespawn it is emitted ahead of time: reading is harmless, and
+// ClaimsRead decides (starting the workload or not) from the machine's state
+// when the report arrives, ignoring it unless the workload is still reading
+// for that epoch.
 type ReadClaims struct {
 	ID    string
 	Epoch uint64
 	At    time.Time
 }
 
-// AttemptRespawn asks the driver to restart the workload process at or after
-// At, then to report with Machine.RespawnDone carrying Attempt.
+// AttemptRespawn asks the driver to restart the workload process now, then
+// to report with Machine.RespawnDone carrying Attempt. The machine emits it
+// only once the attempt is due (from Tick, or RelaySynced re-issuing an
+// attempt whose report a restart lost), only while the workload is
+// Respawning at that attempt, and never while a restored machine awaits
+// relay sync; so the driver performs it at once, in order with the other
+// effects, and never waits for At.
 type AttemptRespawn struct {
 	ID      string
 	Epoch   uint64
 	Attempt int
-	At      time.Time
+	// At is when the attempt was scheduled to fall due (it is at or
+	// before the input's now); for logs only.
+	At time.Time
 }
 
 // Failed announces that the workload failed here for good, with the reason.

@@ -305,6 +305,11 @@ func (m *Machine) enter(w *WorkloadSnapshot, to State, out *[]Effect) {
 	if to != StateSyncing {
 		w.Resume, w.ResumeSince = "", time.Time{}
 	}
+	if to != StateRespawning {
+		// A respawn not yet issued is cancelled; one issued and not yet
+		// reported is refused by RespawnDone from now on.
+		w.RespawnAt, w.RespawnIssued = time.Time{}, false
+	}
 	*out = append(*out, EnteredState{ID: w.Spec.ID, From: from, To: to, Epoch: w.Epoch})
 }
 

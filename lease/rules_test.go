@@ -179,13 +179,17 @@ func TestRule5_RespawnBackoffCountedAndEndsInFailed(t *testing.T) {
 	cfg := h.m.Config()
 	h.wantEffects("RespawnDone(live)", h.m.RespawnDone(at(301*s), RespawnResult{Workload: "w1", Attempt: 1, OK: true}))
 	h.wantEffects("ProcessExited", h.m.ProcessExited(at(301*s), ProcessExit{Workload: "w1", Epoch: 1, Reason: "exit 1"}),
-		"entered w1 live -> respawning epoch=1", "respawn w1 epoch=1 attempt=1 at=+5m6s")
-	h.wantEffects("RespawnDone(stale attempt)", h.m.RespawnDone(at(306*s), RespawnResult{Workload: "w1", Attempt: 7, OK: true}))
-	h.wantEffects("RespawnDone(fail 1)", h.m.RespawnDone(at(306*s), RespawnResult{Workload: "w1", Attempt: 1, Reason: "boom"}),
-		"respawn w1 epoch=1 attempt=2 at=+5m16s")
-	h.wantEffects("RespawnDone(fail 2)", h.m.RespawnDone(at(316*s), RespawnResult{Workload: "w1", Attempt: 2, Reason: "boom"}),
-		"respawn w1 epoch=1 attempt=3 at=+5m36s")
-	effs := h.m.RespawnDone(at(336*s), RespawnResult{Workload: "w1", Attempt: 3, Reason: "boom"})
+		"entered w1 live -> respawning epoch=1")
+	h.wantEffects("RespawnDone(not issued yet)", h.m.RespawnDone(at(302*s), RespawnResult{Workload: "w1", Attempt: 1, OK: true}))
+	h.wantEffects("Tick(before due)", h.tick(305*s))
+	h.wantEffects("Tick(due)", h.tick(306*s), "respawn w1 epoch=1 attempt=1 at=+5m6s")
+	h.wantEffects("Tick(issued)", h.tick(307*s))
+	h.wantEffects("RespawnDone(stale attempt)", h.m.RespawnDone(at(307*s), RespawnResult{Workload: "w1", Attempt: 7, OK: true}))
+	h.wantEffects("RespawnDone(fail 1)", h.m.RespawnDone(at(307*s), RespawnResult{Workload: "w1", Attempt: 1, Reason: "boom"}))
+	h.wantEffects("Tick(attempt 2 due)", h.tick(317*s), "respawn w1 epoch=1 attempt=2 at=+5m17s")
+	h.wantEffects("RespawnDone(fail 2)", h.m.RespawnDone(at(317*s), RespawnResult{Workload: "w1", Attempt: 2, Reason: "boom"}))
+	h.wantEffects("Tick(attempt 3 due)", h.tick(337*s), "respawn w1 epoch=1 attempt=3 at=+5m37s")
+	effs := h.m.RespawnDone(at(337*s), RespawnResult{Workload: "w1", Attempt: 3, Reason: "boom"})
 	h.wantEffects("RespawnDone(fail 3)", effs,
 		"entered w1 respawning -> failed epoch=1",
 		`stop w1 epoch=1 reason="respawn failed (boom); 3 respawn attempts exhausted"`,
@@ -202,19 +206,31 @@ func TestRule5_RespawnBackoffCountedAndEndsInFailed(t *testing.T) {
 		now := 301 * s
 		var last AttemptRespawn
 		h.m.ProcessExited(at(now), ProcessExit{Workload: "w1", Epoch: 1})
-		for i := 1; i <= 4; i++ {
-			effs := h.m.RespawnDone(at(now), RespawnResult{Workload: "w1", Attempt: i})
-			last = effs[0].(AttemptRespawn)
+		prev := at(now) // when the previous attempt failed
+		for i := 1; i <= 5; i++ {
+			ws, _ := h.m.Workload("w1")
+			effs := h.m.Tick(ws.RespawnAt)
+			if len(effs) != 1 {
+				t.Fatalf("Tick(attempt %d due) = %v, want one AttemptRespawn", i, render(effs))
+			}
+			if last = effs[0].(AttemptRespawn); last.Attempt != i || !last.At.Equal(ws.RespawnAt) {
+				t.Fatalf("Tick(attempt %d due) = %v, want attempt %d at %v", i, last, i, ws.RespawnAt)
+			}
+			if i < 5 {
+				prev = last.At
+				h.m.RespawnDone(prev, RespawnResult{Workload: "w1", Attempt: i})
+			}
 		}
-		if got := last.At.Sub(at(now)); got != 20*s {
+		if got := last.At.Sub(prev); got != 20*s {
 			t.Fatalf("delay of attempt %d = %v, want the cap %v", last.Attempt, got, 20*s)
 		}
-		h.m.RespawnDone(at(now), RespawnResult{Workload: "w1", Attempt: last.Attempt, OK: true})
+		h.m.RespawnDone(last.At, RespawnResult{Workload: "w1", Attempt: last.Attempt, OK: true})
 		h.wantState("w1", StateLive)
 		// healthy for RestartResetAfter: the next exit starts at attempt 1.
-		h.beat("alice", 360*s, 360*s+cfg.RestartResetAfter, 60*s, []WorkloadEpoch{{"w1", 1}})
-		effs := h.m.ProcessExited(at(360*s+cfg.RestartResetAfter), ProcessExit{Workload: "w1", Epoch: 1})
-		if a := effs[1].(AttemptRespawn); a.Attempt != 1 {
+		h.beat("alice", 460*s, 460*s+cfg.RestartResetAfter, 60*s, []WorkloadEpoch{{"w1", 1}})
+		h.m.ProcessExited(at(460*s+cfg.RestartResetAfter), ProcessExit{Workload: "w1", Epoch: 1})
+		effs := h.tick(460*s + cfg.RestartResetAfter + cfg.RestartInitial)
+		if a := effs[0].(AttemptRespawn); a.Attempt != 1 {
 			t.Fatalf("ProcessExited after healthy period: attempt = %d, want 1", a.Attempt)
 		}
 	})
@@ -531,6 +547,7 @@ func TestRule11_RespawnDuringProvisioningStaysBounded(t *testing.T) {
 	h := newHarness(t, "alice", nil)
 	h.track(0, warmSpec("w1", "alice"))
 	h.m.ProcessExited(at(10*s), ProcessExit{Workload: "w1", Epoch: 1})
+	h.wantEffects("Tick(respawn due)", h.tick(15*s), "respawn w1 epoch=1 attempt=1 at=+15s")
 	h.wantEffects("RespawnDone(ok)", h.m.RespawnDone(at(15*s), RespawnResult{Workload: "w1", Attempt: 1, OK: true}),
 		"entered w1 respawning -> provisioning epoch=1")
 	cfg := h.m.Config()

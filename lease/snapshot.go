@@ -62,8 +62,13 @@ type WorkloadSnapshot struct {
 	Attempts int `json:"attempts,omitempty"`
 	// HealthySince is when the workload last entered Live.
 	HealthySince time.Time `json:"healthy_since,omitzero"`
-	// RespawnAt is when the pending respawn attempt is due.
+	// RespawnAt is when the pending respawn attempt (number Attempts) is
+	// due, while Respawning.
 	RespawnAt time.Time `json:"respawn_at,omitzero"`
+	// RespawnIssued is true once AttemptRespawn for attempt Attempts was
+	// emitted (it was due, and the machine was not awaiting relay sync);
+	// RespawnDone is then awaited. Respawning only.
+	RespawnIssued bool `json:"respawn_issued,omitempty"`
 	// Reported is true once the current quorum loss was reported (rule 6).
 	Reported bool `json:"reported,omitempty"`
 	// Resume is the state a Syncing workload returns to, and ResumeSince
@@ -184,8 +189,15 @@ func (m *Machine) Workload(id string) (WorkloadSnapshot, bool) {
 // restart at now. The restored machine produces the same effects for the same
 // inputs as the machine that was snapshotted, except rule 10: every workload
 // that was Live or Suspect enters Syncing (and any that becomes Live later
-// does too) until M relays have reported RelaySynced. The returned effects
-// are the EnteredState transitions into Syncing.
+// does too) until M relays have reported RelaySynced, no respawn is attempted
+// before then, and completing the sync re-issues any AttemptRespawn whose
+// RespawnDone was still awaited.
+//
+// The returned effects are, first, one StopWorkload for every workload this
+// provider does not hold (every state but the Holding ones: a stop persisted
+// before the restart may never have been performed, and the process may
+// still run), then the EnteredState transitions into Syncing. The driver
+// performs them like any other effects; StopWorkload is idempotent.
 func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, error) {
 	bad := func(format string, args ...any) (*Machine, []Effect, error) {
 		return nil, nil, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSnapshot}, args...)...)
@@ -257,6 +269,9 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 		if w.State == StateSyncing && w.Resume != StateLive && w.Resume != StateSuspect {
 			return bad("workload %s: syncing with resume = %q", w.Spec.ID, w.Resume)
 		}
+		if w.RespawnIssued && w.State != StateRespawning {
+			return bad("workload %s: respawn issued in state %q", w.Spec.ID, w.State)
+		}
 		w.normaliseTimes()
 		m.add(&w)
 	}
@@ -264,6 +279,12 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 	m.awaitingSync = true
 	m.synced = make([]bool, n)
 	var out []Effect
+	for _, w := range m.list {
+		if !w.State.Holding() {
+			out = append(out, StopWorkload{ID: w.Spec.ID, Epoch: w.Epoch,
+				Reason: fmt.Sprintf("restart: not held here (%s)", w.State)})
+		}
+	}
 	for _, w := range m.list {
 		if w.State == StateLive || w.State == StateSuspect {
 			w.Resume, w.ResumeSince = w.State, w.Since

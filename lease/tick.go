@@ -47,10 +47,11 @@ func (m *Machine) tickOne(w *WorkloadSnapshot, now time.Time, self *ProviderSnap
 }
 
 // nextWake is a lower bound of the next time Tick can change anything for w
-// without another input touching it, or 0 when Tick must always look. Only
-// Live and Standby, the states nearly every workload sits in, sleep: their
-// deadlines (quorum loss + T1, respawn counter reset, takeover, expiry) can
-// only move later as heartbeats arrive.
+// without another input touching it, or 0 when Tick must always look. Live,
+// Standby (the states nearly every workload sits in) and Respawning sleep:
+// their deadlines (quorum loss + T1 or + T1+T2, respawn counter reset,
+// takeover, the respawn's due time, expiry) can only move later as
+// heartbeats arrive, and the inputs that set them touch the workload.
 func (m *Machine) nextWake(w *WorkloadSnapshot, now time.Time, self *ProviderSnapshot) int64 {
 	const never = int64(^uint64(0) >> 1)
 	var at time.Time
@@ -69,6 +70,22 @@ func (m *Machine) nextWake(w *WorkloadSnapshot, now time.Time, self *ProviderSna
 			return 0
 		}
 		at = w.wakeHint
+	case StateRespawning:
+		// The respawn falls due at RespawnAt (not before relay sync:
+		// RelaySynced wakes every workload); eviction at T1+T2 after
+		// quorum loss, which heartbeats only move later.
+		if m.evicting(w) {
+			at = maxTime(self.QuorumUntil, w.HoldFrom).Add(m.cfg.T1 + m.cfg.T2)
+		}
+		if !w.RespawnIssued && !m.awaitingSync && (at.IsZero() || w.RespawnAt.Before(at)) {
+			at = w.RespawnAt
+		}
+		if at.IsZero() {
+			if w.Spec.ExpiresAt.IsZero() {
+				return never // nothing but an input can change it
+			}
+			at = w.Spec.ExpiresAt
+		}
 	default:
 		return 0
 	}
@@ -131,7 +148,9 @@ func (m *Machine) tickHolder(w *WorkloadSnapshot, now time.Time, self *ProviderS
 	case StateRespawning:
 		if evictDue {
 			m.evict(w, lost, out)
+			return
 		}
+		m.respawnIfDue(w, out)
 	case StateSyncing:
 		switch {
 		case evictDue:
@@ -261,26 +280,41 @@ func (m *Machine) ProcessExited(now time.Time, pe ProcessExit) []Effect {
 	return out
 }
 
+// scheduleRespawn schedules the next respawn attempt after its backoff. The
+// AttemptRespawn is emitted only when it falls due (respawnIfDue).
 func (m *Machine) scheduleRespawn(w *WorkloadSnapshot, out *[]Effect) {
 	w.Attempts++
 	w.RespawnAt = m.now.Add(m.cfg.RestartBackoff(w.Attempts))
+	w.RespawnIssued = false
+	m.touch(w)
+	m.respawnIfDue(w, out)
+}
+
+// respawnIfDue emits the AttemptRespawn of a Respawning workload once it is
+// due, at most once per attempt, and never while a restored machine awaits
+// relay sync (rule 10): the driver performs it at once.
+func (m *Machine) respawnIfDue(w *WorkloadSnapshot, out *[]Effect) {
+	if w.State != StateRespawning || w.RespawnIssued || m.awaitingSync || m.now.Before(w.RespawnAt) {
+		return
+	}
+	w.RespawnIssued = true
 	*out = append(*out, AttemptRespawn{ID: w.Spec.ID, Epoch: w.Epoch, Attempt: w.Attempts, At: w.RespawnAt})
 }
 
-// RespawnDone feeds the result of an AttemptRespawn. Success is accepted only
-// in Respawning and for the latest attempt (rule 5); it returns the workload
+// RespawnDone feeds the result of an AttemptRespawn. It is accepted only in
+// Respawning and for the latest attempt, once issued (rule 5); success returns the workload
 // to Live (Syncing while awaiting relay sync), or to Provisioning when it
 // never was Live at this epoch, so that rule 11 still bounds it. A failure
 // schedules the next attempt or, when the policy is exhausted, fails the
 // workload.
 func (m *Machine) RespawnDone(now time.Time, r RespawnResult) []Effect {
 	w := m.byID[r.Workload]
-	if w == nil || w.State != StateRespawning || r.Attempt != w.Attempts {
+	if w == nil || w.State != StateRespawning || r.Attempt != w.Attempts || !w.RespawnIssued {
 		return nil
 	}
 	m.clock(now)
 	var out []Effect
-	w.RespawnAt = time.Time{}
+	w.RespawnAt, w.RespawnIssued = time.Time{}, false
 	if r.OK {
 		if w.HealthySince.IsZero() {
 			m.enter(w, StateProvisioning, &out)
@@ -301,7 +335,10 @@ func (m *Machine) RespawnDone(now time.Time, r RespawnResult) []Effect {
 // subscriptions after a restart (rule 10). The driver first feeds every event
 // the relay returned (claims, heartbeats, revocations), so that a higher
 // epoch fences before the sync completes. Once M relays synced, Syncing
-// workloads resume the state they had and are started again (idempotent).
+// workloads resume the state they had and are started again (idempotent),
+// an AttemptRespawn issued before the restart and not yet reported is
+// issued again (idempotent), and respawns that fell due during the sync are
+// issued by the next Tick.
 func (m *Machine) RelaySynced(now time.Time, relay string) []Effect {
 	if !m.awaitingSync {
 		return nil
@@ -325,6 +362,10 @@ func (m *Machine) RelaySynced(now time.Time, relay string) []Effect {
 	m.synced = nil
 	var out []Effect
 	for _, w := range m.list {
+		m.touch(w) // respawns may be due now
+		if w.State == StateRespawning && w.RespawnIssued {
+			out = append(out, AttemptRespawn{ID: w.Spec.ID, Epoch: w.Epoch, Attempt: w.Attempts, At: w.RespawnAt})
+		}
 		if w.State != StateSyncing {
 			continue
 		}
@@ -337,14 +378,19 @@ func (m *Machine) RelaySynced(now time.Time, relay string) []Effect {
 }
 
 // Outstanding returns the requests a restarted driver must re-issue because
-// their feedback is still awaited: AttemptRespawn for Respawning workloads,
-// PublishClaim or ReadClaims for Promoting ones. It changes nothing.
+// their feedback is still awaited: PublishClaim or ReadClaims for Promoting
+// workloads, and AttemptRespawn for Respawning ones whose attempt was issued
+// — but never while awaiting relay sync (rule 10): right after Restore it
+// returns no AttemptRespawn, and RelaySynced re-issues them once M relays
+// synced. It changes nothing.
 func (m *Machine) Outstanding() []Effect {
 	var out []Effect
 	for _, w := range m.list {
 		switch {
 		case w.State == StateRespawning:
-			out = append(out, AttemptRespawn{ID: w.Spec.ID, Epoch: w.Epoch, Attempt: w.Attempts, At: w.RespawnAt})
+			if w.RespawnIssued && !m.awaitingSync {
+				out = append(out, AttemptRespawn{ID: w.Spec.ID, Epoch: w.Epoch, Attempt: w.Attempts, At: w.RespawnAt})
+			}
 		case w.State == StatePromoting && w.Phase == PhasePublishing:
 			out = append(out, PublishClaim{ID: w.Spec.ID, Epoch: w.Target})
 		case w.State == StatePromoting && w.Phase == PhaseReading:

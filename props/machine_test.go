@@ -18,7 +18,12 @@ package props
 //	    alone cannot restore quorum);
 //	(e) a machine restored from a JSON snapshot at any step (and synced with
 //	    every relay at once, rule 10's only difference) produces exactly the
-//	    same effects and state as the original for all later inputs.
+//	    same effects and state as the original for all later inputs; Restore
+//	    itself stops every workload not held here (a stop the crash may
+//	    have lost) and the sync may re-issue an issued AttemptRespawn;
+//	(f) AttemptRespawn is emitted only when due (At <= now), for the
+//	    workload's current attempt while Respawning, never while awaiting
+//	    relay sync.
 //
 // EnteredState effects must also chain: each workload's first From is its
 // state before the step and its last To is its state after.
@@ -209,6 +214,11 @@ func (w *machineWorld) check(t *rapid.T, what string, isTick bool, before map[st
 			if p.Policy != lease.RestartOnFailure || e.Attempt < 1 || e.Attempt > p.MaxAttempts {
 				t.Fatalf("(c) %s: %v under policy %+v", what, e, p)
 			}
+			if ws, _ := w.m.Workload(id); e.At.After(w.m.Now()) || ws.State != lease.StateRespawning ||
+				ws.Attempts != e.Attempt || !ws.RespawnIssued || w.m.AwaitingSync() {
+				t.Fatalf("(f) %s: %v at %v with %s attempt %d issued %v, awaiting sync %v",
+					what, e, w.m.Now(), ws.State, ws.Attempts, ws.RespawnIssued, w.m.AwaitingSync())
+			}
 		case lease.EnteredState:
 			if machineCoverage != nil {
 				machineCoverage[string(e.From)+"->"+string(e.To)]++
@@ -342,6 +352,27 @@ func (w *machineWorld) actions() map[string]func(*rapid.T) {
 				w.step(t, "claim read", false, func(m *lease.Machine) []lease.Effect { return m.ClaimsRead(now, r) })
 			}
 		},
+		"respawn feedback": func(t *rapid.T) {
+			// the driver's side of a respawn: Tick once it is due, which
+			// issues AttemptRespawn, then report its outcome.
+			id := w.workload(t)
+			ws, _ := w.m.Workload(id)
+			if ws.State != lease.StateRespawning {
+				return
+			}
+			if !ws.RespawnIssued {
+				if w.now.Before(ws.RespawnAt) {
+					w.now = ws.RespawnAt
+				}
+				now := w.now
+				w.step(t, "respawn due tick", true, func(m *lease.Machine) []lease.Effect { return m.Tick(now) })
+			}
+			w.now = w.now.Add(time.Duration(rapid.IntRange(0, 5).Draw(t, "respawn_s")) * time.Second)
+			now := w.now
+			ws, _ = w.m.Workload(id)
+			rr := lease.RespawnResult{Workload: id, Attempt: ws.Attempts, OK: rapid.Bool().Draw(t, "ok")}
+			w.step(t, "respawn done", false, func(m *lease.Machine) []lease.Effect { return m.RespawnDone(now, rr) })
+		},
 		"heartbeat": func(t *rapid.T) {
 			w.advance(t)
 			now := w.now
@@ -428,12 +459,35 @@ func (w *machineWorld) actions() map[string]func(*rapid.T) {
 			if err := json.Unmarshal(b, &snap); err != nil {
 				t.Fatalf("json.Unmarshal(snapshot) = %v", err)
 			}
-			r, _, err := lease.Restore(w.m.Now(), w.cfg, snap)
+			r, reffs, err := lease.Restore(w.m.Now(), w.cfg, snap)
 			if err != nil {
 				t.Fatalf("lease.Restore() = %v", err)
 			}
+			// Restore's own effects: an idempotent stop of every workload
+			// not held here (a stop lost in the crash), then the entries
+			// into Syncing.
+			for _, e := range reffs {
+				switch e := e.(type) {
+				case lease.StopWorkload:
+					if st, _ := r.State(e.ID); st.Holding() {
+						t.Fatalf("(e) Restore stops %s, held here in %v", e.ID, st)
+					}
+				case lease.EnteredState:
+					if e.To != lease.StateSyncing {
+						t.Fatalf("(e) Restore effect %v", e)
+					}
+				default:
+					t.Fatalf("(e) Restore effect %v", e)
+				}
+			}
+			for _, id := range w.ids {
+				if st, _ := r.State(id); !st.Holding() && !stopsIn(reffs, id) {
+					t.Fatalf("(e) Restore effects %v: no stop of %s (%v)", reffs, id, st)
+				}
+			}
 			// rule 10: the restored machine syncs with every relay at once;
-			// its sync effects (resume and idempotent start) are the only
+			// its sync effects (resume and idempotent start, re-issue of a
+			// respawn whose report the restart lost) are the only
 			// difference from the original.
 			for _, rl := range machineRelays() {
 				for _, e := range r.RelaySynced(w.m.Now(), rl) {
@@ -443,6 +497,10 @@ func (w *machineWorld) actions() map[string]func(*rapid.T) {
 							t.Fatalf("(e) restore sync effect %v", e)
 						}
 					case lease.StartWorkload:
+					case lease.AttemptRespawn:
+						if ws, _ := r.Workload(e.ID); ws.State != lease.StateRespawning || !ws.RespawnIssued || ws.Attempts != e.Attempt {
+							t.Fatalf("(e) restore sync effect %v for %+v", e, ws)
+						}
 					default:
 						t.Fatalf("(e) restore sync effect %v", e)
 					}
@@ -455,6 +513,15 @@ func (w *machineWorld) actions() map[string]func(*rapid.T) {
 		},
 		"": func(t *rapid.T) {},
 	}
+}
+
+func stopsIn(effs []lease.Effect, id string) bool {
+	for _, e := range effs {
+		if st, ok := e.(lease.StopWorkload); ok && st.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // machineCoverage counts the transitions the property test reached.
