@@ -97,14 +97,8 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 		}
 		cancel()
 	case opRespawn:
-		if d := time.Until(o.at); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
+		if !sleepCtx(ctx, time.Until(o.at)) {
+			return
 		}
 		err := a.backend.Start(ctx, id, o.epoch, o.command)
 		res := lease.RespawnResult{Workload: id, Attempt: o.attempt, OK: err == nil}
@@ -125,3 +119,19 @@ func (a *actuator) Fenced(id string) bool {
 
 // wait blocks until every worker has returned (after ctx ended).
 func (a *actuator) wait() { a.wg.Wait() }
+
+// sleepCtx waits for d (no wait when d <= 0) unless ctx ends first; it
+// reports whether the wait completed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

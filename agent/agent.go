@@ -51,6 +51,11 @@ type Config struct {
 	// HeartbeatTTL is the NIP-40 expiration of our heartbeats. Default
 	// 2 x Lease.Stale.
 	HeartbeatTTL time.Duration
+	// RestartMaxAttempts is the respawn budget given to lease grants from
+	// the relays whose restart policy is on-failure without a count
+	// (max_attempts is optional on the wire). 0 means never respawn them.
+	// Default 5.
+	RestartMaxAttempts int
 	// Ingest bounds what the verifying ingest accepts; MaxSkew and
 	// HeartbeatMaxAge are taken from Lease.
 	Ingest heartbeat.Config
@@ -79,12 +84,13 @@ func DefaultConfig() Config {
 	// 300 KB, under the common relay message limit of 512,000 bytes.
 	ing.MaxEventBytes, ing.MaxContentBytes = 512000, 512000
 	return Config{
-		Lease:          lease.DefaultConfig(),
-		Listen:         "127.0.0.1:9464",
-		TickInterval:   250 * time.Millisecond,
-		PublishTimeout: 5 * time.Second,
-		Ingest:         ing,
-		Courier:        c,
+		Lease:              lease.DefaultConfig(),
+		Listen:             "127.0.0.1:9464",
+		TickInterval:       250 * time.Millisecond,
+		PublishTimeout:     5 * time.Second,
+		RestartMaxAttempts: 5,
+		Ingest:             ing,
+		Courier:            c,
 	}
 }
 
@@ -114,6 +120,9 @@ func (c Config) Validate() error {
 	}
 	if c.PublishTimeout <= 0 {
 		return bad("publish_timeout = %v, must be positive", c.PublishTimeout)
+	}
+	if c.RestartMaxAttempts < 0 || c.RestartMaxAttempts > lease.MaxRestartAttempts {
+		return bad("restart_max_attempts = %d, must be 0 to %d", c.RestartMaxAttempts, lease.MaxRestartAttempts)
 	}
 	if c.HeartbeatTTL < 0 {
 		return bad("heartbeat_ttl = %v, must not be negative", c.HeartbeatTTL)
@@ -167,8 +176,8 @@ type Event struct {
 // input is one machine input, produced off the machine goroutine.
 type input struct {
 	hb        *lease.Heartbeat
-	rev       *lease.Revocation
-	claims    []lease.PromotionClaim
+	rev       *heartbeat.Revocation
+	claims    []relayClaim
 	grant     *lease.Spec
 	exit      *Exit
 	respawn   *lease.RespawnResult

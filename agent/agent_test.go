@@ -24,27 +24,6 @@ import (
 	"provideragent/lease"
 )
 
-// testLeaseConfig is the demo's timing: failover in about 10 s.
-func testLeaseConfig(relays []string) lease.Config {
-	c := lease.DefaultConfig()
-	c.M, c.N, c.Relays = 2, len(relays), relays
-	c.HeartbeatInterval = time.Second
-	c.Stale = 3 * time.Second
-	c.T1 = 2 * time.Second
-	c.T2 = 3 * time.Second
-	c.MaxSkew = time.Second
-	c.RelayDelay = time.Second
-	c.TakeoverAfter = 12 * time.Second
-	c.ProvisionTimeout = 5 * time.Second
-	c.RestartInitial = 200 * time.Millisecond
-	c.RestartMax = time.Second
-	c.RestartResetAfter = 10 * time.Second
-	c.ClaimRetryBase = time.Second
-	c.ClaimRetryMax = 4 * time.Second
-	c.ClaimTimeout = 5 * time.Second
-	return c
-}
-
 // eventLog records an agent's timeline events.
 type eventLog struct {
 	mu  sync.Mutex
@@ -211,6 +190,16 @@ func warmSpec(id, primary, standby string, relays []string) lease.Spec {
 	}
 }
 
+// soloSpec is a lease of workload id without standby or restarts, held by
+// primary: a process that runs until stopped.
+func soloSpec(id, primary string) lease.Spec {
+	return lease.Spec{
+		ID: id, Primary: primary, Replication: lease.ReplicationNone, Epoch: 1,
+		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever},
+		Command:       []string{"sh", "-c", "while :; do sleep 1; done"}, CreatedAt: time.Now(),
+	}
+}
+
 func startRelays(t testing.TB, n int) ([]*relaytest.Relay, []string) {
 	t.Helper()
 	var rs []*relaytest.Relay
@@ -223,17 +212,13 @@ func startRelays(t testing.TB, n int) ([]*relaytest.Relay, []string) {
 	return rs, urls
 }
 
-// TestPartitionedPrimaryHandsOver: the primary is cut off from relays 1 and
-// 2; it fences itself, its revocation reaches the standby through relay 3,
-// and the standby is Live at epoch 2 within the bound; the old copy stopped
-// before the new one started.
-func TestPartitionedPrimaryHandsOver(t *testing.T) {
-	t.Parallel()
-	rs, urls := startRelays(t, 3)
-	lcfg := testLeaseConfig(urls)
+// cutProxies puts a TCP proxy in front of the first n relays and returns
+// the proxies with the dial map that routes an agent through them.
+func cutProxies(t testing.TB, rs []*relaytest.Relay, urls []string, n int) ([]*Proxy, map[string]string) {
+	t.Helper()
 	var proxies []*Proxy
 	dial := map[string]string{}
-	for i := range 2 {
+	for i := range n {
 		p, err := NewProxy(rs[i].Addr())
 		if err != nil {
 			t.Fatal(err)
@@ -242,13 +227,33 @@ func TestPartitionedPrimaryHandsOver(t *testing.T) {
 		proxies = append(proxies, p)
 		dial[urls[i]] = p.URL()
 	}
-	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: dial})
-	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
-	spec := warmSpec("w1", primary.pub, standby.pub, urls)
+	return proxies, dial
+}
+
+// startPair starts a primary (dialling through primaryDial) and a standby
+// of the warm-standby workload "w1" and waits until the primary is Live.
+func startPair(t testing.TB, lcfg lease.Config, primaryDial map[string]string) (primary, standby *testAgent) {
+	t.Helper()
+	primary = startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: primaryDial})
+	standby = startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
+	spec := warmSpec("w1", primary.pub, standby.pub, lcfg.Relays)
 	ctx := context.Background()
 	primary.a.Track(ctx, spec)
 	standby.a.Track(ctx, spec)
 	primary.waitState("w1", lease.StateLive, 1, 15*time.Second)
+	return primary, standby
+}
+
+// TestPartitionedPrimaryHandsOver: the primary is cut off from relays 1 and
+// 2; it fences itself, its revocation reaches the standby through relay 3,
+// and the standby is Live at epoch 2 within the bound; the old copy stopped
+// before the new one started.
+func TestPartitionedPrimaryHandsOver(t *testing.T) {
+	t.Parallel()
+	rs, urls := startRelays(t, 3)
+	lcfg := DemoLeaseConfig(urls)
+	proxies, dial := cutProxies(t, rs, urls, 2)
+	primary, standby := startPair(t, lcfg, dial)
 	if !primary.backend.Running("w1") {
 		t.Fatalf("primary Running(w1) = false, want true once Live")
 	}
@@ -286,14 +291,8 @@ func TestPartitionedPrimaryHandsOver(t *testing.T) {
 func TestOneRelayDownNoFalseEviction(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := testLeaseConfig(urls)
-	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg})
-	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
-	spec := warmSpec("w1", primary.pub, standby.pub, urls)
-	ctx := context.Background()
-	primary.a.Track(ctx, spec)
-	standby.a.Track(ctx, spec)
-	primary.waitState("w1", lease.StateLive, 1, 15*time.Second)
+	lcfg := DemoLeaseConfig(urls)
+	primary, standby := startPair(t, lcfg, nil)
 	rs[2].Kill()
 	// Longer than stale + t1 + t2 + relay_delay.
 	time.Sleep(lcfg.Stale + lcfg.T1 + lcfg.T2 + lcfg.RelayDelay + time.Second)
@@ -362,15 +361,11 @@ func getJSON(t *testing.T, url string, v any) {
 func TestRestartRestoresState(t *testing.T) {
 	t.Parallel()
 	_, urls := startRelays(t, 3)
-	lcfg := testLeaseConfig(urls)
+	lcfg := DemoLeaseConfig(urls)
 	key := nostr.GeneratePrivateKey()
 	pub, _ := nostr.GetPublicKey(key)
 	dbPath := filepath.Join(t.TempDir(), "agent.db")
-	spec := lease.Spec{
-		ID: "solo", Primary: pub, Replication: lease.ReplicationNone, Epoch: 1,
-		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever},
-		Command:       []string{"sh", "-c", "while :; do sleep 1; done"}, CreatedAt: time.Now(),
-	}
+	spec := soloSpec("solo", pub)
 	first := startAgent(t, agentOpts{name: "first", key: key, dbPath: dbPath, lcfg: lcfg})
 	first.a.Track(context.Background(), spec)
 	first.waitState("solo", lease.StateLive, 1, 15*time.Second)
@@ -390,7 +385,7 @@ func TestRestartRestoresState(t *testing.T) {
 func TestBadEventsChangeNothing(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := testLeaseConfig(urls)
+	lcfg := DemoLeaseConfig(urls)
 	primaryKey := nostr.GeneratePrivateKey()
 	primaryPub, _ := nostr.GetPublicKey(primaryKey)
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
@@ -466,7 +461,7 @@ func TestBadEventsChangeNothing(t *testing.T) {
 func TestLeaseGrantFromTrustedIssuer(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := testLeaseConfig(urls)
+	lcfg := DemoLeaseConfig(urls)
 	issuer, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
 	stranger, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
 	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg, issuers: []string{issuer.PublicKey()}})
@@ -500,7 +495,7 @@ func TestLeaseGrantFromTrustedIssuer(t *testing.T) {
 func TestOperatorGrantAndRelease(t *testing.T) {
 	t.Parallel()
 	_, urls := startRelays(t, 3)
-	lcfg := testLeaseConfig(urls)
+	lcfg := DemoLeaseConfig(urls)
 	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg})
 	ctx := context.Background()
 	db, err := openTestDB(ctx, ta.dbPath)
@@ -508,11 +503,7 @@ func TestOperatorGrantAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	spec := lease.Spec{
-		ID: "op-1", Primary: ta.pub, Replication: lease.ReplicationNone, Epoch: 1,
-		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever},
-		Command:       []string{"sh", "-c", "while :; do sleep 1; done"},
-	}
+	spec := soloSpec("op-1", ta.pub)
 	if _, err := QueueGrant(ctx, db, spec, time.Now()); err != nil {
 		t.Fatalf("QueueGrant() = %v, want nil", err)
 	}
@@ -542,15 +533,11 @@ func TestOperatorGrantAndRelease(t *testing.T) {
 // Not parallel, so that the count is this test's alone.
 func TestShutdownLeavesNoGoroutines(t *testing.T) {
 	_, urls := startRelays(t, 3)
-	lcfg := testLeaseConfig(urls)
+	lcfg := DemoLeaseConfig(urls)
 	runtime.GC()
 	before := runtime.NumGoroutine()
 	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg})
-	ta.a.Track(context.Background(), lease.Spec{
-		ID: "g-1", Primary: ta.pub, Replication: lease.ReplicationNone, Epoch: 1,
-		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever},
-		Command:       []string{"sh", "-c", "while :; do sleep 1; done"},
-	})
+	ta.a.Track(context.Background(), soloSpec("g-1", ta.pub))
 	ta.waitState("g-1", lease.StateLive, 1, 15*time.Second)
 	waitFor(t, 5*time.Second, "g-1 in GET /status", func() bool {
 		_, body := get(t, "http://"+ta.a.Addr()+"/status")

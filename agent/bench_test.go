@@ -38,7 +38,7 @@ func rssMiB() float64 {
 func BenchmarkAgentMemory10k(b *testing.B) {
 	const n = 10000
 	_, urls := startRelays(b, 3)
-	lcfg := testLeaseConfig(urls)
+	lcfg := DemoLeaseConfig(urls)
 	lcfg.ProvisionTimeout = lcfg.T1 + lcfg.T2
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -82,7 +82,7 @@ func BenchmarkFailover(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		rs, urls := startRelays(b, 3)
-		lcfg := testLeaseConfig(urls)
+		lcfg := DemoLeaseConfig(urls)
 		var proxies []*Proxy
 		dial := map[string]string{}
 		for j := range 2 {

@@ -73,7 +73,7 @@ func runChild(path string) error {
 		return err
 	}
 	cfg := DefaultConfig()
-	cfg.Lease = testLeaseConfig(cc.Relays)
+	cfg.Lease = DemoLeaseConfig(cc.Relays)
 	cfg.SecretKey = cc.Key
 	cfg.DialAddrs = cc.Dial
 	cfg.Listen = ""
@@ -180,18 +180,8 @@ func processAlive(pid int) bool {
 func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	dial := map[string]string{}
-	var proxies []*Proxy
-	for i := range 3 {
-		p, err := NewProxy(rs[i].Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		proxies = append(proxies, p)
-		dial[urls[i]] = p.URL()
-	}
-	lcfg := testLeaseConfig(urls)
+	proxies, dial := cutProxies(t, rs, urls, 3)
+	lcfg := DemoLeaseConfig(urls)
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
 	primaryKey := nostr.GeneratePrivateKey()
 	primaryPub, _ := nostr.GetPublicKey(primaryKey)
@@ -269,24 +259,9 @@ func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 func TestCutOffPrimaryTakeover(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	dial := map[string]string{}
-	var proxies []*Proxy
-	for i := range 3 {
-		p, err := NewProxy(rs[i].Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		proxies = append(proxies, p)
-		dial[urls[i]] = p.URL()
-	}
-	lcfg := testLeaseConfig(urls)
-	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: dial})
-	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
-	spec := warmSpec("w1", primary.pub, standby.pub, urls)
-	primary.a.Track(context.Background(), spec)
-	standby.a.Track(context.Background(), spec)
-	primary.waitState("w1", lease.StateLive, 1, 15*time.Second)
+	proxies, dial := cutProxies(t, rs, urls, 3)
+	lcfg := DemoLeaseConfig(urls)
+	primary, standby := startPair(t, lcfg, dial)
 	cut := time.Now()
 	for _, p := range proxies {
 		p.Cut()

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -33,22 +32,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"kind":38385,"content":"{","tags":[["workload","w1"]]}`))
 	f.Add([]byte(`{}`))
 
-	relays := []string{"ws://127.0.0.1:1", "ws://127.0.0.1:2", "ws://127.0.0.1:3"}
-	cfg := DefaultConfig()
-	cfg.Lease = testLeaseConfig(relays)
-	cfg.SecretKey = nostr.GeneratePrivateKey()
-	cfg.Listen = ""
+	relays := stepRelays
 	ctx := context.Background()
-	db, err := openTestDB(ctx, filepath.Join(f.TempDir(), "fuzz.db"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { db.Close() })
-	a, err := New(ctx, cfg, Deps{DB: db, Backend: newMemBackend()})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { _ = a.outbox.Close() })
+	a := newStepAgent(f, "")
 	self := a.PublicKey()
 	if _, err := a.m.Track(now, lease.Spec{
 		ID: "w1", Primary: self, Standbys: []string{keys.PublicKey()}, Replication: lease.ReplicationWarmStandby,

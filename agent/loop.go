@@ -104,17 +104,8 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 	case in.hb != nil:
 		effs = append(effs, a.m.ObserveHeartbeat(now, *in.hb)...)
 	case in.rev != nil:
-		r := *in.rev
-		if r.Epoch == heartbeat.EpochUnknown {
-			if w, ok := a.m.Workload(r.Workload); ok {
-				r.Epoch = w.Epoch // Paygress: the epoch the primary held
-			}
-		}
-		if r.Successor == "" {
-			if w, ok := a.m.Workload(r.Workload); ok && len(w.Spec.Standbys) > 0 {
-				r.Successor = w.Spec.Standbys[0]
-			}
-		}
+		w, _ := a.m.Workload(in.rev.WorkloadID)
+		r := heartbeat.RevocationInput(in.rev, w)
 		a.met.revocations.WithLabelValues("received").Inc()
 		if r.Signer != a.self {
 			a.emit("received", r.Workload, "revocation of epoch %d from %s, successor %s", r.Epoch, short(r.Signer), short(r.Successor))
@@ -136,13 +127,44 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 	case in.claimAck != nil:
 		effs = append(effs, a.m.ClaimPublished(now, *in.claimAck)...)
 	}
-	for _, c := range in.claims {
+	var rivals map[string]bool
+	if in.claimRead != nil {
+		rivals = map[string]bool{}
+	}
+	for _, pr := range in.claims {
+		w, _ := a.m.Workload(pr.p.WorkloadID)
+		c, ok := claimInput(pr.p, pr.relay, w)
+		if !ok {
+			continue
+		}
 		effs = append(effs, a.m.ObserveClaim(now, c)...)
+		if r := in.claimRead; r != nil && c.Workload == r.Workload && c.Claimer != a.self && c.Active && c.Epoch >= r.Epoch {
+			rivals[c.Claimer] = true
+		}
 	}
 	if in.claimRead != nil {
-		effs = append(effs, a.m.ClaimsRead(now, *in.claimRead)...)
+		r := *in.claimRead
+		r.Competing = len(rivals)
+		a.emit("read", r.Workload, "read claims for epoch %d on %d relays: %d competing", r.Epoch, r.Relays, r.Competing)
+		effs = append(effs, a.m.ClaimsRead(now, r)...)
 	}
 	return effs, cursors
+}
+
+// relayClaim is a verified promotion claim (kind 38386) as one relay served
+// it; feed converts it with the machine's current view of the workload.
+type relayClaim struct {
+	p     *heartbeat.Promotion
+	relay string
+}
+
+// claimInput is heartbeat.ClaimInput (the one wire-to-lease mapping of
+// claims: a Paygress announcement becomes an active claim of w.Epoch+1),
+// carrying the event's created_at, which lease.PromotionClaim documents.
+func claimInput(p *heartbeat.Promotion, relay string, w lease.WorkloadSnapshot) (lease.PromotionClaim, bool) {
+	c, ok := heartbeat.ClaimInput(p, relay, w)
+	c.CreatedAt = p.CreatedAt
+	return c, ok
 }
 
 // syncRelays reports relays that delivered EOSE (rule 10), once the events
@@ -361,14 +383,8 @@ func (a *Agent) publishClaim(ctx context.Context, id string, epoch uint64, statu
 // readClaims waits until r.At, reads the workload's promotion claims from the
 // relays, feeds each and reports the read.
 func (a *Agent) readClaims(ctx context.Context, r lease.ReadClaims) {
-	if d := r.At.Sub(a.now()); d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+	if !sleepCtx(ctx, r.At.Sub(a.now())) {
+		return
 	}
 	qctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
 	evs, eose := a.pool.Query(qctx, nostr.Filter{
@@ -377,25 +393,16 @@ func (a *Agent) readClaims(ctx context.Context, r lease.ReadClaims) {
 	})
 	cancel()
 	now := a.now()
-	var claims []lease.PromotionClaim
-	rivals := map[string]bool{}
+	var claims []relayClaim
 	for _, re := range evs {
 		got, err := a.ingestor.Ingest(ctx, now, re.Event)
-		if err != nil || got.Promotion == nil {
+		if err != nil || got.Promotion == nil || got.Promotion.WorkloadID != r.ID {
 			continue
 		}
-		p := got.Promotion
-		if p.WorkloadID != r.ID {
-			continue
-		}
-		c := lease.PromotionClaim{Workload: p.WorkloadID, Claimer: p.Signer, Epoch: p.Epoch, Active: p.Status != heartbeat.ClaimWithdrawn, Relay: re.Relay}
-		claims = append(claims, c)
-		if c.Claimer != a.self && c.Active && (c.Epoch >= r.Epoch || c.Epoch == heartbeat.EpochUnknown) {
-			rivals[c.Claimer] = true
-		}
+		claims = append(claims, relayClaim{p: got.Promotion, relay: re.Relay})
 	}
-	a.emit("read", r.ID, "read claims for epoch %d on %d relays: %d competing", r.Epoch, eose, len(rivals))
-	a.send(ctx, input{claims: claims, claimRead: &lease.ClaimRead{Workload: r.ID, Epoch: r.Epoch, Relays: eose, Competing: len(rivals)}})
+	// feed converts the claims and counts the competing ones.
+	a.send(ctx, input{claims: claims, claimRead: &lease.ClaimRead{Workload: r.ID, Epoch: r.Epoch, Relays: eose}})
 }
 
 // ingestLoop verifies and decodes relay events and feeds machine inputs.
@@ -439,40 +446,27 @@ func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input
 	}
 	switch {
 	case got.Heartbeat != nil:
-		h := got.Heartbeat
+		// Expiry (NIP-40), age and skew were enforced by the ingestor.
 		a.met.eventsAccepted.WithLabelValues("heartbeat").Inc()
-		if !h.Expiration.IsZero() && !now.Before(h.Expiration) {
-			a.met.eventsRejected.WithLabelValues("expired").Inc()
-			return input{}, false
-		}
-		hb := &lease.Heartbeat{
-			Provider: h.Provider, Relay: re.Relay, EventID: h.EventID, CreatedAt: h.CreatedAt,
-			ReceivedAt: now, Listed: h.ListsWorkloads,
-		}
-		if h.Provider != a.self {
-			// Shared, read-only: the machine does not keep or modify it.
-			hb.Workloads = h.Workloads
-		}
-		return input{hb: hb}, true
+		hb := heartbeat.HeartbeatInput(got.Heartbeat, re.Relay, now)
+		return input{hb: &hb}, true
 	case got.Duplicate:
 		return input{}, false
 	case got.Revocation != nil:
-		r := got.Revocation
+		// Converted in feed: a Paygress revocation takes the machine's epoch.
 		a.met.eventsAccepted.WithLabelValues("revocation").Inc()
-		return input{rev: &lease.Revocation{
-			Workload: r.WorkloadID, Signer: r.Signer, Epoch: r.Epoch, Successor: r.Successor,
-			Standbys: r.Standbys, Reason: r.Reason,
-		}}, true
+		return input{rev: got.Revocation}, true
 	case got.Promotion != nil:
 		p := got.Promotion
 		a.met.eventsAccepted.WithLabelValues("promotion").Inc()
 		if p.Signer != a.self {
-			a.emit("received", p.WorkloadID, "promotion claim (%s) for epoch %d from %s", p.Status, p.Epoch, short(p.Signer))
+			epoch := fmt.Sprint(p.Epoch)
+			if !p.HasEpoch {
+				epoch = "(none: Paygress announcement)"
+			}
+			a.emit("received", p.WorkloadID, "promotion claim (%s) for epoch %s from %s", p.Status, epoch, short(p.Signer))
 		}
-		return input{claims: []lease.PromotionClaim{{
-			Workload: p.WorkloadID, Claimer: p.Signer, Epoch: p.Epoch,
-			Active: p.Status != heartbeat.ClaimWithdrawn, Relay: re.Relay,
-		}}}, true
+		return input{claims: []relayClaim{{p: p, relay: re.Relay}}}, true
 	case got.LeaseGrant != nil:
 		a.met.eventsAccepted.WithLabelValues("lease_grant").Inc()
 		spec := a.specFromGrant(got.LeaseGrant)
@@ -481,8 +475,14 @@ func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input
 	return input{}, false
 }
 
+// specFromGrant is the lease spec of a grant from the relays. An on-failure
+// restart policy without a count gets Config.RestartMaxAttempts.
 func (a *Agent) specFromGrant(g *heartbeat.LeaseGrant) lease.Spec {
-	return g.Spec
+	s := heartbeat.SpecOf(g)
+	if s.RestartPolicy.Policy == lease.RestartOnFailure && s.RestartPolicy.MaxAttempts == 0 {
+		s.RestartPolicy.MaxAttempts = a.cfg.RestartMaxAttempts
+	}
+	return s
 }
 
 // heartbeatLoop publishes our heartbeats (both kinds) every interval.

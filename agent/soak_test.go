@@ -111,7 +111,7 @@ func TestSoakThousandWorkloads(t *testing.T) {
 	}
 	t.Parallel()
 	_, urls := startRelays(t, 3)
-	lcfg := testLeaseConfig(urls)
+	lcfg := DemoLeaseConfig(urls)
 	a, be, stop := startBulkAgent(t, 1000, lcfg, t.TempDir()+"/soak.db")
 	defer stop()
 	waitFor(t, 30*time.Second, "1000 workloads Live", func() bool { return liveCount(a) == 1000 })

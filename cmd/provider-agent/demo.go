@@ -43,27 +43,6 @@ Example:
   go run ./cmd/provider-agent demo
   provider-agent demo --verbose     # also every heartbeat and the agents' logs`
 
-// demoTimings are short lease timings that satisfy lease.Config.Validate.
-func demoLeaseConfig(relays []string) lease.Config {
-	c := lease.DefaultConfig()
-	c.M, c.N, c.Relays = 2, 3, relays
-	c.HeartbeatInterval = time.Second
-	c.Stale = 3 * time.Second
-	c.T1 = 2 * time.Second
-	c.T2 = 3 * time.Second
-	c.MaxSkew = time.Second
-	c.RelayDelay = time.Second
-	c.TakeoverAfter = 12 * time.Second
-	c.ProvisionTimeout = 5 * time.Second
-	c.RestartInitial = 500 * time.Millisecond
-	c.RestartMax = 2 * time.Second
-	c.RestartResetAfter = 10 * time.Second
-	c.ClaimRetryBase = time.Second
-	c.ClaimRetryMax = 4 * time.Second
-	c.ClaimTimeout = 5 * time.Second
-	return c
-}
-
 // DemoResult is what a demo run measured.
 type DemoResult struct {
 	Failover time.Duration // cut -> standby Live at epoch 2
@@ -175,7 +154,7 @@ func demo(ctx context.Context, stdout, stderr io.Writer, verbose bool) (DemoResu
 	}
 	defer os.RemoveAll(dir)
 
-	lcfg := demoLeaseConfig(urls)
+	lcfg := agent.DemoLeaseConfig(urls)
 	primaryKey, standbyKey := nostr.GeneratePrivateKey(), nostr.GeneratePrivateKey()
 	primaryPub, _ := nostr.GetPublicKey(primaryKey)
 	standbyPub, _ := nostr.GetPublicKey(standbyKey)

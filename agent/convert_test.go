@@ -1,0 +1,239 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/heartbeat"
+	"provideragent/lease"
+)
+
+// These tests drive one agent's ingest (decode) and machine step (feed)
+// directly with signed events, to check the one wire-to-lease mapping
+// (heartbeat's HeartbeatInput, RevocationInput and ClaimInput) end to end.
+
+func newTestKeys(t *testing.T) *heartbeat.Keys {
+	t.Helper()
+	k, err := heartbeat.NewKeys(nostr.GeneratePrivateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// stepSpec is a warm-standby lease of "w1" at epoch 1 over stepRelays.
+func stepSpec(primary string, standbys ...string) lease.Spec {
+	return lease.Spec{
+		ID: "w1", Primary: primary, Standbys: standbys, Replication: lease.ReplicationWarmStandby, Epoch: 1,
+		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever}, Command: []string{"true"},
+		Relays: stepRelays, Quorum: 2,
+	}
+}
+
+// firstStandby builds a step agent that is the first standby of "w1"
+// (granted at t0, held by primary, second standby second) and its keys.
+func firstStandby(t *testing.T, t0 time.Time, primary, second *heartbeat.Keys) (*Agent, *heartbeat.Keys) {
+	t.Helper()
+	key := nostr.GeneratePrivateKey()
+	self, _ := heartbeat.NewKeys(key)
+	a := newStepAgent(t, key)
+	spec := stepSpec(primary.PublicKey(), self.PublicKey(), second.PublicKey())
+	feedInput(a, t0, input{grant: &spec})
+	return a, self
+}
+
+// step decodes ev as relay 0 delivered it at now and feeds it, returning the
+// machine's effects; extra, when set, edits the input before feeding.
+func step(t *testing.T, a *Agent, now time.Time, ev *nostr.Event, extra func(*input)) []lease.Effect {
+	t.Helper()
+	in, ok := a.decode(context.Background(), now, RelayEvent{Relay: stepRelays[0], Event: ev})
+	if !ok {
+		t.Fatalf("decode(kind %d) rejected the event", ev.Kind)
+	}
+	if extra != nil {
+		extra(&in)
+	}
+	effs, _ := a.feed(now, in, nil, nil)
+	return effs
+}
+
+func feedInput(a *Agent, now time.Time, in input) []lease.Effect {
+	effs, _ := a.feed(now, in, nil, nil)
+	return effs
+}
+
+func hasEffect[E lease.Effect](effs []lease.Effect) bool {
+	for _, e := range effs {
+		if _, ok := e.(E); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// signed signs an event with the given kind, time, tags and content.
+func signed(t *testing.T, k *heartbeat.Keys, kind int, at time.Time, tags nostr.Tags, content string) *nostr.Event {
+	t.Helper()
+	ev := &nostr.Event{Kind: kind, CreatedAt: nostr.Timestamp(at.Unix()), Tags: tags, Content: content}
+	if err := k.Sign(ev); err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// paygressRevocation is a revocation as Paygress v1 writes it: no epoch and
+// no successor field (heartbeat/wire_test.go shows the same shape).
+func paygressRevocation(t *testing.T, primary *heartbeat.Keys, at time.Time, standbys ...*heartbeat.Keys) *nostr.Event {
+	t.Helper()
+	list := ""
+	tags := nostr.Tags{{"t", "paygress"}, {"t", "paygress-revocation"},
+		{"d", heartbeat.RevocationDTag(primary.Npub(), "w1")}, {"v", "1"}, {"workload", "w1"}}
+	for i, s := range standbys {
+		if i > 0 {
+			list += ","
+		}
+		list += `"` + s.Npub() + `"`
+		tags = append(tags, nostr.Tag{"p", s.PublicKey()})
+	}
+	content := fmt.Sprintf(`{"workload_id":"w1","primary_provider_npub":%q,"standby_providers":[%s],"reason":"lost relay quorum","revoked_at":%d,"version":1}`,
+		primary.Npub(), list, at.Unix())
+	return signed(t, primary, heartbeat.KindRevocation, at, tags, content)
+}
+
+// paygressAnnouncement is a promotion announcement as Paygress v1 writes it
+// after starting the workload: no epoch, no status.
+func paygressAnnouncement(t *testing.T, k *heartbeat.Keys, at time.Time) *nostr.Event {
+	t.Helper()
+	tags := nostr.Tags{{"t", "paygress"}, {"t", "paygress-promoted"}, {"d", heartbeat.PromotionDTag("w1")}, {"v", "1"}, {"workload", "w1"}}
+	content := fmt.Sprintf(`{"workload_id":"w1","new_primary_npub":%q,"promoted_at":%d,"version":1}`, k.Npub(), at.Unix())
+	return signed(t, k, heartbeat.KindPromotion, at, tags, content)
+}
+
+// TestRevocationSuccessor: the first standby claims on a revocation that
+// names it and on a Paygress revocation (which names nobody, so the first
+// standby is meant); our revocation with "successor":"" (the primary saw no
+// standby alive) makes nobody claim: takeover decides.
+func TestRevocationSuccessor(t *testing.T) {
+	t.Parallel()
+	primary, second := newTestKeys(t), newTestKeys(t)
+	t0 := time.Now()
+	tests := []struct {
+		name      string
+		build     func(self *heartbeat.Keys) *nostr.Event
+		wantClaim bool
+	}{
+		{"ours naming the first standby", func(self *heartbeat.Keys) *nostr.Event {
+			ev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
+				Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ev
+		}, true},
+		{"ours with empty successor", func(self *heartbeat.Keys) *nostr.Event {
+			ev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
+				Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Epoch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ev
+		}, false},
+		{"paygress without successor field", func(self *heartbeat.Keys) *nostr.Event {
+			return paygressRevocation(t, primary, t0, self, second)
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a, self := firstStandby(t, t0, primary, second)
+			effs := step(t, a, t0.Add(time.Second), tt.build(self), nil)
+			w, _ := a.m.Workload("w1")
+			if got := hasEffect[lease.PublishClaim](effs); got != tt.wantClaim {
+				t.Fatalf("feed(%s) = %v (state %s), want PublishClaim %v", tt.name, effs, w.State, tt.wantClaim)
+			}
+			if !tt.wantClaim && w.State != lease.StateStandby {
+				t.Fatalf("state after %s = %s, want standby", tt.name, w.State)
+			}
+		})
+	}
+}
+
+// TestPaygressAnnouncementFences: a Paygress announcement (no epoch) by a
+// standby, made after we began holding, fences our copy at once (DESIGN rule
+// 8: it counts as an active claim; rule 9); one made before we began holding
+// is an old event and changes nothing.
+func TestPaygressAnnouncementFences(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now()
+	tests := []struct {
+		name      string
+		at        time.Duration // announcement time relative to our grant
+		wantFence bool
+	}{
+		{"after we began holding", 3 * time.Second, true},
+		{"before we began holding", -time.Minute, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			standby := newTestKeys(t)
+			a := newStepAgent(t, "")
+			spec := stepSpec(a.PublicKey(), standby.PublicKey())
+			feedInput(a, t0, input{grant: &spec})
+			ev := paygressAnnouncement(t, standby, t0.Add(tt.at))
+			effs := step(t, a, t0.Add(4*time.Second), ev, nil)
+			w, _ := a.m.Workload("w1")
+			if got := hasEffect[lease.StopWorkload](effs) && w.State == lease.StateFenced; got != tt.wantFence {
+				t.Fatalf("feed(announcement %s) = %v, state %s; want fenced %v", tt.name, effs, w.State, tt.wantFence)
+			}
+		})
+	}
+}
+
+// TestPaygressAnnouncementCompetes: a standby in the claim step that reads a
+// Paygress announcement (no epoch) made since it began watching counts it as
+// a competing claim and withdraws; an announcement older than that (from an
+// earlier epoch) does not block it.
+func TestPaygressAnnouncementCompetes(t *testing.T) {
+	t.Parallel()
+	primary, other := newTestKeys(t), newTestKeys(t)
+	t0 := time.Now()
+	tests := []struct {
+		name     string
+		at       time.Duration // announcement time relative to the grant
+		wantWins bool
+	}{
+		{"fresh announcement", 2 * time.Second, false},
+		{"announcement older than the epoch", -time.Hour, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a, self := firstStandby(t, t0, primary, other)
+			rev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
+				Standbys: []string{self.PublicKey(), other.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if effs := step(t, a, t0.Add(time.Second), rev, nil); !hasEffect[lease.PublishClaim](effs) {
+				t.Fatalf("feed(revocation naming us) = %v, want PublishClaim", effs)
+			}
+			if effs := feedInput(a, t0.Add(time.Second), input{claimAck: &lease.ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3}}); !hasEffect[lease.ReadClaims](effs) {
+				t.Fatalf("feed(claim ack) = %v, want ReadClaims", effs)
+			}
+			// The read: the announcement as one relay served it, then the report.
+			ev := paygressAnnouncement(t, other, t0.Add(tt.at))
+			effs := step(t, a, t0.Add(3*time.Second), ev, func(in *input) {
+				in.claimRead = &lease.ClaimRead{Workload: "w1", Epoch: 2, Relays: 3}
+			})
+			won, withdrew := hasEffect[lease.StartWorkload](effs), hasEffect[lease.WithdrawClaim](effs)
+			if won != tt.wantWins || withdrew == tt.wantWins {
+				t.Fatalf("ClaimsRead after %s = %v, want start %v", tt.name, effs, tt.wantWins)
+			}
+		})
+	}
+}
