@@ -48,6 +48,10 @@ type Config struct {
 	TickInterval time.Duration
 	// PublishTimeout bounds one publish (heartbeats, claims). Default 5 s.
 	PublishTimeout time.Duration
+	// MaxStepAge is how long the machine loop may go without completing a
+	// step (it ticks every TickInterval) before /healthz reports it stuck.
+	// Default 30 s.
+	MaxStepAge time.Duration
 	// HeartbeatTTL is the NIP-40 expiration of our heartbeats. Default
 	// 2 x Lease.Stale.
 	HeartbeatTTL time.Duration
@@ -88,6 +92,7 @@ func DefaultConfig() Config {
 		Listen:             "127.0.0.1:9464",
 		TickInterval:       250 * time.Millisecond,
 		PublishTimeout:     5 * time.Second,
+		MaxStepAge:         30 * time.Second,
 		RestartMaxAttempts: 5,
 		Ingest:             ing,
 		Courier:            c,
@@ -117,6 +122,9 @@ func (c Config) Validate() error {
 	}
 	if c.TickInterval <= 0 || c.TickInterval > c.Lease.Stale {
 		return bad("tick_interval = %v, must be positive and at most lease stale %v", c.TickInterval, c.Lease.Stale)
+	}
+	if c.MaxStepAge <= c.TickInterval {
+		return bad("max_step_age = %v, must exceed tick_interval %v", c.MaxStepAge, c.TickInterval)
 	}
 	if c.PublishTimeout <= 0 {
 		return bad("publish_timeout = %v, must be positive", c.PublishTimeout)
@@ -223,6 +231,8 @@ type Agent struct {
 	raw    chan RelayEvent
 
 	held      atomic.Pointer[[]heartbeat.WorkloadEpoch]
+	lastStep  atomic.Int64           // a.now() of the machine loop's last step, unix ns; 0 before Run
+	writeErr  atomic.Pointer[string] // the last database write's error; nil when it succeeded
 	statusMu  sync.Mutex
 	status    Status
 	synced    map[string]bool
@@ -539,6 +549,10 @@ func (a *Agent) connected() int {
 	return up
 }
 
+// healthy is /healthz: it fails when fewer than M relays are connected,
+// when the machine loop has not completed a step for MaxStepAge (stuck, or
+// not running), or when the last database write failed (until one
+// succeeds; the loop writes at least every 5 s).
 func (a *Agent) healthy() error {
 	if a.pool == nil {
 		return errors.New("not started")
@@ -546,7 +560,27 @@ func (a *Agent) healthy() error {
 	if up := a.connected(); up < a.cfg.Lease.M {
 		return fmt.Errorf("%d relays connected, quorum needs %d", up, a.cfg.Lease.M)
 	}
+	last := a.lastStep.Load()
+	if last == 0 {
+		return errors.New("machine loop not running")
+	}
+	if age := a.now().Sub(time.Unix(0, last)); age > a.cfg.MaxStepAge {
+		return fmt.Errorf("machine loop stuck: last step %v ago, limit %v", age.Round(time.Millisecond), a.cfg.MaxStepAge)
+	}
+	if p := a.writeErr.Load(); p != nil {
+		return fmt.Errorf("database not writable: %v", *p)
+	}
 	return nil
+}
+
+// noteWrite records the outcome of a database write for healthy.
+func (a *Agent) noteWrite(err error) {
+	if err == nil {
+		a.writeErr.Store(nil)
+		return
+	}
+	msg := err.Error()
+	a.writeErr.Store(&msg)
 }
 
 // Status returns the latest status document (refreshed every second).

@@ -40,7 +40,7 @@ func firstStandby(t *testing.T, t0 time.Time, primary, second *heartbeat.Keys) (
 	t.Helper()
 	key := nostr.GeneratePrivateKey()
 	self, _ := heartbeat.NewKeys(key)
-	a := newStepAgent(t, key)
+	a := newStepAgent(t, stepOpts{key: key})
 	spec := stepSpec(primary.PublicKey(), self.PublicKey(), second.PublicKey())
 	feedInput(a, t0, input{grant: &spec})
 	return a, self
@@ -181,7 +181,7 @@ func TestPaygressAnnouncementFences(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			standby := newTestKeys(t)
-			a := newStepAgent(t, "")
+			a := newStepAgent(t, stepOpts{})
 			spec := stepSpec(a.PublicKey(), standby.PublicKey())
 			feedInput(a, t0, input{grant: &spec})
 			ev := paygressAnnouncement(t, standby, t0.Add(tt.at))

@@ -34,7 +34,7 @@ func FuzzDecode(f *testing.F) {
 
 	relays := stepRelays
 	ctx := context.Background()
-	a := newStepAgent(f, "")
+	a := newStepAgent(f, stepOpts{})
 	self := a.PublicKey()
 	if _, err := a.m.Track(now, lease.Spec{
 		ID: "w1", Primary: self, Standbys: []string{keys.PublicKey()}, Replication: lease.ReplicationWarmStandby,

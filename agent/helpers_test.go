@@ -19,25 +19,36 @@ func openTestDB(ctx context.Context, path string) (*sql.DB, error) {
 // listens on them (the agent is never run).
 var stepRelays = []string{"ws://127.0.0.1:1", "ws://127.0.0.1:2", "ws://127.0.0.1:3"}
 
-// newStepAgent builds an agent with key (generated when "") on a fresh
-// database and an in-memory backend, without running it: tests drive its
-// ingest and machine step directly with decode and feed.
-func newStepAgent(tb testing.TB, key string) *Agent {
+// stepOpts tune newStepAgent; the zero value is fine.
+type stepOpts struct {
+	key        string    // "" generates one
+	dbPath     string    // "" uses a new file in tb.TempDir()
+	busyMillis int       // SQLite busy timeout; 0 is sqlitedb's default
+	pool       RelayPool // nil: the real pool (never run)
+}
+
+// newStepAgent builds an agent on a fresh database and an in-memory backend,
+// without running it: tests drive its ingest and machine step directly with
+// decode and feed.
+func newStepAgent(tb testing.TB, o stepOpts) *Agent {
 	tb.Helper()
-	if key == "" {
-		key = nostr.GeneratePrivateKey()
+	if o.key == "" {
+		o.key = nostr.GeneratePrivateKey()
+	}
+	if o.dbPath == "" {
+		o.dbPath = filepath.Join(tb.TempDir(), "step.db")
 	}
 	cfg := DefaultConfig()
 	cfg.Lease = DemoLeaseConfig(stepRelays)
-	cfg.SecretKey = key
+	cfg.SecretKey = o.key
 	cfg.Listen = ""
 	ctx := context.Background()
-	db, err := openTestDB(ctx, filepath.Join(tb.TempDir(), "step.db"))
+	db, err := sqlitedb.Open(ctx, o.dbPath, sqlitedb.Options{Synchronous: "NORMAL", BusyTimeoutMillis: o.busyMillis})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { db.Close() })
-	a, err := New(ctx, cfg, Deps{DB: db, Backend: newMemBackend()})
+	a, err := New(ctx, cfg, Deps{DB: db, Backend: newMemBackend(), Pool: o.pool})
 	if err != nil {
 		tb.Fatalf("New() = %v, want nil", err)
 	}

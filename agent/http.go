@@ -56,7 +56,9 @@ type RelayStatus struct {
 	LastError   string    `json:"last_error,omitempty"`
 }
 
-// httpServer serves /metrics, /healthz and /status on a real listener.
+// httpServer serves /metrics, /healthz (200 "ok", or 503 naming the failed
+// check: relays below quorum, machine loop stuck, database not writable)
+// and /status on a real listener.
 type httpServer struct {
 	srv *http.Server
 	ln  net.Listener

@@ -35,6 +35,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			return err
 		}
 	}
+	a.lastStep.Store(a.now().UnixNano())
 	tick := time.NewTicker(a.cfg.TickInterval)
 	defer tick.Stop()
 	cmds := time.NewTicker(time.Second)
@@ -70,6 +71,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			for _, c := range cursors {
 				a.cursor.Done(c)
 			}
+			a.lastStep.Store(now.UnixNano())
 			if a.statusDirty && now.Sub(a.lastStat) >= 100*time.Millisecond {
 				a.refreshStatus(now)
 			}
@@ -81,6 +83,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 				a.met.stepErrors.Inc()
 				a.logger.Error("persist tick", "err", err)
 			}
+			a.lastStep.Store(now.UnixNano())
 			a.watchQuorum(now)
 			if now.Sub(a.lastStat) >= time.Second || (a.statusDirty && now.Sub(a.lastStat) >= 100*time.Millisecond) {
 				a.refreshStatus(now)
@@ -260,6 +263,7 @@ func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, 
 		}
 		return nil
 	})
+	a.noteWrite(err)
 	if err != nil {
 		return fmt.Errorf("commit step: %w", err)
 	}
@@ -587,7 +591,7 @@ func (a *Agent) saveMeta(ctx context.Context) error {
 		}
 	}
 	snap.Workloads = nil
-	return sqlitedb.InTx(ctx, a.db, func(tx *sql.Tx) error {
+	err := sqlitedb.InTx(ctx, a.db, func(tx *sql.Tx) error {
 		if err := saveWorkloadRows(ctx, a.st, tx, changed); err != nil {
 			return err
 		}
@@ -599,6 +603,8 @@ func (a *Agent) saveMeta(ctx context.Context) error {
 		}
 		return nil
 	})
+	a.noteWrite(err)
+	return err
 }
 
 // applyCommands applies operator commands queued in the database.
