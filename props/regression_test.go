@@ -79,68 +79,36 @@ func TestStandbyOutageIsNotSilence(t *testing.T) {
 	}
 }
 
-// midStepCrashSeed is the rapid seed file of TestMidStepCrash's failure.
-const midStepCrashSeed = "testdata/rapid/TestMidStepCrash/TestMidStepCrash-20261122083317-9693.fail"
-
 // TestMidStepCrash: the agent crashes after persisting a step and before
 // performing its effects (its workload left running), then restarts and
-// follows lease/doc.go literally: Restore, re-issue Outstanding(),
-// resubscribe, RelaySynced on EOSE. A lost StopWorkload is never re-issued:
-// the restored machine is evicted, failed or fenced while the process still
-// runs, and the standby the persisted revocation names starts a second copy.
-// Skipped until lease's Outstanding (or its driver protocol) re-issues the
-// stop for workloads in non-holding states; TestMidStepCrashReconciled shows
-// that such a stop restores the guarantee.
+// follows lease/doc.go. Before lease b7d855f a lost StopWorkload was never
+// re-issued: the restored machine was evicted, failed or fenced while the
+// process still ran, and the standby its persisted revocation named started
+// a second copy (seed under testdata/rapid/TestMidStepCrash/). Restore now
+// re-issues the stop.
 func TestMidStepCrash(t *testing.T) {
-	t.Skipf("known gap in lease's restart protocol (a StopWorkload lost between persist and perform is never re-issued); seed file %s", midStepCrashSeed)
 	var st stats
 	fs := withinBounds()
 	fs.MidStepCrash = true
 	rapid.Check(t, runSafety(leaseProtocol(), fs, &st))
 	t.Logf("%v", &st)
 }
-
-// TestMidStepCrashReconciled is TestMidStepCrash with a driver that, after a
-// restart, stops any running process whose workload the machine does not
-// hold (sim.LeaseNode.SetReconcile).
-func TestMidStepCrashReconciled(t *testing.T) {
-	var st stats
-	fs := withinBounds()
-	fs.MidStepCrash = true
-	proto := leaseProtocol()
-	nodes := proto.nodes
-	proto.nodes = func(sc scenario) []sim.Node {
-		ns := nodes(sc)
-		for _, n := range ns {
-			n.(*sim.LeaseNode).SetReconcile(true)
-		}
-		return ns
-	}
-	rapid.Check(t, runSafety(proto, fs, &st))
-	t.Logf("%v", &st)
-}
-
-// processExitsSeed is the rapid seed file of TestProcessExits' failure.
-const processExitsSeed = "testdata/rapid/TestProcessExits/TestProcessExits-20261122083413-11442.fail"
 
 // TestProcessExits: TestSingleWriter with workload processes that exit on
 // their own, so the restart policy (respawn with backoff) runs amid every
-// other fault, the driver following lease/doc.go literally ("AttemptRespawn:
-// at At, restart the process"). Two schedules give two writers:
-//   - after a restart, Outstanding() re-issues a pending AttemptRespawn
-//     whose At has passed; the driver restarts the process at once, before
-//     any relay sync (rule 10), while a standby already runs a higher epoch
-//     (the seed file below);
-//   - a respawn falls due just after the machine left Respawning (evicted
-//     at T1+T2 of quorum loss, with the revocation out); the driver
-//     restarts a process the machine has fenced while the successor starts.
+// other fault. Before lease b7d855f the driver scheduled respawns itself
+// ("at At, restart the process") and two schedules gave two writers (seed
+// under testdata/rapid/TestProcessExits/):
+//   - after a restart, Outstanding() re-issued a pending AttemptRespawn whose
+//     At had passed; the driver restarted the process at once, before any
+//     relay sync (rule 10), while a standby already ran a higher epoch;
+//   - a respawn fell due just after the machine left Respawning (evicted at
+//     T1+T2 of quorum loss, revocation out); the driver restarted a process
+//     the machine had fenced while the successor started.
 //
-// Skipped until lease's protocol tells the driver to perform a respawn only
-// while the machine still wants it (Respawning at that attempt, not awaiting
-// sync), or cancels it with an effect; TestProcessExitsGuarded shows that
-// such a guard restores the guarantee.
+// The machine now emits AttemptRespawn only when due, while Respawning at
+// that attempt, never before relay sync.
 func TestProcessExits(t *testing.T) {
-	t.Skipf("known gap in lease's restart protocol (a re-issued AttemptRespawn restarts the process before relay sync); seed file %s", processExitsSeed)
 	var st stats
 	fs := withinBounds()
 	fs.ProcessExits = true
@@ -148,22 +116,13 @@ func TestProcessExits(t *testing.T) {
 	t.Logf("%v", &st)
 }
 
-// TestProcessExitsGuarded is TestProcessExits with a driver that performs
-// an AttemptRespawn only while the machine still wants it and has synced
-// (sim.LeaseNode.SetRespawnGuard).
-func TestProcessExitsGuarded(t *testing.T) {
+// TestEveryFault is TestSingleWriter with every fault the simulator has at
+// once: mid-step crashes and process exits too.
+func TestEveryFault(t *testing.T) {
 	var st stats
 	fs := withinBounds()
+	fs.MidStepCrash = true
 	fs.ProcessExits = true
-	proto := leaseProtocol()
-	nodes := proto.nodes
-	proto.nodes = func(sc scenario) []sim.Node {
-		ns := nodes(sc)
-		for _, n := range ns {
-			n.(*sim.LeaseNode).SetRespawnGuard(true)
-		}
-		return ns
-	}
-	rapid.Check(t, runSafety(proto, fs, &st))
+	rapid.Check(t, runSafety(leaseProtocol(), fs, &st))
 	t.Logf("%v", &st)
 }

@@ -126,8 +126,10 @@ const OutboxRetry = 30 * time.Second
 // once M relays said OK true or all answered or timed out; at ReadClaims.At
 // it reads every relay, feeds each claim to ObserveClaim and reports
 // ClaimsRead when every relay answered), sends revocations and withdrawn
-// markers through a durable outbox, and after a crash restores the snapshot,
-// re-issues Outstanding() and reports RelaySynced on each EOSE.
+// markers through a durable outbox, restarts a process at once on
+// AttemptRespawn, and after a crash restores the snapshot, performs
+// Restore's effects (stops for workloads not held), re-issues Outstanding()
+// and reports RelaySynced on each EOSE.
 type LeaseNode struct {
 	cfg  lease.Config
 	spec lease.Spec
@@ -147,23 +149,9 @@ type LeaseNode struct {
 
 	// midStep arms a crash between persisting a step and performing its
 	// effects; halted drops every input until the simulator crashes us.
-	midStep      *time.Duration
-	halted       bool
-	reconcile    bool
-	respawnGuard bool
+	midStep *time.Duration
+	halted  bool
 }
-
-// SetReconcile makes the driver, after a restart, stop every workload
-// process it finds running whose machine state is not a holding state (a
-// StopWorkload lost in a crash between persisting and performing). lease's
-// driver protocol does not ask for this yet; see props' TestMidStepCrash.
-func (n *LeaseNode) SetReconcile(on bool) { n.reconcile = on }
-
-// SetRespawnGuard makes the driver perform an AttemptRespawn only if, when
-// it falls due, the machine still holds the workload in Respawning at that
-// attempt and is not awaiting relay sync after a restart. lease's driver
-// protocol does not ask for this yet; see props' TestProcessExits.
-func (n *LeaseNode) SetRespawnGuard(on bool) { n.respawnGuard = on }
 
 // ArmMidStepCrash makes the agent crash at its next step that has effects,
 // after persisting the new state and the step's outbox rows (revocations,
@@ -242,14 +230,6 @@ func (n *LeaseNode) Boot(env Env, now time.Time) {
 	env.Logf("restored from snapshot: %s", n.Describe())
 	n.apply(env, now, effs)
 	n.apply(env, now, m.Outstanding())
-	if n.reconcile {
-		if st, ok := m.State(n.spec.ID); ok && !st.Holding() {
-			if _, running := env.Running(n.spec.ID); running {
-				env.Logf("reconcile: %s is %s here, stops the process still running", n.spec.ID, st)
-				env.Stop(n.spec.ID)
-			}
-		}
-	}
 	n.flushOutbox(env)
 }
 
@@ -473,18 +453,7 @@ func (n *LeaseNode) Timer(env Env, now time.Time, tag any) {
 			n.reads[q] = rd
 		}
 	case timerRespawn:
-		if n.respawnGuard {
-			w, ok := n.m.Workload(t.workload)
-			if !ok || w.State != lease.StateRespawning || w.Attempts != t.attempt || n.m.AwaitingSync() {
-				if ok && w.State == lease.StateRespawning && w.Attempts == t.attempt {
-					env.At(now.Add(time.Second), t) // after the relay sync
-				}
-				env.Logf("respawn attempt %d held back (%s, awaiting sync %v)", t.attempt, w.State, n.m.AwaitingSync())
-				return
-			}
-		}
-		env.Logf("respawn attempt %d", t.attempt)
-		env.Start(t.workload, t.epoch)
+		// The restart happened with the effect; this is its report.
 		n.apply(env, now, n.m.RespawnDone(now, lease.RespawnResult{Workload: t.workload, Attempt: t.attempt, OK: true}))
 	case timerOutbox:
 		n.flushOutbox(env)
@@ -606,8 +575,11 @@ func (n *LeaseNode) apply(env Env, now time.Time, effs []lease.Effect) {
 		case lease.ReadClaims:
 			env.At(e.At, timerRead{workload: e.ID, epoch: e.Epoch})
 		case lease.AttemptRespawn:
-			env.Logf("respawn attempt %d due at +%v", e.Attempt, e.At.Sub(now).Round(time.Millisecond))
-			env.At(e.At, timerRespawn{workload: e.ID, epoch: e.Epoch, attempt: e.Attempt})
+			// At once (lease emits it only when due); RespawnDone follows as
+			// the next input.
+			env.Logf("respawn attempt %d", e.Attempt)
+			env.Start(e.ID, e.Epoch)
+			env.At(now, timerRespawn{workload: e.ID, epoch: e.Epoch, attempt: e.Attempt})
 		case lease.Failed:
 			env.Logf("FAILED: %s", e.Reason)
 		case lease.QuorumReport:
