@@ -37,7 +37,6 @@ type op struct {
 	epoch   uint64
 	command []string
 	attempt int
-	at      time.Time
 	reason  string
 }
 
@@ -97,7 +96,8 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 		}
 		cancel()
 	case opRespawn:
-		if !sleepCtx(ctx, time.Until(o.at)) {
+		// The machine emits AttemptRespawn only once it is due: at once.
+		if ctx.Err() != nil {
 			return
 		}
 		err := a.backend.Start(ctx, id, o.epoch, o.command)
@@ -119,19 +119,3 @@ func (a *actuator) Fenced(id string) bool {
 
 // wait blocks until every worker has returned (after ctx ended).
 func (a *actuator) wait() { a.wg.Wait() }
-
-// sleepCtx waits for d (no wait when d <= 0) unless ctx ends first; it
-// reports whether the wait completed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

@@ -229,6 +229,9 @@ type Agent struct {
 
 	inputs chan input
 	raw    chan RelayEvent
+	// restoredDone is closed once the restored machine's effects were
+	// performed; the outbox starts sending only then (rule 7 across a crash).
+	restoredDone chan struct{}
 
 	held      atomic.Pointer[[]heartbeat.WorkloadEpoch]
 	lastStep  atomic.Int64           // a.now() of the machine loop's last step, unix ns; 0 before Run
@@ -265,7 +268,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		cfg: cfg, db: deps.DB, logger: deps.Logger, keys: keys, self: keys.PublicKey(),
 		now: deps.Now, onEvent: deps.OnEvent, reg: deps.Registerer, gatherer: deps.Gatherer,
 		backend: deps.Backend, pool: deps.Pool, uploader: deps.Uploader, uploadInterval: deps.UploadInterval,
-		inputs: make(chan input, 1024), raw: make(chan RelayEvent, 256),
+		inputs: make(chan input, 1024), raw: make(chan RelayEvent, 256), restoredDone: make(chan struct{}),
 		synced: map[string]bool{}, saved: map[string]uint64{}, attempted: map[string]bool{},
 	}
 	if a.logger == nil {
@@ -438,6 +441,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		goLoop("ingest", a.ingestLoop)
 	}
 	goLoop("courier", func(ctx context.Context) error {
+		select {
+		case <-a.restoredDone:
+		case <-ctx.Done():
+			return nil
+		}
 		return a.outbox.Run(ctx, &NostrForwarder{
 			Pool: a.pool, Quorum: a.cfg.Lease.M, Timeout: a.cfg.PublishTimeout, Gate: a.act,
 			OnAck: a.onOutboxAck, OnAttempt: a.onOutboxAttempt,

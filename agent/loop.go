@@ -29,12 +29,17 @@ const maxBatch = 256
 // step with its outbox rows in one transaction, then performs the effects.
 func (a *Agent) machineLoop(ctx context.Context) error {
 	if len(a.restored) > 0 {
+		// Restore's effects first (a StopWorkload for every workload not
+		// held here), then Outstanding's: lease/doc.go's restart protocol.
 		effs := a.restored
 		a.restored = nil
 		if err := a.commit(ctx, a.now(), effs, nil); err != nil {
 			return err
 		}
 	}
+	// The outbox may send now: every restored stop is performed or queued
+	// (the fence gate holds a revocation until its stop finished).
+	close(a.restoredDone)
 	a.lastStep.Store(a.now().UnixNano())
 	tick := time.NewTicker(a.cfg.TickInterval)
 	defer tick.Stop()
@@ -298,6 +303,12 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect)
 			a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
 			a.act.enqueue(ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command})
 		case lease.StopWorkload:
+			if a.act.Fenced(e.ID) {
+				// Repeated stops (Restore re-issues one for every workload
+				// not held here) are no-ops: nothing runs or is queued.
+				a.logger.Debug("stop workload: not running here", "workload", e.ID, "epoch", e.Epoch)
+				break
+			}
 			a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, e.Reason)
 			a.act.enqueue(ctx, e.ID, op{kind: opStop, epoch: e.Epoch, reason: e.Reason})
 		case lease.PublishRevocation:
@@ -313,8 +324,8 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect)
 			a.goFeedback(ctx, func(ctx context.Context) { a.readClaims(ctx, e) })
 		case lease.AttemptRespawn:
 			w, _ := a.m.Workload(e.ID)
-			a.emit("respawn", e.ID, "respawn attempt %d at %s", e.Attempt, e.At.Format(time.TimeOnly))
-			a.act.enqueue(ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt, at: e.At})
+			a.emit("respawn", e.ID, "respawn attempt %d (due %s)", e.Attempt, e.At.Format(time.TimeOnly))
+			a.act.enqueue(ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt})
 		case lease.Failed:
 			a.logger.Error("workload failed", "workload", e.ID, "epoch", e.Epoch, "reason", e.Reason)
 			a.emit("failed", e.ID, "failed at epoch %d: %s", e.Epoch, e.Reason)
@@ -374,7 +385,7 @@ func (a *Agent) publishClaim(ctx context.Context, id string, epoch uint64, statu
 		}
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
+	pctx, cancel := context.WithTimeout(ctx, a.claimIOTimeout())
 	res := a.pool.Publish(pctx, ev)
 	cancel()
 	if status != heartbeat.ClaimActive {
@@ -384,13 +395,21 @@ func (a *Agent) publishClaim(ctx context.Context, id string, epoch uint64, statu
 	a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: id, Epoch: epoch, Accepted: len(res.Accepted)}})
 }
 
+// claimIOTimeout bounds one claim publish or claim read: PublishTimeout,
+// but at most half of the lease's ClaimTimeout, so that each round's report
+// reaches the machine before the round can time out and a later round
+// begins (lease/doc.go: a report never outlives its round).
+func (a *Agent) claimIOTimeout() time.Duration {
+	return min(a.cfg.PublishTimeout, a.cfg.Lease.ClaimTimeout/2)
+}
+
 // readClaims waits until r.At, reads the workload's promotion claims from the
 // relays, feeds each and reports the read.
 func (a *Agent) readClaims(ctx context.Context, r lease.ReadClaims) {
 	if !sleepCtx(ctx, r.At.Sub(a.now())) {
 		return
 	}
-	qctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
+	qctx, cancel := context.WithTimeout(ctx, a.claimIOTimeout())
 	evs, eose := a.pool.Query(qctx, nostr.Filter{
 		Kinds: []int{heartbeat.KindPromotion},
 		Tags:  nostr.TagMap{"d": []string{heartbeat.PromotionDTag(r.ID)}},
@@ -672,4 +691,20 @@ func short(hexKey string) string {
 		return "(none)"
 	}
 	return hexKey
+}
+
+// sleepCtx waits for d (no wait when d <= 0) unless ctx ends first; it
+// reports whether the wait completed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -18,6 +18,8 @@ import (
 type memBackend struct {
 	mu      sync.Mutex
 	running map[string]uint64
+	starts  int // Start calls
+	stops   int // Stop calls
 	exits   chan Exit
 }
 
@@ -28,6 +30,7 @@ func newMemBackend() *memBackend {
 func (b *memBackend) Start(_ context.Context, id string, epoch uint64, _ []string) error {
 	b.mu.Lock()
 	b.running[id] = epoch
+	b.starts++
 	b.mu.Unlock()
 	return nil
 }
@@ -35,6 +38,7 @@ func (b *memBackend) Start(_ context.Context, id string, epoch uint64, _ []strin
 func (b *memBackend) Stop(_ context.Context, id string) error {
 	b.mu.Lock()
 	delete(b.running, id)
+	b.stops++
 	b.mu.Unlock()
 	return nil
 }

@@ -1,0 +1,60 @@
+package agent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"provideragent/lease"
+)
+
+// TestEffectsFollowDriverProtocol checks lease/doc.go's driver protocol as
+// the agent performs effects: AttemptRespawn restarts the process at once
+// (never waiting for At) and reports RespawnDone's input; a StopWorkload for
+// a workload that neither runs nor has work queued is a no-op, however often
+// it is repeated; one for a running workload stops it.
+func TestEffectsFollowDriverProtocol(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := newStepAgent(t, stepOpts{})
+	b := a.backend.(*memBackend)
+	defer a.act.wait()
+	defer cancel()
+	now := time.Now()
+
+	// Due in an hour by its schedule, performed now all the same.
+	a.perform(ctx, now, []lease.Effect{lease.AttemptRespawn{ID: "w1", Epoch: 1, Attempt: 1, At: now.Add(time.Hour)}})
+	select {
+	case in := <-a.inputs:
+		if in.respawn == nil || !in.respawn.OK || in.respawn.Attempt != 1 {
+			t.Fatalf("input after AttemptRespawn = %+v, want RespawnDone attempt 1 OK", in)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("AttemptRespawn{At: +1h}: no RespawnDone input within 10 s, want the restart at once")
+	}
+	if !b.Running("w1") {
+		t.Fatalf("Running(w1) after AttemptRespawn = false, want true")
+	}
+
+	tests := []struct {
+		name      string
+		id        string
+		wantStops int // Stop calls after the effect
+	}{
+		{"stop of a workload never started here", "other", 0},
+		{"repeated stop of it", "other", 0},
+		{"stop of the running workload", "w1", 1},
+		{"repeated stop once stopped", "w1", 1},
+	}
+	for _, tt := range tests {
+		a.perform(ctx, now, []lease.Effect{lease.StopWorkload{ID: tt.id, Epoch: 1, Reason: "test"}})
+		waitFor(t, 10*time.Second, tt.name+": actuator idle", func() bool { return a.act.Fenced(tt.id) })
+		b.mu.Lock()
+		stops := b.stops
+		b.mu.Unlock()
+		if stops != tt.wantStops {
+			t.Errorf("%s: backend Stop calls = %d, want %d", tt.name, stops, tt.wantStops)
+		}
+	}
+}
