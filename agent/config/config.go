@@ -51,6 +51,15 @@ type AgentSection struct {
 	// (kind 38388) the agent accepts from relays. Default none: only grants
 	// made with the local CLI. Validate rewrites them to lowercase hex.
 	TrustedIssuers []string `toml:"trusted_issuers"`
+	// TickInterval is how often the lease machine's clock ticks (quorum
+	// deadlines, timeouts); at most lease.stale. Default 250ms.
+	TickInterval time.Duration `toml:"tick_interval"`
+	// PublishTimeout bounds one publish to the relays (heartbeats, claims,
+	// outbox sends wait for OK answers this long). Default 5s.
+	PublishTimeout time.Duration `toml:"publish_timeout"`
+	// MaxStepAge is how long the machine loop may go without a step before
+	// /healthz reports it stuck (503); more than tick_interval. Default 30s.
+	MaxStepAge time.Duration `toml:"max_step_age"`
 }
 
 // LeaseSection is the [lease] section: the relay set, quorum and the timings
@@ -84,6 +93,12 @@ type LeaseSection struct {
 	TakeoverAfter time.Duration `toml:"takeover_after"`
 	// RelayDelay bounds delivery through a relay that is up. Default 10s.
 	RelayDelay time.Duration `toml:"relay_delay"`
+	// DialAddrs maps a relay of lease.relays to the websocket URL actually
+	// dialled, for a node behind a proxy or tunnel, e.g.
+	// {"wss://relay.example" = "ws://127.0.0.1:7000"}. Events stay labelled
+	// with the canonical URL, which quorum is judged over. Validate
+	// normalises the keys. Default none.
+	DialAddrs map[string]string `toml:"dial_addrs"`
 	// RestartBackoffInitial is the first respawn delay; it doubles per
 	// attempt up to RestartBackoffMax. Defaults 5s and 5m. (The number of
 	// attempts is per workload, in the lease's restart_policy.)
@@ -175,8 +190,11 @@ func Default() Config {
 	lc := lease.DefaultConfig()
 	return Config{
 		Agent: AgentSection{
-			DataDir: "provider-agent-data",
-			Listen:  "127.0.0.1:9464",
+			DataDir:        "provider-agent-data",
+			Listen:         "127.0.0.1:9464",
+			TickInterval:   250 * time.Millisecond,
+			PublishTimeout: 5 * time.Second,
+			MaxStepAge:     30 * time.Second,
 		},
 		Lease: LeaseSection{
 			Relays:                   append([]string(nil), lc.Relays...),
@@ -188,6 +206,7 @@ func Default() Config {
 			ProvisionTimeout:         lc.ProvisionTimeout,
 			TakeoverAfter:            lc.TakeoverAfter,
 			RelayDelay:               lc.RelayDelay,
+			DialAddrs:                map[string]string{},
 			RestartBackoffInitial:    lc.RestartInitial,
 			RestartBackoffMax:        lc.RestartMax,
 			RestartBackoffResetAfter: lc.RestartResetAfter,

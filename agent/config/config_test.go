@@ -151,6 +151,18 @@ func TestValidate(t *testing.T) {
 		{"tile attempts", func(c *Config) { c.Uploader.MaxPerTileAttempts = 0 }, "uploader.max_per_tile_attempts = 0"},
 		{"in-call retries", func(c *Config) { c.Uploader.MaxInCallRetries = -2 }, "uploader.max_in_call_retries = -2"},
 		{"uploader cap", func(c *Config) { c.Uploader.BackoffCap = time.Second }, "uploader.backoff_cap = 1s"},
+		{"tick interval zero", func(c *Config) { c.Agent.TickInterval = 0 }, "agent.tick_interval = 0s: must be > 0"},
+		{"tick interval above stale", func(c *Config) { c.Agent.TickInterval = 4 * time.Minute }, "agent.tick_interval = 4m0s: must be at most lease.stale (3m0s)"},
+		{"publish timeout", func(c *Config) { c.Agent.PublishTimeout = -time.Second }, "agent.publish_timeout = -1s: must be > 0"},
+		{"max step age below tick", func(c *Config) { c.Agent.MaxStepAge = 100 * time.Millisecond }, "agent.max_step_age = 100ms: must exceed agent.tick_interval (250ms)"},
+		{"dial addr ok", func(c *Config) { c.Lease.DialAddrs = map[string]string{"WSS://A.example/": "ws://127.0.0.1:7000"} }, ""},
+		{"dial addr for unknown relay", func(c *Config) { c.Lease.DialAddrs = map[string]string{"wss://c.example": "ws://127.0.0.1:7000"} },
+			`lease.dial_addrs["wss://c.example"] = "ws://127.0.0.1:7000": key is not one of lease.relays`},
+		{"dial addr not a websocket", func(c *Config) { c.Lease.DialAddrs = map[string]string{"wss://a.example": "http://127.0.0.1:7000"} },
+			`lease.dial_addrs["wss://a.example"] = "http://127.0.0.1:7000": want a ws:// or wss:// URL`},
+		{"dial addr mapped twice", func(c *Config) {
+			c.Lease.DialAddrs = map[string]string{"wss://a.example": "ws://127.0.0.1:1", "wss://A.example/": "ws://127.0.0.1:2"}
+		}, "relay mapped twice"},
 		{"log level", func(c *Config) { c.Log.Level = "verbose" }, `log.level = "verbose"`},
 		{"log format", func(c *Config) { c.Log.Format = "xml" }, `log.format = "xml"`},
 	}
@@ -178,12 +190,16 @@ func TestValidateNormalises(t *testing.T) {
 	c.Lease.Relays = []string{"WSS://Relay.Example.COM/", " ws://127.0.0.1:7000/path/ "}
 	c.Lease.Quorum = 1
 	c.Agent.TrustedIssuers = []string{"npub1flwvqsh5vyveclsd5guhk626q2tk6cmgn4w3ef9d8euhw0qtnflq3cp0yj"}
+	c.Lease.DialAddrs = map[string]string{"wss://relay.example.com:443/": "ws://127.0.0.1:9000"}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"wss://relay.example.com", "ws://127.0.0.1:7000/path"}
 	if !reflect.DeepEqual(c.Lease.Relays, want) {
 		t.Errorf("Validate() relays = %q, want %q", c.Lease.Relays, want)
+	}
+	if got, want := c.Lease.DialAddrs, map[string]string{"wss://relay.example.com": "ws://127.0.0.1:9000"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Validate() dial_addrs = %q, want %q", got, want)
 	}
 	if got := c.Agent.TrustedIssuers[0]; got != "4fdcc042f461199c7e0da2397b695a02976d63689d5d1ca4ad3e79773c0b9a7e" {
 		t.Errorf("Validate() issuer = %q, want hex", got)
@@ -248,6 +264,22 @@ func TestParseOverlaysDefaults(t *testing.T) {
 	}
 }
 
+func TestParseDialAddrs(t *testing.T) {
+	c, err := Parse([]byte("[lease]\nrelays = [\"wss://x.example\"]\nquorum = 1\ndial_addrs = {\"wss://x.example\" = \"ws://127.0.0.1:7000\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate() = %v, want nil", err)
+	}
+	if got, want := c.Lease.DialAddrs, map[string]string{"wss://x.example": "ws://127.0.0.1:7000"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse() dial_addrs = %q, want %q", got, want)
+	}
+	if _, err := Parse([]byte("[lease]\ndial_addrs = {\"wss://x.example\" = 7}\n")); err == nil || !errors.Is(err, ErrInvalid) {
+		t.Errorf("Parse(dial_addrs value 7) = %v, want ErrInvalid", err)
+	}
+}
+
 func TestLoad(t *testing.T) {
 	c, err := Load("")
 	if err != nil || !reflect.DeepEqual(c, Default()) {
@@ -272,6 +304,8 @@ func TestApplyEnv(t *testing.T) {
 		"PROVIDER_AGENT_LEASE_MAX_SKEW=3s",
 		"PROVIDER_AGENT_LEASE_EVICT_WITHOUT_STANDBY=true",
 		"PROVIDER_AGENT_AGENT_LISTEN=127.0.0.1:1",
+		"PROVIDER_AGENT_AGENT_TICK_INTERVAL=100ms",
+		"PROVIDER_AGENT_LEASE_DIAL_ADDRS=wss://a.example=ws://127.0.0.1:1, wss://b.example=ws://127.0.0.1:2",
 		"PROVIDER_AGENT_CONFIG=/nowhere.toml",
 		"PROVIDER_AGENT_RELAYD_BIN=/other/tool",
 		"HOME=/root",
@@ -280,7 +314,9 @@ func TestApplyEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(c.Lease.Relays, []string{"wss://a.example", "wss://b.example"}) || c.Lease.Quorum != 1 ||
-		c.Lease.MaxSkew != 3*time.Second || !c.Lease.EvictWithoutStandby || c.Agent.Listen != "127.0.0.1:1" {
+		c.Lease.MaxSkew != 3*time.Second || !c.Lease.EvictWithoutStandby || c.Agent.Listen != "127.0.0.1:1" ||
+		c.Agent.TickInterval != 100*time.Millisecond ||
+		!reflect.DeepEqual(c.Lease.DialAddrs, map[string]string{"wss://a.example": "ws://127.0.0.1:1", "wss://b.example": "ws://127.0.0.1:2"}) {
 		t.Errorf("ApplyEnv() = %+v, want overrides applied", c)
 	}
 	for _, kv := range []string{
@@ -288,6 +324,7 @@ func TestApplyEnv(t *testing.T) {
 		"PROVIDER_AGENT_LEASE_QUORUM=two",
 		"PROVIDER_AGENT_LEASE_T1=30",
 		"PROVIDER_AGENT_UPLOADER_DISABLE_RETRY=maybe",
+		"PROVIDER_AGENT_LEASE_DIAL_ADDRS=wss://a.example",
 	} {
 		c := Default()
 		name, _, _ := strings.Cut(kv, "=")

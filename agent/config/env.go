@@ -17,7 +17,8 @@ const EnvPrefix = "PROVIDER_AGENT_"
 const EnvConfigPath = EnvPrefix + "CONFIG"
 
 // ApplyEnv applies the PROVIDER_AGENT_<SECTION>_<KEY>=value entries of
-// environ (as from os.Environ) to c. Lists are comma separated, durations are
+// environ (as from os.Environ) to c. Lists are comma separated, maps are
+// comma-separated key=value pairs, durations are
 // strings such as "30s", booleans are true/false. A variable whose section
 // is known but whose key is not, or whose value does not parse, is an error
 // naming the variable; variables of unknown sections (and
@@ -79,6 +80,16 @@ func setFromString(v reflect.Value, s string) error {
 		v.SetBool(b)
 	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
 		v.Set(reflect.ValueOf(splitList(s)))
+	case v.Kind() == reflect.Map && v.Type().Key().Kind() == reflect.String && v.Type().Elem().Kind() == reflect.String:
+		m := map[string]string{}
+		for _, kv := range splitList(s) {
+			k, val, ok := strings.Cut(kv, "=")
+			if !ok || strings.TrimSpace(k) == "" {
+				return fmt.Errorf("want key=value pairs, comma separated")
+			}
+			m[strings.TrimSpace(k)] = strings.TrimSpace(val)
+		}
+		v.Set(reflect.ValueOf(m))
 	default:
 		return fmt.Errorf("unsupported type %s", v.Type())
 	}

@@ -22,6 +22,12 @@ data_dir = "provider-agent-data"
 listen = "127.0.0.1:9464"
 # Public keys (hex or npub) whose lease grants (kind 38388) are accepted.
 trusted_issuers = ["npub1flwvqsh5vyveclsd5guhk626q2tk6cmgn4w3ef9d8euhw0qtnflq3cp0yj"]
+# How often the lease machine ticks; at most lease.stale.
+tick_interval = "250ms"
+# How long one publish waits for the relays' OK answers.
+publish_timeout = "5s"
+# /healthz answers 503 when the machine loop made no step for this long.
+max_step_age = "30s"
 
 [lease]
 # The N relays all providers of a workload judge quorum over (at most 32).
@@ -44,6 +50,10 @@ provision_timeout = "300s"
 takeover_after = "720s"
 # Bound on delivery through a relay that is up.
 relay_delay = "10s"
+# Dial a relay at another address (a proxy or tunnel) while events stay
+# labelled with the relay's canonical URL, for example
+# dial_addrs = {"wss://relay.damus.io" = "ws://127.0.0.1:7000"}
+dial_addrs = {}
 # Respawn of an exited workload: the delay doubles from initial to max and
 # the attempt count resets after reset_after of healthy running (how many
 # attempts is the lease's restart_policy).

@@ -39,10 +39,15 @@ func (c *Config) Validate() error {
 		}
 		issuers = append(issuers, h)
 	}
+	dial, err := checkDialAddrs(c.Lease.DialAddrs, seen)
+	if err != nil {
+		return err
+	}
 	if err := c.check(len(relays)); err != nil {
 		return err
 	}
 	c.Lease.Relays = relays
+	c.Lease.DialAddrs = dial
 	c.Agent.TrustedIssuers = issuers
 	return nil
 }
@@ -87,6 +92,9 @@ func (c *Config) check(nRelays int) error {
 		{"lease.claim_retry_base", l.ClaimRetryBase, false},
 		{"lease.claim_retry_max", l.ClaimRetryMax, false},
 		{"lease.claim_timeout", l.ClaimTimeout, false},
+		{"agent.tick_interval", a.TickInterval, false},
+		{"agent.publish_timeout", a.PublishTimeout, false},
+		{"agent.max_step_age", a.MaxStepAge, false},
 		{"heartbeat.interval", c.Heartbeat.Interval, false},
 		{"backend.stop_grace", c.Backend.StopGrace, false},
 		{"courier.backoff_initial", c.Courier.BackoffInitial, false},
@@ -103,6 +111,12 @@ func (c *Config) check(nRelays int) error {
 			}
 			return invalid(d.path, d.v, want)
 		}
+	}
+	if a.TickInterval > l.Stale {
+		return invalid("agent.tick_interval", a.TickInterval, fmt.Sprintf("must be at most lease.stale (%s)", l.Stale))
+	}
+	if a.MaxStepAge <= a.TickInterval {
+		return invalid("agent.max_step_age", a.MaxStepAge, fmt.Sprintf("must exceed agent.tick_interval (%s)", a.TickInterval))
 	}
 	if l.RestartBackoffMax < l.RestartBackoffInitial {
 		return invalid("lease.restart_backoff_max", l.RestartBackoffMax,
@@ -166,6 +180,30 @@ func (c *Config) check(nRelays int) error {
 		return invalid("log.format", c.Log.Format, "want text or json")
 	}
 	return c.checkLease()
+}
+
+// checkDialAddrs validates lease.dial_addrs against the normalised relay set
+// and returns it with normalised keys (the values are dialled as written).
+func checkDialAddrs(m map[string]string, relays map[string]bool) (map[string]string, error) {
+	out := make(map[string]string, len(m))
+	for canon, dial := range m {
+		path := fmt.Sprintf("lease.dial_addrs[%q]", canon)
+		n, err := NormalizeRelayURL(canon)
+		if err != nil {
+			return nil, invalid(path, dial, "key: "+err.Error())
+		}
+		if !relays[n] {
+			return nil, invalid(path, dial, "key is not one of lease.relays (after normalisation: "+n+")")
+		}
+		if _, dup := out[n]; dup {
+			return nil, invalid(path, dial, "relay mapped twice (after normalisation: "+n+")")
+		}
+		if _, err := NormalizeRelayURL(dial); err != nil {
+			return nil, invalid(path, dial, err.Error())
+		}
+		out[n] = dial
+	}
+	return out, nil
 }
 
 // rawValue is a value printed as is (not quoted) in a FieldError.

@@ -39,7 +39,10 @@ Settings come from the TOML config file, then PROVIDER_AGENT_<SECTION>_<KEY>
 environment variables, then these flags. The identity key file must not be
 readable by group or others (chmod 600); create one with 'provider-agent keygen'.
 
+Every setting, its default and what it does: provider-agent run --print-example-config
+
 Example:
+  provider-agent run --print-example-config > /etc/provider-agent.toml
   provider-agent run --config /etc/provider-agent.toml
   provider-agent run --data-dir ./data --relay wss://relay.damus.io --relay wss://nos.lol \
       --relay wss://relay.nostr.band --quorum 2`
@@ -47,11 +50,16 @@ Example:
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", runUsage, stdout)
 	flags := config.BindFlags(fs)
+	printExample := fs.Bool("print-example-config", false, "print a commented config file with every setting at its default, and exit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("run: unexpected argument %q", fs.Arg(0))
+	}
+	if *printExample {
+		_, err := io.WriteString(stdout, config.Example())
+		return err
 	}
 	cfg, err := flags.Resolve(os.Environ())
 	if err != nil {
@@ -152,6 +160,11 @@ func agentConfig(cfg config.Config, secret string) agent.Config {
 	c.SecretKey = secret
 	c.TrustedIssuers = cfg.Agent.TrustedIssuers
 	c.Listen = cfg.Agent.Listen
+	c.TickInterval = cfg.Agent.TickInterval
+	c.PublishTimeout = cfg.Agent.PublishTimeout
+	c.MaxStepAge = cfg.Agent.MaxStepAge
+	c.DialAddrs = cfg.Lease.DialAddrs
+	c.RestartMaxAttempts = cfg.Lease.RestartMaxAttempts
 	c.Courier.MaxAttempts = cfg.Courier.MaxAttempts
 	c.Courier.InitialBackoff = cfg.Courier.BackoffInitial
 	c.Courier.MaxBackoff = cfg.Courier.BackoffCap

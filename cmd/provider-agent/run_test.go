@@ -7,7 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/agent"
 	"provideragent/agent/config"
 )
 
@@ -67,5 +71,49 @@ func TestRunHelp(t *testing.T) {
 		if code != 0 || !strings.Contains(out.String(), "Example") {
 			t.Errorf("%s --help = exit %d, output %q, want exit 0 with an example", name, code, out.String())
 		}
+	}
+}
+
+func TestRunPrintExampleConfig(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := runMain(context.Background(), []string{"run", "--print-example-config"}, &out, &errb)
+	if code != 0 || out.String() != config.Example() {
+		t.Fatalf("run --print-example-config = exit %d, %d bytes (stderr %q), want exit 0 and config.Example()", code, out.Len(), errb.String())
+	}
+}
+
+// TestAgentConfigMapsSettings: the agent-level settings of the file reach
+// agent.Config, and the file's defaults are the agent's.
+func TestAgentConfigMapsSettings(t *testing.T) {
+	key := nostr.GeneratePrivateKey()
+	base := config.Default()
+	base.Lease.Relays = []string{"wss://a.example", "wss://b.example", "wss://c.example"}
+	if err := base.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	def, want := agentConfig(base, key), agent.DefaultConfig()
+	if def.TickInterval != want.TickInterval || def.PublishTimeout != want.PublishTimeout ||
+		def.MaxStepAge != want.MaxStepAge || def.RestartMaxAttempts != want.RestartMaxAttempts {
+		t.Errorf("agentConfig(defaults) = tick %v publish %v step age %v restarts %d, want agent.DefaultConfig's %v %v %v %d",
+			def.TickInterval, def.PublishTimeout, def.MaxStepAge, def.RestartMaxAttempts,
+			want.TickInterval, want.PublishTimeout, want.MaxStepAge, want.RestartMaxAttempts)
+	}
+
+	c := base
+	c.Agent.TickInterval = 100 * time.Millisecond
+	c.Agent.PublishTimeout = 7 * time.Second
+	c.Agent.MaxStepAge = time.Minute
+	c.Lease.RestartMaxAttempts = 2
+	c.Lease.DialAddrs = map[string]string{"wss://b.example": "ws://127.0.0.1:7000"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	got := agentConfig(c, key)
+	if got.TickInterval != 100*time.Millisecond || got.PublishTimeout != 7*time.Second || got.MaxStepAge != time.Minute ||
+		got.RestartMaxAttempts != 2 || got.DialAddrs["wss://b.example"] != "ws://127.0.0.1:7000" {
+		t.Errorf("agentConfig() = %+v, want the file's tick_interval, publish_timeout, max_step_age, restart_max_attempts, dial_addrs", got)
+	}
+	if err := got.Validate(); err != nil {
+		t.Errorf("agentConfig().Validate() = %v, want nil", err)
 	}
 }
