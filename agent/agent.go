@@ -530,23 +530,6 @@ func (a *Agent) since() nostr.Timestamp {
 	return nostr.Timestamp(max(s, 1))
 }
 
-// filters are the live subscription's filters, recomputed at every
-// (re)subscribe.
-func (a *Agent) filters() nostr.Filters {
-	now := a.now()
-	hbSince := nostr.Timestamp(now.Add(-a.cfg.Lease.Stale).Unix())
-	f := nostr.Filters{
-		{Kinds: []int{heartbeat.KindHeartbeat, heartbeat.KindHeartbeatEphemeral}, Since: &hbSince},
-	}
-	other := nostr.Filter{Kinds: []int{heartbeat.KindRevocation, heartbeat.KindPromotion, heartbeat.KindLeaseGrant}}
-	if c := a.cursor.Cursor(); c > 0 {
-		// Margin for signers' clock offsets and relay delay.
-		s := nostr.Timestamp(c - int64((a.cfg.Lease.MaxSkew+a.cfg.Lease.RelayDelay)/time.Second) - 1)
-		other.Since = &s
-	}
-	return append(f, other)
-}
-
 func (a *Agent) connected() int {
 	up := 0
 	for _, r := range a.pool.Status() {

@@ -104,18 +104,11 @@ func startAgent(t testing.TB, o agentOpts) *testAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultConfig()
+	cfg := DemoConfig(o.lcfg.Relays, o.key, o.name)
 	cfg.Lease = o.lcfg
-	cfg.SecretKey = o.key
 	cfg.DialAddrs = o.dial
 	cfg.TrustedIssuers = o.issuers
 	cfg.Listen = "127.0.0.1:0"
-	cfg.Name = o.name
-	cfg.PublishTimeout = 2 * time.Second
-	cfg.StopWorkloadsOnExit = true
-	cfg.Courier.MaxBackoff = time.Second
-	cfg.Courier.ForwardTimeout = 5 * time.Second
-	cfg.Courier.ClaimTimeout = 6 * time.Second
 	pcfg := backend.DefaultProcessConfig()
 	pcfg.StopGrace = 2 * time.Second
 	proc, err := backend.NewProcess(pcfg, nil)

@@ -72,16 +72,8 @@ func runChild(path string) error {
 	if err != nil {
 		return err
 	}
-	cfg := DefaultConfig()
-	cfg.Lease = DemoLeaseConfig(cc.Relays)
-	cfg.SecretKey = cc.Key
+	cfg := DemoConfig(cc.Relays, cc.Key, "child")
 	cfg.DialAddrs = cc.Dial
-	cfg.Listen = ""
-	cfg.Name = "child"
-	cfg.PublishTimeout = 2 * time.Second
-	cfg.Courier.MaxBackoff = time.Second
-	cfg.Courier.ForwardTimeout = 5 * time.Second
-	cfg.Courier.ClaimTimeout = 6 * time.Second
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
 	a, err := New(ctx, cfg, Deps{DB: db, Backend: AdaptBackend(proc), OnEvent: func(e Event) {

@@ -30,3 +30,21 @@ func DemoLeaseConfig(relays []string) lease.Config {
 	c.ClaimTimeout = 5 * time.Second
 	return c
 }
+
+// DemoConfig returns the agent settings the demo and the tests run with:
+// DemoLeaseConfig(relays), identity secretKey, timeline name, no status
+// listener, 2 s publishes, workload processes stopped when Run returns, and
+// an outbox that retries within a second.
+func DemoConfig(relays []string, secretKey, name string) Config {
+	c := DefaultConfig()
+	c.Lease = DemoLeaseConfig(relays)
+	c.SecretKey = secretKey
+	c.Name = name
+	c.Listen = ""
+	c.PublishTimeout = 2 * time.Second
+	c.StopWorkloadsOnExit = true
+	c.Courier.MaxBackoff = time.Second
+	c.Courier.ForwardTimeout = 5 * time.Second
+	c.Courier.ClaimTimeout = 6 * time.Second
+	return c
+}

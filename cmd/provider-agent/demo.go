@@ -216,18 +216,8 @@ func demo(ctx context.Context, stdout, stderr io.Writer, verbose bool) (DemoResu
 			return DemoResult{}, err
 		}
 		defer db.Close()
-		cfg := agent.DefaultConfig()
-		cfg.Lease = lcfg
-		cfg.SecretKey = who.key
+		cfg := agent.DemoConfig(urls, who.key, who.name)
 		cfg.DialAddrs = who.dial
-		cfg.Listen = ""
-		cfg.Name = who.name
-		cfg.PublishTimeout = 2 * time.Second
-		cfg.StopWorkloadsOnExit = true
-		cfg.Courier.InitialBackoff = 200 * time.Millisecond
-		cfg.Courier.MaxBackoff = time.Second
-		cfg.Courier.ForwardTimeout = 5 * time.Second
-		cfg.Courier.ClaimTimeout = 6 * time.Second
 		pcfg := backend.DefaultProcessConfig()
 		pcfg.StopGrace = 2 * time.Second
 		proc, err := backend.NewProcess(pcfg, logger)

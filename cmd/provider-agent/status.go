@@ -53,6 +53,12 @@ func openExistingDB(ctx context.Context, cfg config.Config) (*sql.DB, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("no agent database at %s (set --data-dir or --config): %w", path, err)
 	}
+	return openMigrated(ctx, path)
+}
+
+// openMigrated opens the SQLite file at path and applies the agent's
+// migrations.
+func openMigrated(ctx context.Context, path string) (*sql.DB, error) {
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
 	if err != nil {
 		return nil, err
@@ -185,13 +191,5 @@ func openOrCreateDB(ctx context.Context, cfg config.Config) (*sql.DB, error) {
 	if err := os.MkdirAll(cfg.Agent.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	db, err := sqlitedb.Open(ctx, cfg.DBPath(), sqlitedb.Options{})
-	if err != nil {
-		return nil, err
-	}
-	if err := agent.Migrate(ctx, db); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return db, nil
+	return openMigrated(ctx, cfg.DBPath())
 }
