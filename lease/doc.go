@@ -47,12 +47,14 @@
 //     (rule 7).
 //   - PublishRevocation: queue a revocation (kind 38385) in the durable outbox.
 //   - EnteredState, Failed, QuorumReport: log and count.
-//   - AttemptRespawn: restart the process at once (do not wait for At, the
-//     time it was scheduled for: the machine emits it only when it is due,
-//     while the workload is Respawning at that attempt and no relay sync is
-//     awaited), then call RespawnDone with the same Attempt. The machine
-//     never schedules a respawn in the driver, so an eviction or fencing
-//     that comes first simply means no AttemptRespawn is emitted.
+//   - AttemptRespawn: restart the process at once, in order with the other
+//     effects (do not wait for At, the time it was scheduled for: the
+//     machine emits it only when it is due, from Tick, while the workload is
+//     Respawning at that attempt and no relay sync is awaited), then call
+//     RespawnDone with the same Attempt. The machine never leaves a respawn
+//     scheduled in the driver, so an eviction or fencing that comes first
+//     simply means no AttemptRespawn is emitted, and a late RespawnDone is
+//     ignored.
 //   - The claim step (rule 8), a feedback loop: PublishClaim → publish an
 //     active claim to every relay, then call ClaimPublished with the number
 //     of OK-true answers (once M accepted, or once all answered or timed
@@ -62,7 +64,12 @@
 //     read to EOSE and the number of other active claimers for the epoch.
 //     The machine answers StartWorkload (won) or WithdrawClaim (retry after
 //     ClaimBackoff, driven by Tick). Feedback that never comes is timed out
-//     by Tick after ClaimTimeout.
+//     by Tick after ClaimTimeout. ReadClaims is the only effect meant for
+//     later: reading is harmless, and ClaimsRead decides from the state the
+//     machine is in when the report arrives. Report each round's read
+//     before the next round's ClaimPublished (reads bounded well below
+//     ClaimTimeout, reports fed in order), so a report never outlives its
+//     round.
 //   - Call Tick periodically (about every second) and after observations;
 //     call ObserveHeartbeat for every verified heartbeat from every relay,
 //     ObserveClaim and ObserveRevocation for every verified kind 38386 and
@@ -89,7 +96,8 @@
 // O(N) per heartbeat), so Tick never scans observations. A standby counts the
 // holder's silence on a relay only from the latest of the holder's last claim
 // there and the start of its own unbroken stretch there, so that its own
-// outage or restart never passes for the holder's silence. Tick lets Live
-// and Standby workloads sleep until their next possible deadline; any input
-// that could bring a deadline forward wakes them.
+// outage or restart never passes for the holder's silence. Tick lets Live,
+// Standby and Respawning workloads sleep until their next possible deadline
+// (for Respawning: the respawn's due time, eviction, expiry); any input that
+// could bring a deadline forward wakes them.
 package lease

@@ -35,7 +35,11 @@ type StartWorkload struct {
 
 // StopWorkload asks the driver to stop the workload process (fencing). When
 // it precedes a PublishRevocation in the same slice, the driver must finish
-// the stop before it hands the revocation to the outbox (rule 7).
+// the stop before it hands the revocation to the outbox (rule 7). It is
+// idempotent for the driver: Restore re-issues it for every workload not
+// held here, whose process may or may not still run. Epoch is the
+// workload's epoch as the machine knows it; the driver stops whatever
+// process of the workload runs.
 type StopWorkload struct {
 	ID     string
 	Epoch  uint64
