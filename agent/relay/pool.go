@@ -39,6 +39,12 @@ type Options struct {
 	// (re)subscription and set as since on every filter that has none
 	// (0: no since). Reconnects therefore resume from the cursor.
 	Since func() nostr.Timestamp
+	// SinceFor, when set, replaces Since: it is called on every
+	// (re)subscription for each filter that has no since of its own, so
+	// different filters can resume from different points (the agent reads
+	// stored heartbeats back one stale window and everything else from the
+	// cursor). 0: no since.
+	SinceFor func(f nostr.Filter) nostr.Timestamp
 	// SecretKey (hex) answers NIP-42 AUTH challenges; empty: never
 	// authenticate (a relay that requires auth then closes us permanently).
 	SecretKey string
@@ -238,13 +244,27 @@ func cloneFilters(fs []nostr.Filter) []nostr.Filter {
 
 // prepareFilters applies since (to filters without one) and the relay's
 // max_limit, then splits them into groups of at most max_filters.
-func prepareFilters(base []nostr.Filter, since nostr.Timestamp, l Limits) []nostr.Filters {
+// sinceOf returns the since hook for a (re)subscription: SinceFor, else
+// Since for every filter, else nil (no since).
+func (o Options) sinceOf() func(nostr.Filter) nostr.Timestamp {
+	switch {
+	case o.SinceFor != nil:
+		return o.SinceFor
+	case o.Since != nil:
+		since := o.Since()
+		return func(nostr.Filter) nostr.Timestamp { return since }
+	}
+	return nil
+}
+
+func prepareFilters(base []nostr.Filter, sinceOf func(nostr.Filter) nostr.Timestamp, l Limits) []nostr.Filters {
 	fs := make(nostr.Filters, 0, len(base))
 	for _, f := range base {
 		f = f.Clone()
-		if since > 0 && f.Since == nil {
-			s := since
-			f.Since = &s
+		if sinceOf != nil && f.Since == nil {
+			if s := sinceOf(f); s > 0 {
+				f.Since = &s
+			}
 		}
 		if l.MaxLimit > 0 && f.Limit > l.MaxLimit {
 			f.Limit = l.MaxLimit

@@ -272,7 +272,7 @@ func (s *supervisor) query(ctx context.Context, filter nostr.Filter) QueryResult
 			res.Err = fmt.Errorf("%w (max_subscriptions %d)", ErrSubscriptionLimit, l.MaxSubscriptions)
 			return res
 		}
-		groups := prepareFilters([]nostr.Filter{filter}, 0, l)
+		groups := prepareFilters([]nostr.Filter{filter}, nil, l)
 		id := c.nextID("pa-query-")
 		q := &querySink{done: make(chan struct{})}
 		c.mu.Lock()

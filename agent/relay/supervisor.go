@@ -623,7 +623,7 @@ func (ss *session) subscribeAll() error {
 	if len(base) == 0 {
 		return nil
 	}
-	groups := prepareFilters(base, 0, ss.s.limits())
+	groups := prepareFilters(base, nil, ss.s.limits())
 	for _, g := range groups {
 		sub := &mainSub{base: g}
 		ss.subs = append(ss.subs, sub)
@@ -645,11 +645,7 @@ func (ss *session) send(sub *mainSub) error {
 	ss.eoseReported = false
 	sub.state = subActive
 	sub.sentAuthed = ss.c.isAuthed()
-	var since nostr.Timestamp
-	if ss.s.p.opts.Since != nil {
-		since = ss.s.p.opts.Since()
-	}
-	filters := prepareFilters(sub.base, since, ss.s.limits())
+	filters := prepareFilters(sub.base, ss.s.p.opts.sinceOf(), ss.s.limits())
 	var fs nostr.Filters
 	for _, g := range filters {
 		fs = append(fs, g...)

@@ -63,7 +63,7 @@ func TestPrepareFilters(t *testing.T) {
 		{Kinds: []int{2}, Since: &own},
 		{Kinds: []int{3}},
 	}
-	groups := prepareFilters(base, 42, Limits{MaxFilters: 2, MaxLimit: 10})
+	groups := prepareFilters(base, func(nostr.Filter) nostr.Timestamp { return 42 }, Limits{MaxFilters: 2, MaxLimit: 10})
 	if len(groups) != 2 || len(groups[0]) != 2 || len(groups[1]) != 1 {
 		t.Fatalf("prepareFilters groups = %v, want 2+1", groups)
 	}
@@ -76,8 +76,32 @@ func TestPrepareFilters(t *testing.T) {
 	if base[0].Since != nil || base[0].Limit != 100 {
 		t.Errorf("prepareFilters modified its input: %+v", base[0])
 	}
-	if got := prepareFilters(nil, 1, Limits{}); got != nil {
+	if got := prepareFilters(nil, nil, Limits{}); got != nil {
 		t.Errorf("prepareFilters(nil) = %v, want nil", got)
+	}
+}
+
+func TestSinceForPerFilter(t *testing.T) {
+	o := Options{
+		Since: func() nostr.Timestamp { return 7 },
+		SinceFor: func(f nostr.Filter) nostr.Timestamp {
+			if f.Kinds[0] == 1 {
+				return 100
+			}
+			return 0
+		},
+	}
+	groups := prepareFilters([]nostr.Filter{{Kinds: []int{1}}, {Kinds: []int{2}}}, o.sinceOf(), Limits{})
+	if g := groups[0][0]; g.Since == nil || *g.Since != 100 {
+		t.Errorf("kind 1 since = %v, want 100 from SinceFor", g.Since)
+	}
+	if g := groups[0][1]; g.Since != nil {
+		t.Errorf("kind 2 since = %v, want none (SinceFor returned 0, Since ignored)", *g.Since)
+	}
+	o.SinceFor = nil
+	groups = prepareFilters([]nostr.Filter{{Kinds: []int{2}}}, o.sinceOf(), Limits{})
+	if g := groups[0][0]; g.Since == nil || *g.Since != 7 {
+		t.Errorf("since without SinceFor = %v, want 7 from Since", g.Since)
 	}
 }
 
