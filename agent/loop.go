@@ -140,11 +140,10 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 		rivals = map[string]bool{}
 	}
 	for _, pr := range in.claims {
-		w, _ := a.m.Workload(pr.p.WorkloadID)
-		c, ok := claimInput(pr.p, pr.relay, w)
-		if !ok {
-			continue
-		}
+		// As on the wire: lease decides what a Paygress announcement
+		// (EpochUnknown) counts as, and records one that competes as a
+		// rival, which ClaimsRead sees; Competing counts epoch claims.
+		c := heartbeat.ClaimInput(pr.p, pr.relay)
 		effs = append(effs, a.m.ObserveClaim(now, c)...)
 		if r := in.claimRead; r != nil && c.Workload == r.Workload && c.Claimer != a.self && c.Active && c.Epoch >= r.Epoch {
 			rivals[c.Claimer] = true
@@ -160,19 +159,10 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 }
 
 // relayClaim is a verified promotion claim (kind 38386) as one relay served
-// it; feed converts it with the machine's current view of the workload.
+// it; feed converts it with heartbeat.ClaimInput.
 type relayClaim struct {
 	p     *heartbeat.Promotion
 	relay string
-}
-
-// claimInput is heartbeat.ClaimInput (the one wire-to-lease mapping of
-// claims: a Paygress announcement becomes an active claim of w.Epoch+1),
-// carrying the event's created_at, which lease.PromotionClaim documents.
-func claimInput(p *heartbeat.Promotion, relay string, w lease.WorkloadSnapshot) (lease.PromotionClaim, bool) {
-	c, ok := heartbeat.ClaimInput(p, relay, w)
-	c.CreatedAt = p.CreatedAt
-	return c, ok
 }
 
 // syncRelays reports relays that delivered EOSE (rule 10), once the events

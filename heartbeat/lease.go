@@ -47,39 +47,25 @@ func RevocationInput(r *Revocation, w lease.WorkloadSnapshot) lease.Revocation {
 	}
 }
 
-// ClaimInput is the lease input for promotion p delivered by relay, given the
-// machine's view w of the workload. ok is false when the event should not be
-// fed at all.
-//
-// A Paygress announcement has no epoch; its author started the workload
-// before announcing, so it is read as an active claim of w.Epoch+1 (it fences
-// a copy held here and blocks our own claim for that epoch). Addressable
-// events live forever, though, so an announcement is ignored when it was
-// made before w's holder began at w.Epoch (HoldFrom or WatchFrom, compared on
-// the announcer's clock) or when its author is already w's holder.
-func ClaimInput(p *Promotion, relay string, w lease.WorkloadSnapshot) (c lease.PromotionClaim, ok bool) {
-	c = lease.PromotionClaim{
-		Workload: p.WorkloadID,
-		Claimer:  p.Signer,
-		Epoch:    p.Epoch,
-		Active:   p.Status != ClaimWithdrawn,
-		Relay:    relay,
+// ClaimInput is the lease input for promotion p delivered by relay: the
+// wire fields, unchanged. A Paygress announcement (no epoch) stays
+// lease.EpochUnknown with its created_at; lease.Machine.ObserveClaim alone
+// decides whether it counts as an active claim of the next epoch or is an
+// old event to ignore, so the agent and the simulator in props/ feed the
+// machine the same inputs.
+func ClaimInput(p *Promotion, relay string) lease.PromotionClaim {
+	epoch := p.Epoch
+	if !p.HasEpoch {
+		epoch = lease.EpochUnknown
 	}
-	if p.HasEpoch {
-		return c, true
+	return lease.PromotionClaim{
+		Workload:  p.WorkloadID,
+		Claimer:   p.Signer,
+		Epoch:     epoch,
+		Active:    p.Status != ClaimWithdrawn,
+		Relay:     relay,
+		CreatedAt: p.CreatedAt,
 	}
-	if p.Signer == w.Holder {
-		return c, false
-	}
-	since := w.WatchFrom
-	if w.HoldFrom.After(since) {
-		since = w.HoldFrom
-	}
-	if !since.IsZero() && !p.CreatedAt.After(since) {
-		return c, false
-	}
-	c.Epoch = w.Epoch + 1
-	return c, true
 }
 
 // SpecOf returns the lease spec of grant g, ready for Machine.Track (a copy:

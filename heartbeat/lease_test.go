@@ -166,10 +166,9 @@ func TestLeaseHandoffOverTheWire(t *testing.T) {
 	if err != nil {
 		t.Fatalf("primary Ingest(claim) = %v", err)
 	}
-	w, _ = p.m.Workload("wl-1")
-	c, ok := ClaimInput(res.Promotion, relays[0], w)
-	if !ok || c.Epoch != 2 || !c.Active {
-		t.Fatalf("ClaimInput(claim) = %+v, %v, want active epoch 2", c, ok)
+	c := ClaimInput(res.Promotion, relays[0])
+	if c.Epoch != 2 || !c.Active || !c.CreatedAt.Equal(res.Promotion.CreatedAt) {
+		t.Fatalf("ClaimInput(claim) = %+v, want active epoch 2", c)
 	}
 	p.m.ObserveClaim(now, c)
 	if st, _ := p.m.State("wl-1"); st != lease.StateFenced {
@@ -201,23 +200,26 @@ func TestPaygressDefaultsInLeaseInputs(t *testing.T) {
 		t.Fatalf("RevocationInput(epoch 3) = %+v, want epoch 3", got)
 	}
 
+	// Promotions pass through as they are on the wire: a Paygress
+	// announcement keeps EpochUnknown and its created_at (lease decides).
 	tests := []struct {
 		name   string
 		pr     Promotion
-		ok     bool
 		epoch  uint64
 		active bool
 	}{
-		{"ours", Promotion{Signer: s1.PublicKey(), Epoch: 5, HasEpoch: true, Status: ClaimActive, CreatedAt: t0.Add(-time.Hour)}, true, 5, true},
-		{"ours withdrawn", Promotion{Signer: s1.PublicKey(), Epoch: 5, HasEpoch: true, Status: ClaimWithdrawn}, true, 5, false},
-		{"paygress fresh", Promotion{Signer: s1.PublicKey(), Status: ClaimActive, CreatedAt: t0.Add(time.Second)}, true, 5, true},
-		{"paygress old", Promotion{Signer: s1.PublicKey(), Status: ClaimActive, CreatedAt: t0}, false, 0, false},
-		{"paygress by holder", Promotion{Signer: p.PublicKey(), Status: ClaimActive, CreatedAt: t0.Add(time.Hour)}, false, 0, false},
+		{"ours", Promotion{Signer: s1.PublicKey(), Epoch: 5, HasEpoch: true, Status: ClaimActive, CreatedAt: t0.Add(-time.Hour)}, 5, true},
+		{"ours withdrawn", Promotion{Signer: s1.PublicKey(), Epoch: 5, HasEpoch: true, Status: ClaimWithdrawn, CreatedAt: t0}, 5, false},
+		{"paygress fresh", Promotion{Signer: s1.PublicKey(), Status: ClaimActive, CreatedAt: t0.Add(time.Second)}, lease.EpochUnknown, true},
+		{"paygress old", Promotion{Signer: s1.PublicKey(), Status: ClaimActive, CreatedAt: t0.Add(-time.Hour)}, lease.EpochUnknown, true},
+		{"paygress by holder", Promotion{Signer: p.PublicKey(), Status: ClaimActive, CreatedAt: t0.Add(time.Hour)}, lease.EpochUnknown, true},
 	}
 	for _, tt := range tests {
-		c, ok := ClaimInput(&tt.pr, "ws://r", w)
-		if ok != tt.ok || (ok && (c.Epoch != tt.epoch || c.Active != tt.active)) {
-			t.Errorf("ClaimInput(%s) = %+v, %v, want epoch %d active %v ok %v", tt.name, c, ok, tt.epoch, tt.active, tt.ok)
+		tt.pr.WorkloadID = "a"
+		c := ClaimInput(&tt.pr, "ws://r")
+		want := lease.PromotionClaim{Workload: "a", Claimer: tt.pr.Signer, Epoch: tt.epoch, Active: tt.active, Relay: "ws://r", CreatedAt: tt.pr.CreatedAt}
+		if c != want {
+			t.Errorf("ClaimInput(%s) = %+v, want %+v", tt.name, c, want)
 		}
 	}
 

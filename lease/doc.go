@@ -61,7 +61,10 @@
 //     out). The machine answers ReadClaims{At} (or WithdrawClaim and a later
 //     retry). At At, read the workload's claims from the relays, feed each
 //     one with ObserveClaim, then call ClaimsRead with the number of relays
-//     read to EOSE and the number of other active claimers for the epoch.
+//     read to EOSE and the number of other providers with an active claim
+//     carrying an epoch at or above it (Paygress announcements, which carry
+//     none, are fed as they are: ObserveClaim records one that counts as a
+//     rival, and ClaimsRead sees it there).
 //     The machine answers StartWorkload (won) or WithdrawClaim (retry after
 //     ClaimBackoff, driven by Tick). Feedback that never comes is timed out
 //     by Tick after ClaimTimeout. ReadClaims is the only effect meant for
@@ -73,7 +76,11 @@
 //   - Call Tick periodically (about every second) and after observations;
 //     call ObserveHeartbeat for every verified heartbeat from every relay,
 //     ObserveClaim and ObserveRevocation for every verified kind 38386 and
-//     38385 event, ProcessExited when a process exits.
+//     38385 event, ProcessExited when a process exits. A Paygress
+//     announcement (kind 38386 without an epoch) is fed unchanged, with
+//     EpochUnknown and its created_at: the machine alone decides whether it
+//     counts (an active claim of the next epoch when made after the current
+//     holder began, allowing MaxSkew) or is an old event to ignore.
 //   - Heartbeats this provider publishes list Held(): the (workload, epoch)
 //     pairs it holds.
 //   - After a restart: Restore and perform its effects (they begin with a

@@ -45,17 +45,19 @@ type Revocation struct {
 
 // PromotionClaim is a promotion claim or announcement (kind 38386) after
 // signature checks. Active is false for a withdrawn marker. A Paygress
-// announcement is active and carries no epoch: Epoch 0 (EpochUnknown).
+// announcement is active and carries no epoch: Epoch 0 (EpochUnknown); the
+// driver feeds it as it is, and ObserveClaim decides what it counts as.
 type PromotionClaim struct {
 	Workload string
 	Claimer  string
 	Epoch    uint64
 	Active   bool
 	Relay    string
-	// CreatedAt is the event's created_at. It matters only for claims with
-	// EpochUnknown: such an announcement fences a copy held here when it was
-	// made (by the claimer's clock, allowing MaxSkew) after this provider
-	// began holding. Zero means unknown: the claim is then ignored.
+	// CreatedAt is the event's created_at (the claimer's clock). It matters
+	// only for claims with EpochUnknown: such an announcement counts as an
+	// active claim of the next epoch only when it may have been made after
+	// the current holder began (ObserveClaim). Zero means unknown: the
+	// announcement is then ignored.
 	CreatedAt time.Time
 }
 

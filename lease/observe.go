@@ -185,11 +185,16 @@ func (m *Machine) fence(w *WorkloadSnapshot, reason string, out *[]Effect) {
 // ObserveClaim feeds a verified promotion claim or withdrawn marker. An
 // active claim for a higher epoch by a provider the lease names fences a
 // copy held here at once (rule 9); a standby records it as a rival claim,
-// which blocks its own claim step for that epoch. A claim with EpochUnknown
-// (a Paygress announcement: that peer already started the workload) fences
-// a copy held here only when its CreatedAt is later than HoldFrom+MaxSkew;
-// otherwise it is ignored here, and the driver counts it as competing in
-// ClaimRead.
+// which blocks its own claim step for that epoch (rule 8).
+//
+// A claim with EpochUnknown is a Paygress announcement: its author started
+// the workload before announcing, and it never withdraws. It counts as an
+// active claim of Epoch+1 (fencing a copy held here, and competing in a
+// standby's claim step) when it is by a provider other than the current
+// holder and was made after the current holder began at Epoch (see
+// announcedSince). Addressable events live forever, so older announcements
+// (from an earlier failover) are ignored, as are those with a zero
+// CreatedAt.
 func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 	w := m.byID[c.Workload]
 	if w == nil || w.State.Terminal() || c.Claimer == m.self || c.Epoch > MaxEpoch {
@@ -199,16 +204,15 @@ func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 	if !ok || !w.names(pi) {
 		return nil
 	}
+	announced := c.Epoch == EpochUnknown
+	if announced {
+		if !c.Active || pi == w.holder || w.Epoch >= MaxEpoch || !m.announcedSince(w, c.CreatedAt) {
+			return nil
+		}
+		c.Epoch = w.Epoch + 1
+	}
 	now = m.clock(now)
 	m.touch(w)
-	if c.Epoch == EpochUnknown {
-		if c.Active && w.State.Holding() && !c.CreatedAt.IsZero() && c.CreatedAt.After(w.HoldFrom.Add(m.cfg.MaxSkew)) {
-			var out []Effect
-			m.fence(w, fmt.Sprintf("promotion announced by %s after we began holding", c.Claimer), &out)
-			return out
-		}
-		return nil
-	}
 	if !c.Active {
 		out := w.Rivals[:0]
 		for _, r := range w.Rivals {
@@ -228,7 +232,11 @@ func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 	var out []Effect
 	switch w.State {
 	case StateProvisioning, StateLive, StateSuspect, StateRespawning, StateSyncing:
-		m.fence(w, fmt.Sprintf("epoch %d claimed by %s", c.Epoch, c.Claimer), &out)
+		reason := fmt.Sprintf("epoch %d claimed by %s", c.Epoch, c.Claimer)
+		if announced {
+			reason = fmt.Sprintf("promotion announced by %s after epoch %d began", c.Claimer, w.Epoch)
+		}
+		m.fence(w, reason, &out)
 		return out
 	case StateEvicted:
 		m.enter(w, StateFenced, &out)
@@ -254,6 +262,24 @@ func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 		m.abortClaim(w, w.Target, &out)
 	}
 	return out
+}
+
+// announcedSince reports whether a Paygress announcement made at created
+// (the announcer's clock, whole seconds) may have been made after the
+// current holder began at w.Epoch: when this provider began holding
+// (HoldFrom) or began watching the holder (WatchFrom), whichever is later,
+// on the local clock. The two clocks differ by up to MaxSkew, and created_at
+// is truncated to the second, so the announcement counts unless it lies
+// more than MaxSkew plus one second before that start. This errs towards
+// counting: an announcement counted wrongly only fences a copy or delays a
+// standby's claim (liveness), while one ignored wrongly would leave two
+// writers (safety).
+func (m *Machine) announcedSince(w *WorkloadSnapshot, created time.Time) bool {
+	if created.IsZero() {
+		return false
+	}
+	since := maxTime(w.HoldFrom, w.WatchFrom)
+	return created.After(since.Add(-m.cfg.MaxSkew - time.Second))
 }
 
 // ObserveRevocation feeds a verified lease revocation. It is accepted only

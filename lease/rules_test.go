@@ -556,29 +556,3 @@ func TestRule11_RespawnDuringProvisioningStaysBounded(t *testing.T) {
 		t.Fatalf("Tick(provision timeout after respawn) = %v, want failed", render(effs))
 	}
 }
-
-func TestRule9_PaygressAnnouncementWithoutEpoch(t *testing.T) {
-	tests := []struct {
-		name    string
-		created time.Duration // 0: unknown
-		fenced  bool
-	}{
-		{"made after we began holding", 200 * s, true},
-		{"older than our hold (stored from an earlier failover)", -time.Hour, false},
-		{"within max_skew of our hold start", 20 * s, false},
-		{"created_at unknown", 0, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := liveAlice(t, warmSpec("w1", "alice", "bob"), 300*s, nil)
-			c := PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: EpochUnknown, Active: true}
-			if tt.created != 0 {
-				c.CreatedAt = at(tt.created)
-			}
-			effs := h.m.ObserveClaim(at(301*s), c)
-			if got := h.state("w1") == StateFenced && hasEffect[StopWorkload](effs); got != tt.fenced {
-				t.Fatalf("ObserveClaim(%s) = %v, want fenced=%v", tt.name, render(effs), tt.fenced)
-			}
-		})
-	}
-}

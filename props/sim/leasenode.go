@@ -339,26 +339,35 @@ func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 			EventID:   fmt.Sprintf("%016x", uint64(ev.ID)),
 			CreatedAt: time.Unix(ev.CreatedAt, 0),
 		}))
-	case AnchorPromotion:
-		// A Paygress announcement: active, no epoch.
-		n.apply(env, now, n.m.ObserveClaim(now, lease.PromotionClaim{
-			Workload: b.Workload, Claimer: author, Epoch: lease.EpochUnknown, Active: true, Relay: RelayURL(r),
-			CreatedAt: time.Unix(ev.CreatedAt, 0),
-		}))
+	case AnchorPromotion, LeaseClaim:
+		c, _ := claimInput(r, ev)
+		n.apply(env, now, n.m.ObserveClaim(now, c))
 	case LeaseRevocation:
 		n.apply(env, now, n.m.ObserveRevocation(now, lease.Revocation{
 			Workload: b.Workload, Signer: author, Epoch: b.Epoch,
 			Successor: b.Successor, Standbys: b.Standbys, Reason: b.Reason,
 		}))
-	case LeaseClaim:
-		n.apply(env, now, n.m.ObserveClaim(now, lease.PromotionClaim{
-			Workload: b.Workload, Claimer: author, Epoch: b.Epoch, Active: b.Active, Relay: RelayURL(r),
-			CreatedAt: time.Unix(ev.CreatedAt, 0),
-		}))
 	default:
 		return
 	}
 	n.apply(env, now, n.m.Tick(now))
+}
+
+// claimInput is the lease input for a kind 38386 event as relay r served
+// it, as the agent feeds it (heartbeat.ClaimInput): our claims and withdrawn
+// markers with their epoch, a Paygress announcement with EpochUnknown and
+// its created_at, left to lease.Machine.ObserveClaim to judge.
+func claimInput(r RelayID, ev *Event) (lease.PromotionClaim, bool) {
+	c := lease.PromotionClaim{Claimer: ProviderKey(ev.Author), Relay: RelayURL(r), CreatedAt: time.Unix(ev.CreatedAt, 0)}
+	switch b := ev.Body.(type) {
+	case LeaseClaim:
+		c.Workload, c.Epoch, c.Active = b.Workload, b.Epoch, b.Active
+	case AnchorPromotion:
+		c.Workload, c.Epoch, c.Active = b.Workload, lease.EpochUnknown, true
+	default:
+		return c, false
+	}
+	return c, true
 }
 
 // EOSE implements Node.
@@ -414,14 +423,13 @@ func (n *LeaseNode) QueryResult(env Env, now time.Time, r RelayID, q QueryID, ev
 	if ok {
 		rd.read++
 		for _, ev := range evs {
-			c, isClaim := ev.Body.(LeaseClaim)
+			c, isClaim := claimInput(r, ev)
 			if !isClaim || c.Workload != rd.workload {
 				continue
 			}
-			n.apply(env, now, n.m.ObserveClaim(now, lease.PromotionClaim{
-				Workload: c.Workload, Claimer: ProviderKey(ev.Author), Epoch: c.Epoch, Active: c.Active, Relay: RelayURL(r),
-				CreatedAt: time.Unix(ev.CreatedAt, 0),
-			}))
+			n.apply(env, now, n.m.ObserveClaim(now, c))
+			// Competing counts epoch claims; lease records a Paygress
+			// announcement that competes as a rival (ClaimsRead sees it).
 			if c.Active && c.Epoch >= rd.epoch && ev.Author != n.self {
 				rd.claimers[ev.Author] = true
 			}
@@ -447,7 +455,7 @@ func (n *LeaseNode) Timer(env Env, now time.Time, tag any) {
 		rd := &claimRead{workload: t.workload, epoch: t.epoch, claimers: map[ProviderID]bool{}, queries: map[QueryID]bool{}}
 		for r := 0; r < env.NumRelays(); r++ {
 			q := env.Query(RelayID(r), func(ev *Event) bool {
-				c, ok := ev.Body.(LeaseClaim)
+				c, ok := claimInput(RelayID(r), ev)
 				return ok && ev.Kind == KindClaim && c.Workload == t.workload
 			})
 			n.reads[q] = rd
