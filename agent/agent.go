@@ -245,6 +245,7 @@ type Agent struct {
 	statusDirty bool
 	saved       map[string]uint64 // workload id -> hash of the last saved snapshot, to skip unchanged rows
 	fgWG        sync.WaitGroup    // feedback goroutines (claims, reads)
+	claimTimes  claimTimes        // created_at of claims per workload (machine goroutine only)
 
 	attemptMu sync.Mutex
 	attempted map[string]bool // revocation event ids whose first attempt was reported

@@ -24,7 +24,7 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 	now := time.Now()
 
 	// Due in an hour by its schedule, performed now all the same.
-	a.perform(ctx, now, []lease.Effect{lease.AttemptRespawn{ID: "w1", Epoch: 1, Attempt: 1, At: now.Add(time.Hour)}})
+	a.perform(ctx, now, []lease.Effect{lease.AttemptRespawn{ID: "w1", Epoch: 1, Attempt: 1, At: now.Add(time.Hour)}}, nil)
 	select {
 	case in := <-a.inputs:
 		if in.respawn == nil || !in.respawn.OK || in.respawn.Attempt != 1 {
@@ -48,7 +48,7 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 		{"repeated stop once stopped", "w1", 1},
 	}
 	for _, tt := range tests {
-		a.perform(ctx, now, []lease.Effect{lease.StopWorkload{ID: tt.id, Epoch: 1, Reason: "test"}})
+		a.perform(ctx, now, []lease.Effect{lease.StopWorkload{ID: tt.id, Epoch: 1, Reason: "test"}}, nil)
 		waitFor(t, 10*time.Second, tt.name+": actuator idle", func() bool { return a.act.Fenced(tt.id) })
 		b.mu.Lock()
 		stops := b.stops

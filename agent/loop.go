@@ -243,8 +243,35 @@ func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, 
 		}
 		rows = append(rows, outRow{bundle: b, key: fmt.Sprintf("revocation:%s:%d", r.ID, r.Epoch)})
 	}
+	// created_at of claims and withdrawn markers, strictly increasing per
+	// workload (claimtime.go), persisted with the step.
+	var stamps []time.Time
+	var stamped []string
+	for i, e := range effs {
+		var id string
+		switch e := e.(type) {
+		case lease.PublishClaim:
+			id = e.ID
+		case lease.WithdrawClaim:
+			id = e.ID
+		default:
+			continue
+		}
+		at, err := a.claimTimes.next(ctx, a.st, id, now)
+		if err != nil {
+			return err
+		}
+		if stamps == nil {
+			stamps = make([]time.Time, len(effs))
+		}
+		stamps[i] = at
+		stamped = append(stamped, id)
+	}
 	err := sqlitedb.InTx(ctx, a.db, func(tx *sql.Tx) error {
 		if err := saveWorkloads(ctx, a.st, tx, ws); err != nil {
+			return err
+		}
+		if err := a.claimTimes.save(ctx, a.st, tx, stamped); err != nil {
 			return err
 		}
 		for _, r := range rows {
@@ -263,16 +290,21 @@ func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, 
 		return fmt.Errorf("commit step: %w", err)
 	}
 	a.refreshPolicy(ids)
-	a.perform(ctx, now, effs)
+	a.perform(ctx, now, effs, stamps)
 	a.met.stepSeconds.Observe(time.Since(start).Seconds())
 	return nil
 }
 
 // perform runs effects in order; backend work and network waits go to
-// owned goroutines that report back as inputs.
-func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect) {
+// owned goroutines that report back as inputs. stamps[i] is the created_at
+// commit assigned to claim effect i (nil or zero: now).
+func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect, stamps []time.Time) {
 	heldChanged := false
-	for _, e := range effs {
+	for i, e := range effs {
+		at := now
+		if i < len(stamps) && !stamps[i].IsZero() {
+			at = stamps[i]
+		}
 		a.met.effects.WithLabelValues(effectType(e)).Inc()
 		a.logger.Debug("effect", "effect", e.String())
 		switch e := e.(type) {
@@ -306,10 +338,10 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect)
 			a.emit("revocation", e.ID, "revocation of epoch %d queued in the outbox (successor %s): %s", e.Epoch, short(e.Successor), e.Reason)
 		case lease.PublishClaim:
 			a.met.promotions.WithLabelValues("claimed").Inc()
-			a.goFeedback(ctx, func(ctx context.Context) { a.publishClaim(ctx, e.ID, e.Epoch, heartbeat.ClaimActive) })
+			a.goFeedback(ctx, func(ctx context.Context) { a.publishClaim(ctx, e.ID, e.Epoch, heartbeat.ClaimActive, at) })
 		case lease.WithdrawClaim:
 			a.met.promotions.WithLabelValues("withdrawn").Inc()
-			a.goFeedback(ctx, func(ctx context.Context) { a.publishClaim(ctx, e.ID, e.Epoch, heartbeat.ClaimWithdrawn) })
+			a.goFeedback(ctx, func(ctx context.Context) { a.publishClaim(ctx, e.ID, e.Epoch, heartbeat.ClaimWithdrawn, at) })
 		case lease.ReadClaims:
 			a.goFeedback(ctx, func(ctx context.Context) { a.readClaims(ctx, e) })
 		case lease.AttemptRespawn:
@@ -364,10 +396,10 @@ func (a *Agent) goFeedback(ctx context.Context, f func(context.Context)) {
 	}()
 }
 
-// publishClaim publishes a promotion claim (or withdrawn marker) and, for an
-// active claim, reports how many relays accepted it.
-func (a *Agent) publishClaim(ctx context.Context, id string, epoch uint64, status heartbeat.ClaimStatus) {
-	ev, err := heartbeat.BuildPromotion(a.keys, heartbeat.PromotionParams{WorkloadID: id, At: a.now(), Epoch: epoch, Status: status})
+// publishClaim publishes a promotion claim (or withdrawn marker) created at
+// at and, for an active claim, reports how many relays accepted it.
+func (a *Agent) publishClaim(ctx context.Context, id string, epoch uint64, status heartbeat.ClaimStatus, at time.Time) {
+	ev, err := heartbeat.BuildPromotion(a.keys, heartbeat.PromotionParams{WorkloadID: id, At: at, Epoch: epoch, Status: status})
 	if err != nil {
 		a.logger.Error("build promotion claim", "workload", id, "err", err)
 		if status == heartbeat.ClaimActive {
@@ -656,6 +688,9 @@ func (a *Agent) applyCommands(ctx context.Context) {
 			if release != "" {
 				if err := a.st.DeleteWorkload(ctx, tx, release); err != nil {
 					return fmt.Errorf("delete workload %s: %w", release, err)
+				}
+				if err := a.claimTimes.forget(ctx, a.st, tx, release); err != nil {
+					return err
 				}
 			}
 			return markCommand(ctx, tx, seq, now, result)

@@ -1,0 +1,109 @@
+package agent
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/heartbeat"
+	"provideragent/lease"
+)
+
+// recPool is a RelayPool that records what the agent publishes; every
+// relay accepts nothing (so a claim is withdrawn at once).
+type recPool struct {
+	upPool
+	mu  sync.Mutex
+	evs []*nostr.Event
+}
+
+func (p *recPool) Publish(_ context.Context, ev *nostr.Event) PublishResult {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.evs = append(p.evs, ev)
+	return PublishResult{}
+}
+
+func (p *recPool) published(kind int) []*nostr.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*nostr.Event
+	for _, ev := range p.evs {
+		if ev.Kind == kind {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// TestClaimCreatedAtIncreases: a claim and its withdrawn marker made in the
+// same second get strictly increasing created_at (relays keep the newest per
+// d tag; on a tie the lower id wins, NIP-01), and the order holds across a
+// restart on the same database.
+func TestClaimCreatedAtIncreases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary, second := newTestKeys(t), newTestKeys(t)
+	key := nostr.GeneratePrivateKey()
+	self, _ := heartbeat.NewKeys(key)
+	dbPath := filepath.Join(t.TempDir(), "agent.db")
+	pool := &recPool{}
+	a := newStepAgent(t, stepOpts{key: key, dbPath: dbPath, pool: pool})
+	t0 := time.Now().Truncate(time.Second).Add(100 * time.Millisecond)
+	spec := stepSpec(primary.PublicKey(), self.PublicKey(), second.PublicKey())
+	if err := a.commit(ctx, t0, feedInput(a, t0, input{grant: &spec}), nil); err != nil {
+		t.Fatalf("commit(grant) = %v", err)
+	}
+	rev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
+		Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	effs := step(t, a, t0, rev, nil)
+	if !hasEffect[lease.PublishClaim](effs) {
+		t.Fatalf("feed(revocation naming us) = %v, want PublishClaim", effs)
+	}
+	if err := a.commit(ctx, t0, effs, nil); err != nil {
+		t.Fatalf("commit(claim) = %v", err)
+	}
+	// No relay accepted it: the machine withdraws, in the same second.
+	effs = feedInput(a, t0.Add(200*time.Millisecond), input{claimAck: &lease.ClaimAck{Workload: "w1", Epoch: 2}})
+	if !hasEffect[lease.WithdrawClaim](effs) {
+		t.Fatalf("feed(claim ack 0) = %v, want WithdrawClaim", effs)
+	}
+	if err := a.commit(ctx, t0.Add(200*time.Millisecond), effs, nil); err != nil {
+		t.Fatalf("commit(withdraw) = %v", err)
+	}
+	a.fgWG.Wait()
+	evs := pool.published(heartbeat.KindPromotion)
+	if len(evs) != 2 {
+		t.Fatalf("published promotions = %d, want 2 (claim, withdrawn)", len(evs))
+	}
+	claim, withdraw := evs[0], evs[1]
+	if claim.Tags.GetD() != withdraw.Tags.GetD() {
+		t.Fatalf("d tags = %q, %q, want equal", claim.Tags.GetD(), withdraw.Tags.GetD())
+	}
+	if claim.CreatedAt != nostr.Timestamp(t0.Unix()) || withdraw.CreatedAt <= claim.CreatedAt {
+		t.Fatalf("created_at(claim, withdrawn) = %d, %d, want %d then larger", claim.CreatedAt, withdraw.CreatedAt, t0.Unix())
+	}
+
+	// A restarted agent (same database) continues above the last one.
+	b := newStepAgent(t, stepOpts{key: key, dbPath: dbPath, pool: pool})
+	for i, want := range []int64{int64(withdraw.CreatedAt) + 1, int64(withdraw.CreatedAt) + 2} {
+		got, err := b.claimTimes.next(ctx, b.st, "w1", t0)
+		if err != nil || got.Unix() != want {
+			t.Fatalf("next(w1, restart #%d) = %v, %v, want %d", i, got.Unix(), err, want)
+		}
+	}
+	// Another workload, or a later second, is not held back.
+	if got, _ := b.claimTimes.next(ctx, b.st, "w2", t0); got.Unix() != t0.Unix() {
+		t.Fatalf("next(w2) = %d, want %d", got.Unix(), t0.Unix())
+	}
+	if got, _ := b.claimTimes.next(ctx, b.st, "w1", t0.Add(time.Minute)); got.Unix() != t0.Add(time.Minute).Unix() {
+		t.Fatalf("next(w1, a minute later) = %d, want %d", got.Unix(), t0.Add(time.Minute).Unix())
+	}
+}
