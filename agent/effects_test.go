@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,12 +15,23 @@ import (
 // the agent performs effects: AttemptRespawn restarts the process at once
 // (never waiting for At) and reports RespawnDone's input; a StopWorkload for
 // a workload that neither runs nor has work queued is a no-op, however often
-// it is repeated; one for a running workload stops it.
+// it is repeated (Restore re-issues one per workload not held here), logged
+// at debug level only and without a FENCE timeline line; one for a running
+// workload stops it.
 func TestEffectsFollowDriverProtocol(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a := newStepAgent(t, stepOpts{})
+	var logs strings.Builder
+	var logMu sync.Mutex
+	a.logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var fences []string
+	a.onEvent = func(e Event) {
+		if e.Kind == "stop" {
+			fences = append(fences, e.Workload) // perform runs on this goroutine
+		}
+	}
 	b := a.backend.(*memBackend)
 	defer a.act.wait()
 	defer cancel()
@@ -38,17 +52,21 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 	}
 
 	tests := []struct {
-		name      string
-		id        string
-		wantStops int // Stop calls after the effect
+		name       string
+		id         string
+		wantStops  int // Stop calls after the effect
+		wantFences int // FENCE timeline lines after the effect
 	}{
-		{"stop of a workload never started here", "other", 0},
-		{"repeated stop of it", "other", 0},
-		{"stop of the running workload", "w1", 1},
-		{"repeated stop once stopped", "w1", 1},
+		{"stop of a workload never started here", "other", 0, 0},
+		{"repeated stop of it", "other", 0, 0},
+		{"stop of the running workload", "w1", 1, 1},
+		{"repeated stop once stopped", "w1", 1, 1},
 	}
 	for _, tt := range tests {
-		a.perform(ctx, now, []lease.Effect{lease.StopWorkload{ID: tt.id, Epoch: 1, Reason: "test"}}, nil)
+		a.perform(ctx, now, []lease.Effect{lease.StopWorkload{ID: tt.id, Epoch: 1, Reason: "restart: not held here (standby)"}}, nil)
+		if len(fences) != tt.wantFences {
+			t.Errorf("%s: FENCE timeline lines = %v, want %d", tt.name, fences, tt.wantFences)
+		}
 		waitFor(t, 10*time.Second, tt.name+": actuator idle", func() bool { return a.act.Fenced(tt.id) })
 		b.mu.Lock()
 		stops := b.stops
@@ -57,4 +75,21 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 			t.Errorf("%s: backend Stop calls = %d, want %d", tt.name, stops, tt.wantStops)
 		}
 	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if strings.Contains(logs.String(), "stop") {
+		t.Errorf("logs at info and above = %q, want no line about stops", logs.String())
+	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
