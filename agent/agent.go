@@ -375,7 +375,7 @@ func (a *Agent) newPool() (RelayPool, error) {
 	// A heartbeat list of 10,000 workloads is about 300 KB.
 	rc.MaxMessageSize = max(rc.MaxMessageSize, 1<<20)
 	return newRelayPool(rc, relay.Options{
-		Filters: a.poolFilters(), Since: a.since, SecretKey: secret, Logger: a.logger, Registerer: a.reg, Now: a.now,
+		Filters: a.poolFilters(), SinceFor: a.sinceFor, SecretKey: secret, Logger: a.logger, Registerer: a.reg, Now: a.now,
 	}, onReceived, onPublish)
 }
 
@@ -509,15 +509,35 @@ func (a *Agent) exitLoop(ctx context.Context) error {
 	}
 }
 
-// poolFilters are agent/relay's subscription: heartbeats live only (limit
-// 0: the next beat arrives within one interval, stored ones are stale by
-// then), and revocations, claims and grants since the cursor (set by the
-// pool from since on every (re)subscription).
+// poolFilters are agent/relay's subscription: stored heartbeats read back
+// one stale window on every (re)subscription, ephemeral heartbeats live only,
+// and revocations, claims and grants since the cursor (see sinceFor).
+//
+// The stored-heartbeat catch-up matters for safety, not only for speed: a
+// standby whose connection to a relay drops for less than a heartbeat
+// interval keeps its own unbroken run of heartbeats there (its publishes are
+// re-sent on the next connection) but would otherwise never see the holder's
+// heartbeats stored during the outage, and could count the holder's silence
+// on that relay towards a takeover.
 func (a *Agent) poolFilters() []nostr.Filter {
 	return []nostr.Filter{
-		{Kinds: []int{heartbeat.KindHeartbeat, heartbeat.KindHeartbeatEphemeral}, LimitZero: true},
+		{Kinds: []int{heartbeat.KindHeartbeat}},
+		{Kinds: []int{heartbeat.KindHeartbeatEphemeral}, LimitZero: true},
 		{Kinds: []int{heartbeat.KindRevocation, heartbeat.KindPromotion, heartbeat.KindLeaseGrant}},
 	}
+}
+
+// sinceFor is the since of each poolFilters filter at a (re)subscription:
+// now minus stale for stored heartbeats (older ones can no longer count),
+// none for ephemeral ones, the cursor for everything else.
+func (a *Agent) sinceFor(f nostr.Filter) nostr.Timestamp {
+	switch {
+	case slices.Contains(f.Kinds, heartbeat.KindHeartbeat):
+		return nostr.Timestamp(a.now().Add(-a.cfg.Lease.Stale).Unix())
+	case slices.Contains(f.Kinds, heartbeat.KindHeartbeatEphemeral):
+		return 0
+	}
+	return a.since()
 }
 
 // since is the cursor minus a margin for signers' clock offsets and relay
