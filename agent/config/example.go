@@ -83,7 +83,8 @@ stop_grace = "10s"
 log_dir = ""
 
 [courier]
-# Durable outbox for revocations and promotions.
+# Durable outbox for revocations (promotion claims are published by the
+# claim step itself and re-issued from the persisted machine after a crash).
 max_attempts = 10
 backoff_initial = "1s"
 backoff_cap = "5m"
