@@ -83,7 +83,13 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 	if len(evs) != 2 {
 		t.Fatalf("published promotions = %d, want 2 (claim, withdrawn)", len(evs))
 	}
+	// The two publishes run concurrently: tell them apart by their status.
 	claim, withdraw := evs[0], evs[1]
+	if p, err := heartbeat.DecodePromotion(claim); err != nil {
+		t.Fatalf("DecodePromotion = %v", err)
+	} else if p.Status == heartbeat.ClaimWithdrawn {
+		claim, withdraw = withdraw, claim
+	}
 	if claim.Tags.GetD() != withdraw.Tags.GetD() {
 		t.Fatalf("d tags = %q, %q, want equal", claim.Tags.GetD(), withdraw.Tags.GetD())
 	}
