@@ -169,24 +169,23 @@ func (r *Relay) Running() bool {
 // waits for the process to exit. Stored events are lost.
 func (r *Relay) Kill() {
 	r.tb.Helper()
-	r.mu.Lock()
-	p := r.proc
-	r.proc = nil
-	r.mu.Unlock()
-	if p != nil {
-		r.stop(p, true)
-	}
+	r.halt(true)
 }
 
 // Stop shuts the relay down gracefully (websocket close frames).
 func (r *Relay) Stop() {
 	r.tb.Helper()
+	r.halt(false)
+}
+
+// halt stops the running process, if any, killing it or shutting it down.
+func (r *Relay) halt(kill bool) {
 	r.mu.Lock()
 	p := r.proc
 	r.proc = nil
 	r.mu.Unlock()
 	if p != nil {
-		r.stop(p, false)
+		r.stop(p, kill)
 	}
 }
 
