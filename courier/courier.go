@@ -144,11 +144,7 @@ func Open(ctx context.Context, db *sql.DB, cfg Config, deps Deps) (*Courier, err
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("open courier: %w", err)
 	}
-	migs, err := Migrations()
-	if err != nil {
-		return nil, fmt.Errorf("open courier: %w", err)
-	}
-	if err := sqlitedb.Migrate(ctx, db, Component, migs, 0); err != nil {
+	if err := sqlitedb.MigrateEmbedded(ctx, db, Component, migrationsFS, "migrations"); err != nil {
 		return nil, fmt.Errorf("open courier: %w", err)
 	}
 	if deps.Logger == nil {

@@ -107,11 +107,7 @@ type Store struct {
 // NewStore migrates db to the latest uploader schema and returns a Store. A
 // nil clock means the system clock (used only for timestamps).
 func NewStore(ctx context.Context, db *sql.DB, clock Clock) (*Store, error) {
-	migs, err := Migrations()
-	if err != nil {
-		return nil, fmt.Errorf("open tile store: %w", err)
-	}
-	if err := sqlitedb.Migrate(ctx, db, Component, migs, 0); err != nil {
+	if err := sqlitedb.MigrateEmbedded(ctx, db, Component, migrationFS, "migrations"); err != nil {
 		return nil, fmt.Errorf("open tile store: %w", err)
 	}
 	if clock == nil {

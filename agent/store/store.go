@@ -47,11 +47,7 @@ type Store struct {
 
 // Open applies the store's migrations to db and returns the store.
 func Open(ctx context.Context, db *sql.DB) (*Store, error) {
-	migs, err := Migrations()
-	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	if err := sqlitedb.Migrate(ctx, db, Component, migs, 0); err != nil {
+	if err := sqlitedb.MigrateEmbedded(ctx, db, Component, migrationFS, "migrations"); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	return &Store{db: db, now: time.Now}, nil

@@ -140,6 +140,17 @@ func Migrate(ctx context.Context, db *sql.DB, component string, migs []Migration
 	return nil
 }
 
+// MigrateEmbedded loads component's migrations from dir in fsys (usually
+// the package's embed.FS) and applies all of them: what every package that
+// owns tables does when it opens.
+func MigrateEmbedded(ctx context.Context, db *sql.DB, component string, fsys fs.FS, dir string) error {
+	migs, err := LoadMigrations(fsys, dir)
+	if err != nil {
+		return err
+	}
+	return Migrate(ctx, db, component, migs, 0)
+}
+
 // MigrateDown rolls component back to target (0 = nothing applied) with the
 // .down.sql files, newest first, one transaction per step.
 func MigrateDown(ctx context.Context, db *sql.DB, component string, migs []Migration, target int) error {

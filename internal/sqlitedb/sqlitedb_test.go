@@ -124,3 +124,21 @@ func TestMigrateRefusesNewerDatabase(t *testing.T) {
 		t.Fatal("Migrate with fewer known migrations than applied = nil error, want error")
 	}
 }
+
+func TestMigrateEmbeddedAppliesAll(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "e.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := MigrateEmbedded(ctx, db, "test", os.DirFS("testdata"), "migrations"); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := Version(ctx, db, "test"); v != 2 {
+		t.Fatalf("Version after MigrateEmbedded = %d, want 2", v)
+	}
+	if err := MigrateEmbedded(ctx, db, "test", os.DirFS("testdata"), "missing"); err == nil {
+		t.Fatal("MigrateEmbedded(missing dir) = nil error, want error")
+	}
+}
