@@ -9,40 +9,13 @@ import (
 	"time"
 
 	"provideragent/agent/store"
-	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
 )
 
-// Component is the name under which the agent's own migrations (the
-// operator command queue) are recorded; workload rows, the cursor and the
-// machine's relay tables live in agent/store's tables.
-const Component = "agent"
-
-// migrations are the agent's tables, append-only. They live here as Go
-// strings (the agent package owns no migrations directory).
-var migrations = []sqlitedb.Migration{
-	{
-		Version: 1, Name: "create_agent_commands",
-		Up: `
-CREATE TABLE agent_commands (
-	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
-	action     TEXT    NOT NULL CHECK (action IN ('grant', 'release')),
-	workload   TEXT    NOT NULL,
-	spec       TEXT    NOT NULL DEFAULT '',
-	created_at INTEGER NOT NULL,
-	applied_at INTEGER,
-	result     TEXT    NOT NULL DEFAULT ''
-);`,
-		Down: `DROP TABLE agent_commands;`,
-	},
-}
-
-// Migrate applies agent/store's migrations and the agent's own to db.
+// Migrate applies the agent's migrations (all owned by agent/store,
+// including the operator command queue) to db.
 func Migrate(ctx context.Context, db *sql.DB) error {
 	if _, err := store.Open(ctx, db); err != nil {
-		return fmt.Errorf("migrate agent tables: %w", err)
-	}
-	if err := sqlitedb.Migrate(ctx, db, Component, migrations, 0); err != nil {
 		return fmt.Errorf("migrate agent tables: %w", err)
 	}
 	return nil
