@@ -19,8 +19,9 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/btcsuite/btcd/btcec/v2"
 	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/heartbeat"
 )
 
 // KindBlossomAuth is the Nostr kind of a Blossom authorisation event (BUD-01).
@@ -29,8 +30,9 @@ const KindBlossomAuth = 24242
 // maxResponseBody bounds how much of a server response is read.
 const maxResponseBody = 64 << 10
 
-// ErrBadKey means the secret key is not 64 hex characters of a valid
-// secp256k1 scalar. The error never contains the key.
+// ErrBadKey means the secret key is neither 64 hex characters nor an nsec of
+// a valid secp256k1 scalar (see heartbeat.ParseSecretKey). The error never
+// contains the key.
 var ErrBadKey = errors.New("bad blossom secret key")
 
 // BlossomUploader is the inner Uploader: it PUTs pending tiles to Blossom
@@ -39,8 +41,7 @@ var ErrBadKey = errors.New("bad blossom secret key")
 type BlossomUploader struct {
 	store       *Store
 	servers     []string
-	secret      string
-	pubkey      string
+	keys        *heartbeat.Keys
 	client      *http.Client
 	logger      *slog.Logger
 	metrics     *Metrics
@@ -61,9 +62,10 @@ func NewBlossomUploader(cfg Config, deps Deps) (*BlossomUploader, error) {
 	if deps.Store == nil {
 		return nil, errors.New("new blossom uploader: nil store")
 	}
-	pub, err := publicKey(deps.SecretKey)
+	keys, err := heartbeat.NewKeys(deps.SecretKey)
 	if err != nil {
-		return nil, fmt.Errorf("new blossom uploader: %w", err)
+		// heartbeat's key errors never echo the key.
+		return nil, fmt.Errorf("new blossom uploader: %w: %w", ErrBadKey, err)
 	}
 	client := deps.HTTPClient
 	if client == nil {
@@ -76,8 +78,7 @@ func NewBlossomUploader(cfg Config, deps Deps) (*BlossomUploader, error) {
 	return &BlossomUploader{
 		store:       deps.Store,
 		servers:     servers,
-		secret:      strings.ToLower(deps.SecretKey),
-		pubkey:      pub,
+		keys:        keys,
 		client:      client,
 		logger:      loggerOrDiscard(deps.Logger),
 		metrics:     deps.Metrics.orNop(),
@@ -89,23 +90,7 @@ func NewBlossomUploader(cfg Config, deps Deps) (*BlossomUploader, error) {
 }
 
 // PublicKey returns the hex public key that signs the authorisations.
-func (u *BlossomUploader) PublicKey() string { return u.pubkey }
-
-func publicKey(secret string) (string, error) {
-	b, err := hex.DecodeString(secret)
-	if err != nil || len(b) != 32 {
-		return "", fmt.Errorf("want 64 hex characters: %w", ErrBadKey)
-	}
-	var scalar btcec.ModNScalar
-	if overflow := scalar.SetByteSlice(b); overflow || scalar.IsZero() {
-		return "", fmt.Errorf("not a secp256k1 scalar: %w", ErrBadKey)
-	}
-	pub, err := nostr.GetPublicKey(strings.ToLower(secret))
-	if err != nil {
-		return "", fmt.Errorf("not a secp256k1 scalar: %w", ErrBadKey)
-	}
-	return pub, nil
-}
+func (u *BlossomUploader) PublicKey() string { return u.keys.PublicKey() }
 
 func loggerOrDiscard(l *slog.Logger) *slog.Logger {
 	if l != nil {
@@ -338,9 +323,8 @@ func (u *BlossomUploader) authorization(sha string) (string, error) {
 		},
 		Content: "Upload checkpoint tile " + sha,
 	}
-	if err := ev.Sign(u.secret); err != nil {
-		// The library's error quotes the key: do not wrap it.
-		return "", fmt.Errorf("sign blossom authorization: %w", ErrBadKey)
+	if err := u.keys.Sign(&ev); err != nil {
+		return "", fmt.Errorf("sign blossom authorization: %w: %w", ErrBadKey, err)
 	}
 	j, err := json.Marshal(ev)
 	if err != nil {

@@ -117,7 +117,7 @@ func (c Config) NextRetryAt(now time.Time) time.Time { return now.Add(c.BackoffC
 type Deps struct {
 	// Store holds the tiles (required).
 	Store *Store
-	// SecretKey is the 64-hex-character secret key that signs the kind
+	// SecretKey is the secret key (64 hex characters or nsec) that signs the kind
 	// 24242 authorisations (required by the Blossom uploader).
 	SecretKey string
 	// Logger receives INFO/WARN/ERROR lines; nil discards them.
