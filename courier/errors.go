@@ -41,12 +41,18 @@ const (
 	// ClassTransport: the far side was not reached (also any unclassified
 	// error); retried with backoff.
 	ClassTransport ErrorClass = "transport_error"
+	// ClassDeferred: the receipt is not ready to go yet (a precondition of
+	// the forwarder does not hold, e.g. the agent's workload is not stopped
+	// yet); it is due again after RetryAfter (capped by MaxRetryAfter; 0 =
+	// InitialBackoff) without counting an attempt or a failure, so waiting
+	// never holds a delivery worker and never dead-letters the receipt.
+	ClassDeferred ErrorClass = "deferred"
 )
 
 // DeliveryError is a classified Forward error.
 type DeliveryError struct {
 	Class      ErrorClass
-	RetryAfter time.Duration // only for ClassRateLimited; 0 = use backoff
+	RetryAfter time.Duration // for ClassRateLimited and ClassDeferred; 0 = default
 	Err        error
 }
 
@@ -71,6 +77,12 @@ func RateLimited(err error, retryAfter time.Duration) error {
 	return &DeliveryError{Class: ClassRateLimited, RetryAfter: retryAfter, Err: err}
 }
 
+// Deferred marks err as "not ready yet": the receipt is due again after
+// after, and the attempt is not counted (see ClassDeferred).
+func Deferred(err error, after time.Duration) error {
+	return &DeliveryError{Class: ClassDeferred, RetryAfter: max(after, 0), Err: err}
+}
+
 // ServerError marks err as a far-side failure worth retrying.
 func ServerError(err error) error { return &DeliveryError{Class: ClassServer, Err: err} }
 
@@ -83,7 +95,7 @@ func Classify(err error) (ErrorClass, time.Duration) {
 	var de *DeliveryError
 	if errors.As(err, &de) {
 		switch de.Class {
-		case ClassClient, ClassRateLimited, ClassServer, ClassTransport:
+		case ClassClient, ClassRateLimited, ClassServer, ClassTransport, ClassDeferred:
 			return de.Class, de.RetryAfter
 		}
 	}

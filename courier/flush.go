@@ -25,6 +25,7 @@ type FlushResult struct {
 	Acknowledged int    // newly acknowledged
 	DeadLettered int    // moved to the DLQ
 	Retried      int    // failed and rescheduled
+	Deferred     int    // not ready yet: rescheduled, no attempt counted
 	LastError    string // the last delivery error seen, if any
 }
 
@@ -295,9 +296,10 @@ func (c *Courier) recordLoop(ctx context.Context, outcomes <-chan outcome) recor
 }
 
 type decided struct {
-	o     outcome
-	class ErrorClass
-	dead  bool
+	o        outcome
+	class    ErrorClass
+	dead     bool
+	deferred bool
 }
 
 // record applies one batch of outcomes in a transaction, then updates the
@@ -340,6 +342,8 @@ func (c *Courier) record(ctx context.Context, batch []outcome, res *FlushResult)
 	for _, d := range ds {
 		switch {
 		case d.o.abandoned:
+		case d.deferred:
+			res.Deferred++
 		case d.o.err == nil:
 			res.Acknowledged++
 			c.m.receipts.WithLabelValues(string(StateAcknowledged), "true").Inc()
@@ -360,7 +364,7 @@ func (c *Courier) record(ctx context.Context, batch []outcome, res *FlushResult)
 
 // stmts are the failure-path statements, prepared once per transaction.
 type stmts struct {
-	release, dead, retry *sql.Stmt
+	release, dead, retry, deferred *sql.Stmt
 }
 
 func (s *stmts) get(ctx context.Context, tx *sql.Tx, p **sql.Stmt, query string) (*sql.Stmt, error) {
@@ -375,7 +379,7 @@ func (s *stmts) get(ctx context.Context, tx *sql.Tx, p **sql.Stmt, query string)
 }
 
 func (s *stmts) close() {
-	for _, st := range []*sql.Stmt{s.release, s.dead, s.retry} {
+	for _, st := range []*sql.Stmt{s.release, s.dead, s.retry, s.deferred} {
 		if st != nil {
 			st.Close()
 		}
@@ -404,6 +408,19 @@ func (c *Courier) apply(ctx context.Context, tx *sql.Tx, st *stmts, d *decided) 
 		d.class = class
 		attempts := o.attempts + 1
 		msg := sanitizeError(o.err)
+		if class == ClassDeferred {
+			d.deferred = true
+			if retryAfter <= 0 {
+				retryAfter = c.cfg.InitialBackoff
+			}
+			next := o.at.Add(max(min(retryAfter, c.cfg.MaxRetryAfter), time.Millisecond))
+			if q, err = st.get(ctx, tx, &st.deferred, `UPDATE courier_receipts
+				SET next_attempt_at = ?, last_error = ?
+				WHERE id = ? AND state = 'pending'`); err == nil {
+				_, err = q.ExecContext(ctx, millis(next), msg, id)
+			}
+			break
+		}
 		if class == ClassClient || attempts >= c.cfg.MaxAttempts {
 			d.dead = true
 			if q, err = st.get(ctx, tx, &st.dead, `UPDATE courier_receipts
