@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -154,6 +155,46 @@ func TestBlossomTransientFailureRetried(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(f.metrics.Uploads.WithLabelValues("partial")); v != 1 {
 		t.Errorf(`uploader_uploads_total{outcome="partial"} = %v, want 1`, v)
+	}
+}
+
+func TestBlossomConcurrencyIsBounded(t *testing.T) {
+	// The server counts PUT /upload requests in flight. HoldPuts makes the
+	// first ones wait for each other (so a bounded-but-parallel uploader must
+	// reach its bound), and SlowPuts keeps each PUT open a little, so an
+	// uploader sending more than Concurrency at once would be seen doing so.
+	tests := []struct {
+		name        string
+		concurrency int
+		tiles       int
+		wantMax     int // MaxPutsInFlight must be <= this
+	}{
+		{"serial", 1, 6, 1},
+		{"two", 2, 12, 2},
+		{"four", 4, 16, 4},
+		{"fewer tiles than workers", 8, 3, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := uploadertest.NewServer(t)
+			f := newBlossomFixture(t, []string{srv.URL}, func(c *uploader.Config) { c.Concurrency = tt.concurrency })
+			addTiles(t, f.store, "w", tt.tiles, 64)
+			srv.SlowPuts(5 * time.Millisecond)
+			if tt.wantMax > 1 {
+				srv.HoldPuts(tt.wantMax, 10*time.Second)
+			}
+			rep, err := f.up.UploadPending(context.Background(), uploader.Request{})
+			if err != nil || rep.Accepted != tt.tiles {
+				t.Fatalf("UploadPending = %s accepted %d (%v), want all %d accepted", rep.Outcome, rep.Accepted, err, tt.tiles)
+			}
+			got := srv.MaxPutsInFlight()
+			if got > tt.wantMax {
+				t.Errorf("MaxPutsInFlight(concurrency %d, %d tiles) = %d, want <= %d", tt.concurrency, tt.tiles, got, tt.wantMax)
+			}
+			if tt.wantMax > 1 && got < 2 {
+				t.Errorf("MaxPutsInFlight(concurrency %d, %d tiles) = %d, want > 1 (uploads not parallel)", tt.concurrency, tt.tiles, got)
+			}
+		})
 	}
 }
 

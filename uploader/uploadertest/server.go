@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fiatjaf/khatru"
 	"github.com/fiatjaf/khatru/blossom"
@@ -30,6 +31,12 @@ type Server struct {
 	corrupt   map[string]bool
 	uploaders map[string]int // pubkey -> accepted uploads
 	down      bool
+	inFlight  int           // PUT /upload requests being served now
+	maxFlight int           // most PUT /upload requests served at once
+	putDelay  time.Duration // added to every PUT /upload while counted in flight
+	gate      chan struct{} // HoldPuts barrier; nil when none is armed
+	gateN     int
+	gateWait  time.Duration
 }
 
 type rejection struct {
@@ -57,7 +64,7 @@ func NewServer(t testing.TB) *Server {
 	bl.RejectUpload = append(bl.RejectUpload, s.rejectUpload)
 	bl.StoreBlob = append(bl.StoreBlob, s.storeBlob)
 	bl.LoadBlob = append(bl.LoadBlob, s.loadBlob)
-	s.srv.Config.Handler = rl
+	s.srv.Config.Handler = s.countPuts(rl)
 	s.srv.Start()
 	t.Cleanup(s.Close)
 	return s
@@ -140,6 +147,86 @@ func (s *Server) Uploads(pubkey string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.uploaders[pubkey]
+}
+
+// SlowPuts makes every later PUT /upload wait d before it is served (while
+// counted in flight), so concurrent uploads overlap.
+func (s *Server) SlowPuts(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.putDelay = d
+}
+
+// HoldPuts arms a one-shot barrier: the next PUT /upload requests wait until
+// n of them are in flight at once, then all go on. If n is not reached within
+// wait (an uploader that sends fewer at once), the barrier opens anyway, so a
+// test fails on its assertion rather than hanging.
+func (s *Server) HoldPuts(n int, wait time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gate, s.gateN, s.gateWait = make(chan struct{}), n, wait
+}
+
+// MaxPutsInFlight returns the most PUT /upload requests the server was
+// serving at the same moment since it started (or since ResetMaxPutsInFlight).
+func (s *Server) MaxPutsInFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxFlight
+}
+
+// ResetMaxPutsInFlight restarts MaxPutsInFlight from the requests in flight now.
+func (s *Server) ResetMaxPutsInFlight() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxFlight = s.inFlight
+}
+
+// countPuts wraps the Blossom handler: it counts PUT /upload requests in
+// flight (whatever their outcome) and applies SlowPuts and HoldPuts.
+func (s *Server) countPuts(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPut || r.URL.Path != "/upload" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		s.mu.Lock()
+		s.inFlight++
+		s.maxFlight = max(s.maxFlight, s.inFlight)
+		gate, wait, delay := s.gate, s.gateWait, s.putDelay
+		if gate != nil && s.inFlight >= s.gateN {
+			close(gate)
+			s.gate = nil
+		}
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			s.inFlight--
+			s.mu.Unlock()
+		}()
+		if gate != nil {
+			timer := time.NewTimer(wait)
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+			case <-timer.C:
+				s.mu.Lock()
+				if s.gate == gate {
+					close(gate)
+					s.gate = nil
+				}
+				s.mu.Unlock()
+			}
+			timer.Stop()
+		}
+		if delay > 0 {
+			select {
+			case <-time.After(delay):
+			case <-r.Context().Done():
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) rejectUpload(ctx context.Context, auth *nostr.Event, size int, ext string) (bool, string, int) {
