@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"provideragent/courier"
-	"provideragent/internal/sqlitedb"
 )
 
 func init() {
@@ -25,7 +23,7 @@ func init() {
 	})
 }
 
-const courierUsage = `provider-agent courier [--db PATH] <subcommand> [flags] [args]
+const courierUsage = `provider-agent courier [--config F | --data-dir D | --db PATH] <subcommand> [flags] [args]
 
 Operates the durable outbox (store-and-forward with retry and a dead-letter
 queue) kept in the agent's SQLite file.
@@ -41,23 +39,18 @@ Subcommands:
   dlq drop ID                      delete one dead receipt
   dlq export [--out FILE]          the DLQ as JSON [{receipt, failed_at, attempts}]
 
-Every subcommand takes --db PATH (default $PROVIDER_AGENT_DB or
-./provider-agent.db) and --help.
+Every subcommand takes --config, --data-dir, --db (given before or after the
+subcommand) and --help.
+
+` + agentFilesHelp + `
 
 Example:
-  provider-agent courier send revocation.json --sender agent
-  provider-agent courier flush --to https://upstream.example/receipts`
-
-func courierDBPath() string {
-	if p := os.Getenv("PROVIDER_AGENT_DB"); p != "" {
-		return p
-	}
-	return "./provider-agent.db"
-}
+  provider-agent courier --config /etc/provider-agent.toml send revocation.json --sender agent
+  provider-agent courier flush --data-dir /var/lib/provider-agent --to https://upstream.example/receipts`
 
 func runCourier(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("courier", courierUsage, stdout)
-	db := fs.String("db", courierDBPath(), "SQLite database `path`")
+	files := bindAgentFiles(fs, nil)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -66,7 +59,7 @@ func runCourier(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usagef("courier: missing subcommand (send, list, show, resend, flush, dlq); see --help")
 	}
 	sub, subArgs := rest[0], rest[1:]
-	run := map[string]func(context.Context, string, []string, io.Writer, io.Writer) error{
+	run := map[string]func(context.Context, *agentFiles, []string, io.Writer, io.Writer) error{
 		"send":   runCourierSend,
 		"list":   runCourierList,
 		"show":   runCourierShow,
@@ -77,7 +70,7 @@ func runCourier(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if run == nil {
 		return usagef("courier: unknown subcommand %q (send, list, show, resend, flush, dlq)", sub)
 	}
-	return run(ctx, *db, subArgs, stdout, stderr)
+	return run(ctx, files, subArgs, stdout, stderr)
 }
 
 // courierArgs parses flags given before or after positional arguments and
@@ -109,22 +102,17 @@ func courierArgs(fs *flag.FlagSet, args []string, want int, what string) ([]stri
 	return pos, nil
 }
 
-// courierFlags returns a flag set with --db defaulting to the value given
-// to 'courier' itself.
-func courierFlags(name, usage, db string, stdout io.Writer) (*flag.FlagSet, *string) {
+// courierFlags returns a flag set with the agent's config flags and --db,
+// falling back to those given to 'courier' itself.
+func courierFlags(name, usage string, parent *agentFiles, stdout io.Writer) (*flag.FlagSet, *agentFiles) {
 	fs := newFlagSet("courier "+name, usage, stdout)
-	return fs, fs.String("db", db, "SQLite database `path`")
+	return fs, bindAgentFiles(fs, parent)
 }
 
 // openCourier opens the database and the courier on it. Only send may
 // create a new database; the other subcommands refuse a missing file.
-func openCourier(ctx context.Context, path string, create bool, stderr io.Writer) (*courier.Courier, func(), error) {
-	if !create {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			return nil, nil, fmt.Errorf("open database %s: no such file (pass --db or set PROVIDER_AGENT_DB)", path)
-		}
-	}
-	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
+func openCourier(ctx context.Context, files *agentFiles, create bool, stderr io.Writer) (*courier.Courier, func(), error) {
+	db, _, err := files.openDB(ctx, create)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -149,13 +137,17 @@ const courierSendUsage = `provider-agent courier send FILE --sender S [--key K] 
 FILE as a bundle in the outbox and prints its receipt id and BLAKE3 hash. The
 bundle is on disk when the command returns; 'courier flush' (or the running
 agent) delivers it. With --key, sending again with the same key prints the
-first receipt instead of storing a second copy.
+first receipt instead of storing a second copy. The database (created if
+missing) is the running agent's, so its outbox delivers the bundle.
+
+` + agentFilesHelp + `
 
 Example:
-  provider-agent courier send revocation.json --sender agent --key rev-job-7-2`
+  provider-agent courier send revocation.json --sender agent --key rev-job-7-2 --data-dir /var/lib/provider-agent
+  provider-agent courier --config /etc/provider-agent.toml send revocation.json --sender agent`
 
-func runCourierSend(ctx context.Context, db string, args []string, stdout, stderr io.Writer) error {
-	fs, dbp := courierFlags("send", courierSendUsage, db, stdout)
+func runCourierSend(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, sub := courierFlags("send", courierSendUsage, files, stdout)
 	sender := fs.String("sender", "", "sender account (required; visible ASCII)")
 	key := fs.String("key", "", "idempotency key (optional)")
 	pos, err := courierArgs(fs, args, 1, "one FILE")
@@ -169,7 +161,7 @@ func runCourierSend(ctx context.Context, db string, args []string, stdout, stder
 	if err != nil {
 		return fmt.Errorf("courier send: read bundle: %w", err)
 	}
-	c, closeFn, err := openCourier(ctx, *dbp, true, stderr)
+	c, closeFn, err := openCourier(ctx, sub, true, stderr)
 	if err != nil {
 		return fmt.Errorf("courier send: %w", err)
 	}
@@ -186,10 +178,10 @@ const courierListUsage = `provider-agent courier list [--state S] lists receipts
 id, state, attempts, created, next attempt, size and last error.
 
 Example:
-  provider-agent courier list --state pending`
+  provider-agent courier list --state pending --config /etc/provider-agent.toml`
 
-func runCourierList(ctx context.Context, db string, args []string, stdout, stderr io.Writer) error {
-	fs, dbp := courierFlags("list", courierListUsage, db, stdout)
+func runCourierList(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, sub := courierFlags("list", courierListUsage, files, stdout)
 	state := fs.String("state", "", "only receipts in this state: pending, acknowledged or dead")
 	limit := fs.Int("limit", 1000, "at most this many receipts")
 	if _, err := courierArgs(fs, args, 0, ""); err != nil {
@@ -198,11 +190,11 @@ func runCourierList(ctx context.Context, db string, args []string, stdout, stder
 	if *state != "" && !courier.State(*state).Valid() {
 		return usagef("courier list: --state %q: want pending, acknowledged or dead", *state)
 	}
-	return courierList(ctx, *dbp, courier.State(*state), *limit, stdout, stderr)
+	return courierList(ctx, sub, courier.State(*state), *limit, stdout, stderr)
 }
 
-func courierList(ctx context.Context, db string, state courier.State, limit int, stdout, stderr io.Writer) error {
-	c, closeFn, err := openCourier(ctx, db, false, stderr)
+func courierList(ctx context.Context, files *agentFiles, state courier.State, limit int, stdout, stderr io.Writer) error {
+	c, closeFn, err := openCourier(ctx, files, false, stderr)
 	if err != nil {
 		return fmt.Errorf("courier list: %w", err)
 	}
@@ -228,10 +220,10 @@ const courierShowUsage = `provider-agent courier show ID prints one receipt: has
 attempts, times, payload size and last error.
 
 Example:
-  provider-agent courier show 3f2a9c0d41b7e655`
+  provider-agent courier show 3f2a9c0d41b7e655 --config /etc/provider-agent.toml`
 
-func runCourierShow(ctx context.Context, db string, args []string, stdout, stderr io.Writer) error {
-	fs, dbp := courierFlags("show", courierShowUsage, db, stdout)
+func runCourierShow(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, sub := courierFlags("show", courierShowUsage, files, stdout)
 	pos, err := courierArgs(fs, args, 1, "one receipt ID")
 	if err != nil {
 		return err
@@ -240,7 +232,7 @@ func runCourierShow(ctx context.Context, db string, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	c, closeFn, err := openCourier(ctx, *dbp, false, stderr)
+	c, closeFn, err := openCourier(ctx, sub, false, stderr)
 	if err != nil {
 		return fmt.Errorf("courier show: %w", err)
 	}
@@ -283,10 +275,10 @@ acknowledged) back to pending with its attempts reset, due at once. The next
 flush delivers it again.
 
 Example:
-  provider-agent courier resend 3f2a9c0d41b7e655`
+  provider-agent courier resend 3f2a9c0d41b7e655 --config /etc/provider-agent.toml`
 
-func runCourierResend(ctx context.Context, db string, args []string, stdout, stderr io.Writer) error {
-	fs, dbp := courierFlags("resend", courierResendUsage, db, stdout)
+func runCourierResend(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, sub := courierFlags("resend", courierResendUsage, files, stdout)
 	pos, err := courierArgs(fs, args, 1, "one receipt ID")
 	if err != nil {
 		return err
@@ -295,7 +287,7 @@ func runCourierResend(ctx context.Context, db string, args []string, stdout, std
 	if err != nil {
 		return err
 	}
-	c, closeFn, err := openCourier(ctx, *dbp, false, stderr)
+	c, closeFn, err := openCourier(ctx, sub, false, stderr)
 	if err != nil {
 		return fmt.Errorf("courier resend: %w", err)
 	}
@@ -314,10 +306,10 @@ HTTP POST (headers X-Courier-Receipt, X-Courier-Blake3, Idempotency-Key).
 network errors reschedule with backoff. Exits 1 if any delivery failed.
 
 Example:
-  provider-agent courier flush --to https://upstream.example/receipts`
+  provider-agent courier flush --to https://upstream.example/receipts --config /etc/provider-agent.toml`
 
-func runCourierFlush(ctx context.Context, db string, args []string, stdout, stderr io.Writer) error {
-	fs, dbp := courierFlags("flush", courierFlushUsage, db, stdout)
+func runCourierFlush(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, sub := courierFlags("flush", courierFlushUsage, files, stdout)
 	to := fs.String("to", "", "upstream `URL` to POST bundles to (required)")
 	timeout := fs.Duration("timeout", 30*time.Second, "per-request timeout")
 	if _, err := courierArgs(fs, args, 0, ""); err != nil {
@@ -327,7 +319,7 @@ func runCourierFlush(ctx context.Context, db string, args []string, stdout, stde
 	if err != nil {
 		return err
 	}
-	c, closeFn, err := openCourier(ctx, *dbp, false, stderr)
+	c, closeFn, err := openCourier(ctx, sub, false, stderr)
 	if err != nil {
 		return fmt.Errorf("courier flush: %w", err)
 	}
@@ -369,9 +361,9 @@ queue: receipts that got a client error or failed every attempt.
   dlq export [--out FILE]          JSON [{"receipt": {...}, "failed_at", "attempts"}]
 
 Example:
-  provider-agent courier dlq replay --to https://upstream.example/receipts --rate 5`
+  provider-agent courier dlq replay --to https://upstream.example/receipts --rate 5 --config /etc/provider-agent.toml`
 
-func runCourierDLQ(ctx context.Context, db string, args []string, stdout, stderr io.Writer) error {
+func runCourierDLQ(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usagef("courier dlq: missing subcommand (list, replay, drop, export); see --help")
 	}
@@ -380,23 +372,23 @@ func runCourierDLQ(ctx context.Context, db string, args []string, stdout, stderr
 		fmt.Fprintln(stdout, courierDLQUsage)
 		return flag.ErrHelp
 	case "list":
-		fs, dbp := courierFlags("dlq list", "provider-agent courier dlq list lists dead-lettered receipts.\n\nExample:\n  provider-agent courier dlq list", db, stdout)
+		fs, sub := courierFlags("dlq list", "provider-agent courier dlq list lists dead-lettered receipts.\n\nExample:\n  provider-agent courier dlq list --config /etc/provider-agent.toml", files, stdout)
 		if _, err := courierArgs(fs, args[1:], 0, ""); err != nil {
 			return err
 		}
-		return courierList(ctx, *dbp, courier.StateDead, 100000, stdout, stderr)
+		return courierList(ctx, sub, courier.StateDead, 100000, stdout, stderr)
 	case "replay":
-		return runCourierReplay(ctx, db, args[1:], stdout, stderr)
+		return runCourierReplay(ctx, files, args[1:], stdout, stderr)
 	case "drop":
-		return runCourierDrop(ctx, db, args[1:], stdout, stderr)
+		return runCourierDrop(ctx, files, args[1:], stdout, stderr)
 	case "export":
-		return runCourierExport(ctx, db, args[1:], stdout, stderr)
+		return runCourierExport(ctx, files, args[1:], stdout, stderr)
 	}
 	return usagef("courier dlq: unknown subcommand %q (list, replay, drop, export)", args[0])
 }
 
-func runCourierReplay(ctx context.Context, db string, args []string, stdout, stderr io.Writer) error {
-	fs, dbp := courierFlags("dlq replay", courierDLQUsage, db, stdout)
+func runCourierReplay(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, sub := courierFlags("dlq replay", courierDLQUsage, files, stdout)
 	to := fs.String("to", "", "upstream `URL` to POST bundles to (required)")
 	rate := fs.Float64("rate", courier.DefaultConfig().ReplayRate, "at most this many replays per second")
 	timeout := fs.Duration("timeout", 30*time.Second, "per-request timeout")
@@ -410,7 +402,7 @@ func runCourierReplay(ctx context.Context, db string, args []string, stdout, std
 	if err != nil {
 		return err
 	}
-	c, closeFn, err := openCourier(ctx, *dbp, false, stderr)
+	c, closeFn, err := openCourier(ctx, sub, false, stderr)
 	if err != nil {
 		return fmt.Errorf("courier dlq replay: %w", err)
 	}
@@ -426,8 +418,8 @@ func runCourierReplay(ctx context.Context, db string, args []string, stdout, std
 	return nil
 }
 
-func runCourierDrop(ctx context.Context, db string, args []string, stdout, stderr io.Writer) error {
-	fs, dbp := courierFlags("dlq drop", "provider-agent courier dlq drop ID deletes one dead-lettered receipt for good.\n\nExample:\n  provider-agent courier dlq drop 3f2a9c0d41b7e655", db, stdout)
+func runCourierDrop(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, sub := courierFlags("dlq drop", "provider-agent courier dlq drop ID deletes one dead-lettered receipt for good.\n\nExample:\n  provider-agent courier dlq drop 3f2a9c0d41b7e655 --config /etc/provider-agent.toml", files, stdout)
 	pos, err := courierArgs(fs, args, 1, "one receipt ID")
 	if err != nil {
 		return err
@@ -436,7 +428,7 @@ func runCourierDrop(ctx context.Context, db string, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	c, closeFn, err := openCourier(ctx, *dbp, false, stderr)
+	c, closeFn, err := openCourier(ctx, sub, false, stderr)
 	if err != nil {
 		return fmt.Errorf("courier dlq drop: %w", err)
 	}
@@ -448,13 +440,13 @@ func runCourierDrop(ctx context.Context, db string, args []string, stdout, stder
 	return nil
 }
 
-func runCourierExport(ctx context.Context, db string, args []string, stdout, stderr io.Writer) error {
-	fs, dbp := courierFlags("dlq export", "provider-agent courier dlq export [--out FILE] writes the dead-letter queue as a JSON\narray of {\"receipt\": {... \"bundle\": base64}, \"failed_at\": ..., \"attempts\": N}.\n\nExample:\n  provider-agent courier dlq export --out dlq.json", db, stdout)
+func runCourierExport(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, sub := courierFlags("dlq export", "provider-agent courier dlq export [--out FILE] writes the dead-letter queue as a JSON\narray of {\"receipt\": {... \"bundle\": base64}, \"failed_at\": ..., \"attempts\": N}.\n\nExample:\n  provider-agent courier dlq export --out dlq.json --config /etc/provider-agent.toml", files, stdout)
 	out := fs.String("out", "", "write to `FILE` instead of stdout")
 	if _, err := courierArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
-	c, closeFn, err := openCourier(ctx, *dbp, false, stderr)
+	c, closeFn, err := openCourier(ctx, sub, false, stderr)
 	if err != nil {
 		return fmt.Errorf("courier dlq export: %w", err)
 	}

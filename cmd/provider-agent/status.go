@@ -35,15 +35,29 @@ Example:
 
 // loadConfigLoose resolves the config without validating the relay set, for
 // operator commands that only need the data directory and listen address.
-func loadConfigLoose(flags *config.Flags) (config.Config, error) {
-	cfg, err := config.Load(flags.Path(os.Environ()))
+// With several flag sets (a command's, then its subcommand's), the last
+// --config given wins and each set's flags are applied in order.
+func loadConfigLoose(chain ...*config.Flags) (config.Config, error) {
+	environ := os.Environ()
+	path := ""
+	for _, f := range chain {
+		if p := f.Path(nil); p != "" {
+			path = p
+		}
+	}
+	if path == "" {
+		path = (&config.Flags{}).Path(environ)
+	}
+	cfg, err := config.Load(path)
 	if err != nil {
 		return config.Config{}, err
 	}
-	if err := cfg.ApplyEnv(os.Environ()); err != nil {
+	if err := cfg.ApplyEnv(environ); err != nil {
 		return config.Config{}, err
 	}
-	flags.Apply(&cfg)
+	for _, f := range chain {
+		f.Apply(&cfg)
+	}
 	return cfg, nil
 }
 

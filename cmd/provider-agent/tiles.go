@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,7 +20,6 @@ import (
 
 	"provideragent/agent/config"
 	"provideragent/heartbeat"
-	"provideragent/internal/sqlitedb"
 	"provideragent/uploader"
 )
 
@@ -44,11 +44,13 @@ Subcommands:
   audit [--tile ID]         show the audit records (give-ups, resets)
   restore MANIFEST --out F  download, verify and reassemble a file from its manifest
 
-Every subcommand takes --db PATH (default $PROVIDER_AGENT_DB or ./provider-agent.db).
+Every subcommand but restore works on the agent's database and takes
+--config, --data-dir and --db:
+` + agentFilesHelp + `
 
 Example:
-  provider-agent tiles add ckpt.tar --workload job-7
-  provider-agent tiles upload --server https://blossom.example --key ./provider.nsec
+  provider-agent tiles add ckpt.tar --workload job-7 --config /etc/provider-agent.toml
+  provider-agent tiles upload --server https://blossom.example --config /etc/provider-agent.toml
   provider-agent tiles restore ckpt.tar.manifest.json --out restored.tar --server https://blossom.example
 
 Run 'provider-agent tiles <subcommand> --help' for its flags.`
@@ -85,13 +87,6 @@ type tilesURLList []string
 func (s *tilesURLList) String() string     { return strings.Join(*s, ",") }
 func (s *tilesURLList) Set(v string) error { *s = append(*s, v); return nil }
 
-func tilesDBPath() string {
-	if p := os.Getenv("PROVIDER_AGENT_DB"); p != "" {
-		return p
-	}
-	return "provider-agent.db"
-}
-
 // parseTilesArgs parses flags that may come before or after positional
 // arguments and returns the positional ones.
 func parseTilesArgs(fs *flag.FlagSet, args []string) ([]string, error) {
@@ -110,8 +105,9 @@ func parseTilesArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // openTilesStore opens the agent's SQLite file and the tile store on it.
-func openTilesStore(ctx context.Context, path string) (*uploader.Store, func(), error) {
-	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
+// Only create (tiles add) makes a missing database.
+func openTilesStore(ctx context.Context, files *agentFiles, create bool) (*uploader.Store, func(), error) {
+	db, _, err := files.openDB(ctx, create)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -127,14 +123,19 @@ const tilesAddUsage = `provider-agent tiles add FILE --workload W splits FILE in
 stores every new tile as pending in the database (tiles the workload already
 has are not stored twice) and writes a manifest listing the tile hashes in
 order, the total size and the file's sha256. The manifest is what 'tiles
-restore' (and a workload's state_uri) needs to rebuild the file.
+restore' (and a workload's state_uri) needs to rebuild the file. The
+database (created if missing) is the running agent's, so its upload loop
+picks the tiles up.
+
+` + agentFilesHelp + `
 
 Example:
-  provider-agent tiles add ckpt.tar --workload job-7 --tile-size 1048576`
+  provider-agent tiles add ckpt.tar --workload job-7 --data-dir /var/lib/provider-agent
+  provider-agent tiles add ckpt.tar --workload job-7 --config /etc/provider-agent.toml --tile-size 1048576`
 
 func runTilesAdd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tiles add", tilesAddUsage, stdout)
-	dbPath := fs.String("db", tilesDBPath(), "SQLite database file")
+	files := bindAgentFiles(fs, nil)
 	workload := fs.String("workload", "", "workload id the tiles belong to (required)")
 	tileSize := fs.Int("tile-size", uploader.DefaultTileSize, "tile size in bytes")
 	manifestPath := fs.String("manifest", "", "where to write the manifest (default FILE.manifest.json)")
@@ -160,7 +161,7 @@ func runTilesAdd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("tiles add: %w", err)
 	}
 	defer f.Close()
-	store, closeDB, err := openTilesStore(ctx, *dbPath)
+	store, closeDB, err := openTilesStore(ctx, files, true)
 	if err != nil {
 		return fmt.Errorf("tiles add: %w", err)
 	}
@@ -184,12 +185,14 @@ func runTilesAdd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 const tilesListUsage = `provider-agent tiles list prints the stored tiles with their status, upload
 attempts and last rejection reason.
 
+` + agentFilesHelp + `
+
 Example:
-  provider-agent tiles list --status upload_giveup`
+  provider-agent tiles list --status upload_giveup --config /etc/provider-agent.toml`
 
 func runTilesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tiles list", tilesListUsage, stdout)
-	dbPath := fs.String("db", tilesDBPath(), "SQLite database file")
+	files := bindAgentFiles(fs, nil)
 	st := fs.String("status", "", "only tiles in this status: pending, uploaded, upload_giveup, trusted, rejected")
 	workload := fs.String("workload", "", "only tiles of this workload")
 	pos, err := parseTilesArgs(fs, args)
@@ -202,7 +205,7 @@ func runTilesList(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *st != "" && !uploader.Status(*st).Valid() {
 		return usagef("tiles list: --status %q: want one of pending, uploaded, upload_giveup, trusted, rejected", *st)
 	}
-	store, closeDB, err := openTilesStore(ctx, *dbPath)
+	store, closeDB, err := openTilesStore(ctx, files, false)
 	if err != nil {
 		return fmt.Errorf("tiles list: %w", err)
 	}
@@ -227,20 +230,25 @@ const tilesUploadUsage = `provider-agent tiles upload PUTs the pending tiles to 
 call (sleep min(2^n s, 60s)) and giving a tile up after its attempt budget.
 Given-up tiles wait for 'tiles reset'. Exits 1 unless every tile got through.
 
-The key is read from --key (a key file as written by 'provider-agent keygen':
-hex or nsec, mode 0600), else from $PROVIDER_AGENT_KEY; without either an
-ephemeral key is used (fine for open servers only).
+The signing key is read from --key (a key file as written by 'provider-agent
+keygen': hex or nsec, mode 0600), else from $PROVIDER_AGENT_KEY, else from
+the agent's own key file (--key-file, agent.key_file, else
+<data_dir>/identity.key), as 'provider-agent run' does. Only when that file
+does not exist is an ephemeral key used (fine for open servers only).
+
+` + agentFilesHelp + `
 
 Example:
-  provider-agent tiles upload --server https://a.example --server https://b.example --key ./provider.nsec`
+  provider-agent tiles upload --server https://a.example --server https://b.example --config /etc/provider-agent.toml
+  provider-agent tiles upload --server https://a.example --db ./agent.db --key ./provider.nsec`
 
 func runTilesUpload(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tiles upload", tilesUploadUsage, stdout)
 	def := uploader.DefaultConfig()
-	dbPath := fs.String("db", tilesDBPath(), "SQLite database file")
+	files := bindAgentFiles(fs, nil)
 	var servers tilesURLList
 	fs.Var(&servers, "server", "Blossom server base URL (repeat for several; required)")
-	keyFile := fs.String("key", "", "key file holding the secret key (hex or nsec, mode 0600)")
+	keyFile := fs.String("key", "", "key `file` holding the signing key, mode 0600 (default: the agent's key file)")
 	workload := fs.String("workload", "", "only tiles of this workload")
 	limit := fs.Int("limit", 0, "at most this many tiles per pass (0 = all pending)")
 	noRetry := fs.Bool("no-retry", false, "bypass the retry decorator (uploader.disable_retry)")
@@ -272,11 +280,11 @@ func runTilesUpload(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err := cfg.Validate(); err != nil {
 		return usagef("tiles upload: %v", err)
 	}
-	secret, err := loadTilesKey(*keyFile, stderr)
+	secret, err := loadTilesKey(files, *keyFile, stderr)
 	if err != nil {
 		return fmt.Errorf("tiles upload: %w", err)
 	}
-	store, closeDB, err := openTilesStore(ctx, *dbPath)
+	store, closeDB, err := openTilesStore(ctx, files, false)
 	if err != nil {
 		return fmt.Errorf("tiles upload: %w", err)
 	}
@@ -319,23 +327,29 @@ func printTilesReport(w io.Writer, rep uploader.Report) {
 
 // loadTilesKey reads the signing key from the key file at path (the format
 // 'provider-agent keygen' writes; mode 0600 required), else from
-// $PROVIDER_AGENT_KEY, else makes an ephemeral one. Errors never contain the
-// key.
-func loadTilesKey(path string, stderr io.Writer) (string, error) {
+// $PROVIDER_AGENT_KEY, else from the agent's key file; only when that does
+// not exist it makes an ephemeral one. Errors never contain the key.
+func loadTilesKey(files *agentFiles, path string, stderr io.Writer) (string, error) {
 	if path != "" {
 		return config.LoadKeyFile(path)
 	}
-	raw := os.Getenv("PROVIDER_AGENT_KEY")
-	if strings.TrimSpace(raw) == "" {
-		sk := nostr.GeneratePrivateKey()
-		pub, _ := nostr.GetPublicKey(sk)
-		fmt.Fprintf(stderr, "tiles upload: no --key or $PROVIDER_AGENT_KEY: using an ephemeral key (pubkey %s)\n", pub)
+	if raw := os.Getenv("PROVIDER_AGENT_KEY"); strings.TrimSpace(raw) != "" {
+		sk, err := heartbeat.ParseSecretKey(raw)
+		if err != nil {
+			return "", fmt.Errorf("key from $PROVIDER_AGENT_KEY: %w", err)
+		}
 		return sk, nil
 	}
-	sk, err := heartbeat.ParseSecretKey(raw)
+	agentKey, err := files.keyFile()
 	if err != nil {
-		return "", fmt.Errorf("key from $PROVIDER_AGENT_KEY: %w", err)
+		return "", err
 	}
+	if _, err := os.Stat(agentKey); !errors.Is(err, os.ErrNotExist) {
+		return config.LoadKeyFile(agentKey)
+	}
+	sk := nostr.GeneratePrivateKey()
+	pub, _ := nostr.GetPublicKey(sk)
+	fmt.Fprintf(stderr, "tiles upload: no --key, no $PROVIDER_AGENT_KEY and no agent key file at %s: using an ephemeral key (pubkey %s)\n", agentKey, pub)
 	return sk, nil
 }
 
@@ -344,12 +358,14 @@ after an operator has looked into it. The reset is recorded in the audit
 table with --note. The attempt counter is kept, so the tile gets one more
 upload; if that is rejected too it is given up again.
 
+` + agentFilesHelp + `
+
 Example:
-  provider-agent tiles reset 42 --note "server quota raised"`
+  provider-agent tiles reset 42 --note "server quota raised" --config /etc/provider-agent.toml`
 
 func runTilesReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tiles reset", tilesResetUsage, stdout)
-	dbPath := fs.String("db", tilesDBPath(), "SQLite database file")
+	files := bindAgentFiles(fs, nil)
 	note := fs.String("note", "", "why the tile is reset (kept in the audit record)")
 	pos, err := parseTilesArgs(fs, args)
 	if err != nil {
@@ -362,7 +378,7 @@ func runTilesReset(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil || id <= 0 {
 		return usagef("tiles reset: tile ID %q: want a positive integer", pos[0])
 	}
-	store, closeDB, err := openTilesStore(ctx, *dbPath)
+	store, closeDB, err := openTilesStore(ctx, files, false)
 	if err != nil {
 		return fmt.Errorf("tiles reset: %w", err)
 	}
@@ -381,12 +397,14 @@ func runTilesReset(ctx context.Context, args []string, stdout, stderr io.Writer)
 const tilesAuditUsage = `provider-agent tiles audit prints the append-only audit records: tiles given
 up after their attempt budget and operator resets.
 
+` + agentFilesHelp + `
+
 Example:
-  provider-agent tiles audit --tile 42`
+  provider-agent tiles audit --tile 42 --config /etc/provider-agent.toml`
 
 func runTilesAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tiles audit", tilesAuditUsage, stdout)
-	dbPath := fs.String("db", tilesDBPath(), "SQLite database file")
+	files := bindAgentFiles(fs, nil)
 	tile := fs.Int64("tile", 0, "only records of this tile ID")
 	pos, err := parseTilesArgs(fs, args)
 	if err != nil {
@@ -395,7 +413,7 @@ func runTilesAudit(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if len(pos) > 0 {
 		return usagef("tiles audit: unexpected argument %q", pos[0])
 	}
-	store, closeDB, err := openTilesStore(ctx, *dbPath)
+	store, closeDB, err := openTilesStore(ctx, files, false)
 	if err != nil {
 		return fmt.Errorf("tiles audit: %w", err)
 	}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"provideragent/agent/config"
+	"provideragent/internal/sqlitedb"
+)
+
+// envDB names the database file when neither --db nor --config/--data-dir
+// is on the command line (documented in the tiles and courier help).
+const envDB = "PROVIDER_AGENT_DB"
+
+// agentFilesHelp is the paragraph every tiles and courier help text carries.
+const agentFilesHelp = `The database is the running agent's: <data_dir>/provider-agent.db, with
+data_dir from --data-dir, else --config (or $PROVIDER_AGENT_CONFIG) and
+$PROVIDER_AGENT_AGENT_DATA_DIR, exactly as 'provider-agent run' resolves it.
+--db FILE overrides that, and so does $PROVIDER_AGENT_DB unless --config or
+--data-dir is given.`
+
+// agentFiles binds the agent's config flags (--config, --data-dir,
+// --key-file, ...) and --db on a flag set, and resolves the agent's database
+// and key file the way 'run' does, so that operator commands work on the
+// files the running agent uses. A child (a subcommand's flag set) falls back
+// to its parent's flags for everything not given on its own.
+type agentFiles struct {
+	parent *agentFiles
+	fs     *flag.FlagSet
+	flags  *config.Flags
+	db     string
+}
+
+// bindAgentFiles registers the flags on fs; parent may be nil.
+func bindAgentFiles(fs *flag.FlagSet, parent *agentFiles) *agentFiles {
+	a := &agentFiles{parent: parent, fs: fs, flags: config.BindFlags(fs)}
+	fs.StringVar(&a.db, "db", "", "SQLite database `file` (default $"+envDB+", else <data_dir>/"+config.DBFileName+")")
+	return a
+}
+
+// set reports whether flag name was given on this flag set or a parent's,
+// and the value of the nearest.
+func (a *agentFiles) set(name string) (string, bool) {
+	for cur := a; cur != nil; cur = cur.parent {
+		if f := cur.fs.Lookup(name); f != nil {
+			given := false
+			cur.fs.Visit(func(v *flag.Flag) { given = given || v.Name == name })
+			if given {
+				return f.Value.String(), true
+			}
+		}
+	}
+	return "", false
+}
+
+// config resolves the agent's config without validating the relay set:
+// defaults, the config file, PROVIDER_AGENT_* and then the flags (parent's
+// first, so the subcommand's win).
+func (a *agentFiles) config() (config.Config, error) {
+	var chain []*config.Flags
+	for cur := a; cur != nil; cur = cur.parent {
+		chain = append([]*config.Flags{cur.flags}, chain...)
+	}
+	return loadConfigLoose(chain...)
+}
+
+// dbPath is the database file: --db, else the config's DBPath when --config
+// or --data-dir is on the command line, else $PROVIDER_AGENT_DB, else the
+// config's DBPath (config file, environment, defaults).
+func (a *agentFiles) dbPath() (string, error) {
+	if p, ok := a.set("db"); ok {
+		if p == "" {
+			return "", usagef("--db: empty path")
+		}
+		return p, nil
+	}
+	_, cfgGiven := a.set("config")
+	_, dirGiven := a.set("data-dir")
+	if p := os.Getenv(envDB); p != "" && !cfgGiven && !dirGiven {
+		return p, nil
+	}
+	cfg, err := a.config()
+	if err != nil {
+		return "", err
+	}
+	return cfg.DBPath(), nil
+}
+
+// openDB opens the database at dbPath with sqlitedb's settings. With create
+// it makes the file's directory (0700) and the file when missing; without,
+// a missing file is an error naming the path and how to pick another.
+func (a *agentFiles) openDB(ctx context.Context, create bool) (*sql.DB, string, error) {
+	path, err := a.dbPath()
+	if err != nil {
+		return nil, "", err
+	}
+	if create {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, path, fmt.Errorf("create database directory: %w", err)
+		}
+	} else if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, path, fmt.Errorf("open database %s: no such file (pass --data-dir, --config or --db)", path)
+	}
+	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
+	if err != nil {
+		return nil, path, err
+	}
+	return db, path, nil
+}
+
+// keyFile is the agent's identity key file as 'run' resolves it: --key-file,
+// agent.key_file, else <data_dir>/identity.key.
+func (a *agentFiles) keyFile() (string, error) {
+	cfg, err := a.config()
+	if err != nil {
+		return "", err
+	}
+	return cfg.KeyFilePath(), nil
+}
