@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -60,15 +61,16 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks every field and names the first bad one with its value.
+// Validate checks every field and names the first bad one with its value,
+// as a *FieldError.
 func (c Config) Validate() error {
 	bad := func(field string, v any, want string) error {
-		return fmt.Errorf("uploader.%s = %v: %s: %w", field, v, want, ErrBadConfig)
+		return &FieldError{Field: field, Value: v, Reason: want}
 	}
 	for i, s := range c.Servers {
 		u, err := url.Parse(s)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-			return bad(fmt.Sprintf("servers[%d]", i), fmt.Sprintf("%q", s), "want an http(s) base URL")
+			return bad(fmt.Sprintf("servers[%d]", i), s, "want an http(s) base URL")
 		}
 	}
 	switch {
@@ -95,6 +97,28 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// FieldError is a Config field that failed Validate. Its message is
+// `uploader.FIELD = VALUE: REASON: bad uploader config` (string values
+// quoted); errors.Is(err, ErrBadConfig) holds. Field is the TOML key, e.g.
+// "concurrency" or "servers[1]", so a caller reading the config from its own
+// file can name the setting.
+type FieldError struct {
+	Field  string // TOML key, e.g. "min_replicas" or "servers[0]"
+	Value  any    // the offending value
+	Reason string // what is wanted instead
+}
+
+func (e *FieldError) Error() string {
+	v := fmt.Sprint(e.Value)
+	if s, ok := e.Value.(string); ok {
+		v = strconv.Quote(s)
+	}
+	return "uploader." + e.Field + " = " + v + ": " + e.Reason + ": " + ErrBadConfig.Error()
+}
+
+// Unwrap returns ErrBadConfig.
+func (e *FieldError) Unwrap() error { return ErrBadConfig }
 
 // Backoff is the sleep before in-call retry n (1-based):
 // min(BackoffBase^n seconds, BackoffCap). With the defaults: 2s, 4s, 8s.

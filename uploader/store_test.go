@@ -128,6 +128,10 @@ func TestConfigValidate(t *testing.T) {
 		if !errors.Is(err, uploader.ErrBadConfig) || !strings.Contains(err.Error(), "uploader."+tc.field) {
 			t.Errorf("Validate(bad %s) = %v, want ErrBadConfig naming uploader.%s", tc.field, err, tc.field)
 		}
+		var fe *uploader.FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("Validate(bad %s) = %#v, want a *FieldError with Field %q", tc.field, err, tc.field)
+		}
 	}
 	if err := uploader.DefaultConfig().Validate(); err != nil {
 		t.Errorf("DefaultConfig().Validate() = %v, want nil", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"provideragent/lease"
+	"provideragent/uploader"
 )
 
 // ErrInvalid is wrapped by every error of Parse, Load, ApplyEnv and Validate
@@ -156,6 +157,8 @@ type CourierSection struct {
 }
 
 // UploaderSection is the [uploader] section: checkpoint tiles to Blossom.
+// The defaults are uploader.DefaultConfig's; UploaderConfig maps the section
+// onto uploader.Config and Validate checks it with uploader.Config.Validate.
 type UploaderSection struct {
 	// Servers are Blossom base URLs (http:// or https://). Default none:
 	// checkpoint uploads are off.
@@ -164,15 +167,26 @@ type UploaderSection struct {
 	TileSize int `toml:"tile_size"`
 	// DisableRetry bypasses the retry decorator. Default false.
 	DisableRetry bool `toml:"disable_retry"`
-	// MaxInCallRetries bounds retries inside one upload call. Default 3.
+	// MaxInCallRetries bounds retries inside one upload call (0..100).
+	// Default 3.
 	MaxInCallRetries int `toml:"max_in_call_retries"`
 	// MaxPerTileAttempts is the per-tile budget before upload_giveup.
 	// Default 5.
 	MaxPerTileAttempts int `toml:"max_per_tile_attempts"`
-	// BackoffBase and BackoffCap give the delay min(base^retry, cap).
-	// Defaults 2s and 60s.
+	// BackoffBase and BackoffCap give the delay min(base^retry, cap), the
+	// base taken in seconds (so at least 1s). Defaults 2s and 60s.
 	BackoffBase time.Duration `toml:"backoff_base"`
 	BackoffCap  time.Duration `toml:"backoff_cap"`
+	// Concurrency bounds the tiles uploaded at once (1..256). Default 4.
+	Concurrency int `toml:"concurrency"`
+	// MinReplicas is how many servers must store a tile for it to count as
+	// uploaded; at most the number of servers. Default 1.
+	MinReplicas int `toml:"min_replicas"`
+	// RequestTimeout bounds one HTTP request to a server. Default 60s.
+	RequestTimeout time.Duration `toml:"request_timeout"`
+	// AuthTTL is how long a signed upload authorisation (kind 24242) stays
+	// valid; at least 1s. Default 5m.
+	AuthTTL time.Duration `toml:"auth_ttl"`
 }
 
 // LogSection is the [log] section.
@@ -184,10 +198,12 @@ type LogSection struct {
 }
 
 // Default returns the documented defaults; the [lease] and [heartbeat]
-// values come from lease.DefaultConfig. The default relays are three public
+// values come from lease.DefaultConfig, the [uploader] ones from
+// uploader.DefaultConfig. The default relays are three public
 // relays: set your own in production.
 func Default() Config {
 	lc := lease.DefaultConfig()
+	ud := uploader.DefaultConfig()
 	return Config{
 		Agent: AgentSection{
 			DataDir:        "provider-agent-data",
@@ -226,11 +242,17 @@ func Default() Config {
 			Retention:      168 * time.Hour,
 		},
 		Uploader: UploaderSection{
-			TileSize:           1 << 20,
-			MaxInCallRetries:   3,
-			MaxPerTileAttempts: 5,
-			BackoffBase:        2 * time.Second,
-			BackoffCap:         60 * time.Second,
+			Servers:            ud.Servers,
+			TileSize:           ud.TileSize,
+			DisableRetry:       ud.DisableRetry,
+			MaxInCallRetries:   ud.MaxInCallRetries,
+			MaxPerTileAttempts: ud.MaxPerTileAttempts,
+			BackoffBase:        time.Duration(ud.BackoffBase * float64(time.Second)),
+			BackoffCap:         ud.BackoffCap,
+			Concurrency:        ud.Concurrency,
+			MinReplicas:        ud.MinReplicas,
+			RequestTimeout:     ud.RequestTimeout,
+			AuthTTL:            ud.AuthTTL,
 		},
 		Log: LogSection{Level: "info", Format: "text"},
 	}

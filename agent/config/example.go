@@ -100,9 +100,19 @@ tile_size = 1048576
 disable_retry = false
 max_in_call_retries = 3
 max_per_tile_attempts = 5
-# Retry delay min(backoff_base^retry, backoff_cap).
+# Retry delay min(backoff_base^retry, backoff_cap), the base in seconds
+# (at least "1s").
 backoff_base = "2s"
 backoff_cap = "60s"
+# Tiles uploaded at once (1 to 256).
+concurrency = 4
+# Servers that must store a tile before it counts as uploaded
+# (at most the number of servers).
+min_replicas = 1
+# Bound on one HTTP request to a server.
+request_timeout = "60s"
+# How long a signed upload authorisation (kind 24242) stays valid.
+auth_ttl = "5m"
 
 [log]
 # debug, info, warn or error.

@@ -150,24 +150,8 @@ func (c *Config) check(nRelays int) error {
 	if cr.BackoffCap < cr.BackoffInitial {
 		return invalid("courier.backoff_cap", cr.BackoffCap, fmt.Sprintf("must be >= courier.backoff_initial (%s)", cr.BackoffInitial))
 	}
-	u := c.Uploader
-	for i, s := range u.Servers {
-		p, err := url.Parse(s)
-		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return invalid(fmt.Sprintf("uploader.servers[%d]", i), s, "want an http:// or https:// URL with a host")
-		}
-	}
-	if u.TileSize < 1 {
-		return invalid("uploader.tile_size", u.TileSize, "must be >= 1 (bytes)")
-	}
-	if u.MaxInCallRetries < 0 {
-		return invalid("uploader.max_in_call_retries", u.MaxInCallRetries, "must be >= 0")
-	}
-	if u.MaxPerTileAttempts < 1 {
-		return invalid("uploader.max_per_tile_attempts", u.MaxPerTileAttempts, "must be >= 1")
-	}
-	if u.BackoffCap < u.BackoffBase {
-		return invalid("uploader.backoff_cap", u.BackoffCap, fmt.Sprintf("must be >= uploader.backoff_base (%s)", u.BackoffBase))
+	if err := c.checkUploader(); err != nil {
+		return err
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
