@@ -455,23 +455,8 @@ func runCourierExport(ctx context.Context, files *agentFiles, args []string, std
 		_, err := c.ExportDLQ(ctx, stdout)
 		return err
 	}
-	tmp := *out + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("courier dlq export: %w", err)
-	}
-	n, err := c.ExportDLQ(ctx, f)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, *out)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	var n int
+	if err := writeFileAtomic(*out, func(w io.Writer) (err error) { n, err = c.ExportDLQ(ctx, w); return err }); err != nil {
 		return fmt.Errorf("courier dlq export: %w", err)
 	}
 	fmt.Fprintf(stderr, "exported %d dead receipts to %s\n", n, *out)

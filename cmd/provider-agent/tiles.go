@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -80,12 +79,6 @@ func runTiles(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	return sub(ctx, args[1:], stdout, stderr)
 }
-
-// tilesURLList is a repeatable string flag.
-type tilesURLList []string
-
-func (s *tilesURLList) String() string     { return strings.Join(*s, ",") }
-func (s *tilesURLList) Set(v string) error { *s = append(*s, v); return nil }
 
 // parseTilesArgs parses flags that may come before or after positional
 // arguments and returns the positional ones.
@@ -174,7 +167,7 @@ func runTilesAdd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("tiles add: %w", err)
 	}
-	if err := writeTilesFileAtomic(*manifestPath, j); err != nil {
+	if err := writeFileAtomic(*manifestPath, func(w io.Writer) error { _, err := w.Write(j); return err }); err != nil {
 		return fmt.Errorf("tiles add: write manifest: %w", err)
 	}
 	fmt.Fprintf(stdout, "added %s to workload %s: %d tiles (%d new), %d bytes, sha256 %s\nmanifest: %s\n",
@@ -246,7 +239,7 @@ func runTilesUpload(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := newFlagSet("tiles upload", tilesUploadUsage, stdout)
 	def := uploader.DefaultConfig()
 	files := bindAgentFiles(fs, nil)
-	var servers tilesURLList
+	var servers stringList
 	fs.Var(&servers, "server", "Blossom server base URL (repeat for several; required)")
 	keyFile := fs.String("key", "", "key `file` holding the signing key, mode 0600 (default: the agent's key file)")
 	workload := fs.String("workload", "", "only tiles of this workload")
@@ -448,7 +441,7 @@ func runTilesRestore(ctx context.Context, args []string, stdout, stderr io.Write
 	fs := newFlagSet("tiles restore", tilesRestoreUsage, stdout)
 	out := fs.String("out", "", "file to write (required)")
 	force := fs.Bool("force", false, "replace --out if it exists")
-	var servers tilesURLList
+	var servers stringList
 	fs.Var(&servers, "server", "Blossom server base URL (repeat for several; required)")
 	timeout := fs.Duration("timeout", uploader.DefaultConfig().RequestTimeout, "timeout of one HTTP request")
 	pos, err := parseTilesArgs(fs, args)
@@ -488,50 +481,12 @@ func runTilesRestore(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return fmt.Errorf("tiles restore: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(*out), "."+filepath.Base(*out)+".restore-*")
-	if err != nil {
-		return fmt.Errorf("tiles restore: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
 	client := &http.Client{Timeout: *timeout}
-	if err := uploader.Restore(ctx, client, m, servers, tmp); err != nil {
-		tmp.Close()
-		return fmt.Errorf("tiles restore: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("tiles restore: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("tiles restore: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), *out); err != nil {
+	if err := writeFileAtomic(*out, func(w io.Writer) error { return uploader.Restore(ctx, client, m, servers, w) }); err != nil {
 		return fmt.Errorf("tiles restore: %w", err)
 	}
 	fmt.Fprintf(stdout, "restored %s: %d tiles, %d bytes, sha256 %s verified\n", *out, len(m.Tiles), m.Size, m.SHA256)
 	return nil
-}
-
-// writeTilesFileAtomic writes data to a temporary file beside path, syncs it and
-// renames it into place.
-func writeTilesFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // tilesJSON encodes v as indented JSON with a trailing newline.
