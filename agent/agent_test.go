@@ -88,6 +88,9 @@ type agentOpts struct {
 	lcfg    lease.Config
 	dial    map[string]string
 	issuers []string
+	// wrapPool, when set, replaces the agent's relay pool with
+	// wrapPool(pool) before Run (to record what the agent publishes).
+	wrapPool func(RelayPool) RelayPool
 }
 
 func startAgent(t testing.TB, o agentOpts) *testAgent {
@@ -122,6 +125,9 @@ func startAgent(t testing.TB, o agentOpts) *testAgent {
 		cancel()
 		db.Close()
 		t.Fatalf("New(%s) = %v, want nil", o.name, err)
+	}
+	if o.wrapPool != nil {
+		a.pool = o.wrapPool(a.pool)
 	}
 	ta.a = a
 	go func() {

@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/heartbeat"
+	"provideragent/lease"
+)
+
+// publishRecord is one publish made through a recordingPool.
+type publishRecord struct {
+	at  time.Time
+	ev  *nostr.Event
+	res PublishResult
+}
+
+// recordingPool is a real RelayPool that also records every publish and
+// the relays' answers.
+type recordingPool struct {
+	RelayPool
+	mu   sync.Mutex
+	recs []publishRecord
+}
+
+func (p *recordingPool) Publish(ctx context.Context, ev *nostr.Event) PublishResult {
+	res := p.RelayPool.Publish(ctx, ev)
+	p.mu.Lock()
+	p.recs = append(p.recs, publishRecord{at: time.Now(), ev: ev, res: res})
+	p.mu.Unlock()
+	return res
+}
+
+// last returns the latest publish of kind started after since, if any.
+func (p *recordingPool) last(kind int, since time.Time) (publishRecord, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := len(p.recs) - 1; i >= 0; i-- {
+		r := p.recs[i]
+		if r.ev.Kind == kind && r.ev.CreatedAt.Time().After(since) {
+			return r, true
+		}
+	}
+	return publishRecord{}, false
+}
+
+// TestHeartbeatsListLivePairs: over three real relays, the agent publishes
+// both heartbeat kinds (stored 38384 and ephemeral 20384), and both list
+// exactly the (workload, epoch) pairs it holds Live, with their epochs,
+// and not a workload it only stands by for. The relays accept the stored
+// kind.
+func TestHeartbeatsListLivePairs(t *testing.T) {
+	t.Parallel()
+	_, urls := startRelays(t, 3)
+	lcfg := DemoLeaseConfig(urls)
+	// The standby of w3 never sees its primary: keep it a standby for the
+	// whole test.
+	lcfg.TakeoverAfter = 10 * time.Minute
+	rec := &recordingPool{}
+	ta := startAgent(t, agentOpts{name: "hb", lcfg: lcfg, wrapPool: func(p RelayPool) RelayPool {
+		rec.RelayPool = p
+		return rec
+	}})
+	other := newTestKeys(t)
+	ctx := context.Background()
+	w2 := soloSpec("w2", ta.pub)
+	w2.Epoch = 4
+	ta.a.Track(ctx, soloSpec("w1", ta.pub))
+	ta.a.Track(ctx, w2)
+	ta.a.Track(ctx, warmSpec("w3", other.PublicKey(), ta.pub, urls))
+	ta.waitState("w1", lease.StateLive, 1, 15*time.Second)
+	ta.waitState("w2", lease.StateLive, 4, 15*time.Second)
+	if st, _ := ta.state("w3"); st != string(lease.StateStandby) {
+		t.Fatalf("state(w3) = %s (history %v), want standby", st, ta.log.states())
+	}
+
+	// Heartbeats made (created_at, whole seconds) after both went Live.
+	since := time.Now().Add(time.Second)
+	want := []string{"w1@1", "w2@4"}
+	for _, tc := range []struct {
+		kind      int
+		ephemeral bool
+	}{{heartbeat.KindHeartbeat, false}, {heartbeat.KindHeartbeatEphemeral, true}} {
+		var r publishRecord
+		waitFor(t, 10*time.Second, fmt.Sprintf("a kind %d heartbeat after %v", tc.kind, since), func() bool {
+			var ok bool
+			r, ok = rec.last(tc.kind, since)
+			return ok
+		})
+		hb, err := heartbeat.DecodeHeartbeat(r.ev)
+		if err != nil {
+			t.Fatalf("DecodeHeartbeat(kind %d) = %v, want nil", tc.kind, err)
+		}
+		var got []string
+		for _, w := range hb.Workloads {
+			got = append(got, fmt.Sprintf("%s@%d", w.ID, w.Epoch))
+		}
+		slices.Sort(got)
+		if hb.Ephemeral != tc.ephemeral || hb.Provider != ta.pub || !hb.ListsWorkloads || !slices.Equal(got, want) {
+			t.Errorf("heartbeat kind %d = ephemeral %v, provider %s, lists %v %v, want ephemeral %v, provider %s, lists %v",
+				tc.kind, hb.Ephemeral, hb.Provider, hb.ListsWorkloads, got, tc.ephemeral, ta.pub, want)
+		}
+		if !tc.ephemeral && len(r.res.Accepted) < lcfg.M {
+			t.Errorf("stored heartbeat accepted by %v (rejected %v, timed out %v), want at least %d relays",
+				r.res.Accepted, r.res.Rejected, r.res.TimedOut, lcfg.M)
+		}
+	}
+}
