@@ -98,7 +98,6 @@ type claimRead struct {
 	answered  int
 	read      int
 	claimers  map[ProviderID]bool
-	queries   map[QueryID]bool
 	completed bool
 }
 
@@ -452,7 +451,7 @@ func (n *LeaseNode) Timer(env Env, now time.Time, tag any) {
 	}
 	switch t := tag.(type) {
 	case timerRead:
-		rd := &claimRead{workload: t.workload, epoch: t.epoch, claimers: map[ProviderID]bool{}, queries: map[QueryID]bool{}}
+		rd := &claimRead{workload: t.workload, epoch: t.epoch, claimers: map[ProviderID]bool{}}
 		for r := 0; r < env.NumRelays(); r++ {
 			q := env.Query(RelayID(r), func(ev *Event) bool {
 				c, ok := claimInput(RelayID(r), ev)

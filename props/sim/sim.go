@@ -500,16 +500,7 @@ func (s *Sim) RunFor(d time.Duration) {
 
 // RunUntil processes events up to and including simulated instant t.
 func (s *Sim) RunUntil(t time.Duration) {
-	for s.violation == nil && len(s.q) > 0 && s.q[0].at <= t {
-		it := heap.Pop(&s.q).(*item)
-		s.now = it.at
-		it.fn()
-		s.steps++
-		s.check()
-	}
-	if s.violation == nil && t > s.now {
-		s.now = t
-	}
+	s.RunWhile(t, func() bool { return true })
 }
 
 // RunWhile processes events until cond returns false or t is reached; it
@@ -540,11 +531,25 @@ func (s *Sim) check() {
 	}
 	for _, c := range s.checkers {
 		if err := c(s); err != nil {
-			tl := append([]Entry(nil), s.trace...)
-			s.violation = &Violation{At: s.now, Msg: err.Error(), Timeline: tl}
+			s.violate(err.Error())
 			return
 		}
 	}
+	// A driver that failed (a Track, Restore or snapshot error) would
+	// otherwise sit silently down, and safety would hold trivially.
+	for _, p := range s.provs {
+		if n, ok := p.node.(interface{ Err() error }); ok {
+			if err := n.Err(); err != nil {
+				s.violate(fmt.Sprintf("driver error on %s: %v", p.name, err))
+				return
+			}
+		}
+	}
+}
+
+func (s *Sim) violate(msg string) {
+	tl := append([]Entry(nil), s.trace...)
+	s.violation = &Violation{At: s.now, Msg: msg, Timeline: tl}
 }
 
 // Boot starts every provider and connects every link.
