@@ -138,14 +138,7 @@ func buildUploader(ctx context.Context, cfg config.Config, db *sql.DB, secret st
 	if err != nil {
 		return nil, fmt.Errorf("uploader metrics: %w", err)
 	}
-	ucfg := uploader.DefaultConfig()
-	ucfg.Servers = cfg.Uploader.Servers
-	ucfg.DisableRetry = cfg.Uploader.DisableRetry
-	ucfg.MaxInCallRetries = cfg.Uploader.MaxInCallRetries
-	ucfg.MaxPerTileAttempts = cfg.Uploader.MaxPerTileAttempts
-	ucfg.BackoffBase = cfg.Uploader.BackoffBase.Seconds()
-	ucfg.BackoffCap = cfg.Uploader.BackoffCap
-	ucfg.TileSize = cfg.Uploader.TileSize
+	ucfg := cfg.UploaderConfig()
 	up, err := uploader.BuildUploader(ucfg, uploader.Deps{Store: store, SecretKey: secret, Logger: logger, Metrics: met})
 	if err != nil {
 		return nil, fmt.Errorf("uploader: %w", err)
