@@ -282,6 +282,35 @@ func TestPoolPublishRejectedStillReachesQuorum(t *testing.T) {
 	}
 }
 
+// PublishQuorum stops waiting once need relays accepted: a relay that holds
+// its OK (as a dead or slow relay would) is reported not awaited, and the
+// publish returns long before the caller's deadline.
+func TestPoolPublishQuorumDoesNotWaitForSlowRelay(t *testing.T) {
+	rs := []*relaytest.Relay{relaytest.Start(t), relaytest.Start(t), relaytest.Start(t, "--hold-ok")}
+	urls := []string{rs[0].URL(), rs[1].URL(), rs[2].URL()}
+	h := newPool(t, fastConfig(urls...), relay.Options{})
+	eventually(t, "all connected", func() bool {
+		for _, s := range h.pool.Status() {
+			if !s.Connected {
+				return false
+			}
+		}
+		return true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res := h.pool.PublishQuorum(ctx, signed(t, 1, "x", time.Now()), 2)
+	if ctx.Err() != nil {
+		t.Fatalf("PublishQuorum(need 2) waited out the caller's deadline")
+	}
+	if res.AcceptedCount() != 2 || len(res.TimedOut) != 0 {
+		t.Fatalf("PublishQuorum(need 2) = accepted %v, timed out %+v, want 2 accepted and none timed out", res.Accepted, res.TimedOut)
+	}
+	if o := res.All[2]; o.Relay != urls[2] || o.Outcome != relay.OutcomeNotAwaited {
+		t.Fatalf("PublishQuorum(need 2) holding relay = %+v, want %s not awaited", o, urls[2])
+	}
+}
+
 // A relay that holds the OK and is then killed is never counted as accepted.
 func TestPoolPublishRelayKilledBeforeOK(t *testing.T) {
 	rs := []*relaytest.Relay{relaytest.Start(t), relaytest.Start(t), relaytest.Start(t, "--hold-ok")}

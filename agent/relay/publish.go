@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nbd-wtf/go-nostr"
 )
@@ -31,6 +32,10 @@ const (
 	// OutcomeFailed: not sent, e.g. the event exceeds the relay's NIP-11
 	// max_message_length, or the pool is closed.
 	OutcomeFailed Outcome = "failed"
+	// OutcomeNotAwaited: PublishQuorum had its acceptances and stopped
+	// waiting for this relay (the event may still reach it). Not counted
+	// in relay_publish_total.
+	OutcomeNotAwaited Outcome = "not_awaited"
 )
 
 // RelayOutcome is one relay's answer to a publish.
@@ -66,6 +71,15 @@ func (r PublishResult) AcceptedCount() int { return len(r.Accepted) }
 // (same id, so idempotent). An "auth-required:" OK is retried once after
 // AUTH succeeds. ev must already be signed; Publish does not verify it.
 func (p *Pool) Publish(ctx context.Context, ev nostr.Event) PublishResult {
+	return p.PublishQuorum(ctx, ev, 0)
+}
+
+// PublishQuorum is Publish that returns as soon as need relays answered OK
+// true (need <= 0: wait for every relay). The relays it stopped waiting for
+// are reported as OutcomeNotAwaited; their sends are not withdrawn. A
+// caller that only needs M acceptances (the outbox) thus does not wait out
+// the deadline on a relay that is down.
+func (p *Pool) PublishQuorum(ctx context.Context, ev nostr.Event, need int) PublishResult {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.PublishTimeout)
@@ -78,17 +92,30 @@ func (p *Pool) Publish(ctx context.Context, ev nostr.Event) PublishResult {
 			res.All[i] = RelayOutcome{Relay: s.url, Outcome: OutcomeFailed, Reason: "encode event: " + err.Error()}
 		}
 	} else {
+		enough, stop := context.WithCancel(ctx)
+		defer stop()
+		var accepted atomic.Int32
 		var wg sync.WaitGroup
 		for i, s := range p.sups {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res.All[i] = s.publish(ctx, ev.ID, frame)
+				o := s.publish(enough, ev.ID, frame)
+				if o.Outcome == OutcomeAccepted && need > 0 && int(accepted.Add(1)) >= need {
+					stop()
+				}
+				if o.Outcome == OutcomeTimedOut && ctx.Err() == nil && enough.Err() != nil {
+					o = RelayOutcome{Relay: s.url, Outcome: OutcomeNotAwaited, Reason: "enough relays accepted"}
+				}
+				res.All[i] = o
 			}()
 		}
 		wg.Wait()
 	}
 	for _, o := range res.All {
+		if o.Outcome == OutcomeNotAwaited {
+			continue
+		}
 		p.m.publish.WithLabelValues(o.Relay, string(o.Outcome)).Inc()
 		switch o.Outcome {
 		case OutcomeAccepted:
