@@ -360,8 +360,6 @@ func normaliseKeys(m map[string]string) map[string]string {
 
 // newPool builds the default relay layer: agent/relay's supervised pool.
 func (a *Agent) newPool() (RelayPool, error) {
-	onReceived := func(r string) { a.met.eventsReceived.WithLabelValues(r).Inc() }
-	onPublish := func(r, o string) { a.met.publish.WithLabelValues(r, o).Inc() }
 	dial := normaliseKeys(a.cfg.DialAddrs)
 	secret, err := heartbeat.ParseSecretKey(a.cfg.SecretKey)
 	if err != nil {
@@ -376,7 +374,7 @@ func (a *Agent) newPool() (RelayPool, error) {
 	rc.MaxMessageSize = max(rc.MaxMessageSize, 1<<20)
 	return newRelayPool(rc, relay.Options{
 		Filters: a.poolFilters(), SinceFor: a.sinceFor, SecretKey: secret, Logger: a.logger, Registerer: a.reg, Now: a.now,
-	}, onReceived, onPublish)
+	})
 }
 
 // restore loads the persisted machine or creates an empty one.
@@ -649,14 +647,6 @@ func (a *Agent) refreshStatus(now time.Time) {
 			q = 1
 		}
 		a.met.quorum.WithLabelValues(p).Set(q)
-	}
-	for _, r := range a.pool.Status() {
-		c := 0.0
-		if r.Connected {
-			c = 1
-		}
-		a.met.relayConnected.WithLabelValues(r.URL).Set(c)
-		a.met.relayReconnect.WithLabelValues(r.URL).Set(float64(r.Reconnects))
 	}
 	a.statusMu.Lock()
 	a.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.m.AwaitingSync(), Workloads: ws}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -282,6 +283,84 @@ func TestPartitionedPrimaryHandsOver(t *testing.T) {
 	if got := testutil.ToFloat64(standby.a.met.revocations.WithLabelValues("received")); got < 1 {
 		t.Fatalf("standby revocations received = %v, want >= 1", got)
 	}
+
+	// The standby's /metrics, over real HTTP, shows the failover: the
+	// agent's own series beside those of the relay layer, the ingest and
+	// the courier sharing its registry.
+	body := getMetrics(t, standby.a)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		min    float64
+	}{
+		{"agent_transitions_total", map[string]string{"from": "standby", "to": "promoting"}, 1},
+		{"agent_transitions_total", map[string]string{"from": "promoting", "to": "provisioning"}, 1},
+		{"agent_transitions_total", map[string]string{"from": "provisioning", "to": "live"}, 1},
+		{"agent_revocations_total", map[string]string{"direction": "received"}, 1},
+		{"agent_promotions_total", map[string]string{"outcome": "claimed"}, 1},
+		{"relay_connected", nil, float64(lcfg.M)},
+		{"relay_publish_total", map[string]string{"outcome": "accepted"}, 1},
+		{"heartbeat_events_accepted_total", nil, 1},
+		{"courier_pending", nil, 0},
+	} {
+		if got, ok := metricSum(body, c.name, c.labels); !ok || got < c.min {
+			t.Errorf("GET /metrics %s%v = %v (found %v), want >= %v", c.name, c.labels, got, ok, c.min)
+		}
+	}
+}
+
+// removedMetrics duplicated agent/relay's relay_* series; they must not
+// come back.
+var removedMetrics = []string{"agent_relay_connected", "agent_relay_reconnects", "agent_events_received_total", "agent_publish_total"}
+
+// getMetrics reads the agent's /metrics over real HTTP and checks that no
+// removed duplicate is exported.
+func getMetrics(t *testing.T, a *Agent) string {
+	t.Helper()
+	code, body := get(t, "http://"+a.Addr()+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics = %d, want 200", code)
+	}
+	for _, name := range removedMetrics {
+		if _, ok := metricSum(body, name, nil); ok {
+			t.Errorf("GET /metrics exports %s, want it gone (agent/relay's relay_* series replace it)", name)
+		}
+	}
+	return body
+}
+
+// metricSum sums the samples of metric name in a Prometheus text
+// exposition whose labels include every pair of labels; ok is false when
+// none matches.
+func metricSum(body, name string, labels map[string]string) (sum float64, ok bool) {
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		series, value, found := strings.Cut(line, " ")
+		if !found {
+			continue
+		}
+		n, lbls, _ := strings.Cut(series, "{")
+		if n != name {
+			continue
+		}
+		match := true
+		for k, v := range labels {
+			if !strings.Contains(lbls, k+"="+strconv.Quote(v)) {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		sum, ok = sum+f, true
+	}
+	return sum, ok
 }
 
 // TestOneRelayDownNoFalseEviction: with one of three relays dead, a healthy
@@ -324,11 +403,23 @@ func TestOneRelayDownNoFalseEviction(t *testing.T) {
 	if code, body := get(t, base+"/healthz"); code != http.StatusOK {
 		t.Fatalf("GET /healthz = %d %q, want 200 with 2 of 3 relays up", code, body)
 	}
-	_, metrics := get(t, base+"/metrics")
+	metrics := getMetrics(t, primary.a)
 	for _, want := range []string{`agent_workloads{state="live"} 1`, "agent_provider_quorum{provider=\"" + primary.pub + "\"} 1", "courier_pending", "heartbeat_"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("GET /metrics lacks %s", want)
 		}
+	}
+	// relay_connected (agent/relay's) tells the dead relay apart.
+	for i, want := range []float64{1, 1, 0} {
+		if got, ok := metricSum(metrics, "relay_connected", map[string]string{"relay": urls[i]}); !ok || got != want {
+			t.Errorf("GET /metrics relay_connected{relay=%q} = %v (found %v), want %v", urls[i], got, ok, want)
+		}
+	}
+	if got, ok := metricSum(metrics, "relay_publish_total", map[string]string{"outcome": "accepted"}); !ok || got < 1 {
+		t.Errorf("GET /metrics relay_publish_total{outcome=accepted} = %v (found %v), want >= 1", got, ok)
+	}
+	if got, ok := metricSum(metrics, "agent_transitions_total", map[string]string{"to": "live"}); !ok || got != 1 {
+		t.Errorf("GET /metrics agent_transitions_total{to=live} = %v (found %v), want 1", got, ok)
 	}
 }
 

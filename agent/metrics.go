@@ -4,17 +4,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the agent's Prometheus collectors, all prefixed agent_.
+// metrics are the agent's Prometheus collectors, all prefixed agent_. Relay
+// connections, reconnects, frames received and publish outcomes are
+// agent/relay's relay_* metrics on the same registry.
 type metrics struct {
 	workloads      *prometheus.GaugeVec   // by state
 	transitions    *prometheus.CounterVec // from, to
 	quorum         *prometheus.GaugeVec   // provider: 1 when it has relay quorum now
-	relayConnected *prometheus.GaugeVec   // relay: 1 connected, 0 not
-	relayReconnect *prometheus.GaugeVec   // relay: reconnects so far
-	eventsReceived *prometheus.CounterVec // relay
 	eventsAccepted *prometheus.CounterVec // kind
 	eventsRejected *prometheus.CounterVec // reason
-	publish        *prometheus.CounterVec // relay, outcome
 	revocations    *prometheus.CounterVec // direction: sent, received
 	promotions     *prometheus.CounterVec // outcome
 	respawns       prometheus.Counter
@@ -34,24 +32,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		quorum: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "agent_provider_quorum", Help: "1 when the provider (this agent or a holder it watches) has relay quorum now, else 0.",
 		}, []string{"provider"}),
-		relayConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "agent_relay_connected", Help: "1 when the relay connection is up, 0 otherwise.",
-		}, []string{"relay"}),
-		relayReconnect: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "agent_relay_reconnects", Help: "Reconnections made to the relay since start.",
-		}, []string{"relay"}),
-		eventsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "agent_events_received_total", Help: "Events received from relays (before any check), by relay.",
-		}, []string{"relay"}),
 		eventsAccepted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_events_accepted_total", Help: "Events that passed every check and were fed to the lease machine, by kind.",
 		}, []string{"kind"}),
 		eventsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_events_rejected_total", Help: "Events rejected by ingest, by reason.",
 		}, []string{"reason"}),
-		publish: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "agent_publish_total", Help: "Publish outcomes per relay (accepted, rejected, timeout).",
-		}, []string{"relay", "outcome"}),
 		revocations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_revocations_total", Help: "Lease revocations, by direction (queued by us, received).",
 		}, []string{"direction"}),
@@ -73,8 +59,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.workloads, m.transitions, m.quorum, m.relayConnected, m.relayReconnect,
-		m.eventsReceived, m.eventsAccepted, m.eventsRejected, m.publish, m.revocations,
+		m.workloads, m.transitions, m.quorum, m.eventsAccepted, m.eventsRejected, m.revocations,
 		m.promotions, m.respawns, m.effects, m.stepErrors, m.stepSeconds,
 	} {
 		if err := reg.Register(c); err != nil {

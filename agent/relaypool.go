@@ -51,9 +51,7 @@ type RelayPool interface {
 // relayPool adapts agent/relay's Pool (supervised websockets with pings,
 // NIP-11 limits, NIP-42 AUTH, OK-tracked publish) to RelayPool.
 type relayPool struct {
-	p          *relay.Pool
-	onReceived func(relay string)
-	onPublish  func(relay, outcome string)
+	p *relay.Pool
 }
 
 var _ RelayPool = (*relayPool)(nil)
@@ -62,15 +60,15 @@ var _ RelayPool = (*relayPool)(nil)
 // options and returns them as a RelayPool. Run forwards their events and
 // closes the pool when its context ends.
 func NewRelayPool(cfg relay.Config, opts relay.Options) (RelayPool, error) {
-	return newRelayPool(cfg, opts, nil, nil)
+	return newRelayPool(cfg, opts)
 }
 
-func newRelayPool(cfg relay.Config, opts relay.Options, onReceived func(string), onPublish func(string, string)) (*relayPool, error) {
+func newRelayPool(cfg relay.Config, opts relay.Options) (*relayPool, error) {
 	p, err := relay.New(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("relay pool: %w", err)
 	}
-	return &relayPool{p: p, onReceived: onReceived, onPublish: onPublish}, nil
+	return &relayPool{p: p}, nil
 }
 
 func (r *relayPool) Run(ctx context.Context, out chan<- RelayEvent) error {
@@ -86,9 +84,6 @@ func (r *relayPool) Run(ctx context.Context, out chan<- RelayEvent) error {
 			if rec.EOSE || rec.Event == nil {
 				continue
 			}
-			if r.onReceived != nil {
-				r.onReceived(rec.Relay)
-			}
 			select {
 			case out <- RelayEvent{Relay: rec.Relay, Event: rec.Event}:
 			case <-ctx.Done():
@@ -100,11 +95,6 @@ func (r *relayPool) Run(ctx context.Context, out chan<- RelayEvent) error {
 
 func (r *relayPool) Publish(ctx context.Context, ev *nostr.Event) PublishResult {
 	res := r.p.Publish(ctx, *ev)
-	if r.onPublish != nil {
-		for _, o := range res.All {
-			r.onPublish(o.Relay, string(o.Outcome))
-		}
-	}
 	out := PublishResult{Accepted: res.Accepted, Rejected: map[string]string{}}
 	for _, o := range res.Rejected {
 		out.Rejected[o.Relay] = o.Reason

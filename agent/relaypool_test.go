@@ -41,7 +41,7 @@ func TestRelayPoolPublishSubscribeAndCut(t *testing.T) {
 	cfg.BackoffMax = 200 * time.Millisecond
 	rc, err := newRelayPool(cfg, relay.Options{
 		Filters: []nostr.Filter{{Kinds: []int{1}, Since: &since}},
-	}, nil, nil)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
