@@ -17,6 +17,10 @@ import (
 // than M relays accepted an event.
 var ErrNoQuorum = errors.New("fewer than quorum relays accepted")
 
+// ErrNotFenced is the cause of a revocation deferred because its workload is
+// still running or has a start or stop queued here.
+var ErrNotFenced = errors.New("workload not fenced yet")
+
 // FenceGate tells the forwarder whether a workload's process is stopped here,
 // with no start or stop still queued for it (rule 7: the revocation leaves
 // only after the fence).
@@ -26,8 +30,9 @@ type FenceGate interface {
 
 // NostrForwarder is the courier Forwarder for Nostr events: a bundle is one
 // signed event as JSON, published to every relay of the pool; it is
-// acknowledged when at least Quorum relays answered OK true. Events that
-// revoke a workload wait for the FenceGate first.
+// acknowledged when at least Quorum relays answered OK true. A revocation
+// whose workload is not fenced yet is deferred (courier.Deferred: due again
+// shortly, no attempt counted), so it never holds a delivery worker.
 type NostrForwarder struct {
 	Pool    RelayPool
 	Quorum  int
@@ -51,10 +56,8 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 		return courier.ClientError(fmt.Errorf("nostr forwarder: bundle event %s has a bad signature", ev.ID))
 	}
 	if f.Gate != nil {
-		if w := ev.Tags.GetFirst([]string{"workload", ""}); w != nil && len(*w) > 1 && isRevocation(ev.Kind) {
-			if err := f.waitFenced(ctx, (*w)[1]); err != nil {
-				return courier.TransportError(err)
-			}
+		if w := ev.Tags.GetFirst([]string{"workload", ""}); w != nil && len(*w) > 1 && isRevocation(ev.Kind) && !f.Gate.Fenced((*w)[1]) {
+			return courier.Deferred(fmt.Errorf("revocation of %s waits for the fence: %w", (*w)[1], ErrNotFenced), fenceRecheck)
 		}
 	}
 	timeout := f.Timeout
@@ -62,7 +65,12 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 		timeout = 10 * time.Second
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
-	res := f.Pool.Publish(pctx, &ev)
+	var res PublishResult
+	if qp, ok := f.Pool.(quorumPublisher); ok {
+		res = qp.PublishQuorum(pctx, &ev, f.Quorum)
+	} else {
+		res = f.Pool.Publish(pctx, &ev)
+	}
 	cancel()
 	if f.OnAttempt != nil {
 		f.OnAttempt(&ev, res)
@@ -79,15 +87,11 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 
 func isRevocation(kind int) bool { return kind == heartbeat.KindRevocation }
 
-func (f *NostrForwarder) waitFenced(ctx context.Context, workload string) error {
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for !f.Gate.Fenced(workload) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("revocation of %s waits for the fence: %w", workload, ctx.Err())
-		case <-t.C:
-		}
-	}
-	return nil
+// fenceRecheck is how soon a revocation deferred for its fence is due again.
+const fenceRecheck = 100 * time.Millisecond
+
+// quorumPublisher is a RelayPool that can stop waiting once need relays
+// accepted (agent/relay's PublishQuorum); the outbox needs only M.
+type quorumPublisher interface {
+	PublishQuorum(ctx context.Context, ev *nostr.Event, need int) PublishResult
 }

@@ -54,7 +54,10 @@ type relayPool struct {
 	p *relay.Pool
 }
 
-var _ RelayPool = (*relayPool)(nil)
+var (
+	_ RelayPool       = (*relayPool)(nil)
+	_ quorumPublisher = (*relayPool)(nil)
+)
 
 // NewRelayPool starts agent/relay supervisors for the given config and
 // options and returns them as a RelayPool. Run forwards their events and
@@ -94,7 +97,13 @@ func (r *relayPool) Run(ctx context.Context, out chan<- RelayEvent) error {
 }
 
 func (r *relayPool) Publish(ctx context.Context, ev *nostr.Event) PublishResult {
-	res := r.p.Publish(ctx, *ev)
+	return r.PublishQuorum(ctx, ev, 0)
+}
+
+// PublishQuorum returns once need relays accepted (need <= 0: wait for all);
+// relays not waited for appear in no list.
+func (r *relayPool) PublishQuorum(ctx context.Context, ev *nostr.Event, need int) PublishResult {
+	res := r.p.PublishQuorum(ctx, *ev, need)
 	out := PublishResult{Accepted: res.Accepted, Rejected: map[string]string{}}
 	for _, o := range res.Rejected {
 		out.Rejected[o.Relay] = o.Reason

@@ -1,0 +1,133 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/agent/relay"
+	"provideragent/courier"
+	"provideragent/heartbeat"
+	"provideragent/internal/relaytest"
+)
+
+// gate is a FenceGate the test flips.
+type gate struct {
+	mu     sync.Mutex
+	fenced bool
+}
+
+func (g *gate) Fenced(string) bool { g.mu.Lock(); defer g.mu.Unlock(); return g.fenced }
+
+func (g *gate) set(v bool) { g.mu.Lock(); g.fenced = v; g.mu.Unlock() }
+
+func forwarderPool(t *testing.T, rs ...*relaytest.Relay) *relayPool {
+	t.Helper()
+	cfg := relay.DefaultConfig()
+	for _, r := range rs {
+		cfg.URLs = append(cfg.URLs, r.URL())
+	}
+	p, err := newRelayPool(cfg, relay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.p.Close() })
+	waitFor(t, 10*time.Second, "relays connected", func() bool {
+		for _, s := range p.Status() {
+			if !s.Connected {
+				return false
+			}
+		}
+		return true
+	})
+	return p
+}
+
+func delivery(t *testing.T, ev *nostr.Event) courier.Delivery {
+	t.Helper()
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return courier.Delivery{Bundle: b}
+}
+
+// TestNostrForwarder checks the outbox's Nostr forwarder over real relays:
+// acknowledged only when at least Quorum relays answered OK true, a bad
+// bundle is a client error, a revocation whose workload is not fenced is
+// deferred without publishing, and a relay that never answers does not hold
+// the delivery once the quorum accepted.
+func TestNostrForwarder(t *testing.T) {
+	t.Parallel()
+	good1, good2 := relaytest.Start(t), relaytest.Start(t)
+	rejecting, holding := relaytest.Start(t, "--reject-writes"), relaytest.Start(t, "--hold-ok")
+	primary, standby := newTestKeys(t), newTestKeys(t)
+	revocation := func() *nostr.Event {
+		ev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
+			Standbys: []string{standby.PublicKey()}, Successor: standby.PublicKey(), Reason: "fenced", At: time.Now(), Epoch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	ctx := context.Background()
+
+	t.Run("quorum of OK true", func(t *testing.T) {
+		f := &NostrForwarder{Pool: forwarderPool(t, good1, good2, rejecting), Quorum: 2}
+		var acked bool
+		f.OnAck = func(*nostr.Event, PublishResult) { acked = true }
+		if err := f.Forward(ctx, delivery(t, revocation())); err != nil || !acked {
+			t.Fatalf("Forward(2 of 3 accept, quorum 2) = %v (acked %v), want nil and acknowledged", err, acked)
+		}
+		f.Quorum = 3
+		err := f.Forward(ctx, delivery(t, revocation()))
+		if class, _ := courier.Classify(err); class != courier.ClassTransport || !errors.Is(err, ErrNoQuorum) {
+			t.Fatalf("Forward(2 of 3 accept, quorum 3) = %v (class %s), want a transport error wrapping ErrNoQuorum", err, class)
+		}
+	})
+
+	t.Run("bad bundle is a client error", func(t *testing.T) {
+		f := &NostrForwarder{Pool: forwarderPool(t, good1), Quorum: 1}
+		forged := revocation()
+		forged.Content += " "
+		for name, d := range map[string]courier.Delivery{
+			"not json": {Bundle: []byte("{")}, "bad signature": delivery(t, forged),
+		} {
+			if class, _ := courier.Classify(f.Forward(ctx, d)); class != courier.ClassClient {
+				t.Errorf("Forward(%s) class = %s, want %s", name, class, courier.ClassClient)
+			}
+		}
+	})
+
+	t.Run("revocation waits for the fence without holding a worker", func(t *testing.T) {
+		g := &gate{}
+		f := &NostrForwarder{Pool: forwarderPool(t, good1, good2), Quorum: 2, Gate: g}
+		ev := revocation()
+		before := good1.Stats().Events
+		err := f.Forward(ctx, delivery(t, ev))
+		if class, after := courier.Classify(err); class != courier.ClassDeferred || after <= 0 || !errors.Is(err, ErrNotFenced) {
+			t.Fatalf("Forward(unfenced revocation) = %v (class %s, after %v), want deferred wrapping ErrNotFenced", err, class, after)
+		}
+		if got := good1.Stats().Events; got != before {
+			t.Fatalf("relay stored %d events after a deferred revocation, want %d (nothing published)", got, before)
+		}
+		g.set(true)
+		if err := f.Forward(ctx, delivery(t, ev)); err != nil {
+			t.Fatalf("Forward(fenced revocation) = %v, want nil", err)
+		}
+	})
+
+	t.Run("a silent relay does not hold the delivery", func(t *testing.T) {
+		f := &NostrForwarder{Pool: forwarderPool(t, good1, good2, holding), Quorum: 2, Timeout: time.Minute}
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := f.Forward(dctx, delivery(t, revocation())); err != nil || dctx.Err() != nil {
+			t.Fatalf("Forward(2 accept, 1 never answers) = %v (ctx %v), want nil before the deadline", err, dctx.Err())
+		}
+	})
+}
