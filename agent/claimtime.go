@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"provideragent/agent/store"
+	"provideragent/heartbeat"
 )
 
 // Relays keep only the newest event per (kind, pubkey, d tag), and on equal
@@ -51,10 +52,7 @@ func (c *claimTimes) next(ctx context.Context, st *store.Store, id string, now t
 			}
 		}
 	}
-	at := now.Unix()
-	if at <= last {
-		at = last + 1
-	}
+	at := heartbeat.NextCreatedAt(last, now)
 	c.last[id] = at
 	return time.Unix(at, 0), nil
 }

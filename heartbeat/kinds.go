@@ -117,3 +117,13 @@ func kindName(kind int) string {
 	}
 	return "other"
 }
+
+// NextCreatedAt is the created_at (unix seconds) for a replaceable event
+// whose previous version under the same d tag had created_at last (0:
+// none): now, but strictly after last. Relays keep only the newest event
+// per (kind, pubkey, d tag) and break ties by the lower id (NIP-01), so a
+// replacement made in the same second (a withdrawn marker after its claim)
+// would otherwise lose about half the time.
+func NextCreatedAt(last int64, now time.Time) int64 {
+	return max(now.Unix(), last+1)
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"provideragent/heartbeat"
 	"provideragent/lease"
 )
 
@@ -289,10 +290,7 @@ func (n *LeaseNode) Describe() string {
 // strictly after the last one with the same d tag, so that a replacement
 // (a withdrawn marker after its claim) always wins NIP-01's tie-break.
 func (n *LeaseNode) createdAt(d string, now time.Time) int64 {
-	c := now.Unix()
-	if last, ok := n.created[d]; ok && c <= last {
-		c = last + 1
-	}
+	c := heartbeat.NextCreatedAt(n.created[d], now)
 	n.created[d] = c
 	return c
 }
