@@ -103,7 +103,12 @@
 // O(N) per heartbeat), so Tick never scans observations. A standby counts the
 // holder's silence on a relay only from the latest of the holder's last claim
 // there and the start of its own unbroken stretch there, so that its own
-// outage or restart never passes for the holder's silence. Tick lets Live,
+// outage or restart never passes for the holder's silence. The holder a
+// standby follows can be a guess (adoptSettled follows a rival whose claim
+// stood for the settle time; its withdrawal may have been lost): a heartbeat
+// of another provider listing the workload at the followed epoch makes that
+// provider the holder at once, so silence is only ever counted of the
+// provider heard holding the epoch. Tick lets Live,
 // Standby and Respawning workloads sleep until their next possible deadline
 // (for Respawning: the respawn's due time, eviction, expiry); any input that
 // could bring a deadline forward wakes them.

@@ -11,8 +11,11 @@ import (
 // lies in [received-Stale, received+MaxSkew], and it is newer than the last
 // heartbeat accepted from that relay for that provider. A counting heartbeat
 // that lists a workload at a higher epoch than this provider knows fences a
-// copy held here (rule 9); state changes that follow from quorum happen at
-// the next Tick. In the steady state it does not allocate.
+// copy held here (rule 9); one that lists it at the epoch a standby follows,
+// from another provider than the holder it follows, makes that provider the
+// holder (only the provider heard holding an epoch has its silence counted).
+// State changes that follow from quorum happen at the next Tick. In the
+// steady state it does not allocate.
 func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 	pi, ok := m.provIdx[hb.Provider]
 	if !ok {
@@ -66,8 +69,14 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 			if recv.After(w.ClaimAt[ri]) {
 				w.ClaimAt[ri] = recv
 			}
-		case we.Epoch > w.Epoch:
-			m.higherEpochHeld(w, pi, we.Epoch, ri, recv, &out)
+		case we.Epoch > w.Epoch, we.Epoch == w.Epoch && m.mayFollow(w):
+			// A higher epoch, or the epoch followed here held by another
+			// provider than the one followed: the holder followed was a
+			// guess (adoptSettled follows a rival whose claim stood; its
+			// withdrawal may never have been seen), and at most one
+			// provider holds an epoch, so pi is the holder. Silence is
+			// counted only of the provider heard holding the epoch.
+			m.heardHolding(w, pi, we.Epoch, ri, recv, &out)
 		}
 	}
 	return out
@@ -130,9 +139,20 @@ func (w *WorkloadSnapshot) names(pi int) bool {
 	return false
 }
 
-// higherEpochHeld handles a heartbeat of provider pi that lists w at epoch e
-// above the one known here: pi holds w at e.
-func (m *Machine) higherEpochHeld(w *WorkloadSnapshot, pi int, e uint64, ri int, recv time.Time, out *[]Effect) {
+// mayFollow reports whether this provider merely watches w's holder (so it
+// may switch to another provider heard holding the same epoch): a standby,
+// or one in the claim step. A holder, and an evicted former holder, never
+// switch at their own epoch.
+func (m *Machine) mayFollow(w *WorkloadSnapshot) bool {
+	return w.State == StateStandby || w.State == StatePromoting
+}
+
+// heardHolding handles a heartbeat of provider pi that lists w at epoch e,
+// either above the one known here or at it while another provider is
+// followed: pi holds w at e. A copy held here is fenced, an evicted one
+// fenced for good, a claim in progress is withdrawn, and pi becomes the
+// holder this provider watches, its silence counted from now.
+func (m *Machine) heardHolding(w *WorkloadSnapshot, pi int, e uint64, ri int, recv time.Time, out *[]Effect) {
 	holder := m.provs[pi].ID
 	switch {
 	case w.State.Holding():

@@ -1,0 +1,72 @@
+package lease
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSilenceCountsOnlyTheProviderHeardHolding is the fixed schedule behind
+// props' TestProcessExits seed 9280212158 (issue 17). dave, a standby, sees
+// bob's claim for epoch 2 and never its withdrawal (a partition and a relay
+// that lost its storage hid it), so after the settle time dave follows bob
+// as the holder of epoch 2. carol is the one who won epoch 2: her heartbeats
+// list w1 at epoch 2 on every relay dave reads. Before the fix dave ignored
+// them (they came from a provider other than the one it followed, at the
+// epoch it already knew) and counted bob's "silence" from the adoption, so
+// it took over while carol was still Live: two writers. A standby must
+// count silence only of the provider actually heard holding the epoch.
+func TestSilenceCountsOnlyTheProviderHeardHolding(t *testing.T) {
+	h := newHarness(t, "dave", nil)
+	cfg := h.m.Config()
+	h.track(0, warmSpec("w1", "alice", "bob", "carol", "dave"))
+	h.m.ObserveClaim(at(100*s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true})
+	carolFrom, carolUntil := 400*s, 900*s
+	var took time.Duration
+	for d := time.Duration(0); d <= 3*3600*s && took == 0; d += s {
+		if d%(60*s) == 0 {
+			h.hb(d, "dave", all3, []WorkloadEpoch{}) // dave stays healthy on every relay
+		}
+		if d%(60*s) == 0 && d >= carolFrom && d <= carolUntil {
+			h.hb(d, "carol", all3, []WorkloadEpoch{{"w1", 2}})
+		}
+		if effs := h.tick(d); hasEffect[PublishClaim](effs) {
+			took = d
+		}
+	}
+	ws, _ := h.m.Workload("w1")
+	if ws.Holder != key("carol") || ws.Epoch != 2 {
+		t.Errorf("Workload(w1) holder, epoch = %v, %d, want carol, 2 (the provider heard holding epoch 2)", keyName(ws.Holder), ws.Epoch)
+	}
+	// dave is rank 1 among the standbys other than carol (bob, dave).
+	earliest := carolUntil + cfg.TakeoverAfter + cfg.ClaimRetryBase
+	if took < earliest {
+		t.Fatalf("takeover at %v, want no earlier than %v (carol's last heartbeat + takeover_after + rank stagger)", took, earliest)
+	}
+}
+
+// TestHeardHolderAbortsATakeoverClaim: a standby in the claim step by
+// takeover that hears another provider list the workload at the epoch it
+// follows withdraws its claim and follows that provider.
+func TestHeardHolderAbortsATakeoverClaim(t *testing.T) {
+	h := newHarness(t, "dave", nil)
+	h.track(0, warmSpec("w1", "alice", "bob", "carol", "dave"))
+	h.m.ObserveClaim(at(100*s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true})
+	var took time.Duration
+	for d := time.Duration(0); d <= 3*3600*s && took == 0; d += s {
+		if d%(60*s) == 0 {
+			h.hb(d, "dave", all3, []WorkloadEpoch{})
+		}
+		if effs := h.tick(d); hasEffect[PublishClaim](effs) {
+			took = d
+		}
+	}
+	if took == 0 {
+		t.Fatalf("no takeover of bob's silent epoch 2 within 3 h")
+	}
+	h.wantState("w1", StatePromoting)
+	effs := h.hb(took+2*s, "carol", []int{1}, []WorkloadEpoch{{"w1", 2}})
+	h.wantEffects("ObserveHeartbeat(carol lists w1@2)", effs, "withdraw w1 epoch=3", "entered w1 promoting -> standby epoch=2")
+	if ws, _ := h.m.Workload("w1"); ws.Holder != key("carol") {
+		t.Fatalf("Workload(w1).Holder = %v, want carol", keyName(ws.Holder))
+	}
+}
