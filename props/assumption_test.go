@@ -82,3 +82,22 @@ func TestAssumptionPause(t *testing.T) {
 		OnlyRelay:  -1,
 	})
 }
+
+// TestAssumptionWorkloadsDieWithAgent: an agent that crashes (its node
+// stays up) and leaves its workload running for 25-60 min (the bound is
+// props.Assumptions.AgentDeathGrace, the backend's stop grace) cannot fence
+// it while a standby takes over. The process backend's supervisor is what
+// makes the workload die with its agent.
+func TestAssumptionWorkloadsDieWithAgent(t *testing.T) {
+	requireCounterexample(t, "agent-death", faultSpace{
+		MinK: 2, MaxK: 2, MinN: 3, MaxN: 3, FixedM: 2,
+		MaxAdvance:            10 * time.Minute,
+		Warmup:                5 * time.Minute,
+		Partitions:            true,
+		ProviderCrash:         true,
+		WorkloadsOutliveAgent: true,
+		MinAgentDown:          25 * time.Minute,
+		MaxAgentDown:          time.Hour,
+		OnlyRelay:             -1,
+	})
+}

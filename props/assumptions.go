@@ -33,6 +33,11 @@ type Assumptions struct {
 	// restart that leaves the workload process up. A stalled holder does not
 	// self-fence, so the stall eats the margin directly.
 	MaxPause time.Duration
+	// AgentDeathGrace bounds how long a workload keeps running after its
+	// agent died (not its node): the process backend's supervisor sees the
+	// agent go and stops the workload, SIGKILL after backend.stop_grace. A
+	// dead agent cannot fence, so this, like a pause, eats the margin.
+	AgentDeathGrace time.Duration
 	// TickInterval is the longest the driver waits between two Ticks.
 	TickInterval time.Duration
 }
@@ -47,15 +52,17 @@ func Margin(cfg lease.Config) time.Duration {
 
 // AssumptionsFor states the bounds for a lease configuration: offsets within
 // MaxSkew/2, drift within 1000 ppm (0.1 %, a hundred times a typical
-// crystal), delays within RelayDelay, pauses within half the margin, and a
-// tick every second.
+// crystal), delays within RelayDelay, pauses within half the margin, a dead
+// agent's workload stopped within the backend's default stop grace (10 s),
+// and a tick every second.
 func AssumptionsFor(cfg lease.Config) Assumptions {
 	return Assumptions{
-		MaxClockOffset: cfg.MaxSkew / 2,
-		MaxDriftPPM:    1000,
-		MaxDelay:       cfg.RelayDelay,
-		MaxPause:       Margin(cfg) / 2,
-		TickInterval:   time.Second,
+		MaxClockOffset:  cfg.MaxSkew / 2,
+		MaxDriftPPM:     1000,
+		MaxDelay:        cfg.RelayDelay,
+		MaxPause:        Margin(cfg) / 2,
+		AgentDeathGrace: 10 * time.Second,
+		TickInterval:    time.Second,
 	}
 }
 
@@ -79,9 +86,13 @@ func (a Assumptions) Validate(cfg lease.Config) error {
 	if a.MaxDriftPPM < 0 || a.MaxDriftPPM >= 1e6 {
 		return fmt.Errorf("assumptions: max drift = %d ppm, must be in [0, 1e6)", a.MaxDriftPPM)
 	}
-	if used := a.MaxPause + a.TickInterval + a.DriftAllowance(cfg); used > Margin(cfg) {
-		return fmt.Errorf("assumptions: pause %v + tick %v + drift %v = %v, must fit the margin takeover_after-(t1+t2+stale+max_skew+relay_delay) = %v",
-			a.MaxPause, a.TickInterval, a.DriftAllowance(cfg), used, Margin(cfg))
+	if a.AgentDeathGrace < 0 {
+		return fmt.Errorf("assumptions: agent death grace = %v, must not be negative (workloads must die with their agent)", a.AgentDeathGrace)
+	}
+	// A pause can end in an agent crash: both can eat the margin at once.
+	if used := a.MaxPause + a.AgentDeathGrace + a.TickInterval + a.DriftAllowance(cfg); used > Margin(cfg) {
+		return fmt.Errorf("assumptions: pause %v + agent death grace %v + tick %v + drift %v = %v, must fit the margin takeover_after-(t1+t2+stale+max_skew+relay_delay) = %v",
+			a.MaxPause, a.AgentDeathGrace, a.TickInterval, a.DriftAllowance(cfg), used, Margin(cfg))
 	}
 	return nil
 }

@@ -25,6 +25,8 @@ func TestAssumptionsFitDefaultConfig(t *testing.T) {
 		{"delay", func(a *props.Assumptions) { a.MaxDelay = 2 * cfg.RelayDelay }},
 		{"pause", func(a *props.Assumptions) { a.MaxPause = props.Margin(cfg) }},
 		{"drift", func(a *props.Assumptions) { a.MaxDriftPPM = 1e6 }},
+		{"agent death grace", func(a *props.Assumptions) { a.AgentDeathGrace = props.Margin(cfg) }},
+		{"workloads outlive the agent", func(a *props.Assumptions) { a.AgentDeathGrace = -1 }},
 	}
 	for _, tc := range tests {
 		a := assumed
@@ -41,6 +43,7 @@ func leaseProtocol() protocol {
 	cfg := sim.DefaultConfig()
 	cfg.LegDelay = assumed.MaxDelay / 2
 	cfg.TickInterval = assumed.TickInterval
+	cfg.AgentDeathGrace = assumed.AgentDeathGrace
 	return protocol{
 		name: "provider-agent's rule (lease.DefaultConfig)",
 		cfg:  cfg,
@@ -73,5 +76,6 @@ func withinBounds() faultSpace {
 		Kills:         true,
 		MaxPause:      assumed.MaxPause,
 		OnlyRelay:     -1,
+		Targeted:      true,
 	}
 }

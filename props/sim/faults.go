@@ -63,10 +63,14 @@ func (s *Sim) RestartRelay(r RelayID) {
 	}
 }
 
-// CrashProvider stops provider p's agent. killWorkload models a node crash
-// (the workload process dies with it); otherwise only the agent dies and the
-// workload keeps running unsupervised until the agent restarts.
-func (s *Sim) CrashProvider(p ProviderID, killWorkload bool) {
+// CrashProvider stops provider p's agent. nodeCrash models a node crash:
+// the workload process dies with it. Otherwise only the agent dies, and its
+// workload follows it within Config.AgentDeathGrace (the real backend's
+// supervisor sees the agent die, sends SIGTERM and SIGKILL after the stop
+// grace); a restart before then kills it as a leftover first. A negative
+// AgentDeathGrace models workloads that outlive their agent until it
+// restarts (what the single-writer guarantee must not rest on).
+func (s *Sim) CrashProvider(p ProviderID, nodeCrash bool) {
 	pr := s.provs[p]
 	if !pr.up {
 		return
@@ -79,14 +83,28 @@ func (s *Sim) CrashProvider(p ProviderID, killWorkload bool) {
 		s.disconnect(p, RelayID(r))
 	}
 	pr.node.Crash()
-	if killWorkload {
+	switch {
+	case nodeCrash:
 		s.Logf("%s node crashed (workload killed)", pr.name)
-		for w := range pr.running {
-			delete(pr.running, w)
-			s.trace = append(s.trace, Entry{At: s.now, Who: pr.name, What: "workload " + w + " STOPPED (node crash)"})
-		}
-	} else {
+		s.stopAll(pr, "node crash")
+	case s.cfg.AgentDeathGrace < 0:
 		s.Logf("%s agent crashed (workload left running)", pr.name)
+	default:
+		s.Logf("%s agent crashed (its workload follows within %v)", pr.name, s.cfg.AgentDeathGrace)
+		inc := pr.incarnation
+		s.After(s.cfg.AgentDeathGrace, func() {
+			if pr.incarnation == inc {
+				s.stopAll(pr, "its agent died")
+			}
+		})
+	}
+}
+
+// stopAll stops every workload process of pr (not through its node).
+func (s *Sim) stopAll(pr *provider, why string) {
+	for w := range pr.running {
+		delete(pr.running, w)
+		s.trace = append(s.trace, Entry{At: s.now, Who: pr.name, What: "workload " + w + " STOPPED (" + why + ")"})
 	}
 }
 
@@ -94,10 +112,7 @@ func (s *Sim) CrashProvider(p ProviderID, killWorkload bool) {
 func (s *Sim) Kill(p ProviderID) {
 	pr := s.provs[p]
 	s.CrashProvider(p, true)
-	for w := range pr.running { // the agent was already down: the node goes now
-		delete(pr.running, w)
-		s.trace = append(s.trace, Entry{At: s.now, Who: pr.name, What: "workload " + w + " STOPPED (node gone)"})
-	}
+	s.stopAll(pr, "node gone") // the agent was already down: the node goes now
 	pr.dead = true
 	s.Logf("%s is gone for good", s.provs[p].name)
 }
@@ -109,6 +124,9 @@ func (s *Sim) RestartProvider(p ProviderID) {
 		return
 	}
 	s.Logf("%s restarts from persisted state", pr.name)
+	if s.cfg.AgentDeathGrace >= 0 {
+		s.stopAll(pr, "leftover killed at agent start")
+	}
 	s.bootProvider(pr)
 }
 

@@ -59,6 +59,9 @@ type Event struct {
 	CreatedAt int64 // unix seconds, on the author's clock
 	D         string
 	Body      any
+	// SentAt is the simulated instant the event was first published (the
+	// true clock, for probes; nodes never read it).
+	SentAt time.Duration
 }
 
 // Config sizes the simulated world and its healthy-network behaviour.
@@ -79,6 +82,10 @@ type Config struct {
 	TickInterval time.Duration
 	// KeepHeartbeats is how many heartbeat buckets a relay keeps per author.
 	KeepHeartbeats int
+	// AgentDeathGrace is how long a workload keeps running after its agent
+	// crashed (not its node): the backend's supervisor stops it then. A
+	// negative value lets workloads outlive their agent until it restarts.
+	AgentDeathGrace time.Duration
 	// Seed drives every per-message random choice.
 	Seed uint64
 }
@@ -86,14 +93,15 @@ type Config struct {
 // DefaultConfig returns a 3-provider, 3-relay world with 2 s legs.
 func DefaultConfig() Config {
 	return Config{
-		Providers:      3,
-		Relays:         3,
-		LegDelay:       2 * time.Second,
-		PublishTimeout: 10 * time.Second,
-		QueryTimeout:   10 * time.Second,
-		ReconnectDelay: 5 * time.Second,
-		TickInterval:   5 * time.Second,
-		KeepHeartbeats: 8,
+		Providers:       3,
+		Relays:          3,
+		LegDelay:        2 * time.Second,
+		PublishTimeout:  10 * time.Second,
+		QueryTimeout:    10 * time.Second,
+		ReconnectDelay:  5 * time.Second,
+		TickInterval:    5 * time.Second,
+		KeepHeartbeats:  8,
+		AgentDeathGrace: 10 * time.Second,
 	}
 }
 
@@ -175,9 +183,13 @@ type Env interface {
 	At(local time.Time, tag any)
 	// Logf adds a line to the timeline.
 	Logf(format string, args ...any)
-	// CrashAgent crashes this provider's agent right after the current
-	// callback (its workload keeps running) and restarts it after d.
+	// CrashAgent crashes this provider's agent (not its node) right after
+	// the current callback and restarts it after d; its workload follows
+	// it as CrashProvider says.
 	CrashAgent(d time.Duration)
+	// Report tells the world's report probes about a decision of the node
+	// (for checkers; it changes nothing).
+	Report(v any)
 }
 
 // Clock maps simulated time to a provider's local wall clock. The clock
@@ -354,6 +366,31 @@ type Sim struct {
 	steps     uint64
 	starts    int
 	maxEpoch  uint64
+
+	deliveryProbes []DeliveryProbe
+	reportProbes   []ReportProbe
+}
+
+// DeliveryProbe observes every event a relay hands to a provider's node
+// (live fan-out, replays and subscription catch-up), at the instant the node
+// receives it. Probes feed checkers; they must not change the world.
+type DeliveryProbe func(to ProviderID, r RelayID, ev *Event)
+
+// ReportProbe observes what a node reports through Env.Report.
+type ReportProbe func(who ProviderID, v any)
+
+// AddDeliveryProbe registers a delivery probe.
+func (s *Sim) AddDeliveryProbe(p DeliveryProbe) { s.deliveryProbes = append(s.deliveryProbes, p) }
+
+// AddReportProbe registers a report probe.
+func (s *Sim) AddReportProbe(p ReportProbe) { s.reportProbes = append(s.reportProbes, p) }
+
+// receive hands ev from relay r to provider pr's node, telling the probes.
+func (s *Sim) receive(pr *provider, now time.Time, r RelayID, ev *Event) {
+	for _, pb := range s.deliveryProbes {
+		pb(pr.id, r, ev)
+	}
+	pr.node.Receive(envFor(s, pr), now, r, ev)
 }
 
 // New builds a world with the given nodes (len(nodes) == cfg.Providers) and
@@ -656,7 +693,7 @@ func (s *Sim) syncSubscription(p ProviderID, r RelayID) {
 	for _, ev := range evs {
 		s.sendDown(p, r, ev.Author, func(pr *provider, inc uint64) {
 			ev := ev
-			s.deliver(pr, inc, func(now time.Time) { pr.node.Receive(envFor(s, pr), now, r, ev) })
+			s.deliver(pr, inc, func(now time.Time) { s.receive(pr, now, r, ev) })
 		}, true)
 	}
 	s.sendDown(p, r, -1, func(pr *provider, inc uint64) {
@@ -754,6 +791,7 @@ func (s *Sim) newEventID() EventID {
 func (s *Sim) publish(p *provider, ev Event, to []RelayID) EventID {
 	ev.ID = s.newEventID()
 	ev.Author = p.id
+	ev.SentAt = s.now
 	return s.send(p, &ev, to)
 }
 
@@ -794,7 +832,7 @@ func (s *Sim) send(p *provider, e *Event, to []RelayID) EventID {
 func (s *Sim) fanOut(r RelayID, e *Event) {
 	for q := range s.provs {
 		s.sendDown(ProviderID(q), r, e.Author, func(pr *provider, inc uint64) {
-			s.deliver(pr, inc, func(now time.Time) { pr.node.Receive(envFor(s, pr), now, r, e) })
+			s.deliver(pr, inc, func(now time.Time) { s.receive(pr, now, r, e) })
 		}, true)
 	}
 }
@@ -894,7 +932,15 @@ func (e env) Publish(ev Event, to []RelayID) EventID {
 }
 func (e env) Republish(ev Event, to []RelayID) {
 	ev.Author = e.p.id
+	if ev.SentAt == 0 {
+		ev.SentAt = e.s.now
+	}
 	e.s.send(e.p, &ev, to)
+}
+func (e env) Report(v any) {
+	for _, pb := range e.s.reportProbes {
+		pb(e.p.id, v)
+	}
 }
 func (e env) NewEventID() EventID { return e.s.newEventID() }
 func (e env) Query(r RelayID, match func(*Event) bool) QueryID {
