@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"pgregory.net/rapid"
+	"provideragent/props"
 
 	"provideragent/props/sim"
 )
@@ -52,7 +52,7 @@ func TestAnchorRuleSplitBrain(t *testing.T) {
 	// Our rules pass the same search.
 	t.Run("ours", func(t *testing.T) {
 		var st stats
-		rapid.Check(t, runSafety(leaseProtocol(), splitBrainSearch(), &st))
+		props.Check(t, runSafety(leaseProtocol(), splitBrainSearch(), &st))
 		t.Logf("%v", &st)
 	})
 }

@@ -6,6 +6,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"provideragent/lease"
 	"provideragent/props/sim"
 )
 
@@ -50,7 +51,7 @@ type faultSpace struct {
 	Wipes         bool
 	LinkFaults    bool // loss, duplicates, reordering
 	Replays       bool
-	ProviderCrash bool          // crash-restart (node crash, or agent crash bounded by MaxPause)
+	ProviderCrash bool          // crash-restart (node crash, or agent crash: the workload follows within AgentDeathGrace)
 	MidStepCrash  bool          // agent crash between persisting a step and performing its effects
 	ProcessExits  bool          // the workload process exits on its own (restart policy applies)
 	Kills         bool          // crash-stop
@@ -60,6 +61,36 @@ type faultSpace struct {
 	MinExtraDelay time.Duration
 	// OnlyRelay >= 0 confines relay and link faults to that relay.
 	OnlyRelay int
+	// WorkloadsOutliveAgent drops the assumption that a workload dies with
+	// its agent (sim.Config.AgentDeathGrace < 0); an agent-only crash then
+	// lasts at most MaxAgentDown (default MaxPause: bounded like a pause).
+	WorkloadsOutliveAgent bool
+	MinAgentDown          time.Duration
+	MaxAgentDown          time.Duration
+
+	// Targeted adds actions aimed at the moments where the single-writer
+	// argument is most delicate: run until some provider is in a claim
+	// step, or until a holder change (a new epoch started), then strike
+	// (wipe a relay's storage, cut a provider off part of the relay set,
+	// crash or pause a provider); and cut a provider off a random subset
+	// of the relays at once.
+	Targeted bool
+	// CheckTakeoverBound also checks the takeover rule directly
+	// (sim.AddTakeoverBound): no claim by takeover within TakeoverAfter,
+	// less the drift allowance, of a heartbeat of the followed epoch
+	// delivered from M relays.
+	CheckTakeoverBound bool
+}
+
+// agentDown draws how long an agent-only crash lasts.
+func (fs faultSpace) agentDown(t *rapid.T, label string, def time.Duration) time.Duration {
+	if !fs.WorkloadsOutliveAgent {
+		return drawDuration(t, label, 0, def)
+	}
+	if fs.MaxAgentDown > 0 {
+		return drawDuration(t, label, fs.MinAgentDown, fs.MaxAgentDown)
+	}
+	return drawDuration(t, label, 0, fs.MaxPause)
 }
 
 // protocol builds the nodes of a world.
@@ -124,11 +155,18 @@ func newWorld(t *rapid.T, proto protocol, fs faultSpace) *world {
 	sc := drawScenario(t, fs)
 	cfg := proto.cfg
 	cfg.Providers, cfg.Relays, cfg.Seed = sc.K, sc.N, sc.Seed
+	if fs.WorkloadsOutliveAgent {
+		cfg.AgentDeathGrace = -1
+	}
 	s, err := sim.New(cfg, proto.nodes(sc), sc.Clocks)
 	if err != nil {
 		t.Fatalf("sim.New(%v) = %v, want nil", sc, err)
 	}
 	s.AddChecker(sim.SingleWriter(workloadID))
+	if fs.CheckTakeoverBound {
+		lc := lease.DefaultConfig()
+		s.AddTakeoverBound(workloadID, sc.M, lc.TakeoverAfter-assumed.DriftAllowance(lc))
+	}
 	t.Logf("world: %s, %s", proto.name, sc)
 	s.Boot()
 	return &world{s: s, sc: sc, fs: fs}
@@ -243,14 +281,13 @@ func (w *world) actions() map[string]func(*rapid.T) {
 	if fs.ProviderCrash {
 		a["crashRestart"] = func(t *rapid.T) {
 			p := w.provider(t)
-			kill := rapid.Bool().Draw(t, "killWorkload")
-			maxDown := time.Hour
-			if !kill {
-				maxDown = fs.MaxPause // the workload runs unsupervised: bounded like a pause
+			node := rapid.Bool().Draw(t, "nodeCrash")
+			down := drawDuration(t, "down", 0, time.Hour)
+			if !node {
+				down = fs.agentDown(t, "agentDown", time.Hour)
 			}
-			down := drawDuration(t, "down", 0, maxDown)
-			t.Logf("t=%v crash P%d (node crash %v), restart %v later", w.s.Now(), p, kill, down)
-			w.s.CrashProvider(p, kill)
+			t.Logf("t=%v crash P%d (node crash %v), restart %v later", w.s.Now(), p, node, down)
+			w.s.CrashProvider(p, node)
 			w.s.After(down, func() { w.s.RestartProvider(p) })
 			w.wait(t)
 		}
@@ -258,7 +295,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 	if fs.MidStepCrash {
 		a["crashMidStep"] = func(t *rapid.T) {
 			p := w.provider(t)
-			down := drawDuration(t, "down", 0, fs.MaxPause)
+			down := fs.agentDown(t, "down", 30*time.Minute)
 			n, ok := w.s.Node(p).(interface{ ArmMidStepCrash(time.Duration) })
 			if ok {
 				t.Logf("t=%v P%d's agent will crash mid-step (after persisting, before the effects), down %v", w.s.Now(), p, down)
@@ -292,6 +329,27 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			w.wait(t)
 		}
 	}
+	if fs.Targeted {
+		a["atNextClaim"] = func(t *rapid.T) {
+			until := w.s.Now() + time.Hour
+			at := w.s.RunWhile(until, func() bool { return !w.claiming() })
+			t.Logf("t=%v %s", w.s.Now(), map[bool]string{true: "a claim step is under way", false: "no claim step within an hour"}[at >= 0])
+			w.strike(t)
+			w.wait(t)
+		}
+		a["atNextHolderChange"] = func(t *rapid.T) {
+			_, e0 := w.s.Starts()
+			until := w.s.Now() + time.Hour
+			at := w.s.RunWhile(until, func() bool { _, e := w.s.Starts(); return e == e0 })
+			t.Logf("t=%v %s", w.s.Now(), map[bool]string{true: "a new epoch started", false: "no new epoch within an hour"}[at >= 0])
+			w.strike(t)
+			w.wait(t)
+		}
+		a["cutSubset"] = func(t *rapid.T) {
+			w.cutSubset(t, w.provider(t))
+			w.wait(t)
+		}
+	}
 	if fs.ExtraDelay > 0 {
 		a["slowPair"] = func(t *rapid.T) {
 			a := w.provider(t)
@@ -306,6 +364,82 @@ func (w *world) actions() map[string]func(*rapid.T) {
 		}
 	}
 	return a
+}
+
+// claiming reports whether some provider is in a claim step.
+func (w *world) claiming() bool {
+	for p := 0; p < w.sc.K; p++ {
+		if n, ok := w.s.Node(sim.ProviderID(p)).(interface{ Claiming(string) bool }); ok && n.Claiming(workloadID) {
+			return true
+		}
+	}
+	return false
+}
+
+// cutSubset partitions provider p from a drawn subset of the relays and
+// heals its links to the others.
+func (w *world) cutSubset(t *rapid.T, p sim.ProviderID) {
+	var cut []int
+	for r := 0; r < w.sc.N; r++ {
+		if w.fs.OnlyRelay >= 0 && r != w.fs.OnlyRelay {
+			continue
+		}
+		if rapid.Bool().Draw(t, fmt.Sprintf("cut%d", r)) {
+			w.s.Partition(p, sim.RelayID(r))
+			cut = append(cut, r)
+		} else {
+			w.s.Heal(p, sim.RelayID(r))
+		}
+	}
+	t.Logf("t=%v P%d cut off relays %v (healed to the others)", w.s.Now(), p, cut)
+}
+
+// strike applies one fault drawn from those the fault space allows, at
+// once: the moment chosen by a targeted action.
+func (w *world) strike(t *rapid.T) {
+	fs := w.fs
+	var kinds []string
+	if fs.RelayCrashes {
+		kinds = append(kinds, "relay")
+	}
+	if fs.Partitions {
+		kinds = append(kinds, "cut")
+	}
+	if fs.ProviderCrash {
+		kinds = append(kinds, "crash")
+	}
+	if fs.MaxPause > 0 {
+		kinds = append(kinds, "pause")
+	}
+	if len(kinds) == 0 {
+		return
+	}
+	switch rapid.SampledFrom(kinds).Draw(t, "strike") {
+	case "relay":
+		r := w.relay(t)
+		wipe := fs.Wipes && rapid.Bool().Draw(t, "wipe")
+		down := drawDuration(t, "down", 0, 2*time.Minute)
+		t.Logf("t=%v strike: crash R%d (wipe %v) for %v", w.s.Now(), r, wipe, down)
+		w.s.CrashRelay(r, wipe)
+		w.s.After(down, func() { w.s.RestartRelay(r) })
+	case "cut":
+		w.cutSubset(t, w.provider(t))
+	case "crash":
+		p := w.provider(t)
+		node := rapid.Bool().Draw(t, "nodeCrash")
+		down := drawDuration(t, "down", 0, 10*time.Minute)
+		if !node {
+			down = fs.agentDown(t, "agentDown", 10*time.Minute)
+		}
+		t.Logf("t=%v strike: crash P%d (node crash %v), restart %v later", w.s.Now(), p, node, down)
+		w.s.CrashProvider(p, node)
+		w.s.After(down, func() { w.s.RestartProvider(p) })
+	case "pause":
+		p := w.provider(t)
+		d := drawDuration(t, "pause", fs.MinPause, fs.MaxPause)
+		t.Logf("t=%v strike: pause P%d for %v", w.s.Now(), p, d)
+		w.s.PauseFor(p, d)
+	}
 }
 
 // runSafety is the safety property over proto and fs: build a world, let

@@ -21,7 +21,7 @@ import (
 func TestLiveness(t *testing.T) {
 	var checks, worstK int
 	var worst time.Duration
-	rapid.Check(t, func(rt *rapid.T) {
+	props.Check(t, func(rt *rapid.T) {
 		fs := faultSpace{MinK: 2, MaxK: 4, MinN: 3, MaxN: 5,
 			MaxOffset: assumed.MaxClockOffset, MaxDriftPPM: assumed.MaxDriftPPM}
 		n := rapid.IntRange(3, 5).Draw(rt, "n")

@@ -538,7 +538,7 @@ func TestMachineProperties(t *testing.T) {
 		t.Logf("transitions reached: %s", strings.Join(keys, " "))
 		machineCoverage = nil
 	}()
-	rapid.Check(t, func(t *rapid.T) {
+	Check(t, func(t *rapid.T) {
 		w := newMachineWorld(t)
 		t.Repeat(w.actions())
 	})

@@ -3,7 +3,7 @@ package props_test
 import (
 	"testing"
 
-	"pgregory.net/rapid"
+	"provideragent/props"
 
 	"provideragent/props/sim"
 )
@@ -28,6 +28,6 @@ func TestMixedFleetPaygressPrimary(t *testing.T) {
 	}
 	fs := withinBounds()
 	fs.ProviderCrash = false // the anchor model persists nothing worth restoring
-	rapid.Check(t, runSafety(proto, fs, &st))
+	props.Check(t, runSafety(proto, fs, &st))
 	t.Logf("%v", &st)
 }

@@ -8,6 +8,8 @@ import (
 
 	"pgregory.net/rapid"
 
+	"provideragent/props"
+
 	"provideragent/props/sim"
 )
 
@@ -43,7 +45,7 @@ func noFailover() sim.Checker {
 // and no epoch above 1 ever starts.
 func TestNoFalseFailover(t *testing.T) {
 	var st stats
-	rapid.Check(t, func(rt *rapid.T) {
+	props.Check(t, func(rt *rapid.T) {
 		fs := faultSpace{
 			MinK: 2, MaxK: 3, MinN: 3, MaxN: 3, FixedM: 2,
 			MaxOffset: assumed.MaxClockOffset, MaxDriftPPM: assumed.MaxDriftPPM,

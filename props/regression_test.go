@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"pgregory.net/rapid"
+	"provideragent/props"
 
 	"provideragent/props/sim"
 )
@@ -91,7 +91,7 @@ func TestMidStepCrash(t *testing.T) {
 	var st stats
 	fs := withinBounds()
 	fs.MidStepCrash = true
-	rapid.Check(t, runSafety(leaseProtocol(), fs, &st))
+	props.Check(t, runSafety(leaseProtocol(), fs, &st))
 	t.Logf("%v", &st)
 }
 
@@ -113,7 +113,7 @@ func TestProcessExits(t *testing.T) {
 	var st stats
 	fs := withinBounds()
 	fs.ProcessExits = true
-	rapid.Check(t, runSafety(leaseProtocol(), fs, &st))
+	props.Check(t, runSafety(leaseProtocol(), fs, &st))
 	t.Logf("%v", &st)
 }
 
@@ -124,7 +124,7 @@ func TestEveryFault(t *testing.T) {
 	fs := withinBounds()
 	fs.MidStepCrash = true
 	fs.ProcessExits = true
-	rapid.Check(t, runSafety(leaseProtocol(), fs, &st))
+	props.Check(t, runSafety(leaseProtocol(), fs, &st))
 	t.Logf("%v", &st)
 }
 

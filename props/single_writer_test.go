@@ -3,7 +3,7 @@ package props_test
 import (
 	"testing"
 
-	"pgregory.net/rapid"
+	"provideragent/props"
 )
 
 // TestSingleWriter: under any schedule of faults within the assumptions
@@ -17,6 +17,26 @@ import (
 // 921d1ec; see TestStandbyOutageIsNotSilence).
 func TestSingleWriter(t *testing.T) {
 	var st stats
-	rapid.Check(t, runSafety(leaseProtocol(), withinBounds(), &st))
+	props.Check(t, runSafety(leaseProtocol(), withinBounds(), &st))
+	t.Logf("%v", &st)
+}
+
+// TestTakeoverNeverEarly states the takeover bound directly: with every
+// fault of TestEveryFault, no standby publishes a claim by takeover of epoch
+// e earlier than TakeoverAfter (less the drift allowance) after a heartbeat
+// listing the workload at e was published and delivered to it from M relays
+// (sim.AddTakeoverBound; the M-th newest delivery per relay counts, since
+// the standby needs silence on N-M+1 relays and any M relays include one of
+// them). TestProcessExits seed 9280212158 broke it 343 s after the holder's
+// last heartbeat: the standby followed a rival whose claim stood (adopted,
+// its withdrawal unseen) and ignored the heartbeats of the provider that
+// had won the epoch (lease's TestSilenceCountsOnlyTheProviderHeardHolding).
+func TestTakeoverNeverEarly(t *testing.T) {
+	var st stats
+	fs := withinBounds()
+	fs.MidStepCrash = true
+	fs.ProcessExits = true
+	fs.CheckTakeoverBound = true
+	props.Check(t, runSafety(leaseProtocol(), fs, &st))
 	t.Logf("%v", &st)
 }

@@ -151,6 +151,9 @@ type LeaseNode struct {
 	// effects; halted drops every input until the simulator crashes us.
 	midStep *time.Duration
 	halted  bool
+	// reissuing is set while Boot re-issues Outstanding() (not a new
+	// decision of the machine: no TakeoverClaim report).
+	reissuing bool
 }
 
 // ArmMidStepCrash makes the agent crash at its next step that has effects,
@@ -229,7 +232,9 @@ func (n *LeaseNode) Boot(env Env, now time.Time) {
 	n.disk = nil
 	env.Logf("restored from snapshot: %s", n.Describe())
 	n.apply(env, now, effs)
+	n.reissuing = true
 	n.apply(env, now, m.Outstanding())
+	n.reissuing = false
 	n.flushOutbox(env)
 }
 
@@ -268,6 +273,16 @@ func (n *LeaseNode) Live(w string) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Claiming reports whether the machine is in the claim step for w
+// (Promoting), for fault schedules aimed at claim rounds.
+func (n *LeaseNode) Claiming(w string) bool {
+	if n.m == nil {
+		return false
+	}
+	st, ok := n.m.State(w)
+	return ok && st == lease.StatePromoting
 }
 
 // Describe implements Node.
@@ -568,6 +583,9 @@ func (n *LeaseNode) apply(env Env, now time.Time, effs []lease.Effect) {
 			}})
 		case lease.PublishClaim:
 			env.Logf("publishes claim for epoch %d", e.Epoch)
+			if w, ok := n.m.Workload(e.ID); ok && w.Trigger == lease.TriggerTakeover && !n.reissuing {
+				env.Report(TakeoverClaim{Workload: e.ID, Epoch: w.Epoch})
+			}
 			id := env.Publish(Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, now), D: e.ID, Body: LeaseClaim{
 				Workload: e.ID, Epoch: e.Epoch, Active: true,
 			}}, nil)

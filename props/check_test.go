@@ -1,0 +1,39 @@
+package props
+
+import (
+	"flag"
+	mathrand "math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// Check is rapid.Check at the depth PROPS_CHECKS asks for (default rapid's
+// -rapid.checks, 100), with a fresh seed per property unless -rapid.seed is
+// given; it logs the seed, so that a deep run reads "seed N, K checks" and
+// any of its properties can be replayed alone with -rapid.seed=N.
+//
+//	PROPS_CHECKS=20000 go test ./props -v -timeout 3h | grep -E '^=== RUN|seed|checks passed|FAIL'
+func Check(t *testing.T, prop func(*rapid.T)) {
+	t.Helper()
+	if n := os.Getenv("PROPS_CHECKS"); n != "" {
+		if _, err := strconv.Atoi(n); err != nil {
+			t.Fatalf("PROPS_CHECKS = %q: want a number of checks", n)
+		}
+		if err := flag.Set("rapid.checks", n); err != nil {
+			t.Fatalf("set rapid.checks: %v", err)
+		}
+	}
+	seedFlag := flag.Lookup("rapid.seed")
+	if seedFlag.Value.String() == "0" {
+		seed := mathrand.Uint64()
+		if err := flag.Set("rapid.seed", strconv.FormatUint(seed, 10)); err != nil {
+			t.Fatalf("set rapid.seed: %v", err)
+		}
+		defer func() { _ = flag.Set("rapid.seed", "0") }()
+	}
+	t.Logf("rapid seed %s, %s checks", seedFlag.Value.String(), flag.Lookup("rapid.checks").Value.String())
+	rapid.Check(t, prop)
+}
