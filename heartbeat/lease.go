@@ -44,6 +44,7 @@ func RevocationInput(r *Revocation, w lease.WorkloadSnapshot) lease.Revocation {
 		Successor: r.Successor,
 		Standbys:  append([]string(nil), r.Standbys...),
 		Reason:    r.Reason,
+		CreatedAt: r.CreatedAt,
 	}
 }
 

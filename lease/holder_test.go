@@ -70,3 +70,22 @@ func TestHeardHolderAbortsATakeoverClaim(t *testing.T) {
 		t.Fatalf("Workload(w1).Holder = %v, want carol", keyName(ws.Holder))
 	}
 }
+
+// TestRevocationFromAnEarlierGrantIsIgnored: revocations are addressable
+// and stay on relays; after the operator released and granted the workload
+// again (epochs start again at 1), an hour-old revocation of epoch 1 by the
+// same primary must not send a standby into the claim step while the
+// primary runs the new grant (issue 16 item 7).
+func TestRevocationFromAnEarlierGrantIsIgnored(t *testing.T) {
+	h := newHarness(t, "bob", nil)
+	spec := warmSpec("w1", "alice", "bob")
+	spec.CreatedAt = at(3600 * s) // the re-grant
+	h.track(3600*s, spec)
+	old := Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), CreatedAt: at(10 * s)}
+	h.wantEffects("ObserveRevocation(earlier grant)", h.m.ObserveRevocation(at(3601*s), old))
+	h.wantState("w1", StateStandby)
+	fresh := old
+	fresh.CreatedAt = at(3700 * s)
+	effs := h.m.ObserveRevocation(at(3701*s), fresh)
+	h.wantEffects("ObserveRevocation(current grant)", effs, "entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
+}

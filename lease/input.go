@@ -41,6 +41,13 @@ type Revocation struct {
 	Successor string
 	Standbys  []string
 	Reason    string
+	// CreatedAt is the event's created_at (the signer's clock). A
+	// revocation made before the lease was granted (Spec.CreatedAt, allowing
+	// MaxSkew) belongs to an earlier grant of the same workload and is
+	// ignored: revocations are addressable and stay on relays for ever, and
+	// epochs start again at a re-grant. Zero means unknown (not checked);
+	// drivers pass it.
+	CreatedAt time.Time
 }
 
 // PromotionClaim is a promotion claim or announcement (kind 38386) after

@@ -303,8 +303,9 @@ func (m *Machine) announcedSince(w *WorkloadSnapshot, created time.Time) bool {
 }
 
 // ObserveRevocation feeds a verified lease revocation. It is accepted only
-// from the workload's current holder at its current epoch (rule 4); a
-// standby named as successor enters the claim step (rule 8).
+// from the workload's current holder at its current epoch (rule 4), and only
+// when made under the current grant (see Revocation.CreatedAt); a standby
+// named as successor enters the claim step (rule 8).
 func (m *Machine) ObserveRevocation(now time.Time, r Revocation) []Effect {
 	w := m.byID[r.Workload]
 	if w == nil || w.State.Terminal() || r.Signer == m.self {
@@ -312,6 +313,10 @@ func (m *Machine) ObserveRevocation(now time.Time, r Revocation) []Effect {
 	}
 	if r.Signer != w.Holder || r.Epoch != w.Epoch {
 		return nil
+	}
+	if granted := w.Spec.CreatedAt; !r.CreatedAt.IsZero() && !granted.IsZero() &&
+		r.CreatedAt.Before(granted.Add(-m.cfg.MaxSkew-time.Second)) {
+		return nil // from an earlier grant of the workload
 	}
 	now = m.clock(now)
 	m.touch(w)

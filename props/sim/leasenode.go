@@ -357,7 +357,7 @@ func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 	case LeaseRevocation:
 		n.apply(env, now, n.m.ObserveRevocation(now, lease.Revocation{
 			Workload: b.Workload, Signer: author, Epoch: b.Epoch,
-			Successor: b.Successor, Standbys: b.Standbys, Reason: b.Reason,
+			Successor: b.Successor, Standbys: b.Standbys, Reason: b.Reason, CreatedAt: time.Unix(ev.CreatedAt, 0),
 		}))
 	default:
 		return
