@@ -96,7 +96,7 @@ func (m *Machine) tickStandby(w *WorkloadSnapshot, now time.Time, out *[]Effect)
 			return // someone else is in the claim step
 		}
 	}
-	if m.takeoverDue(w, now) {
+	if !m.clockSuspect && m.takeoverDue(w, now) {
 		m.promote(w, TriggerTakeover, out)
 	}
 }
@@ -150,8 +150,8 @@ func (m *Machine) tickPromoting(w *WorkloadSnapshot, now time.Time, out *[]Effec
 			m.enter(w, StateStandby, out)
 			return
 		}
-		if w.Trigger == TriggerTakeover && !m.takeoverDue(w, now) {
-			m.enter(w, StateStandby, out) // the holder spoke again
+		if w.Trigger == TriggerTakeover && (m.clockSuspect || !m.takeoverDue(w, now)) {
+			m.enter(w, StateStandby, out) // the holder spoke again, or this clock cannot judge silence
 			return
 		}
 		m.publishClaim(w, out)

@@ -33,6 +33,11 @@ type Machine struct {
 	now          time.Time
 	awaitingSync bool
 	synced       []bool
+	// clockSuspect is set while the driver finds this provider's clock
+	// outside the bound the guarantee rests on (SetClockSuspect); why says
+	// how, for the eviction reason.
+	clockSuspect bool
+	clockWhy     string
 }
 
 // New returns an empty machine for provider self (a hex pubkey).

@@ -124,6 +124,8 @@ type Snapshot struct {
 	Relays       []string           `json:"relays"`
 	AwaitingSync bool               `json:"awaiting_sync,omitempty"`
 	Synced       []bool             `json:"synced,omitempty"`
+	ClockSuspect bool               `json:"clock_suspect,omitempty"`
+	ClockWhy     string             `json:"clock_why,omitempty"`
 	Providers    []ProviderSnapshot `json:"providers"`
 	Workloads    []WorkloadSnapshot `json:"workloads"`
 }
@@ -154,6 +156,8 @@ func (m *Machine) Snapshot() Snapshot {
 		Now:          m.now,
 		Relays:       append([]string(nil), m.relays...),
 		AwaitingSync: m.awaitingSync,
+		ClockSuspect: m.clockSuspect,
+		ClockWhy:     m.clockWhy,
 		Providers:    make([]ProviderSnapshot, len(m.provs)),
 		Workloads:    make([]WorkloadSnapshot, len(m.list)),
 	}
@@ -276,6 +280,7 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 		m.add(&w)
 	}
 	m.now = maxTime(m.now, now.UTC())
+	m.clockSuspect, m.clockWhy = snap.ClockSuspect, snap.ClockWhy
 	m.awaitingSync = true
 	m.synced = make([]bool, n)
 	var out []Effect

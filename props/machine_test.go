@@ -412,6 +412,12 @@ func (w *machineWorld) actions() map[string]func(*rapid.T) {
 			}
 			w.step(t, "revocation", false, func(m *lease.Machine) []lease.Effect { return m.ObserveRevocation(now, r) })
 		},
+		"clock": func(t *rapid.T) {
+			w.advance(t)
+			now := w.now
+			suspect := rapid.Bool().Draw(t, "clock_suspect")
+			w.step(t, "clock", false, func(m *lease.Machine) []lease.Effect { return m.SetClockSuspect(now, suspect, "drawn") })
+		},
 		"process exit": func(t *rapid.T) {
 			w.advance(t)
 			now := w.now

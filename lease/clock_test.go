@@ -1,0 +1,95 @@
+package lease
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestClockSuspect: a provider whose driver finds its clock outside the
+// bound evicts what it holds (other providers cannot judge its heartbeats)
+// and never takes over (silence measured on a wrong clock is no evidence);
+// a revocation naming it still starts the claim step (issue 16 item 5).
+func TestClockSuspect(t *testing.T) {
+	t.Run("holder evicts its warm-standby workloads, keeps the others", func(t *testing.T) {
+		h := liveAlice(t, warmSpec("w1", "alice", "bob"), 600*s, nil)
+		h.track(600*s, warmSpec("solo", "alice"))
+		h.beat("alice", 600*s, 700*s, 60*s, []WorkloadEpoch{{"w1", 1}, {"solo", 1}})
+		h.wantState("solo", StateLive)
+		h.wantEffects("SetClockSuspect", h.m.SetClockSuspect(at(701*s), true, "1h0m0s ahead of the relays"))
+		effs := h.tick(702 * s)
+		h.wantState("w1", StateEvicted)
+		h.wantState("solo", StateLive)
+		got := render(effs)
+		if !strings.Contains(got, `stop w1 epoch=1 reason="clock outside the bound: 1h0m0s ahead of the relays"`) ||
+			!hasEffect[PublishRevocation](effs) || strings.Index(got, "stop w1") > strings.Index(got, "revoke w1") {
+			t.Fatalf("Tick(clock suspect) = \n%s\nwant a stop of w1, then its revocation", got)
+		}
+	})
+	t.Run("standby never takes over while suspect, and does once trusted again", func(t *testing.T) {
+		h := newHarness(t, "bob", nil)
+		h.track(0, warmSpec("w1", "alice", "bob"))
+		h.hb(0, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+		h.m.SetClockSuspect(at(s), true, "5m0s behind the relays")
+		var took time.Duration
+		for d := time.Duration(0); d <= 2*3600*s && took == 0; d += s {
+			if d%(60*s) == 0 {
+				h.hb(d, "bob", all3, []WorkloadEpoch{})
+			}
+			if d == 3600*s {
+				h.m.SetClockSuspect(at(d), false, "")
+			}
+			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
+				took = d
+			}
+		}
+		if took < 3600*s {
+			t.Fatalf("takeover at %v, want none before the clock is trusted again at 1h0m0s", took)
+		}
+	})
+	t.Run("a takeover claim in progress is withdrawn", func(t *testing.T) {
+		h := newHarness(t, "bob", nil)
+		h.track(0, warmSpec("w1", "alice", "bob"))
+		h.hb(0, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+		var took time.Duration
+		for d := time.Duration(0); d <= 3600*s && took == 0; d += s {
+			if d%(60*s) == 0 {
+				h.hb(d, "bob", all3, []WorkloadEpoch{})
+			}
+			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
+				took = d
+			}
+		}
+		h.wantState("w1", StatePromoting)
+		h.wantEffects("SetClockSuspect", h.m.SetClockSuspect(at(took+s), true, "skewed"),
+			"withdraw w1 epoch=2", "entered w1 promoting -> standby epoch=1")
+	})
+	t.Run("a revocation naming us still starts the claim step", func(t *testing.T) {
+		h := newHarness(t, "bob", nil)
+		h.track(0, warmSpec("w1", "alice", "bob"))
+		h.m.SetClockSuspect(at(s), true, "skewed")
+		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
+		h.wantEffects("ObserveRevocation", effs, "entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
+	})
+	t.Run("the flag survives a restart", func(t *testing.T) {
+		h := newHarness(t, "bob", nil)
+		h.track(0, warmSpec("w1", "alice", "bob"))
+		h.m.SetClockSuspect(at(s), true, "skewed")
+		b, err := json.Marshal(h.m.Snapshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var snap Snapshot
+		if err := json.Unmarshal(b, &snap); err != nil {
+			t.Fatal(err)
+		}
+		m, _, err := Restore(at(2*s), h.m.Config(), snap)
+		if err != nil {
+			t.Fatalf("Restore() = %v", err)
+		}
+		if sus, why := m.ClockSuspect(); !sus || why != "skewed" {
+			t.Fatalf("ClockSuspect() after restore = %v, %q, want true, skewed", sus, why)
+		}
+	})
+}
