@@ -89,3 +89,34 @@ func TestRevocationFromAnEarlierGrantIsIgnored(t *testing.T) {
 	effs := h.m.ObserveRevocation(at(3701*s), fresh)
 	h.wantEffects("ObserveRevocation(current grant)", effs, "entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
 }
+
+// TestOlderClaimVersionIsIgnored: a claim and the withdrawn marker that
+// replaced it may arrive out of order (a reordering link; a relay that
+// missed the withdrawal and serves the older claim in a later claim read).
+// The older version must not bring the rival back: a rival that stays
+// "active" is adopted as holder after the settle time (the ghost of issue
+// 17), and a holder would fence on it.
+func TestOlderClaimVersionIsIgnored(t *testing.T) {
+	h := newHarness(t, "dave", nil)
+	cfg := h.m.Config()
+	h.track(0, warmSpec("w1", "alice", "bob", "carol", "dave"))
+	claim := PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true, CreatedAt: at(100 * s)}
+	withdrawn := claim
+	withdrawn.Active, withdrawn.CreatedAt = false, at(105*s)
+	h.m.ObserveClaim(at(106*s), withdrawn)
+	h.m.ObserveClaim(at(107*s), claim) // the older version, late
+	if ws, _ := h.m.Workload("w1"); len(ws.Rivals) != 0 {
+		t.Fatalf("Workload(w1).Rivals = %+v after a late older claim, want none", ws.Rivals)
+	}
+	h.tick(107*s + 2*cfg.ClaimTimeout + cfg.RelayDelay + s)
+	if ws, _ := h.m.Workload("w1"); ws.Holder != key("alice") || ws.Epoch != 1 {
+		t.Fatalf("Workload(w1) holder, epoch = %v, %d, want alice, 1 (no ghost adopted)", keyName(ws.Holder), ws.Epoch)
+	}
+	// A newer claim from bob counts again.
+	again := claim
+	again.CreatedAt = at(200 * s)
+	h.m.ObserveClaim(at(201*s), again)
+	if ws, _ := h.m.Workload("w1"); len(ws.Rivals) != 1 {
+		t.Fatalf("Workload(w1).Rivals = %+v after a newer claim, want bob's", ws.Rivals)
+	}
+}

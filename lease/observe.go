@@ -224,6 +224,9 @@ func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 	if !ok || !w.names(pi) {
 		return nil
 	}
+	if !w.newestClaim(c.Claimer, c.CreatedAt) {
+		return nil // an older version of a claim event already replaced
+	}
 	announced := c.Epoch == EpochUnknown
 	if announced {
 		if !c.Active || pi == w.holder || w.Epoch >= MaxEpoch || !m.announcedSince(w, c.CreatedAt) {
@@ -282,6 +285,30 @@ func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 		m.abortClaim(w, w.Target, &out)
 	}
 	return out
+}
+
+// newestClaim records a claim event of claimer created at created and
+// reports whether it is at least as new as every claim event seen from that
+// claimer for w (NIP-01: the newest version of a replaceable event wins). A
+// zero created is unknown and always accepted.
+func (w *WorkloadSnapshot) newestClaim(claimer string, created time.Time) bool {
+	if created.IsZero() {
+		return true
+	}
+	created = created.UTC()
+	for i := range w.ClaimMarks {
+		mk := &w.ClaimMarks[i]
+		if mk.Claimer != claimer {
+			continue
+		}
+		if created.Before(mk.CreatedAt) {
+			return false
+		}
+		mk.CreatedAt = created
+		return true
+	}
+	w.ClaimMarks = append(w.ClaimMarks, ClaimMark{Claimer: claimer, CreatedAt: created})
+	return true
 }
 
 // announcedSince reports whether a Paygress announcement made at created

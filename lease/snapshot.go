@@ -43,6 +43,12 @@ type RivalClaim struct {
 	SeenAt  time.Time `json:"seen_at"`
 }
 
+// ClaimMark is the created_at of the newest claim event from one claimer.
+type ClaimMark struct {
+	Claimer   string    `json:"claimer"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
 // WorkloadSnapshot is the persisted state of one workload as seen by this
 // provider: one SQLite row per workload in the agent. Times are this
 // provider's local clock.
@@ -82,6 +88,12 @@ type WorkloadSnapshot struct {
 	ClaimAt []time.Time `json:"claim_at,omitempty"`
 	// Rivals are active claims by others for epochs above Epoch.
 	Rivals []RivalClaim `json:"rivals,omitempty"`
+	// ClaimMarks hold, per other provider, the created_at of the newest
+	// claim event (claim, withdrawn marker or announcement) seen from it
+	// for this workload: claims are replaceable events, so an older version
+	// delivered late (a reordering link, a relay that missed the
+	// withdrawal) is ignored.
+	ClaimMarks []ClaimMark `json:"claim_marks,omitempty"`
 	// Revoked is true once the holder's revocation for Epoch was seen.
 	Revoked bool `json:"revoked,omitempty"`
 	// Claim step state (Promoting only).
@@ -135,6 +147,7 @@ func (w *WorkloadSnapshot) copy() WorkloadSnapshot {
 	c.Spec = w.Spec.clone()
 	c.ClaimAt = append([]time.Time(nil), w.ClaimAt...)
 	c.Rivals = append([]RivalClaim(nil), w.Rivals...)
+	c.ClaimMarks = append([]ClaimMark(nil), w.ClaimMarks...)
 	c.named = append([]int(nil), w.named...)
 	return c
 }
@@ -267,8 +280,9 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 		if (w.State == StatePromoting) != (w.Phase != PhaseNone) || (w.State == StatePromoting && w.Target != w.Epoch+1) {
 			return bad("workload %s: state %q with phase %q, target %d, epoch %d", w.Spec.ID, w.State, w.Phase, w.Target, w.Epoch)
 		}
-		if w.Epoch < 1 || w.Epoch > MaxEpoch || w.Attempts < 0 || len(w.Rivals) > len(w.Spec.Standbys)+1 {
-			return bad("workload %s: epoch %d, attempts %d, %d rivals", w.Spec.ID, w.Epoch, w.Attempts, len(w.Rivals))
+		if w.Epoch < 1 || w.Epoch > MaxEpoch || w.Attempts < 0 || len(w.Rivals) > len(w.Spec.Standbys)+1 ||
+			len(w.ClaimMarks) > len(w.Spec.Standbys)+1 {
+			return bad("workload %s: epoch %d, attempts %d, %d rivals, %d claim marks", w.Spec.ID, w.Epoch, w.Attempts, len(w.Rivals), len(w.ClaimMarks))
 		}
 		if w.State == StateSyncing && w.Resume != StateLive && w.Resume != StateSuspect {
 			return bad("workload %s: syncing with resume = %q", w.Spec.ID, w.Resume)
@@ -315,5 +329,8 @@ func (w *WorkloadSnapshot) normaliseTimes() {
 	}
 	for i := range w.Rivals {
 		w.Rivals[i].SeenAt = w.Rivals[i].SeenAt.UTC()
+	}
+	for i := range w.ClaimMarks {
+		w.ClaimMarks[i].CreatedAt = w.ClaimMarks[i].CreatedAt.UTC()
 	}
 }
