@@ -80,7 +80,7 @@ func TestRule8_PaygressAnnouncementCompetes(t *testing.T) {
 			h.wantEffects("ObserveClaim("+tt.name+")", h.m.ObserveClaim(at(rd), tt.claim))
 			effs := h.m.ClaimsRead(at(rd), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3})
 			if tt.wins {
-				h.wantEffects("ClaimsRead("+tt.name+")", effs, "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2")
+				h.wantEffects("ClaimsRead("+tt.name+")", effs, "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2", "announce w1 epoch=2")
 				return
 			}
 			h.wantEffects("ClaimsRead("+tt.name+")", effs, "withdraw w1 epoch=2")

@@ -206,6 +206,6 @@ func (m *Machine) ClaimsRead(now time.Time, r ClaimRead) []Effect {
 	w.Rivals = nil
 	clear(w.ClaimAt)
 	m.enter(w, StateProvisioning, &out)
-	out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: target})
+	out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: target}, AnnouncePromotion{ID: w.Spec.ID, Epoch: target})
 	return out
 }

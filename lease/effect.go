@@ -74,8 +74,21 @@ type WithdrawClaim struct {
 	Epoch uint64
 }
 
-// ReadClaims asks the driver, at or after At, to read the promotion claims of
-// the workload from the relays, feed every claim it finds with
+// AnnouncePromotion asks the driver to publish, through the durable outbox,
+// the Paygress v1 promotion announcement (kind 38386 under
+// paygress:promoted:v1:<workload>) that this provider now holds the
+// workload at Epoch. The machine emits it once, right after the StartWorkload
+// of a won claim step (Paygress starts the workload first and announces
+// after). Only a won claim is announced there: a Paygress node reads any
+// event under that d tag as a promotion, so the claim step's own claims and
+// withdrawn markers live under another d tag.
+type AnnouncePromotion struct {
+	ID    string
+	Epoch uint64
+}
+
+// ReadClaims asks the driver, at or after At, to read the promotion claims and
+// announcements of the workload from the relays, feed every claim it finds with
 // Machine.ObserveClaim, and then report with Machine.ClaimsRead. Unlike
 // AttemptRespawn it is emitted ahead of time: reading is harmless, and
 // ClaimsRead decides (starting the workload or not) from the machine's state
@@ -126,6 +139,7 @@ func (e PublishRevocation) Workload() string { return e.ID }
 func (e PublishClaim) Workload() string      { return e.ID }
 func (e WithdrawClaim) Workload() string     { return e.ID }
 func (e ReadClaims) Workload() string        { return e.ID }
+func (e AnnouncePromotion) Workload() string { return e.ID }
 func (e AttemptRespawn) Workload() string    { return e.ID }
 func (e Failed) Workload() string            { return e.ID }
 func (e QuorumReport) Workload() string      { return e.ID }
@@ -137,6 +151,7 @@ func (PublishRevocation) isEffect() {}
 func (PublishClaim) isEffect()      {}
 func (WithdrawClaim) isEffect()     {}
 func (ReadClaims) isEffect()        {}
+func (AnnouncePromotion) isEffect() {}
 func (AttemptRespawn) isEffect()    {}
 func (Failed) isEffect()            {}
 func (QuorumReport) isEffect()      {}
@@ -170,6 +185,10 @@ func (e WithdrawClaim) String() string {
 	return fmt.Sprintf("withdraw %s epoch=%d", e.ID, e.Epoch)
 }
 
+func (e AnnouncePromotion) String() string {
+	return fmt.Sprintf("announce %s epoch=%d", e.ID, e.Epoch)
+}
+
 func (e ReadClaims) String() string {
 	return fmt.Sprintf("read-claims %s epoch=%d at=%s", e.ID, e.Epoch, e.At.Format(time.RFC3339Nano))
 }
@@ -184,4 +203,53 @@ func (e Failed) String() string {
 
 func (e QuorumReport) String() string {
 	return fmt.Sprintf("quorum-lost %s epoch=%d since=%s", e.ID, e.Epoch, e.LostAt.Format(time.RFC3339Nano))
+}
+
+// Durability says how a driver performs an effect; the agent and the
+// simulator in props/ both dispatch on it, so they cannot drift apart.
+type Durability int
+
+const (
+	// Record: log and count. A crash that drops it loses nothing.
+	Record Durability = iota
+	// Process: start, stop or restart the workload process, in slice order
+	// (a stop before the revocation after it). Idempotent; after a restart
+	// Restore, RelaySynced and Outstanding re-issue what may have been lost.
+	Process
+	// Outbox: an event that must reach the relays whatever happens
+	// (revocations, withdrawn markers, announcements): its outbox row is
+	// committed in the same transaction as the step, and the outbox retries
+	// it until M relays accepted it.
+	Outbox
+	// Feedback: a request whose answer the machine awaits (the claim step's
+	// publish and read). Sent directly; after a restart Outstanding
+	// re-issues it, and ClaimTimeout bounds a round that never answers.
+	Feedback
+)
+
+func (d Durability) String() string {
+	switch d {
+	case Record:
+		return "record"
+	case Process:
+		return "process"
+	case Outbox:
+		return "outbox"
+	case Feedback:
+		return "feedback"
+	}
+	return fmt.Sprintf("durability(%d)", int(d))
+}
+
+// DurabilityOf classifies an effect (see Durability).
+func DurabilityOf(e Effect) Durability {
+	switch e.(type) {
+	case StartWorkload, StopWorkload, AttemptRespawn:
+		return Process
+	case PublishRevocation, WithdrawClaim, AnnouncePromotion:
+		return Outbox
+	case PublishClaim, ReadClaims:
+		return Feedback
+	}
+	return Record
 }

@@ -321,7 +321,7 @@ func TestRule8_HandoffByRevocation(t *testing.T) {
 		"read-claims w1 epoch=2 at=+1m51s")
 	h.wantEffects("ClaimsRead(before At)", h.m.ClaimsRead(at(110*s), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3}))
 	h.wantEffects("ClaimsRead", h.m.ClaimsRead(at(111*s), ClaimRead{Workload: "w1", Epoch: 2, Relays: 2}),
-		"entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2")
+		"entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2", "announce w1 epoch=2")
 	if got := h.m.Held(nil); len(got) != 1 || got[0] != (WorkloadEpoch{"w1", 2}) {
 		t.Fatalf("Held() = %v, want [{w1 2}]", got)
 	}
@@ -438,7 +438,7 @@ func TestRule8_ConcurrentClaimersNeverBothStart(t *testing.T) {
 	// bob withdrew (carol's claim was on the board), carol read after bob's
 	// withdrawal and won.
 	bob.wantEffects("bob read", e1, "withdraw w1 epoch=2")
-	carol.wantEffects("carol read", e2, "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2")
+	carol.wantEffects("carol read", e2, "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2", "announce w1 epoch=2")
 	// carol's heartbeat listing epoch 2 stops bob's retries.
 	effs := bob.hb(130*s, "carol", all3, []WorkloadEpoch{{"w1", 2}})
 	bob.wantEffects("bob sees carol hold epoch 2", effs, "entered w1 promoting -> standby epoch=2")
@@ -459,7 +459,7 @@ func TestRule8_CompetingClaimRetriesAfterRankedBackoff(t *testing.T) {
 	h.m.ObserveClaim(at(retry-1), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: false})
 	h.wantEffects("Tick(retry)", h.tick(retry), "claim w1 epoch=2")
 	effs = claimStep(h, retry+s, 2)
-	h.wantEffects("claim step", effs, "read-claims w1 epoch=2 at=+2m32s", "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2")
+	h.wantEffects("claim step", effs, "read-claims w1 epoch=2 at=+2m32s", "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2", "announce w1 epoch=2")
 }
 
 func TestRule9_HigherEpochFences(t *testing.T) {

@@ -156,7 +156,7 @@ func (n *AnchorNode) promote(env Env, now time.Time, why string) {
 	n.persist()
 	env.Logf("anchor: standby promotes itself (%s): starts, then announces", why)
 	env.Start(n.workload, 0)
-	env.Publish(Event{Kind: KindClaim, CreatedAt: now.Unix(), D: n.workload, Body: AnchorPromotion{Workload: n.workload}}, nil)
+	env.Publish(Event{Kind: KindClaim, CreatedAt: now.Unix(), D: AnnouncementD(n.workload), Body: AnchorPromotion{Workload: n.workload}}, nil)
 }
 
 // Receive implements Node.
@@ -176,7 +176,12 @@ func (n *AnchorNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 		if n.st.state == anchorStandby && ev.Author == n.st.primary && n.rank == n.firstStandby() {
 			n.promote(env, now, "revocation")
 		}
-	case AnchorPromotion:
+	case AnchorPromotion, LeaseAnnouncement:
+		// Paygress reads every event under the announcement d tag as a
+		// promotion; the claim step's claims live under another d tag.
+		if ev.D != AnnouncementD(n.workload) {
+			return
+		}
 		if ev.Author != n.self && n.st.state == anchorStandby {
 			n.st.primary = ev.Author
 			n.lastSeen = now

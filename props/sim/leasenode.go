@@ -26,12 +26,29 @@ type LeaseRevocation struct {
 }
 
 // LeaseClaim is the body of a promotion claim or withdrawn marker (kind
-// 38386, one d tag per workload and claimer).
+// 38386 under the claim d tag, ClaimD: a Paygress node never reads it).
 type LeaseClaim struct {
 	Workload string
 	Epoch    uint64
 	Active   bool
 }
+
+// LeaseAnnouncement is the body of the Paygress-form promotion announcement
+// a LeaseNode publishes once its claim won (kind 38386 under the Paygress d
+// tag, AnnouncementD), with its epoch.
+type LeaseAnnouncement struct {
+	Workload string
+	Epoch    uint64
+}
+
+// ClaimD is the d tag of a workload's claims and withdrawn markers (the
+// agent's provider-agent:claim:v1:<workload>).
+func ClaimD(workload string) string { return "claim:" + workload }
+
+// AnnouncementD is the d tag of a workload's promotion announcements (the
+// Paygress paygress:promoted:v1:<workload>); Paygress nodes read every
+// event under it as a promotion.
+func AnnouncementD(workload string) string { return "promoted:" + workload }
 
 // ProviderKey is the hex pubkey of simulated provider p.
 func ProviderKey(p ProviderID) string { return fmt.Sprintf("%064x", int(p)+0xa0) }
@@ -351,7 +368,7 @@ func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 			EventID:   fmt.Sprintf("%016x", uint64(ev.ID)),
 			CreatedAt: time.Unix(ev.CreatedAt, 0),
 		}))
-	case AnchorPromotion, LeaseClaim:
+	case AnchorPromotion, LeaseClaim, LeaseAnnouncement:
 		c, _ := claimInput(r, ev)
 		n.apply(env, now, n.m.ObserveClaim(now, c))
 	case LeaseRevocation:
@@ -374,6 +391,8 @@ func claimInput(r RelayID, ev *Event) (lease.PromotionClaim, bool) {
 	switch b := ev.Body.(type) {
 	case LeaseClaim:
 		c.Workload, c.Epoch, c.Active = b.Workload, b.Epoch, b.Active
+	case LeaseAnnouncement:
+		c.Workload, c.Epoch, c.Active = b.Workload, b.Epoch, true
 	case AnchorPromotion:
 		c.Workload, c.Epoch, c.Active = b.Workload, lease.EpochUnknown, true
 	default:
@@ -550,15 +569,8 @@ func (n *LeaseNode) apply(env Env, now time.Time, effs []lease.Effect) {
 		// The transaction committed (state and outbox rows), then the
 		// process died before performing anything.
 		for _, e := range effs {
-			switch e := e.(type) {
-			case lease.PublishRevocation:
-				n.outbox = append(n.outbox, n.outboxRow(env, Event{Kind: KindRevocation, CreatedAt: n.createdAt("rev:"+e.ID, now), D: e.ID, Body: LeaseRevocation{
-					Workload: e.ID, Epoch: e.Epoch, Successor: e.Successor, Standbys: e.Standbys, Reason: e.Reason,
-				}}))
-			case lease.WithdrawClaim:
-				n.outbox = append(n.outbox, n.outboxRow(env, Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, now), D: e.ID, Body: LeaseClaim{
-					Workload: e.ID, Epoch: e.Epoch, Active: false,
-				}}))
+			if lease.DurabilityOf(e) == lease.Outbox {
+				n.outbox = append(n.outbox, n.outboxRow(env, n.outboxEvent(now, e)))
 			}
 		}
 		env.Logf("agent crashes after persisting, before performing: %s", describeEffects(effs))
@@ -576,25 +588,26 @@ func (n *LeaseNode) apply(env Env, now time.Time, effs []lease.Effect) {
 		case lease.StopWorkload:
 			env.Stop(e.ID)
 			env.Logf("  stop reason: %s", e.Reason)
-		case lease.PublishRevocation:
-			env.Logf("publishes revocation of epoch %d, successor %s (%s)", e.Epoch, n.name(e.Successor), e.Reason)
-			n.enqueue(env, now, Event{Kind: KindRevocation, CreatedAt: n.createdAt("rev:"+e.ID, now), D: e.ID, Body: LeaseRevocation{
-				Workload: e.ID, Epoch: e.Epoch, Successor: e.Successor, Standbys: e.Standbys, Reason: e.Reason,
-			}})
+		case lease.PublishRevocation, lease.WithdrawClaim, lease.AnnouncePromotion:
+			// lease.DurabilityOf: Outbox, committed with the step.
+			switch e := e.(type) {
+			case lease.PublishRevocation:
+				env.Logf("publishes revocation of epoch %d, successor %s (%s)", e.Epoch, n.name(e.Successor), e.Reason)
+			case lease.WithdrawClaim:
+				env.Logf("withdraws claim for epoch %d", e.Epoch)
+			case lease.AnnouncePromotion:
+				env.Logf("announces its promotion at epoch %d", e.Epoch)
+			}
+			n.enqueue(env, now, n.outboxEvent(now, e))
 		case lease.PublishClaim:
 			env.Logf("publishes claim for epoch %d", e.Epoch)
 			if w, ok := n.m.Workload(e.ID); ok && w.Trigger == lease.TriggerTakeover && !n.reissuing {
 				env.Report(TakeoverClaim{Workload: e.ID, Epoch: w.Epoch})
 			}
-			id := env.Publish(Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, now), D: e.ID, Body: LeaseClaim{
+			id := env.Publish(Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, now), D: ClaimD(e.ID), Body: LeaseClaim{
 				Workload: e.ID, Epoch: e.Epoch, Active: true,
 			}}, nil)
 			n.pubs[id] = &claimPub{workload: e.ID, epoch: e.Epoch}
-		case lease.WithdrawClaim:
-			env.Logf("withdraws claim for epoch %d", e.Epoch)
-			n.enqueue(env, now, Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, now), D: e.ID, Body: LeaseClaim{
-				Workload: e.ID, Epoch: e.Epoch, Active: false,
-			}})
 		case lease.ReadClaims:
 			env.At(e.At, timerRead{workload: e.ID, epoch: e.Epoch})
 		case lease.AttemptRespawn:
@@ -613,12 +626,31 @@ func (n *LeaseNode) apply(env Env, now time.Time, effs []lease.Effect) {
 	}
 }
 
+// outboxEvent is the event an Outbox effect (lease.DurabilityOf) puts in
+// the durable outbox, built as the agent builds it: created_at strictly
+// increasing per d tag.
+func (n *LeaseNode) outboxEvent(now time.Time, e lease.Effect) Event {
+	switch e := e.(type) {
+	case lease.PublishRevocation:
+		return Event{Kind: KindRevocation, CreatedAt: n.createdAt("rev:"+e.ID, now), D: e.ID, Body: LeaseRevocation{
+			Workload: e.ID, Epoch: e.Epoch, Successor: e.Successor, Standbys: e.Standbys, Reason: e.Reason,
+		}}
+	case lease.WithdrawClaim:
+		return Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, now), D: ClaimD(e.ID), Body: LeaseClaim{
+			Workload: e.ID, Epoch: e.Epoch, Active: false,
+		}}
+	case lease.AnnouncePromotion:
+		return Event{Kind: KindClaim, CreatedAt: n.createdAt("announce:"+e.ID, now), D: AnnouncementD(e.ID), Body: LeaseAnnouncement{
+			Workload: e.ID, Epoch: e.Epoch,
+		}}
+	}
+	panic(fmt.Sprintf("sim: %T is not an outbox effect", e)) // lease.DurabilityOf and this switch disagree
+}
+
 // hasAction reports whether effs asks for more than logging.
 func hasAction(effs []lease.Effect) bool {
 	for _, e := range effs {
-		switch e.(type) {
-		case lease.EnteredState, lease.Failed, lease.QuorumReport:
-		default:
+		if lease.DurabilityOf(e) != lease.Record {
 			return true
 		}
 	}
