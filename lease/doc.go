@@ -45,7 +45,24 @@
 //     for a process that may already be gone). A StopWorkload that precedes
 //     a PublishRevocation must finish before the revocation is queued
 //     (rule 7).
+//   - Every effect has a durability class (DurabilityOf); drivers dispatch
+//     on it, so the agent and the simulator perform each effect the same way:
+//
+//	record    EnteredState, Failed, QuorumReport      log and count
+//	process   StartWorkload, StopWorkload,            perform in slice order; idempotent,
+//	          AttemptRespawn                          re-issued after a restart
+//	outbox    PublishRevocation, WithdrawClaim,       outbox row committed with the step,
+//	          AnnouncePromotion                       retried until M relays accepted it
+//	feedback  PublishClaim, ReadClaims                sent directly; Outstanding re-issues
+//	                                                  them, ClaimTimeout bounds a round
+//
 //   - PublishRevocation: queue a revocation (kind 38385) in the durable outbox.
+//   - WithdrawClaim: queue the withdrawn marker that replaces this provider's
+//     claim (same d tag) in the durable outbox.
+//   - AnnouncePromotion: queue the Paygress-form announcement (kind 38386
+//     under paygress:promoted:v1:<workload>) of a won claim in the durable
+//     outbox. Claims and withdrawn markers use their own d tag: a Paygress
+//     node reads every event under the announcement's as a promotion.
 //   - EnteredState, Failed, QuorumReport: log and count.
 //   - AttemptRespawn: restart the process at once, in order with the other
 //     effects (do not wait for At, the time it was scheduled for: the
@@ -65,7 +82,7 @@
 //     carrying an epoch at or above it (Paygress announcements, which carry
 //     none, are fed as they are: ObserveClaim records one that counts as a
 //     rival, and ClaimsRead sees it there).
-//     The machine answers StartWorkload (won) or WithdrawClaim (retry after
+//     The machine answers StartWorkload and AnnouncePromotion (won) or WithdrawClaim (retry after
 //     ClaimBackoff, driven by Tick). Feedback that never comes is timed out
 //     by Tick after ClaimTimeout. ReadClaims is the only effect meant for
 //     later: reading is harmless, and ClaimsRead decides from the state the
