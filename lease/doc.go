@@ -45,17 +45,8 @@
 //     for a process that may already be gone). A StopWorkload that precedes
 //     a PublishRevocation must finish before the revocation is queued
 //     (rule 7).
-//   - Every effect has a durability class (DurabilityOf); drivers dispatch
-//     on it, so the agent and the simulator perform each effect the same way:
-//
-//	record    EnteredState, Failed, QuorumReport      log and count
-//	process   StartWorkload, StopWorkload,            perform in slice order; idempotent,
-//	          AttemptRespawn                          re-issued after a restart
-//	outbox    PublishRevocation, WithdrawClaim,       outbox row committed with the step,
-//	          AnnouncePromotion                       retried until M relays accepted it
-//	feedback  PublishClaim, ReadClaims                sent directly; Outstanding re-issues
-//	                                                  them, ClaimTimeout bounds a round
-//
+//   - Every effect has a durability class (DurabilityOf, see "Durability"
+//     below); drivers dispatch on it.
 //   - PublishRevocation: queue a revocation (kind 38385) in the durable outbox.
 //   - WithdrawClaim: queue the withdrawn marker that replaces this provider's
 //     claim (same d tag) in the durable outbox.
@@ -109,6 +100,20 @@
 //     the outbox sends anything keeps rule 7 across the crash. The sync's
 //     last RelaySynced resumes Syncing workloads (StartWorkload) and
 //     re-issues any AttemptRespawn whose RespawnDone the restart lost.
+//
+// # Durability
+//
+// Every effect has one durability class, and the agent and the simulator in
+// props/ both dispatch on DurabilityOf, so they cannot perform an effect
+// differently:
+//
+//	record    EnteredState, Failed, QuorumReport   log and count
+//	process   StartWorkload, StopWorkload,         perform in slice order; idempotent,
+//	          AttemptRespawn                       re-issued after a restart
+//	outbox    PublishRevocation, WithdrawClaim,    outbox row committed with the step,
+//	          AnnouncePromotion                    retried until M relays accepted it
+//	feedback  PublishClaim, ReadClaims             sent directly; Outstanding re-issues
+//	                                               them; ClaimTimeout bounds a round
 //
 // # Quorum and takeover bookkeeping
 //
