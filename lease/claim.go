@@ -154,6 +154,10 @@ func (m *Machine) tickPromoting(w *WorkloadSnapshot, now time.Time, out *[]Effec
 			m.enter(w, StateStandby, out) // the holder spoke again, or this clock cannot judge silence
 			return
 		}
+		if w.Trigger == TriggerRetake && m.clockSuspect {
+			m.enter(w, StateEvicted, out)
+			return
+		}
 		m.publishClaim(w, out)
 	}
 }

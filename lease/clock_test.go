@@ -93,3 +93,64 @@ func TestClockSuspect(t *testing.T) {
 		}
 	})
 }
+
+// TestRetakeAfterSelfFencing (issue 12 item 4): a primary that evicted
+// itself after losing quorum, then finds its relays again, takes the
+// workload back through the claim step at epoch+1 once it has been healthy
+// for TakeoverAfter with no higher epoch seen; a standby's claim meanwhile
+// fences it for good instead.
+func TestRetakeAfterSelfFencing(t *testing.T) {
+	evicted := func(t *testing.T) (*harness, time.Duration) {
+		h := liveAlice(t, warmSpec("w1", "alice", "bob"), 600*s, nil)
+		var at time.Duration
+		for d := 601 * s; d <= 3600*s && at == 0; d += s {
+			if effs := h.tick(d); hasEffect[PublishRevocation](effs) {
+				at = d
+			}
+		}
+		h.wantState("w1", StateEvicted)
+		return h, at
+	}
+	t.Run("no standby claimed: retake", func(t *testing.T) {
+		h, ev := evicted(t)
+		cfg := h.m.Config()
+		back := ev + 60*s // alice's heartbeats reach the relays again
+		var took time.Duration
+		for d := back; d <= back+2*cfg.TakeoverAfter && took == 0; d += s {
+			if (d-back)%(60*s) == 0 {
+				h.hb(d, "alice", all3, []WorkloadEpoch{})
+			}
+			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
+				took = d
+			}
+		}
+		if want := back + cfg.TakeoverAfter; took != want {
+			t.Fatalf("retake claim at %v, want %v (back on the relays + takeover_after)", took, want)
+		}
+		h.m.ClaimPublished(at(took+s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
+		effs := h.m.ClaimsRead(at(took+s+cfg.RelayDelay), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3})
+		h.wantEffects("ClaimsRead(retake)", effs, "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2", "announce w1 epoch=2")
+	})
+	t.Run("a standby claimed: fenced, no retake", func(t *testing.T) {
+		h, ev := evicted(t)
+		cfg := h.m.Config()
+		h.m.ObserveClaim(at(ev+20*s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true, CreatedAt: at(ev + 19*s)})
+		h.wantState("w1", StateFenced)
+		for d := ev + 60*s; d <= ev+3*cfg.TakeoverAfter; d += s {
+			if d%(60*s) == 0 {
+				h.hb(d, "alice", all3, []WorkloadEpoch{})
+			}
+			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
+				t.Fatalf("Tick(%v) = %v, want no retake once fenced", d, render(effs))
+			}
+		}
+	})
+	t.Run("not while cut off", func(t *testing.T) {
+		h, ev := evicted(t)
+		for d := ev; d <= ev+6*3600*s; d += 10 * s {
+			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
+				t.Fatalf("Tick(%v) = %v, want no retake while its own heartbeats do not come back", d, render(effs))
+			}
+		}
+	})
+}

@@ -33,6 +33,10 @@ const (
 	// TriggerTakeover: the holder was silent for TakeoverAfter on N-M+1
 	// relays on which this standby is healthy.
 	TriggerTakeover Trigger = "takeover"
+	// TriggerRetake: this provider evicted itself (quorum loss) and, healthy
+	// again on N-M+1 relays for TakeoverAfter since, saw no higher epoch:
+	// its standbys never claimed, so it takes the workload back.
+	TriggerRetake Trigger = "retake"
 )
 
 // RivalClaim is an active promotion claim by another provider for an epoch

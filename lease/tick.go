@@ -38,6 +38,10 @@ func (m *Machine) tickOne(w *WorkloadSnapshot, now time.Time, self *ProviderSnap
 	switch {
 	case w.State.Holding():
 		m.tickHolder(w, now, self, out)
+	case w.State == StateEvicted:
+		if w.Holder == m.self && !m.awaitingSync && !m.clockSuspect && len(w.Rivals) == 0 && m.retakeDue(w, now, self) {
+			m.promote(w, TriggerRetake, out)
+		}
 	case w.State == StateStandby:
 		w.wakeHint = time.Time{}
 		m.tickStandby(w, now, out)
@@ -70,6 +74,10 @@ func (m *Machine) nextWake(w *WorkloadSnapshot, now time.Time, self *ProviderSna
 			return 0
 		}
 		at = w.wakeHint
+	case StateEvicted:
+		// retakeDue counts from the eviction at the earliest; claims and
+		// heartbeats that fence it touch the workload.
+		at = w.Since.Add(m.cfg.TakeoverAfter)
 	case StateRespawning:
 		// The respawn falls due at RespawnAt (not before relay sync:
 		// RelaySynced wakes every workload); eviction at T1+T2 after
@@ -439,3 +447,26 @@ func (m *Machine) SetClockSuspect(now time.Time, suspect bool, why string) []Eff
 // ClockSuspect reports whether the driver last said this provider's clock is
 // outside the bound (SetClockSuspect), and why.
 func (m *Machine) ClockSuspect() (bool, string) { return m.clockSuspect, m.clockWhy }
+
+// retakeDue is the retake rule (TriggerRetake): a provider that evicted
+// itself takes the workload back through the claim step once, on at least
+// N-M+1 relays on which its own heartbeats come back, it has watched for
+// TakeoverAfter since the eviction (and since the start of its unbroken
+// stretch there) without the workload leaving Evicted: any claim or
+// heartbeat of a higher epoch fences it for good, and a standby that had
+// claimed the next epoch would have been seen on one of those relays by
+// quorum intersection. Standbys that claim at the same time meet it in the
+// claim step.
+func (m *Machine) retakeDue(w *WorkloadSnapshot, now time.Time, self *ProviderSnapshot) bool {
+	count := 0
+	for r := range m.relays {
+		seen := self.Seen[r]
+		if seen.IsZero() || now.Sub(seen) > m.watchGap() {
+			continue
+		}
+		if !now.Before(maxTime(w.Since, self.Stretch[r]).Add(m.cfg.TakeoverAfter)) {
+			count++
+		}
+	}
+	return count >= m.cfg.ReadQuorum()
+}

@@ -126,3 +126,62 @@ func faultRelay(t *rapid.T, s *sim.Sim, r sim.RelayID, k int) {
 		t.Logf("R%d stays healthy", r)
 	}
 }
+
+// TestResumedPrimaryRetakes (issue 12 item 4): the primary is cut off from
+// every relay long enough to evict itself (stop, revocation), and meanwhile
+// every standby dies for good, so nobody claims the next epoch. Once the
+// primary reaches max(M, N-M+1) healthy relays again (the others suffer any
+// fault), it must take the workload back through the claim step and be Live
+// at a higher epoch within TakeoverAfter plus the claim step's propagation
+// (props.LivenessBound for one standby) of the heal, instead of leaving it
+// evicted with nobody running it. Safety is checked throughout.
+func TestResumedPrimaryRetakes(t *testing.T) {
+	var checks int
+	var worst time.Duration
+	props.Check(t, func(rt *rapid.T) {
+		fs := faultSpace{MinK: 2, MaxK: 4, MinN: 3, MaxN: 5,
+			MaxOffset: assumed.MaxClockOffset, MaxDriftPPM: assumed.MaxDriftPPM}
+		n := rapid.IntRange(3, 5).Draw(rt, "n")
+		fs.MinN, fs.MaxN = n, n
+		fs.FixedM = rapid.IntRange((n+2)/2, n).Draw(rt, "m") // max(M, N-M+1) == M
+		w := newWorld(rt, leaseProtocol(), fs)
+		sc, s := w.sc, w.s
+		perm := rapid.Permutation(relayIDs(sc.N)).Draw(rt, "relayOrder")
+		s.RunFor(drawDuration(rt, "warmup", 2*time.Minute, 30*time.Minute))
+		rt.Logf("t=%v P0 cut off from every relay", s.Now())
+		isolate(s, 0, sc.N)
+		for p := 1; p < sc.K; p++ {
+			at := drawDuration(rt, fmt.Sprintf("death%d", p), 0, 5*time.Minute)
+			rt.Logf("P%d dies for good at +%v", p, at)
+			s.After(at, func() { s.Kill(sim.ProviderID(p)) })
+		}
+		s.RunFor(drawDuration(rt, "cut", 20*time.Minute, 2*time.Hour))
+		if st, ok := s.Node(0).(*sim.LeaseNode).Machine().State(workloadID); !ok || st != lease.StateEvicted {
+			rt.Fatalf("P0 is %v after the cut, want evicted\ntimeline:\n%s", st, sim.FormatTimeline(s.Timeline()))
+		}
+		healed := s.Now()
+		rt.Logf("t=%v P0 reaches relays %v again", healed, perm[:sc.M])
+		for _, r := range perm[:sc.M] {
+			s.Heal(0, r)
+		}
+		for _, r := range perm[sc.M:] {
+			if rapid.Bool().Draw(rt, fmt.Sprintf("heal%d", r)) {
+				s.Heal(0, r)
+			}
+			faultRelay(rt, s, r, sc.K)
+		}
+		cfg := lease.DefaultConfig()
+		bound := props.LivenessBound(cfg, 2, assumed, leaseProtocol().cfg.QueryTimeout) + cfg.HeartbeatInterval
+		liveAt := s.RunWhile(healed+bound, func() bool { e, ok := s.Node(0).Live(workloadID); return !ok || e < 2 })
+		if v := s.Violation(); v != nil {
+			rt.Fatalf("%s at t=%v\ntimeline:\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
+		}
+		if liveAt < 0 {
+			rt.Fatalf("P0 not Live at a higher epoch %v after it reached the relays again (bound %v): %s\ntimeline:\n%s",
+				s.Now()-healed, bound, s.Describe(), sim.FormatTimeline(s.Timeline()))
+		}
+		checks++
+		worst = max(worst, liveAt-healed)
+	})
+	t.Logf("%d checks: slowest retake %v after the heal", checks, worst.Round(time.Millisecond))
+}
