@@ -28,9 +28,22 @@ type Heartbeat struct {
 	// empty). A Paygress peer lists none; then any heartbeat of it counts as
 	// a Live claim of every workload it holds.
 	Listed bool
-	// Workloads are the (workload, epoch) pairs the provider holds.
+	// Workloads are the (workload, epoch) pairs the provider holds (those of
+	// this shard when the beat is sharded).
 	Workloads []WorkloadEpoch
+	// Shard and Shards place this event in a beat whose list of held
+	// workloads is split over Shards events with the same created_at (a
+	// list too long for one relay event). Shards 0 or 1 means one event.
+	// Every shard refreshes the claims of the workloads it lists; the beat
+	// counts for the provider's relay table (quorum, and this provider's
+	// own health on the relay) only once all its shards came from the
+	// relay, so a relay that dropped part of a holder's list never passes
+	// for one on which the holder claims everything.
+	Shard, Shards int
 }
+
+// MaxShards bounds Heartbeat.Shards.
+const MaxShards = 4096
 
 // Revocation is a lease revocation (kind 38385) after signature checks. The
 // machine accepts it only from the workload's current holder at its epoch.

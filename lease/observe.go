@@ -37,18 +37,43 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 	if created.Before(recv.Add(-m.cfg.Stale)) || created.After(recv.Add(m.cfg.MaxSkew)) {
 		return nil // stale, replayed long after, or from the future (rule 3)
 	}
+	shards := hb.Shards
+	if shards <= 1 {
+		shards = 1
+	} else if shards > MaxShards || hb.Shard < 0 || hb.Shard >= shards {
+		return nil
+	}
 	p := &m.provs[pi]
-	if !created.After(p.Created[ri]) {
-		return nil // replay or re-served older event (rule 3)
-	}
-	p.Created[ri] = created
-	if recv.After(p.Seen[ri]) {
-		if p.Seen[ri].IsZero() || recv.Sub(p.Seen[ri]) > m.watchGap() {
-			p.Stretch[ri] = recv // a gap: this relay was not watched meanwhile
+	switch {
+	case created.Before(p.Created[ri]):
+		return nil // re-served older beat (rule 3)
+	case created.Equal(p.Created[ri]):
+		if shards == 1 {
+			return nil // replay (rule 3)
 		}
-		p.Seen[ri] = recv
+		// Another shard of a beat already begun on this relay: it counts
+		// from the beat's first arrival, so a shard re-served later never
+		// extends anything.
+		b := p.beat(ri)
+		if b.first.IsZero() || b.n == 0 {
+			return nil
+		}
+		recv = b.first
+		if b.add(hb.Shard, shards) {
+			m.seen(p, ri, recv)
+		}
+	default:
+		p.Created[ri] = created
+		if shards == 1 {
+			m.seen(p, ri, recv)
+			break
+		}
+		b := p.beat(ri)
+		b.reset(recv, shards)
+		if b.add(hb.Shard, shards) {
+			m.seen(p, ri, recv)
+		}
 	}
-	m.updateQuorum(p)
 	if !hb.Listed {
 		if recv.After(p.Unlisted[ri]) {
 			p.Unlisted[ri] = recv
@@ -80,6 +105,51 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 		}
 	}
 	return out
+}
+
+// seen records that a whole beat of provider p arrived from relay ri at
+// recv: it refreshes p's relay table and quorum.
+func (m *Machine) seen(p *ProviderSnapshot, ri int, recv time.Time) {
+	if recv.After(p.Seen[ri]) {
+		if p.Seen[ri].IsZero() || recv.Sub(p.Seen[ri]) > m.watchGap() {
+			p.Stretch[ri] = recv // a gap: this relay was not watched meanwhile
+		}
+		p.Seen[ri] = recv
+	}
+	m.updateQuorum(p)
+}
+
+// beat returns the sharded beat being assembled from relay ri.
+func (p *ProviderSnapshot) beat(ri int) *beat {
+	if p.beats == nil {
+		p.beats = make([]beat, len(p.Seen))
+	}
+	return &p.beats[ri]
+}
+
+func (b *beat) reset(first time.Time, shards int) {
+	b.first, b.n, b.shards = first, 0, shards
+	words := (shards + 63) / 64
+	if cap(b.got) < words {
+		b.got = make([]uint64, words)
+	}
+	b.got = b.got[:words]
+	clear(b.got)
+}
+
+// add records shard i of a beat of shards events and reports whether the
+// beat just became complete.
+func (b *beat) add(i, shards int) bool {
+	if shards != b.shards {
+		return false // the shard count changed within one beat: ignore it
+	}
+	w, bit := i/64, uint64(1)<<(i%64)
+	if b.got[w]&bit != 0 {
+		return false
+	}
+	b.got[w] |= bit
+	b.n++
+	return b.n == shards
 }
 
 // watchGap is the longest gap between two counting heartbeats of one

@@ -129,6 +129,17 @@ type ProviderSnapshot struct {
 	// QuorumUntil is when this provider loses quorum unless more heartbeats
 	// arrive: the M-th most recent Seen plus Stale. Zero: never had quorum.
 	QuorumUntil time.Time `json:"quorum_until,omitzero"`
+
+	beats []beat // per relay, the sharded beat being assembled (not persisted)
+}
+
+// beat tracks which shards of one sharded beat (one created_at) a relay
+// delivered, and when its first shard came.
+type beat struct {
+	first  time.Time
+	got    []uint64 // bitmap of shard indices
+	n      int      // distinct shards received
+	shards int      // shards the beat's first event announced
 }
 
 // Snapshot is the whole machine, serialisable as JSON. Restore turns it back
@@ -162,6 +173,7 @@ func (p *ProviderSnapshot) copy() ProviderSnapshot {
 	c.Created = append([]time.Time(nil), p.Created...)
 	c.Unlisted = append([]time.Time(nil), p.Unlisted...)
 	c.Stretch = append([]time.Time(nil), p.Stretch...)
+	c.beats = nil
 	return c
 }
 

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"provideragent/props"
+	"provideragent/props/sim"
 )
 
 // TestSingleWriter: under any schedule of faults within the assumptions
@@ -38,5 +39,30 @@ func TestTakeoverNeverEarly(t *testing.T) {
 	fs.ProcessExits = true
 	fs.CheckTakeoverBound = true
 	props.Check(t, runSafety(leaseProtocol(), fs, &st))
+	t.Logf("%v", &st)
+}
+
+// TestShardedBeats is TestTakeoverNeverEarly with every beat split over
+// three heartbeat events (the workload in one of them, as the agent splits
+// long lists), so that loss, duplicates, reordering, relay crashes and
+// partitions hit parts of beats: a beat counts for its provider on a relay
+// only once all its shards came from it.
+func TestShardedBeats(t *testing.T) {
+	var st stats
+	proto := leaseProtocol()
+	proto.name += ", beats in 3 shards"
+	leaseNodes := proto.nodes
+	proto.nodes = func(sc scenario) []sim.Node {
+		ns := leaseNodes(sc)
+		for _, n := range ns {
+			n.(*sim.LeaseNode).ShardBeats(3)
+		}
+		return ns
+	}
+	fs := withinBounds()
+	fs.MidStepCrash = true
+	fs.ProcessExits = true
+	fs.CheckTakeoverBound = true
+	props.Check(t, runSafety(proto, fs, &st))
 	t.Logf("%v", &st)
 }

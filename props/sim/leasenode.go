@@ -14,6 +14,9 @@ import (
 // (workload, epoch) pairs it holds (lease.Machine.Held).
 type LeaseHeartbeat struct {
 	Workloads []lease.WorkloadEpoch
+	// Shard and Shards split one beat over several events (the agent does
+	// when the list is too long for one relay event); 0/0 is one event.
+	Shard, Shards int
 }
 
 // LeaseRevocation is the body of a revocation (kind 38385).
@@ -171,7 +174,14 @@ type LeaseNode struct {
 	// reissuing is set while Boot re-issues Outstanding() (not a new
 	// decision of the machine: no TakeoverClaim report).
 	reissuing bool
+	// shards splits every beat over this many events (0 or 1: one).
+	shards int
 }
+
+// ShardBeats makes the node split every beat over n heartbeat events, the
+// held list dealt round-robin (shard 0 may list nothing), as the agent does
+// for long lists, so that faults can hit part of a beat.
+func (n *LeaseNode) ShardBeats(k int) { n.shards = k }
 
 // ArmMidStepCrash makes the agent crash at its next step that has effects,
 // after persisting the new state and the step's outbox rows (revocations,
@@ -338,8 +348,22 @@ func (n *LeaseNode) Tick(env Env, now time.Time) {
 		if !n.nextHB.After(now) {
 			n.nextHB = now.Add(n.cfg.HeartbeatInterval)
 		}
-		hb := LeaseHeartbeat{Workloads: n.m.Held(nil)}
-		env.Publish(Event{Kind: KindHeartbeat, CreatedAt: now.Unix(), D: fmt.Sprint(now.Unix() / 60), Body: hb}, nil)
+		held := n.m.Held(nil)
+		if n.shards <= 1 {
+			env.Publish(Event{Kind: KindHeartbeat, CreatedAt: now.Unix(), D: fmt.Sprint(now.Unix() / 60), Body: LeaseHeartbeat{Workloads: held}}, nil)
+		} else {
+			parts := make([][]lease.WorkloadEpoch, n.shards)
+			for i, we := range held {
+				// the last shard first, so that shard 0 (the Paygress-form
+				// event) can be a presence-only one
+				j := n.shards - 1 - i%n.shards
+				parts[j] = append(parts[j], we)
+			}
+			for i, part := range parts {
+				env.Publish(Event{Kind: KindHeartbeat, CreatedAt: now.Unix(), D: fmt.Sprintf("%d:%d", now.Unix()/60, i),
+					Body: LeaseHeartbeat{Workloads: part, Shard: i, Shards: n.shards}}, nil)
+			}
+		}
 	}
 	n.apply(env, now, n.m.Tick(now))
 }
@@ -359,6 +383,8 @@ func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 			CreatedAt: time.Unix(ev.CreatedAt, 0),
 			Listed:    true,
 			Workloads: b.Workloads,
+			Shard:     b.Shard,
+			Shards:    b.Shards,
 		}))
 	case AnchorHeartbeat:
 		// A Paygress v1 peer: its heartbeat lists no workloads.
