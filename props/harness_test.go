@@ -68,6 +68,9 @@ type faultSpace struct {
 	MinAgentDown          time.Duration
 	MaxAgentDown          time.Duration
 
+	// Forgeries lets relays serve forged events (bad signatures, or keys
+	// the lease does not name) dated anywhere up to the year 2100.
+	Forgeries bool
 	// Targeted adds actions aimed at the moments where the single-writer
 	// argument is most delicate: run until some provider is in a claim
 	// step, or until a holder change (a new epoch started), then strike
@@ -326,6 +329,22 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			d := drawDuration(t, "pause", fs.MinPause, fs.MaxPause)
 			t.Logf("t=%v pause P%d for %v", w.s.Now(), p, d)
 			w.s.PauseFor(p, d)
+			w.wait(t)
+		}
+	}
+	if fs.Forgeries {
+		a["forge"] = func(t *rapid.T) {
+			r := w.relay(t)
+			f := sim.ForgedEvent{Workload: workloadID, Revocation: rapid.Bool().Draw(t, "forgedRevocation")}
+			if rapid.Bool().Draw(t, "badSig") {
+				f.BadSig, f.Author = true, w.provider(t) // someone else's key, a signature that fails
+			} else {
+				f.Author = sim.ProviderID(w.sc.K + 7) // a key the lease does not name
+			}
+			ahead := []time.Duration{0, time.Hour, 74 * 365 * 24 * time.Hour}[rapid.IntRange(0, 2).Draw(t, "forgedAhead")]
+			f.At = w.s.LocalNow(0).Add(ahead).Unix()
+			t.Logf("t=%v R%d serves a forged event %+v", w.s.Now(), r, f)
+			w.s.InjectForged(r, f)
 			w.wait(t)
 		}
 	}

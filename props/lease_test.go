@@ -77,5 +77,6 @@ func withinBounds() faultSpace {
 		MaxPause:      assumed.MaxPause,
 		OnlyRelay:     -1,
 		Targeted:      true,
+		Forgeries:     true,
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"provideragent/lease"
 	"provideragent/props"
 
 	"provideragent/props/sim"
@@ -190,5 +191,55 @@ func TestRestartProtocolRegressions(t *testing.T) {
 			}
 			t.Logf("%s\n%s", s.Describe(), sim.FormatTimeline(s.Timeline()))
 		})
+	}
+}
+
+// TestForgedFutureEventDoesNotBlind: a relay serves a forged claim dated in
+// the year 2100 (issue 16 item 3). If it moved the standby's subscription
+// cursor, every later (re)subscription would ask only for events after
+// 2100: the primary's revocation, stored while the standby was away, would
+// never be read, and the standby would fall back on a takeover twelve
+// minutes later. The cursor moves only for admitted events, so the
+// standby reads the revocation on reconnecting and promotes by it.
+func TestForgedFutureEventDoesNotBlind(t *testing.T) {
+	s := scriptedWorld(t, 2, 2, 3, 1)
+	s.RunUntil(5 * time.Minute)
+	far := sim.Epoch.Add(74 * 365 * 24 * time.Hour).Unix()
+	s.InjectForged(0, sim.ForgedEvent{Workload: workloadID, Author: 0, At: far, BadSig: true})
+	s.InjectForged(1, sim.ForgedEvent{Workload: workloadID, Author: 9, At: far, Revocation: true})
+	s.RunUntil(6 * time.Minute)
+	s.Partition(0, 1)
+	s.Partition(0, 2) // the primary keeps only R0: it evicts (about +15 min) and revokes there
+	s.RunUntil(14 * time.Minute)
+	isolate(s, 1, 3) // the standby goes away, seen alive recently: still the successor
+	var revokedAt time.Duration = -1
+	s.RunWhile(40*time.Minute, func() bool {
+		for _, e := range s.Timeline() {
+			if e.Who == "P0" && strings.Contains(e.What, "publishes revocation") {
+				revokedAt = e.At
+				return false
+			}
+		}
+		return true
+	})
+	if revokedAt < 0 {
+		t.Fatalf("P0 never revoked\n%s", sim.FormatTimeline(s.Timeline()))
+	}
+	s.RunFor(time.Minute)
+	reconnect(s, 1, 3)
+	n := s.Node(1).(*sim.LeaseNode)
+	promoted := s.RunWhile(revokedAt+10*time.Minute, func() bool {
+		st, _ := n.Machine().State(workloadID)
+		return st != lease.StatePromoting
+	})
+	if v := s.Violation(); v != nil {
+		t.Fatalf("%s at %v\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
+	}
+	if promoted < 0 {
+		t.Fatalf("P1 did not enter the claim step within 10 min of the revocation (blinded by the forged event?): %s\n%s",
+			s.Describe(), sim.FormatTimeline(s.Timeline()))
+	}
+	if w, _ := n.Machine().Workload(workloadID); w.Trigger != lease.TriggerRevocation {
+		t.Fatalf("P1 promoted by %q, want by the revocation it read on reconnecting\n%s", w.Trigger, sim.FormatTimeline(s.Timeline()))
 	}
 }

@@ -161,6 +161,9 @@ func (n *AnchorNode) promote(env Env, now time.Time, why string) {
 
 // Receive implements Node.
 func (n *AnchorNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
+	if ev.Forged {
+		return
+	}
 	switch ev.Body.(type) {
 	case AnchorHeartbeat:
 		if ev.Author == n.self {
@@ -204,6 +207,9 @@ func (n *AnchorNode) QueryResult(Env, time.Time, RelayID, QueryID, []*Event, boo
 
 // Timer implements Node.
 func (n *AnchorNode) Timer(Env, time.Time, any) {}
+
+// Since implements Node: the anchor model reads everything stored.
+func (n *AnchorNode) Since() int64 { return 0 }
 
 // Exited implements Node (the anchor model does not respawn).
 func (n *AnchorNode) Exited(Env, time.Time, string, uint64) {}

@@ -257,3 +257,37 @@ func (s *Sim) ExitWorkload(p ProviderID, w string) {
 		s.deliver(pr, inc, func(now time.Time) { pr.node.Exited(envFor(s, pr), now, w, epoch) })
 	})
 }
+
+// ForgedEvent describes an event a relay serves that no honest provider
+// made: a claim or revocation of workload w dated At (unix seconds), by
+// Author (any ProviderID, also one outside the world: an unknown key), with
+// a signature that verifies or not.
+type ForgedEvent struct {
+	Workload   string
+	Author     ProviderID
+	Revocation bool // else a promotion claim
+	At         int64
+	BadSig     bool
+}
+
+// InjectForged makes relay r store f's event and deliver it to every
+// subscriber (relays store what they are sent; many do not verify). Nodes
+// must reject it, and it must not move their subscription cursor: one
+// event dated in 2100 would otherwise blind every later subscription.
+func (s *Sim) InjectForged(r RelayID, f ForgedEvent) {
+	if !s.relays[r].up {
+		return
+	}
+	ev := &Event{ID: s.newEventID(), Author: f.Author, CreatedAt: f.At, Forged: f.BadSig, SentAt: s.now}
+	if f.Revocation {
+		ev.Kind, ev.D = KindRevocation, f.Workload
+		ev.Body = LeaseRevocation{Workload: f.Workload, Epoch: 1, Successor: ProviderKey(f.Author)}
+	} else {
+		ev.Kind, ev.D = KindClaim, ClaimD(f.Workload)
+		ev.Body = LeaseClaim{Workload: f.Workload, Epoch: 1 << 40, Active: true}
+	}
+	s.Logf("relay R%d serves a forged event: %+v", r, f)
+	if s.store(r, ev) {
+		s.fanOut(r, ev)
+	}
+}

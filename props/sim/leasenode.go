@@ -104,6 +104,7 @@ type leaseDisk struct {
 	Snapshot []byte
 	Outbox   []outboxEntry
 	Created  map[string]int64 // last created_at per d tag (replaceable events)
+	Cursor   int64            // subscription cursor (see LeaseNode.Since)
 }
 
 type claimPub struct {
@@ -176,6 +177,11 @@ type LeaseNode struct {
 	reissuing bool
 	// shards splits every beat over this many events (0 or 1: one).
 	shards int
+	// cursor is the newest created_at of a claim or revocation that passed
+	// the checks the agent's ingest makes (signature, a key the lease
+	// names, not from the future): the subscription cursor. Persisted.
+	cursor int64
+	now    time.Time // the latest local time seen (for Since)
 }
 
 // ShardBeats makes the node split every beat over n heartbeat events, the
@@ -256,6 +262,7 @@ func (n *LeaseNode) Boot(env Env, now time.Time) {
 	n.m = m
 	n.outbox = n.disk.Outbox
 	n.created = n.disk.Created
+	n.cursor = n.disk.Cursor
 	n.disk = nil
 	env.Logf("restored from snapshot: %s", n.Describe())
 	n.apply(env, now, effs)
@@ -281,7 +288,7 @@ func (n *LeaseNode) Crash() {
 	for k, v := range n.created {
 		created[k] = v
 	}
-	n.disk = &leaseDisk{Snapshot: b, Outbox: n.outbox, Created: created}
+	n.disk = &leaseDisk{Snapshot: b, Outbox: n.outbox, Created: created, Cursor: n.cursor}
 	n.m, n.outbox, n.pubs, n.reads = nil, nil, nil, nil
 }
 
@@ -342,6 +349,7 @@ func (n *LeaseNode) Tick(env Env, now time.Time) {
 	if n.m == nil || n.halted {
 		return
 	}
+	n.now = maxTime(n.now, now)
 	if !now.Before(n.nextHB) {
 		// A ticker: keep the cadence; after a stall, restart it from now.
 		n.nextHB = n.nextHB.Add(n.cfg.HeartbeatInterval)
@@ -368,10 +376,41 @@ func (n *LeaseNode) Tick(env Env, now time.Time) {
 	n.apply(env, now, n.m.Tick(now))
 }
 
+// Since implements Node: the cursor less the margin the agent allows for
+// signers' clock offsets and relay delay, never past now (the agent's
+// agent.since).
+func (n *LeaseNode) Since() int64 {
+	c := min(n.cursor, n.now.Unix())
+	if c <= 0 {
+		return 0
+	}
+	return max(c-int64((n.cfg.MaxSkew+n.cfg.RelayDelay)/time.Second)-1, 1)
+}
+
+// admit is the agent's ingest for claims and revocations: the signature
+// verifies, the author is a key the lease names, and the event is not from
+// the future. Only an admitted event moves the cursor.
+func (n *LeaseNode) admit(now time.Time, ev *Event) bool {
+	if _, named := n.keys[ProviderKey(ev.Author)]; ev.Forged || !named {
+		return false
+	}
+	return !time.Unix(ev.CreatedAt, 0).After(now.Add(n.cfg.MaxSkew))
+}
+
 // Receive implements Node.
 func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 	if n.m == nil || n.halted {
 		return
+	}
+	n.now = maxTime(n.now, now)
+	if ev.Forged {
+		return
+	}
+	if ev.Kind != KindHeartbeat {
+		if !n.admit(now, ev) {
+			return
+		}
+		n.cursor = max(n.cursor, ev.CreatedAt)
 	}
 	author := ProviderKey(ev.Author)
 	switch b := ev.Body.(type) {
@@ -702,3 +741,10 @@ func orNew(s lease.State) string {
 }
 
 var _ Node = (*LeaseNode)(nil)
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

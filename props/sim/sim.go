@@ -62,6 +62,9 @@ type Event struct {
 	// SentAt is the simulated instant the event was first published (the
 	// true clock, for probes; nodes never read it).
 	SentAt time.Duration
+	// Forged marks an event whose signature does not verify (a relay
+	// serving garbage): nodes must reject it before it touches anything.
+	Forged bool
 }
 
 // Config sizes the simulated world and its healthy-network behaviour.
@@ -157,6 +160,10 @@ type Node interface {
 	Live(w string) (epoch uint64, ok bool)
 	// Describe is a short state summary for timelines.
 	Describe() string
+	// Since is the node's subscription cursor (unix seconds on its clock):
+	// a (re)subscription delivers stored events other than heartbeats only
+	// from this created_at on (0: everything), as a REQ's since does.
+	Since() int64
 }
 
 // Env is what a Node may do to the world. Effects happen at the current
@@ -690,7 +697,11 @@ func (s *Sim) maybeConnect(p ProviderID, r RelayID) {
 // syncSubscription sends relay r's stored events then EOSE to p.
 func (s *Sim) syncSubscription(p ProviderID, r RelayID) {
 	evs := s.Stored(r)
+	since := s.provs[p].node.Since()
 	for _, ev := range evs {
+		if ev.Kind != KindHeartbeat && ev.CreatedAt < since {
+			continue
+		}
 		s.sendDown(p, r, ev.Author, func(pr *provider, inc uint64) {
 			ev := ev
 			s.deliver(pr, inc, func(now time.Time) { s.receive(pr, now, r, ev) })
