@@ -28,7 +28,8 @@ var (
 	fuzzKeysVal  *Keys
 )
 
-// seedEvents builds one valid event of every kind plus Paygress-shaped ones.
+// seedEvents builds one valid event of every kind plus Paygress-shaped ones
+// (hex keys, as Paygress writes them, and npub keys, as older agents did).
 func seedEvents(t testing.TB) []*nostr.Event {
 	k, s1 := fuzzKeys(t), testKeys(t, "s1")
 	var evs []*nostr.Event
@@ -47,17 +48,26 @@ func seedEvents(t testing.TB) []*nostr.Event {
 		Relays: []string{"wss://a.example", "wss://b.example"}, Quorum: 2, Replication: lease.ReplicationWarmStandby,
 		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure, MaxAttempts: 2}, Command: []string{"run"}, At: t0}))
 	ts := fmt.Sprint(t0.Unix())
-	paygress := []struct {
+	// Paygress-shaped events with keys as Paygress writes them (hex), then
+	// the same with npub keys, as agents before issue 12 wrote them.
+	var paygress []struct {
 		kind    int
 		tags    nostr.Tags
 		content string
-	}{
-		{KindHeartbeat, nostr.Tags{{"t", "paygress-heartbeat"}, {"p", k.PublicKey()}, {"d", HeartbeatDTag(k.Npub(), uint64(t0.Unix()))}, {"v", "1"}},
-			`{"provider_npub":"` + k.Npub() + `","timestamp":` + ts + `,"active_workloads":0,"available_capacity":{"cpu_available":1,"memory_mb_available":2,"storage_gb_available":3},"version":1}`},
-		{KindRevocation, nostr.Tags{{"t", "paygress"}, {"t", "paygress-revocation"}, {"d", RevocationDTag(k.Npub(), "wl-1")}, {"v", "1"}, {"workload", "wl-1"}, {"p", s1.PublicKey()}},
-			`{"workload_id":"wl-1","primary_provider_npub":"` + k.Npub() + `","standby_providers":["` + s1.Npub() + `"],"reason":"r","revoked_at":` + ts + `,"version":1}`},
-		{KindPromotion, nostr.Tags{{"t", "paygress"}, {"t", "paygress-promoted"}, {"d", PromotionDTag("wl-1")}, {"v", "1"}, {"workload", "wl-1"}},
-			`{"workload_id":"wl-1","new_primary_npub":"` + k.Npub() + `","promoted_at":` + ts + `,"version":1}`},
+	}
+	for _, key := range []func(*Keys) string{(*Keys).PublicKey, (*Keys).Npub} {
+		paygress = append(paygress, []struct {
+			kind    int
+			tags    nostr.Tags
+			content string
+		}{
+			{KindHeartbeat, nostr.Tags{{"t", "paygress-heartbeat"}, {"p", k.PublicKey()}, {"d", HeartbeatDTag(key(k), uint64(t0.Unix()))}, {"v", "1"}},
+				`{"provider_npub":"` + key(k) + `","timestamp":` + ts + `,"active_workloads":0,"available_capacity":{"cpu_available":1,"memory_mb_available":2,"storage_gb_available":3},"version":1}`},
+			{KindRevocation, nostr.Tags{{"t", "paygress"}, {"t", "paygress-revocation"}, {"d", RevocationDTag(key(k), "wl-1")}, {"v", "1"}, {"workload", "wl-1"}, {"p", s1.PublicKey()}},
+				`{"workload_id":"wl-1","primary_provider_npub":"` + key(k) + `","standby_providers":["` + key(s1) + `"],"reason":"r","revoked_at":` + ts + `,"version":1}`},
+			{KindPromotion, nostr.Tags{{"t", "paygress"}, {"t", "paygress-promoted"}, {"d", PromotionDTag("wl-1")}, {"v", "1"}, {"workload", "wl-1"}},
+				`{"workload_id":"wl-1","new_primary_npub":"` + key(k) + `","promoted_at":` + ts + `,"version":1}`},
+		}...)
 	}
 	for _, p := range paygress {
 		ev := &nostr.Event{Kind: p.kind, CreatedAt: nostr.Timestamp(t0.Unix()), Tags: p.tags, Content: p.content}

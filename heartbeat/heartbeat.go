@@ -39,7 +39,8 @@ type Heartbeat struct {
 	// Provider is the signer's hex public key (checked equal to the p tag and
 	// to ProviderNpub).
 	Provider string
-	// ProviderNpub is the content's provider_npub.
+	// ProviderNpub is the content's provider_npub as written: lowercase hex
+	// from Paygress and from us, an npub from agents before issue 12.
 	ProviderNpub string
 	// CreatedAt is the event's created_at.
 	CreatedAt time.Time
@@ -89,11 +90,14 @@ type HeartbeatParams struct {
 	// list is always written, empty included.
 	Workloads []WorkloadEpoch
 	// TTL sets the NIP-40 expiration to At+TTL; zero means
-	// DefaultHeartbeatTTL.
+	// DefaultHeartbeatTTL. The agent passes its configured TTL, at least
+	// MinHeartbeatTTL of its lease.
 	TTL time.Duration
 }
 
 // heartbeatWire is the content JSON in Paygress field order, plus ours.
+// ProviderNpub holds the lowercase hex public key, as Paygress writes it
+// (get_service_public_key is to_hex), despite the field's name.
 type heartbeatWire struct {
 	ProviderNpub      string          `json:"provider_npub"`
 	Timestamp         uint64          `json:"timestamp"`
@@ -153,7 +157,7 @@ func BuildHeartbeat(k *Keys, p HeartbeatParams, ephemeral bool) (*nostr.Event, e
 		workloads = []WorkloadEpoch{}
 	}
 	content, err := json.Marshal(heartbeatWire{
-		ProviderNpub:      k.npub,
+		ProviderNpub:      k.public,
 		Timestamp:         uint64(ts),
 		ActiveWorkloads:   active,
 		AvailableCapacity: p.Capacity,
@@ -178,7 +182,7 @@ func BuildHeartbeat(k *Keys, p HeartbeatParams, ephemeral bool) (*nostr.Event, e
 		ev.Tags = nostr.Tags{
 			{"t", tagHeartbeat},
 			{"p", k.public},
-			{"d", HeartbeatDTag(k.npub, uint64(ts))},
+			{"d", HeartbeatDTag(k.public, uint64(ts))},
 			{"v", versionTag},
 			{"expiration", exp},
 		}
@@ -263,7 +267,8 @@ func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
 		if !ok {
 			return nil, reject(ReasonBadTags, "stored heartbeat without d tag")
 		}
-		if d != HeartbeatDTag(*in.ProviderNpub, *in.Timestamp) {
+		build := func(key string) string { return HeartbeatDTag(key, *in.Timestamp) }
+		if !dTagNamesKey(d, *in.ProviderNpub, provider, build) {
 			return nil, reject(ReasonBadTags, "d tag %.120q does not match provider_npub and timestamp", d)
 		}
 	}

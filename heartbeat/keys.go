@@ -88,6 +88,9 @@ func ParsePublicKey(s string) (string, error) {
 // 20us): for comparing a key named in content with a signer whose key the
 // signature check has already validated.
 func publicKeyHex(s string) (string, error) {
+	if len(s) == 64 && isLowerHex(s) {
+		return s, nil // the form Paygress and we write
+	}
 	if h, ok := npubCache.get(s); ok {
 		return h, nil
 	}
@@ -98,8 +101,9 @@ func publicKeyHex(s string) (string, error) {
 	return h, err
 }
 
-// npubCache remembers recent npub -> hex decodings: every heartbeat names its
-// provider by npub, and bech32 decoding costs a few microseconds.
+// npubCache remembers recent npub -> hex decodings: heartbeats of agents
+// before issue 12 name their provider by npub, and bech32 decoding costs a
+// few microseconds.
 var npubCache = &stringCache{m: map[string]string{}, max: 4096}
 
 // stringCache is a bounded map, emptied when full (providers are few, so it

@@ -33,9 +33,46 @@ const SchemaVersion = 1
 // (Paygress HEARTBEAT_BUCKET_SECS).
 const HeartbeatBucket = 60 * time.Second
 
-// DefaultHeartbeatTTL is the NIP-40 expiration written on heartbeats when the
-// builder is given none: Paygress's live window (LIVE_HEARTBEAT_WINDOW_SECS).
-const DefaultHeartbeatTTL = 300 * time.Second
+// PaygressLiveWindow is Paygress's LIVE_HEARTBEAT_WINDOW_SECS (kinds.rs):
+// its "is this provider alive now" lookups (query.rs get_latest_heartbeat and
+// get_latest_heartbeats_multi, which its standby watchdog and discovery use)
+// read the stored heartbeats of the last 300 s.
+const PaygressLiveWindow = 300 * time.Second
+
+// DefaultHeartbeatTTL is the one heartbeat TTL: the NIP-40 expiration written
+// on our heartbeats is created_at + DefaultHeartbeatTTL unless an operator
+// raises it (heartbeat.ttl). It is Paygress's live window, for two reasons:
+//   - Paygress's live lookups read back 300 s, and its standby watchdog
+//     measures a primary's silence from the newest heartbeat it finds there
+//     (or, finding none, from the slot's reservation time). On a relay that
+//     deletes expired events a shorter TTL would hide our last heartbeat
+//     from that window, so a Paygress standby would measure silence from the
+//     wrong baseline.
+//   - It is above MinHeartbeatTTL for the default lease (stale 180 s +
+//     max_skew 30 s), so a heartbeat never expires while it can still count.
+//
+// Why not longer: Paygress writes no expiration, and its uptime history
+// (query.rs calculate_uptime: stored heartbeats over N days, one expected
+// per 60 s bucket) sees at most TTL worth of ours on relays that delete
+// expired events (5 of 1440 a day at 300 s). Nothing in Paygress v1 (at
+// 6ffebd5) calls it: its running code reads the live window, and its
+// dashboard snapshot a 600 s last-seen window (a provider gone for 5 to 10
+// minutes then shows no last-seen time). A short TTL keeps relays from
+// storing 1440 heartbeats per provider and day for ever; operators who want
+// the history kept raise heartbeat.ttl.
+const DefaultHeartbeatTTL = PaygressLiveWindow
+
+// MinHeartbeatTTL is the smallest heartbeat TTL a provider may use with a
+// lease of the given stale and max skew, and the TTL the agent uses when
+// none is configured: at least Paygress's live window, and at least stale
+// plus max skew. A heartbeat counts for stale after its created_at on the
+// observer's clock, and an agent re-reads one stale window of stored
+// heartbeats when it (re)subscribes, so the event must neither be expired
+// for the observer nor deleted by a relay whose clock may lead by up to max
+// skew until then.
+func MinHeartbeatTTL(stale, maxSkew time.Duration) time.Duration {
+	return max(PaygressLiveWindow, stale+maxSkew)
+}
 
 // EpochUnknown is the epoch of a Paygress-made revocation or promotion, which
 // carries none. Real epochs start at 1.
@@ -60,15 +97,30 @@ const (
 )
 
 // HeartbeatDTag returns the d tag of a stored heartbeat:
-// paygress:heartbeat:v1:<npub>:<timestamp/60>.
-func HeartbeatDTag(npub string, timestamp uint64) string {
-	return "paygress:heartbeat:v1:" + npub + ":" + strconv.FormatUint(timestamp/uint64(HeartbeatBucket/time.Second), 10)
+// paygress:heartbeat:v1:<provider>:<timestamp/60>, provider as written in the
+// content's provider_npub (Paygress and we write lowercase hex there,
+// publish.rs builds the tag from the same value).
+func HeartbeatDTag(provider string, timestamp uint64) string {
+	return "paygress:heartbeat:v1:" + provider + ":" + strconv.FormatUint(timestamp/uint64(HeartbeatBucket/time.Second), 10)
 }
 
 // RevocationDTag returns the d tag of a revocation:
-// paygress:revocation:v1:<primary npub>:<workload_id>.
-func RevocationDTag(primaryNpub, workloadID string) string {
-	return "paygress:revocation:v1:" + primaryNpub + ":" + workloadID
+// paygress:revocation:v1:<primary>:<workload_id>, primary as written in the
+// content's primary_provider_npub (lowercase hex, as Paygress writes it).
+func RevocationDTag(primary, workloadID string) string {
+	return "paygress:revocation:v1:" + primary + ":" + workloadID
+}
+
+// dTagNamesKey reports whether d is the d tag build makes from the key hexKey
+// in any form a writer may have used: as written in the content (written),
+// lowercase hex (what Paygress and we write) or NIP-19 npub (what agents
+// before issue 12 wrote). Paygress itself never checks these d tags.
+func dTagNamesKey(d, written, hexKey string, build func(key string) string) bool {
+	if d == build(hexKey) || d == build(written) {
+		return true
+	}
+	npub, err := npubOf(hexKey)
+	return err == nil && d == build(npub)
 }
 
 // PromotionDTag returns the d tag of a promotion announcement or claim:

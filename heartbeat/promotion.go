@@ -36,7 +36,8 @@ type Promotion struct {
 	WorkloadID string
 	// NewPrimary is the claimer's hex public key.
 	NewPrimary string
-	// NewPrimaryNpub is the content's new_primary_npub as written.
+	// NewPrimaryNpub is the content's new_primary_npub as written: lowercase
+	// hex from Paygress and from us, an npub from agents before issue 12.
 	NewPrimaryNpub string
 	// PromotedAt is the content's promoted_at.
 	PromotedAt time.Time
@@ -62,6 +63,8 @@ type PromotionParams struct {
 	Status ClaimStatus
 }
 
+// promotionWire is the content JSON in Paygress field order, plus ours;
+// new_primary_npub is the lowercase hex public key, as Paygress writes it.
 type promotionWire struct {
 	WorkloadID     string      `json:"workload_id"`
 	NewPrimaryNpub string      `json:"new_primary_npub"`
@@ -105,7 +108,7 @@ func BuildPromotion(k *Keys, p PromotionParams) (*nostr.Event, error) {
 	}
 	content, err := json.Marshal(promotionWire{
 		WorkloadID:     p.WorkloadID,
-		NewPrimaryNpub: k.npub,
+		NewPrimaryNpub: k.public,
 		PromotedAt:     uint64(ts),
 		Version:        SchemaVersion,
 		Epoch:          p.Epoch,

@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
@@ -28,7 +29,9 @@ type Revocation struct {
 	WorkloadID string
 	// Primary is the revoking primary's hex public key.
 	Primary string
-	// PrimaryNpub is the content's primary_provider_npub as written.
+	// PrimaryNpub is the content's primary_provider_npub as written:
+	// lowercase hex from Paygress and from us, an npub from agents before
+	// issue 12.
 	PrimaryNpub string
 	// Standbys are the standbys' hex public keys, in order, invalid entries
 	// skipped.
@@ -72,6 +75,10 @@ type RevocationParams struct {
 	Epoch uint64
 }
 
+// revocationWire is the content JSON in Paygress field order, plus ours. Every
+// key is written as lowercase hex: primary_provider_npub as Paygress writes
+// it (to_hex), and standby_providers and successor the same way (Paygress
+// passes the consumer's strings through there and parses either form).
 type revocationWire struct {
 	WorkloadID          string   `json:"workload_id"`
 	PrimaryProviderNpub string   `json:"primary_provider_npub"`
@@ -111,16 +118,13 @@ func BuildRevocation(k *Keys, p RevocationParams) (*nostr.Event, error) {
 	if ts < 0 || ts > maxUnix {
 		return nil, fmt.Errorf("build revocation: time %v out of range", p.At)
 	}
-	npubs := make([]string, 0, len(p.Standbys))
 	hexes := make([]string, 0, len(p.Standbys))
 	for i, s := range p.Standbys {
 		h, err := ParsePublicKey(s)
 		if err != nil {
 			return nil, fmt.Errorf("build revocation: standbys[%d]: %w", i, err)
 		}
-		n, _ := npubOf(h)
 		hexes = append(hexes, h)
-		npubs = append(npubs, n)
 	}
 	successor := ""
 	if p.Successor != "" {
@@ -128,20 +132,15 @@ func BuildRevocation(k *Keys, p RevocationParams) (*nostr.Event, error) {
 		if err != nil {
 			return nil, fmt.Errorf("build revocation: successor: %w", err)
 		}
-		found := false
-		for i, s := range hexes {
-			if s == h {
-				found, successor = true, npubs[i]
-			}
-		}
-		if !found {
+		if !slices.Contains(hexes, h) {
 			return nil, fmt.Errorf("build revocation: successor is not one of the standbys")
 		}
+		successor = h
 	}
 	content, err := json.Marshal(revocationWire{
 		WorkloadID:          p.WorkloadID,
-		PrimaryProviderNpub: k.npub,
-		StandbyProviders:    npubs,
+		PrimaryProviderNpub: k.public,
+		StandbyProviders:    hexes,
 		Reason:              p.Reason,
 		RevokedAt:           uint64(ts),
 		StateURI:            p.StateURI,
@@ -155,7 +154,7 @@ func BuildRevocation(k *Keys, p RevocationParams) (*nostr.Event, error) {
 	tags := nostr.Tags{
 		{"t", tagPaygress},
 		{"t", tagRevocation},
-		{"d", RevocationDTag(k.npub, p.WorkloadID)},
+		{"d", RevocationDTag(k.public, p.WorkloadID)},
 		{"v", versionTag},
 		{"workload", p.WorkloadID},
 	}
@@ -218,7 +217,8 @@ func DecodeRevocation(ev *nostr.Event) (*Revocation, error) {
 	if w, _ := firstTag(ev.Tags, "workload"); w != *in.WorkloadID {
 		return nil, reject(ReasonBadTags, "workload tag does not match workload_id")
 	}
-	if d, _ := firstTag(ev.Tags, "d"); d != RevocationDTag(*in.PrimaryProviderNpub, *in.WorkloadID) {
+	build := func(key string) string { return RevocationDTag(key, *in.WorkloadID) }
+	if d, _ := firstTag(ev.Tags, "d"); !dTagNamesKey(d, *in.PrimaryProviderNpub, primary, build) {
 		return nil, reject(ReasonBadTags, "d tag does not match primary_provider_npub and workload_id")
 	}
 	r := &Revocation{

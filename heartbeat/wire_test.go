@@ -14,7 +14,8 @@ import (
 
 // paygressEvent signs an event whose tags and content are written the way
 // Paygress v1 writes them (src/nostr/subscriber/publish.rs, src/nostr/wire.rs):
-// serde field order, no epoch/successor/workloads/status, no expiration tag.
+// serde field order, keys in *_npub fields and d tags as lowercase hex, no
+// epoch/successor/workloads/status, no expiration tag.
 func paygressEvent(t *testing.T, k *Keys, kind int, created int64, tags nostr.Tags, content string) *nostr.Event {
 	t.Helper()
 	ev := &nostr.Event{Kind: kind, CreatedAt: nostr.Timestamp(created), Tags: tags, Content: content}
@@ -27,12 +28,12 @@ func paygressEvent(t *testing.T, k *Keys, kind int, created int64, tags nostr.Ta
 func TestDecodePaygressHeartbeat(t *testing.T) {
 	k := testKeys(t, "paygress-provider")
 	ts := t0.Unix()
-	content := `{"provider_npub":"` + k.Npub() + `","timestamp":` + itoa(ts) +
+	content := `{"provider_npub":"` + k.PublicKey() + `","timestamp":` + itoa(ts) +
 		`,"active_workloads":2,"available_capacity":{"cpu_available":3500,"memory_mb_available":7168,"storage_gb_available":120},"version":1}`
 	for _, kind := range []int{KindHeartbeat, KindHeartbeatEphemeral} {
 		tags := nostr.Tags{{"t", "paygress-heartbeat"}, {"p", k.PublicKey()}}
 		if kind == KindHeartbeat {
-			tags = append(tags, nostr.Tag{"d", "paygress:heartbeat:v1:" + k.Npub() + ":" + itoa(ts/60)})
+			tags = append(tags, nostr.Tag{"d", "paygress:heartbeat:v1:" + k.PublicKey() + ":" + itoa(ts/60)})
 		}
 		tags = append(tags, nostr.Tag{"v", "1"})
 		ev := paygressEvent(t, k, kind, ts, tags, content)
@@ -41,7 +42,7 @@ func TestDecodePaygressHeartbeat(t *testing.T) {
 			t.Fatalf("DecodeHeartbeat(paygress kind %d) = %v", kind, err)
 		}
 		want := &Heartbeat{
-			EventID: ev.ID, Ephemeral: kind == KindHeartbeatEphemeral, Provider: k.PublicKey(), ProviderNpub: k.Npub(),
+			EventID: ev.ID, Ephemeral: kind == KindHeartbeatEphemeral, Provider: k.PublicKey(), ProviderNpub: k.PublicKey(),
 			CreatedAt: t0, Timestamp: t0, ActiveWorkloads: 2,
 			Capacity: Capacity{CPUAvailable: 3500, MemoryMBAvailable: 7168, StorageGBAvailable: 120},
 			Version:  1,
@@ -65,11 +66,12 @@ func TestDecodePaygressHeartbeat(t *testing.T) {
 func TestDecodePaygressRevocation(t *testing.T) {
 	primary, s1, s2 := testKeys(t, "p"), testKeys(t, "s1"), testKeys(t, "s2")
 	ts := t0.Unix()
-	content := `{"workload_id":"wl-7","primary_provider_npub":"` + primary.Npub() + `","standby_providers":["` +
-		s1.Npub() + `","not-a-key","` + s2.Npub() + `"],"reason":"lost relay quorum","revoked_at":` + itoa(ts) + `,"version":1}`
+	// standby_providers is the consumer's list, passed through as given.
+	content := `{"workload_id":"wl-7","primary_provider_npub":"` + primary.PublicKey() + `","standby_providers":["` +
+		s1.Npub() + `","not-a-key","` + s2.PublicKey() + `"],"reason":"lost relay quorum","revoked_at":` + itoa(ts) + `,"version":1}`
 	tags := nostr.Tags{
 		{"t", "paygress"}, {"t", "paygress-revocation"},
-		{"d", "paygress:revocation:v1:" + primary.Npub() + ":wl-7"}, {"v", "1"}, {"workload", "wl-7"},
+		{"d", "paygress:revocation:v1:" + primary.PublicKey() + ":wl-7"}, {"v", "1"}, {"workload", "wl-7"},
 		{"p", s1.PublicKey()}, {"p", s2.PublicKey()},
 	}
 	ev := paygressEvent(t, primary, KindRevocation, ts, tags, content)
@@ -79,7 +81,7 @@ func TestDecodePaygressRevocation(t *testing.T) {
 	}
 	want := &Revocation{
 		EventID: ev.ID, Signer: primary.PublicKey(), CreatedAt: t0, WorkloadID: "wl-7",
-		Primary: primary.PublicKey(), PrimaryNpub: primary.Npub(),
+		Primary: primary.PublicKey(), PrimaryNpub: primary.PublicKey(),
 		Standbys: []string{s1.PublicKey(), s2.PublicKey()}, Reason: "lost relay quorum", RevokedAt: t0,
 		Version: 1, Successor: s1.PublicKey(), Epoch: EpochUnknown,
 	}
@@ -99,7 +101,7 @@ func TestDecodePaygressRevocation(t *testing.T) {
 func TestDecodePaygressPromotion(t *testing.T) {
 	k := testKeys(t, "s1")
 	ts := t0.Unix()
-	content := `{"workload_id":"wl-7","new_primary_npub":"` + k.Npub() + `","promoted_at":` + itoa(ts) + `,"version":1}`
+	content := `{"workload_id":"wl-7","new_primary_npub":"` + k.PublicKey() + `","promoted_at":` + itoa(ts) + `,"version":1}`
 	tags := nostr.Tags{{"t", "paygress"}, {"t", "paygress-promoted"}, {"d", "paygress:promoted:v1:wl-7"}, {"v", "1"}, {"workload", "wl-7"}}
 	ev := paygressEvent(t, k, KindPromotion, ts, tags, content)
 	p, err := DecodePromotion(ev)
@@ -108,7 +110,7 @@ func TestDecodePaygressPromotion(t *testing.T) {
 	}
 	want := &Promotion{
 		EventID: ev.ID, Signer: k.PublicKey(), CreatedAt: t0, WorkloadID: "wl-7", NewPrimary: k.PublicKey(),
-		NewPrimaryNpub: k.Npub(), PromotedAt: t0, Version: 1, Epoch: EpochUnknown, Status: ClaimActive,
+		NewPrimaryNpub: k.PublicKey(), PromotedAt: t0, Version: 1, Epoch: EpochUnknown, Status: ClaimActive,
 	}
 	if !reflect.DeepEqual(p, want) {
 		t.Fatalf("DecodePromotion(paygress) = %+v, want %+v", p, want)
@@ -116,7 +118,8 @@ func TestDecodePaygressPromotion(t *testing.T) {
 }
 
 // TestBuiltEventsReadByPaygress checks that our events carry every v1 field
-// Paygress requires, in its order, with npub keys, and the exact v1 tags.
+// Paygress requires, in its order, with lowercase hex keys (as Paygress
+// writes them), and the exact v1 tags.
 func TestBuiltEventsReadByPaygress(t *testing.T) {
 	p, s1, s2 := testKeys(t, "p"), testKeys(t, "s1"), testKeys(t, "s2")
 	hb, eph, err := BuildHeartbeats(p, HeartbeatParams{At: t0, Capacity: Capacity{CPUAvailable: 1, MemoryMBAvailable: 2, StorageGBAvailable: 3}, Workloads: []WorkloadEpoch{{ID: "wl-7", Epoch: 3}}})
@@ -140,15 +143,15 @@ func TestBuiltEventsReadByPaygress(t *testing.T) {
 		tags        nostr.Tags
 	}{
 		{"stored heartbeat", hb, KindHeartbeat,
-			`{"provider_npub":"` + p.Npub() + `","timestamp":` + ts + `,"active_workloads":1,"available_capacity":{"cpu_available":1,"memory_mb_available":2,"storage_gb_available":3},"version":1,"workloads":[{"id":"wl-7","epoch":3}]}`,
-			nostr.Tags{{"t", "paygress-heartbeat"}, {"p", p.PublicKey()}, {"d", "paygress:heartbeat:v1:" + p.Npub() + ":" + itoa(t0.Unix()/60)}, {"v", "1"}, {"expiration", itoa(t0.Unix() + 300)}}},
+			`{"provider_npub":"` + p.PublicKey() + `","timestamp":` + ts + `,"active_workloads":1,"available_capacity":{"cpu_available":1,"memory_mb_available":2,"storage_gb_available":3},"version":1,"workloads":[{"id":"wl-7","epoch":3}]}`,
+			nostr.Tags{{"t", "paygress-heartbeat"}, {"p", p.PublicKey()}, {"d", "paygress:heartbeat:v1:" + p.PublicKey() + ":" + itoa(t0.Unix()/60)}, {"v", "1"}, {"expiration", itoa(t0.Unix() + 300)}}},
 		{"ephemeral heartbeat", eph, KindHeartbeatEphemeral, "",
 			nostr.Tags{{"t", "paygress-heartbeat"}, {"p", p.PublicKey()}, {"v", "1"}, {"expiration", itoa(t0.Unix() + 300)}}},
 		{"revocation", rev, KindRevocation,
-			`{"workload_id":"wl-7","primary_provider_npub":"` + p.Npub() + `","standby_providers":["` + s1.Npub() + `","` + s2.Npub() + `"],"reason":"fenced","revoked_at":` + ts + `,"version":1,"successor":"` + s1.Npub() + `","epoch":3}`,
-			nostr.Tags{{"t", "paygress"}, {"t", "paygress-revocation"}, {"d", "paygress:revocation:v1:" + p.Npub() + ":wl-7"}, {"v", "1"}, {"workload", "wl-7"}, {"p", s1.PublicKey()}, {"p", s2.PublicKey()}}},
+			`{"workload_id":"wl-7","primary_provider_npub":"` + p.PublicKey() + `","standby_providers":["` + s1.PublicKey() + `","` + s2.PublicKey() + `"],"reason":"fenced","revoked_at":` + ts + `,"version":1,"successor":"` + s1.PublicKey() + `","epoch":3}`,
+			nostr.Tags{{"t", "paygress"}, {"t", "paygress-revocation"}, {"d", "paygress:revocation:v1:" + p.PublicKey() + ":wl-7"}, {"v", "1"}, {"workload", "wl-7"}, {"p", s1.PublicKey()}, {"p", s2.PublicKey()}}},
 		{"promotion", prom, KindPromotion,
-			`{"workload_id":"wl-7","new_primary_npub":"` + s1.Npub() + `","promoted_at":` + ts + `,"version":1,"epoch":4,"status":"active"}`,
+			`{"workload_id":"wl-7","new_primary_npub":"` + s1.PublicKey() + `","promoted_at":` + ts + `,"version":1,"epoch":4,"status":"active"}`,
 			nostr.Tags{{"t", "paygress"}, {"t", "paygress-promoted"}, {"d", "paygress:promoted:v1:wl-7"}, {"v", "1"}, {"workload", "wl-7"}}},
 	}
 	for _, tt := range tests {
@@ -170,11 +173,66 @@ func TestBuiltEventsReadByPaygress(t *testing.T) {
 				t.Fatal(err)
 			}
 			for key, v := range m {
-				if s, ok := v.(string); ok && strings.HasSuffix(key, "_npub") && !strings.HasPrefix(s, "npub1") {
-					t.Fatalf("%s = %q, want an npub", key, s)
+				if s, ok := v.(string); ok && strings.HasSuffix(key, "_npub") && (len(s) != 64 || !isLowerHex(s)) {
+					t.Fatalf("%s = %q, want a lowercase hex key", key, s)
 				}
 			}
 		})
+	}
+}
+
+// TestDecodeAcceptsBothKeyForms: we write keys as hex, but events whose key
+// fields or d tags use the NIP-19 npub form (agents before issue 12, or any
+// writer that used npub) still decode, in every combination, to the hex key;
+// a d tag naming another key, in either form, does not.
+func TestDecodeAcceptsBothKeyForms(t *testing.T) {
+	p, s1, other := testKeys(t, "p"), testKeys(t, "s1"), testKeys(t, "other")
+	ts := t0.Unix()
+	forms := map[string]func(k *Keys) string{"hex": (*Keys).PublicKey, "npub": (*Keys).Npub}
+	for _, cf := range []string{"hex", "npub"} {
+		for _, df := range []string{"hex", "npub"} {
+			name := "content " + cf + ", d " + df
+			ck, dk := forms[cf], forms[df]
+
+			hb := paygressEvent(t, p, KindHeartbeat, ts, nostr.Tags{{"t", "paygress-heartbeat"}, {"p", p.PublicKey()},
+				{"d", HeartbeatDTag(dk(p), uint64(ts))}, {"v", "1"}},
+				`{"provider_npub":"`+ck(p)+`","timestamp":`+itoa(ts)+`,"active_workloads":0,"available_capacity":{"cpu_available":1,"memory_mb_available":2,"storage_gb_available":3},"version":1,"workloads":[]}`)
+			h, err := DecodeHeartbeat(hb)
+			if err != nil || h.Provider != p.PublicKey() || h.ProviderNpub != ck(p) {
+				t.Errorf("%s: DecodeHeartbeat = %+v, %v, want provider %s written as %s", name, h, err, p.PublicKey(), ck(p))
+			}
+
+			rev := paygressEvent(t, p, KindRevocation, ts, nostr.Tags{{"t", "paygress"}, {"t", "paygress-revocation"},
+				{"d", RevocationDTag(dk(p), "wl-7")}, {"v", "1"}, {"workload", "wl-7"}, {"p", s1.PublicKey()}},
+				`{"workload_id":"wl-7","primary_provider_npub":"`+ck(p)+`","standby_providers":["`+ck(s1)+`"],"reason":"r","revoked_at":`+itoa(ts)+`,"version":1,"successor":"`+ck(s1)+`","epoch":2}`)
+			r, err := DecodeRevocation(rev)
+			if err != nil || r.Primary != p.PublicKey() || r.PrimaryNpub != ck(p) || r.Successor != s1.PublicKey() ||
+				len(r.Standbys) != 1 || r.Standbys[0] != s1.PublicKey() {
+				t.Errorf("%s: DecodeRevocation = %+v, %v, want primary %s, standby and successor %s", name, r, err, p.PublicKey(), s1.PublicKey())
+			}
+		}
+		prom := paygressEvent(t, s1, KindPromotion, ts, nostr.Tags{{"t", "paygress"}, {"t", "paygress-promoted"},
+			{"d", PromotionDTag("wl-7")}, {"v", "1"}, {"workload", "wl-7"}},
+			`{"workload_id":"wl-7","new_primary_npub":"`+forms[cf](s1)+`","promoted_at":`+itoa(ts)+`,"version":1,"epoch":3}`)
+		pr, err := DecodePromotion(prom)
+		if err != nil || pr.NewPrimary != s1.PublicKey() || pr.NewPrimaryNpub != forms[cf](s1) {
+			t.Errorf("content %s: DecodePromotion = %+v, %v, want new primary %s", cf, pr, err, s1.PublicKey())
+		}
+	}
+
+	for df, dk := range forms {
+		hb := paygressEvent(t, p, KindHeartbeat, ts, nostr.Tags{{"t", "paygress-heartbeat"}, {"p", p.PublicKey()},
+			{"d", HeartbeatDTag(dk(other), uint64(ts))}, {"v", "1"}},
+			`{"provider_npub":"`+p.PublicKey()+`","timestamp":`+itoa(ts)+`,"active_workloads":0,"available_capacity":{"cpu_available":1,"memory_mb_available":2,"storage_gb_available":3}}`)
+		if _, err := DecodeHeartbeat(hb); ReasonOf(err) != ReasonBadTags {
+			t.Errorf("DecodeHeartbeat(d names another key as %s) = %v, want bad_tags", df, err)
+		}
+		rev := paygressEvent(t, p, KindRevocation, ts, nostr.Tags{{"t", "paygress"}, {"t", "paygress-revocation"},
+			{"d", RevocationDTag(dk(other), "wl-7")}, {"v", "1"}, {"workload", "wl-7"}},
+			`{"workload_id":"wl-7","primary_provider_npub":"`+p.PublicKey()+`","standby_providers":[],"reason":"r","revoked_at":`+itoa(ts)+`}`)
+		if _, err := DecodeRevocation(rev); ReasonOf(err) != ReasonBadTags {
+			t.Errorf("DecodeRevocation(d names another key as %s) = %v, want bad_tags", df, err)
+		}
 	}
 }
 
