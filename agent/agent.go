@@ -52,8 +52,11 @@ type Config struct {
 	// step (it ticks every TickInterval) before /healthz reports it stuck.
 	// Default 30 s.
 	MaxStepAge time.Duration
-	// HeartbeatTTL is the NIP-40 expiration of our heartbeats. Default
-	// 2 x Lease.Stale.
+	// HeartbeatTTL is the NIP-40 expiration of our heartbeats, after
+	// created_at. 0 (the default) means
+	// heartbeat.MinHeartbeatTTL(Lease.Stale, Lease.MaxSkew): Paygress's live
+	// window, 300 s, unless stale + max_skew is longer (see
+	// heartbeat.DefaultHeartbeatTTL for why). Otherwise at least that.
 	HeartbeatTTL time.Duration
 	// RestartMaxAttempts is the respawn budget given to lease grants from
 	// the relays whose restart policy is on-failure without a count
@@ -132,8 +135,8 @@ func (c Config) Validate() error {
 	if c.RestartMaxAttempts < 0 || c.RestartMaxAttempts > lease.MaxRestartAttempts {
 		return bad("restart_max_attempts = %d, must be 0 to %d", c.RestartMaxAttempts, lease.MaxRestartAttempts)
 	}
-	if c.HeartbeatTTL < 0 {
-		return bad("heartbeat_ttl = %v, must not be negative", c.HeartbeatTTL)
+	if minTTL := heartbeat.MinHeartbeatTTL(c.Lease.Stale, c.Lease.MaxSkew); c.HeartbeatTTL != 0 && c.HeartbeatTTL < minTTL {
+		return bad("heartbeat_ttl = %v, must be 0 (default) or at least %v (Paygress's live window, and lease stale + max_skew)", c.HeartbeatTTL, minTTL)
 	}
 	if err := c.Courier.Validate(); err != nil {
 		return fmt.Errorf("%w: courier: %w", ErrInvalidConfig, err)

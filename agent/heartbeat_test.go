@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,9 +107,60 @@ func TestHeartbeatsListLivePairs(t *testing.T) {
 			t.Errorf("heartbeat kind %d = ephemeral %v, provider %s, lists %v %v, want ephemeral %v, provider %s, lists %v",
 				tc.kind, hb.Ephemeral, hb.Provider, hb.ListsWorkloads, got, tc.ephemeral, ta.pub, want)
 		}
+		// Wire form (issue 12): provider_npub is our hex key, as Paygress
+		// writes its own, and the NIP-40 expiration is the one heartbeat
+		// TTL, Paygress's 300 s live window (stale + max_skew is shorter
+		// here).
+		if hb.ProviderNpub != ta.pub {
+			t.Errorf("heartbeat kind %d provider_npub = %q, want the hex key %s", tc.kind, hb.ProviderNpub, ta.pub)
+		}
+		if got := hb.Expiration.Sub(hb.CreatedAt); got != 300*time.Second {
+			t.Errorf("heartbeat kind %d expiration = created_at + %v, want + 5m0s", tc.kind, got)
+		}
 		if !tc.ephemeral && len(r.res.Accepted) < lcfg.M {
 			t.Errorf("stored heartbeat accepted by %v (rejected %v, timed out %v), want at least %d relays",
 				r.res.Accepted, r.res.Rejected, r.res.TimedOut, lcfg.M)
+		}
+	}
+}
+
+// TestConfigValidateHeartbeatTTL: a configured heartbeat TTL must be at least
+// Paygress's live window and at least stale + max_skew (a heartbeat must not
+// expire, or be deleted by a relay, while it can still count); 0 means
+// exactly that minimum.
+func TestConfigValidateHeartbeatTTL(t *testing.T) {
+	base := DefaultConfig()
+	base.SecretKey = nostr.GeneratePrivateKey()
+	base.Lease.Relays = []string{"ws://127.0.0.1:1", "ws://127.0.0.1:2", "ws://127.0.0.1:3"}
+	long := base.Lease
+	long.Stale, long.HeartbeatInterval = 400*time.Second, 60*time.Second
+	long.TakeoverAfter = long.T1 + long.T2 + long.Stale + long.MaxSkew + long.RelayDelay + time.Second
+	tests := []struct {
+		name  string
+		lease lease.Config
+		ttl   time.Duration
+		ok    bool
+	}{
+		{"default", base.Lease, 0, true},
+		{"live window", base.Lease, 300 * time.Second, true},
+		{"a week", base.Lease, 168 * time.Hour, true},
+		{"below the live window", base.Lease, 299 * time.Second, false},
+		{"old default 2 x stale", base.Lease, 2 * base.Lease.Stale, true},
+		{"negative", base.Lease, -time.Second, false},
+		{"long stale, default", long, 0, true},
+		{"long stale, live window", long, 300 * time.Second, false},
+		{"long stale, stale alone", long, 400 * time.Second, false},
+		{"long stale, stale + max_skew", long, 430 * time.Second, true},
+	}
+	for _, tt := range tests {
+		c := base
+		c.Lease, c.HeartbeatTTL = tt.lease, tt.ttl
+		err := c.Validate()
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: Validate(heartbeat_ttl %v, stale %v) = %v, want ok %v", tt.name, tt.ttl, tt.lease.Stale, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "heartbeat_ttl = "+tt.ttl.String()) {
+			t.Errorf("%s: Validate error %q does not name heartbeat_ttl = %v", tt.name, err, tt.ttl)
 		}
 	}
 }

@@ -536,9 +536,8 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 	defer t.Stop()
 	ttl := a.cfg.HeartbeatTTL
 	if ttl == 0 {
-		ttl = 2 * a.cfg.Lease.Stale
+		ttl = heartbeat.MinHeartbeatTTL(a.cfg.Lease.Stale, a.cfg.Lease.MaxSkew)
 	}
-	ttl = max(ttl, time.Second)
 	// The first beat waits (up to one interval) for a relay connection.
 	for i := 0; i < 20 && ctx.Err() == nil; i++ {
 		if up := a.connected(); up > 0 {

@@ -148,6 +148,10 @@ func BuildHeartbeat(k *Keys, p HeartbeatParams, ephemeral bool) (*nostr.Event, e
 	if ttl < time.Second {
 		return nil, fmt.Errorf("build heartbeat: ttl %v below 1s", ttl)
 	}
+	if ttl/time.Second > maxUnix-time.Duration(ts) {
+		// Peers (our decoders too) reject an expiration beyond year 9999.
+		return nil, fmt.Errorf("build heartbeat: ttl %v puts the expiration out of range", ttl)
+	}
 	active := p.ActiveWorkloads
 	if active == 0 {
 		active = uint32(len(p.Workloads))

@@ -339,6 +339,10 @@ func TestBuildRejectsBadParams(t *testing.T) {
 			_, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{ID: "a", Epoch: 1}, {ID: "a", Epoch: 2}}}, false)
 			return err
 		}()},
+		{"heartbeat expiration beyond year 9999", func() error {
+			_, err := BuildHeartbeat(p, HeartbeatParams{At: time.Unix(maxUnix-10, 0)}, false)
+			return err
+		}()},
 		{"revocation successor not standby", func() error {
 			_, err := BuildRevocation(p, RevocationParams{WorkloadID: "a", Standbys: []string{s1.PublicKey()}, Successor: p.PublicKey(), At: t0, Epoch: 1})
 			return err

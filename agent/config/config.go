@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"provideragent/heartbeat"
 	"provideragent/lease"
 	"provideragent/uploader"
 )
@@ -129,6 +130,13 @@ type HeartbeatSection struct {
 	// Interval between our heartbeats; lease.stale must be at least twice
 	// this. Default 60s.
 	Interval time.Duration `toml:"interval"`
+	// TTL is the NIP-40 expiration of our heartbeats after their created_at:
+	// at least Paygress's live window (300s) and at least lease.stale +
+	// lease.max_skew, so no relay deletes a heartbeat while a peer may still
+	// count it. Default 300s (heartbeat.DefaultHeartbeatTTL). Raise it to keep
+	// heartbeat history on relays that delete expired events (Paygress's
+	// uptime figure counts stored heartbeats over days).
+	TTL time.Duration `toml:"ttl"`
 }
 
 // BackendSection is the [backend] section: how workloads run.
@@ -232,7 +240,7 @@ func Default() Config {
 			ClaimRetryMax:            lc.ClaimRetryMax,
 			ClaimTimeout:             lc.ClaimTimeout,
 		},
-		Heartbeat: HeartbeatSection{Interval: lc.HeartbeatInterval},
+		Heartbeat: HeartbeatSection{Interval: lc.HeartbeatInterval, TTL: heartbeat.DefaultHeartbeatTTL},
 		Backend:   BackendSection{Kind: "process", StopGrace: 10 * time.Second},
 		Courier: CourierSection{
 			MaxAttempts:    10,

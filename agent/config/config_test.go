@@ -142,6 +142,16 @@ func TestValidate(t *testing.T) {
 		{"backoff max below initial", func(c *Config) { c.Lease.RestartBackoffMax = time.Millisecond }, "lease.restart_backoff_max = 1ms"},
 		{"heartbeat above half of stale", func(c *Config) { c.Heartbeat.Interval = 91 * time.Second },
 			"heartbeat.interval = 1m31s: must be at most half of lease.stale (3m0s)"},
+		{"heartbeat ttl zero", func(c *Config) { c.Heartbeat.TTL = 0 }, "heartbeat.ttl = 0s: must be > 0"},
+		{"heartbeat ttl below live window", func(c *Config) { c.Heartbeat.TTL = 299 * time.Second },
+			"heartbeat.ttl = 4m59s: must be at least 5m0s: Paygress's live window (5m0s)"},
+		{"heartbeat ttl a week", func(c *Config) { c.Heartbeat.TTL = 168 * time.Hour }, ""},
+		{"heartbeat ttl below stale + max_skew", func(c *Config) {
+			c.Lease.Stale, c.Lease.TakeoverAfter, c.Heartbeat.TTL = 300*time.Second, 900*time.Second, 300*time.Second
+		}, "heartbeat.ttl = 5m0s: must be at least 5m30s: Paygress's live window (5m0s) and lease.stale + lease.max_skew (5m30s)"},
+		{"heartbeat ttl equal to stale + max_skew", func(c *Config) {
+			c.Lease.Stale, c.Lease.TakeoverAfter, c.Heartbeat.TTL = 300*time.Second, 900*time.Second, 330*time.Second
+		}, ""},
 		{"backend kind", func(c *Config) { c.Backend.Kind = "docker" }, `backend.kind = "docker"`},
 		{"stop grace", func(c *Config) { c.Backend.StopGrace = 0 }, "backend.stop_grace = 0s"},
 		{"courier attempts", func(c *Config) { c.Courier.MaxAttempts = 0 }, "courier.max_attempts = 0"},

@@ -73,6 +73,10 @@ claim_timeout = "30s"
 [heartbeat]
 # Interval between our heartbeats; at most half of lease.stale.
 interval = "60s"
+# NIP-40 expiration of our heartbeats after their created_at: at least 300s
+# (Paygress's live window) and at least lease.stale + lease.max_skew. Raise
+# it to keep heartbeat history on relays that delete expired events.
+ttl = "300s"
 
 [backend]
 # Only "process": the lease's command runs as a child process group.

@@ -96,6 +96,7 @@ func (c *Config) check(nRelays int) error {
 		{"agent.publish_timeout", a.PublishTimeout, false},
 		{"agent.max_step_age", a.MaxStepAge, false},
 		{"heartbeat.interval", c.Heartbeat.Interval, false},
+		{"heartbeat.ttl", c.Heartbeat.TTL, false},
 		{"backend.stop_grace", c.Backend.StopGrace, false},
 		{"courier.backoff_initial", c.Courier.BackoffInitial, false},
 		{"courier.backoff_cap", c.Courier.BackoffCap, false},
@@ -139,6 +140,11 @@ func (c *Config) check(nRelays int) error {
 	if l.Stale < 2*c.Heartbeat.Interval {
 		return invalid("heartbeat.interval", c.Heartbeat.Interval,
 			fmt.Sprintf("must be at most half of lease.stale (%s) so a lost heartbeat does not cost quorum", l.Stale))
+	}
+	if minTTL := heartbeat.MinHeartbeatTTL(l.Stale, l.MaxSkew); c.Heartbeat.TTL < minTTL {
+		return invalid("heartbeat.ttl", c.Heartbeat.TTL, fmt.Sprintf(
+			"must be at least %s: Paygress's live window (%s) and lease.stale + lease.max_skew (%s), so a heartbeat does not expire while it can count",
+			minTTL, heartbeat.PaygressLiveWindow, l.Stale+l.MaxSkew))
 	}
 	if c.Backend.Kind != "process" {
 		return invalid("backend.kind", c.Backend.Kind, `want "process"`)

@@ -156,6 +156,7 @@ func agentConfig(cfg config.Config, secret string) agent.Config {
 	c.TickInterval = cfg.Agent.TickInterval
 	c.PublishTimeout = cfg.Agent.PublishTimeout
 	c.MaxStepAge = cfg.Agent.MaxStepAge
+	c.HeartbeatTTL = cfg.Heartbeat.TTL
 	c.DialAddrs = cfg.Lease.DialAddrs
 	c.RestartMaxAttempts = cfg.Lease.RestartMaxAttempts
 	c.Courier.MaxAttempts = cfg.Courier.MaxAttempts

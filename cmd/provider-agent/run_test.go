@@ -105,13 +105,14 @@ func TestAgentConfigMapsSettings(t *testing.T) {
 	c.Agent.MaxStepAge = time.Minute
 	c.Lease.RestartMaxAttempts = 2
 	c.Lease.DialAddrs = map[string]string{"wss://b.example": "ws://127.0.0.1:7000"}
+	c.Heartbeat.TTL = 48 * time.Hour
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	got := agentConfig(c, key)
 	if got.TickInterval != 100*time.Millisecond || got.PublishTimeout != 7*time.Second || got.MaxStepAge != time.Minute ||
-		got.RestartMaxAttempts != 2 || got.DialAddrs["wss://b.example"] != "ws://127.0.0.1:7000" {
-		t.Errorf("agentConfig() = %+v, want the file's tick_interval, publish_timeout, max_step_age, restart_max_attempts, dial_addrs", got)
+		got.RestartMaxAttempts != 2 || got.DialAddrs["wss://b.example"] != "ws://127.0.0.1:7000" || got.HeartbeatTTL != 48*time.Hour {
+		t.Errorf("agentConfig() = %+v, want the file's tick_interval, publish_timeout, max_step_age, restart_max_attempts, dial_addrs, heartbeat.ttl", got)
 	}
 	if err := got.Validate(); err != nil {
 		t.Errorf("agentConfig().Validate() = %v, want nil", err)
