@@ -85,31 +85,32 @@ func signed(t *testing.T, k *heartbeat.Keys, kind int, at time.Time, tags nostr.
 	return ev
 }
 
-// paygressRevocation is a revocation as Paygress v1 writes it: no epoch and
-// no successor field (heartbeat/wire_test.go shows the same shape).
+// paygressRevocation is a revocation as Paygress v1 writes it: its own key as
+// hex in primary_provider_npub and the d tag, no epoch and no successor
+// field (heartbeat/wire_test.go shows the same shape).
 func paygressRevocation(t *testing.T, primary *heartbeat.Keys, at time.Time, standbys ...*heartbeat.Keys) *nostr.Event {
 	t.Helper()
 	list := ""
 	tags := nostr.Tags{{"t", "paygress"}, {"t", "paygress-revocation"},
-		{"d", heartbeat.RevocationDTag(primary.Npub(), "w1")}, {"v", "1"}, {"workload", "w1"}}
+		{"d", heartbeat.RevocationDTag(primary.PublicKey(), "w1")}, {"v", "1"}, {"workload", "w1"}}
 	for i, s := range standbys {
 		if i > 0 {
 			list += ","
 		}
-		list += `"` + s.Npub() + `"`
+		list += `"` + s.PublicKey() + `"`
 		tags = append(tags, nostr.Tag{"p", s.PublicKey()})
 	}
 	content := fmt.Sprintf(`{"workload_id":"w1","primary_provider_npub":%q,"standby_providers":[%s],"reason":"lost relay quorum","revoked_at":%d,"version":1}`,
-		primary.Npub(), list, at.Unix())
+		primary.PublicKey(), list, at.Unix())
 	return signed(t, primary, heartbeat.KindRevocation, at, tags, content)
 }
 
 // paygressAnnouncement is a promotion announcement as Paygress v1 writes it
-// after starting the workload: no epoch, no status.
+// after starting the workload: new_primary_npub in hex, no epoch, no status.
 func paygressAnnouncement(t *testing.T, k *heartbeat.Keys, at time.Time) *nostr.Event {
 	t.Helper()
 	tags := nostr.Tags{{"t", "paygress"}, {"t", "paygress-promoted"}, {"d", heartbeat.PromotionDTag("w1")}, {"v", "1"}, {"workload", "w1"}}
-	content := fmt.Sprintf(`{"workload_id":"w1","new_primary_npub":%q,"promoted_at":%d,"version":1}`, k.Npub(), at.Unix())
+	content := fmt.Sprintf(`{"workload_id":"w1","new_primary_npub":%q,"promoted_at":%d,"version":1}`, k.PublicKey(), at.Unix())
 	return signed(t, k, heartbeat.KindPromotion, at, tags, content)
 }
 
