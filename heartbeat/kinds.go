@@ -45,9 +45,9 @@ const PaygressLiveWindow = 300 * time.Second
 //   - Paygress's live lookups read back 300 s, and its standby watchdog
 //     measures a primary's silence from the newest heartbeat it finds there
 //     (or, finding none, from the slot's reservation time). On a relay that
-//     deletes expired events a shorter TTL would hide our last heartbeat
-//     from that window, so a Paygress standby would measure silence from the
-//     wrong baseline.
+//     deletes expired events a shorter TTL would hide a stopped primary's
+//     last heartbeat before the window ends, and one shorter than its 180 s
+//     silence threshold would make a Paygress standby promote early.
 //   - It is above MinHeartbeatTTL for the default lease (stale 180 s +
 //     max_skew 30 s), so a heartbeat never expires while it can still count.
 //
