@@ -16,7 +16,7 @@ import (
 // created_at the one with the lower id (NIP-01). A withdrawn marker made in
 // the same second as its claim would then lose about half the time, and the
 // stale active claim would keep blocking retries. So every claim and
-// withdrawn marker of a workload (one d tag: heartbeat.PromotionDTag) gets a
+// withdrawn marker of a workload (one d tag: heartbeat.ClaimDTag) gets a
 // created_at strictly above the previous one: max(now, last+1 s). The last
 // one is persisted in the step's transaction, before the event is built, so
 // the order also holds across a restart. props/sim's driver

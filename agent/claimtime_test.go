@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/courier"
 	"provideragent/heartbeat"
 	"provideragent/lease"
 )
@@ -79,16 +81,16 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 		t.Fatalf("commit(withdraw) = %v", err)
 	}
 	a.fgWG.Wait()
+	// The claim is published directly (a feedback effect); the withdrawn
+	// marker is queued in the durable outbox (lease.DurabilityOf).
 	evs := pool.published(heartbeat.KindPromotion)
-	if len(evs) != 2 {
-		t.Fatalf("published promotions = %d, want 2 (claim, withdrawn)", len(evs))
+	if len(evs) != 1 {
+		t.Fatalf("published promotions = %d, want 1 (the claim)", len(evs))
 	}
-	// The two publishes run concurrently: tell them apart by their status.
-	claim, withdraw := evs[0], evs[1]
-	if p, err := heartbeat.DecodePromotion(claim); err != nil {
-		t.Fatalf("DecodePromotion = %v", err)
-	} else if p.Status == heartbeat.ClaimWithdrawn {
-		claim, withdraw = withdraw, claim
+	claim := evs[0]
+	withdraw := outboxEvent(t, a, heartbeat.KindPromotion)
+	if p, err := heartbeat.DecodePromotion(withdraw); err != nil || p.Status != heartbeat.ClaimWithdrawn {
+		t.Fatalf("DecodePromotion(outbox row) = %+v, %v, want a withdrawn marker", p, err)
 	}
 	if claim.Tags.GetD() != withdraw.Tags.GetD() {
 		t.Fatalf("d tags = %q, %q, want equal", claim.Tags.GetD(), withdraw.Tags.GetD())
@@ -112,4 +114,34 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 	if got, _ := b.claimTimes.next(ctx, b.st, "w1", t0.Add(time.Minute)); got.Unix() != t0.Add(time.Minute).Unix() {
 		t.Fatalf("next(w1, a minute later) = %d, want %d", got.Unix(), t0.Add(time.Minute).Unix())
 	}
+}
+
+// outboxEvent returns the one event of kind queued in a's outbox.
+func outboxEvent(t *testing.T, a *Agent, kind int) *nostr.Event {
+	t.Helper()
+	rs, err := a.outbox.List(context.Background(), courier.ListOptions{})
+	if err != nil {
+		t.Fatalf("outbox List = %v", err)
+	}
+	var found *nostr.Event
+	for _, r := range rs {
+		full, err := a.outbox.Get(context.Background(), r.ID)
+		if err != nil {
+			t.Fatalf("outbox Get(%v) = %v", r.ID, err)
+		}
+		var ev nostr.Event
+		if err := json.Unmarshal(full.Bundle, &ev); err != nil {
+			t.Fatalf("outbox row %v is not an event: %v", r.ID, err)
+		}
+		if ev.Kind == kind {
+			if found != nil {
+				t.Fatalf("outbox holds two kind %d events, want one", kind)
+			}
+			found = &ev
+		}
+	}
+	if found == nil {
+		t.Fatalf("outbox holds no kind %d event (%d rows)", kind, len(rs))
+	}
+	return found
 }

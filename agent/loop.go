@@ -218,31 +218,6 @@ func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, 
 			ws = append(ws, w)
 		}
 	}
-	// Sign revocations before the transaction (no I/O inside it but SQL).
-	type outRow struct {
-		bundle []byte
-		key    string
-	}
-	var rows []outRow
-	for _, e := range effs {
-		r, ok := e.(lease.PublishRevocation)
-		if !ok {
-			continue
-		}
-		w, _ := a.m.Workload(r.ID)
-		ev, err := heartbeat.BuildRevocation(a.keys, heartbeat.RevocationParams{
-			WorkloadID: r.ID, Standbys: r.Standbys, Reason: r.Reason, At: now,
-			StateURI: w.Spec.StateURI, Successor: r.Successor, Epoch: r.Epoch,
-		})
-		if err != nil {
-			return fmt.Errorf("build revocation of %s: %w", r.ID, err)
-		}
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return fmt.Errorf("encode revocation of %s: %w", r.ID, err)
-		}
-		rows = append(rows, outRow{bundle: b, key: fmt.Sprintf("revocation:%s:%d", r.ID, r.Epoch)})
-	}
 	// created_at of claims and withdrawn markers, strictly increasing per
 	// workload (claimtime.go), persisted with the step.
 	var stamps []time.Time
@@ -267,6 +242,32 @@ func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, 
 		stamps[i] = at
 		stamped = append(stamped, id)
 	}
+	// Sign the outbox effects' events before the transaction (no I/O inside
+	// it but SQL): lease.DurabilityOf says which effects leave through the
+	// durable outbox, committed with the step.
+	type outRow struct {
+		bundle []byte
+		key    string
+	}
+	var rows []outRow
+	for i, e := range effs {
+		if lease.DurabilityOf(e) != lease.Outbox {
+			continue
+		}
+		at := now
+		if i < len(stamps) && !stamps[i].IsZero() {
+			at = stamps[i]
+		}
+		ev, key, err := a.outboxEvent(e, at)
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return fmt.Errorf("encode %s: %w", e, err)
+		}
+		rows = append(rows, outRow{bundle: b, key: key})
+	}
 	err := sqlitedb.InTx(ctx, a.db, func(tx *sql.Tx) error {
 		if err := saveWorkloads(ctx, a.st, tx, ws); err != nil {
 			return err
@@ -277,7 +278,7 @@ func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, 
 		for _, r := range rows {
 			if _, err := a.outbox.SendTx(ctx, tx, r.bundle, "agent", courier.SendOptions{IdempotencyKey: r.key}); err != nil &&
 				!errors.Is(err, courier.ErrIdempotencyConflict) {
-				return fmt.Errorf("queue revocation: %w", err)
+				return fmt.Errorf("queue %s: %w", r.key, err)
 			}
 		}
 		if extra != nil {
@@ -341,7 +342,10 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect,
 			a.goFeedback(ctx, func(ctx context.Context) { a.publishClaim(ctx, e.ID, e.Epoch, heartbeat.ClaimActive, at) })
 		case lease.WithdrawClaim:
 			a.met.promotions.WithLabelValues("withdrawn").Inc()
-			a.goFeedback(ctx, func(ctx context.Context) { a.publishClaim(ctx, e.ID, e.Epoch, heartbeat.ClaimWithdrawn, at) })
+			a.emit("claim", e.ID, "claim for epoch %d withdrawn: the withdrawn marker is queued in the outbox", e.Epoch)
+		case lease.AnnouncePromotion:
+			a.met.promotions.WithLabelValues("announced").Inc()
+			a.emit("claim", e.ID, "claim for epoch %d won: the Paygress-form announcement is queued in the outbox", e.Epoch)
 		case lease.ReadClaims:
 			a.goFeedback(ctx, func(ctx context.Context) { a.readClaims(ctx, e) })
 		case lease.AttemptRespawn:
@@ -378,6 +382,8 @@ func effectType(e lease.Effect) string {
 		return "withdraw_claim"
 	case lease.ReadClaims:
 		return "read_claims"
+	case lease.AnnouncePromotion:
+		return "announce_promotion"
 	case lease.AttemptRespawn:
 		return "attempt_respawn"
 	case lease.Failed:
@@ -394,6 +400,35 @@ func (a *Agent) goFeedback(ctx context.Context, f func(context.Context)) {
 		defer a.fgWG.Done()
 		f(ctx)
 	}()
+}
+
+// outboxEvent signs the event an Outbox effect (lease.DurabilityOf) queues,
+// created at at, and the idempotency key of its outbox row.
+func (a *Agent) outboxEvent(e lease.Effect, at time.Time) (*nostr.Event, string, error) {
+	var ev *nostr.Event
+	var key string
+	var err error
+	switch e := e.(type) {
+	case lease.PublishRevocation:
+		w, _ := a.m.Workload(e.ID)
+		ev, err = heartbeat.BuildRevocation(a.keys, heartbeat.RevocationParams{
+			WorkloadID: e.ID, Standbys: e.Standbys, Reason: e.Reason, At: at,
+			StateURI: w.Spec.StateURI, Successor: e.Successor, Epoch: e.Epoch,
+		})
+		key = fmt.Sprintf("revocation:%s:%d", e.ID, e.Epoch)
+	case lease.WithdrawClaim:
+		ev, err = heartbeat.BuildPromotion(a.keys, heartbeat.PromotionParams{WorkloadID: e.ID, At: at, Epoch: e.Epoch, Status: heartbeat.ClaimWithdrawn})
+		key = fmt.Sprintf("withdraw:%s:%d:%d", e.ID, e.Epoch, at.Unix())
+	case lease.AnnouncePromotion:
+		ev, err = heartbeat.BuildAnnouncement(a.keys, heartbeat.AnnouncementParams{WorkloadID: e.ID, At: at, Epoch: e.Epoch})
+		key = fmt.Sprintf("announcement:%s:%d", e.ID, e.Epoch)
+	default:
+		return nil, "", fmt.Errorf("%s is not an outbox effect", e)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("build %s: %w", e, err)
+	}
+	return ev, key, nil
 }
 
 // publishClaim publishes a promotion claim (or withdrawn marker) created at
@@ -434,7 +469,7 @@ func (a *Agent) readClaims(ctx context.Context, r lease.ReadClaims) {
 	qctx, cancel := context.WithTimeout(ctx, a.claimIOTimeout())
 	evs, eose := a.pool.Query(qctx, nostr.Filter{
 		Kinds: []int{heartbeat.KindPromotion},
-		Tags:  nostr.TagMap{"d": []string{heartbeat.PromotionDTag(r.ID)}},
+		Tags:  nostr.TagMap{"d": []string{heartbeat.ClaimDTag(r.ID), heartbeat.PromotionDTag(r.ID)}},
 	})
 	cancel()
 	now := a.now()

@@ -14,8 +14,9 @@ type FilterParams struct {
 	// Providers are the providers of the tracked workloads (self included):
 	// their heartbeats and revocations are fetched.
 	Providers []string
-	// Workloads are the tracked workload ids: their promotion claims are
-	// fetched by d tag (Paygress queries them the same way).
+	// Workloads are the tracked workload ids: their promotion claims and
+	// announcements are fetched by d tag (Paygress queries announcements
+	// the same way).
 	Workloads []string
 	// Issuers, when set, restrict lease grants to these authors.
 	Issuers []string
@@ -55,9 +56,9 @@ func Filters(p FilterParams) nostr.Filters {
 		)
 	}
 	if len(p.Workloads) > 0 {
-		ds := make([]string, len(p.Workloads))
-		for i, w := range p.Workloads {
-			ds[i] = PromotionDTag(w)
+		ds := make([]string, 0, 2*len(p.Workloads))
+		for _, w := range p.Workloads {
+			ds = append(ds, ClaimDTag(w), PromotionDTag(w))
 		}
 		fs = append(fs, nostr.Filter{Kinds: []int{KindPromotion}, Tags: nostr.TagMap{"d": ds}, Since: since})
 	}

@@ -18,8 +18,10 @@ const (
 	// KindRevocation is a lease revocation published by a primary that has
 	// stopped (fenced) its workload.
 	KindRevocation = 38385
-	// KindPromotion is a promotion announcement (Paygress) or promotion claim
-	// (ours, with an epoch and a status).
+	// KindPromotion is a promotion announcement (Paygress's, and ours once a
+	// claim won, under PromotionDTag) or a promotion claim or withdrawn
+	// marker of the claim step (ours, under ClaimDTag, which Paygress never
+	// reads).
 	KindPromotion = 38386
 	// KindLeaseGrant is a lease grant from an allowed issuer (ours).
 	KindLeaseGrant = 38388
@@ -84,6 +86,7 @@ const (
 	tagPaygress   = "paygress"
 	tagRevocation = "paygress-revocation"
 	tagPromoted   = "paygress-promoted"
+	tagClaim      = "provider-agent-claim"
 	versionTag    = "1"
 )
 
@@ -123,10 +126,19 @@ func dTagNamesKey(d, written, hexKey string, build func(key string) string) bool
 	return err == nil && d == build(npub)
 }
 
-// PromotionDTag returns the d tag of a promotion announcement or claim:
-// paygress:promoted:v1:<workload_id>.
+// PromotionDTag returns the d tag of a promotion announcement:
+// paygress:promoted:v1:<workload_id>. A Paygress node reads every event
+// under it as "a peer already promoted", whatever else it says.
 func PromotionDTag(workloadID string) string {
 	return "paygress:promoted:v1:" + workloadID
+}
+
+// ClaimDTag returns the d tag of a provider's promotion claims and withdrawn
+// markers for a workload (ours): provider-agent:claim:v1:<workload_id>. It
+// keeps the claim step out of Paygress's announcement query, so a claim in
+// flight, a losing one or a withdrawn one is never read as a promotion.
+func ClaimDTag(workloadID string) string {
+	return "provider-agent:claim:v1:" + workloadID
 }
 
 // LeaseDTag returns the d tag of a lease grant: provider-agent:lease:v1:<workload_id>.

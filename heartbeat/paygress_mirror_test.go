@@ -492,32 +492,42 @@ func TestPaygressReadsEveryEventWePublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every kind 38386 event we publish. (A Paygress-form announcement
-	// separate from the claim, issue 12 item 2, belongs here once it exists.)
+	announcement, err := BuildAnnouncement(s1, AnnouncementParams{WorkloadID: "wl-7", At: t0.Add(2 * time.Second), Epoch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// query_standby_promotion_announcements: kind 38386, the peers as
+	// authors, #d = paygress:promoted:v1:<workload>. Every event it finds is
+	// "a peer already promoted": the claim step's claims and withdrawn
+	// markers must never match it (issue 12 item 2), the announcement of a
+	// won claim must.
+	announcementQuery := nostr.Filter{Kinds: []int{38386}, Authors: []string{s1.PublicKey()},
+		Tags: nostr.TagMap{"d": []string{"paygress:promoted:v1:wl-7"}}}
 	for _, tc := range []struct {
 		name string
 		ev   *nostr.Event
-		at   time.Time
-	}{
-		{"promotion claim", claim, t0},
-		{"withdrawn marker", withdrawn, t0.Add(time.Second)},
-	} {
+	}{{"promotion claim", claim}, {"withdrawn marker", withdrawn}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var c pgStandbyPromotionAnnouncementContent
-			if err := serdeFromStr(tc.ev.Content, &c); err != nil {
-				t.Fatalf("Paygress cannot parse %s: %v", tc.ev.Content, err)
-			}
-			checkHexKey(t, "new_primary_npub", c.NewPrimaryNpub, s1.PublicKey())
-			if c.WorkloadID != "wl-7" || c.PromotedAt != uint64(tc.at.Unix()) || c.Version != 1 {
-				t.Fatalf("Paygress reads %+v, want wl-7, promoted_at %d, version 1", c, tc.at.Unix())
-			}
-			checkPaygressTags(t, tc.ev.Tags, pgAnnouncementTags(c))
-			// query_standby_promotion_announcements: #d of the workload.
-			if d, _ := firstTag(tc.ev.Tags, "d"); d != "paygress:promoted:v1:wl-7" {
-				t.Fatalf("d = %q, want paygress:promoted:v1:wl-7", d)
+			if announcementQuery.Matches(tc.ev) {
+				t.Fatalf("Paygress's announcement query matches our %s (tags %v): a Paygress standby would drop its slot", tc.name, tc.ev.Tags)
 			}
 		})
 	}
+	t.Run("announcement of a won claim", func(t *testing.T) {
+		if !announcementQuery.Matches(announcement) {
+			t.Fatalf("Paygress's announcement query does not match our announcement (tags %v)", announcement.Tags)
+		}
+		var c pgStandbyPromotionAnnouncementContent
+		if err := serdeFromStr(announcement.Content, &c); err != nil {
+			t.Fatalf("Paygress cannot parse %s: %v", announcement.Content, err)
+		}
+		checkHexKey(t, "new_primary_npub", c.NewPrimaryNpub, s1.PublicKey())
+		at := t0.Add(2 * time.Second)
+		if c.WorkloadID != "wl-7" || c.PromotedAt != uint64(at.Unix()) || c.Version != 1 {
+			t.Fatalf("Paygress reads %+v, want wl-7, promoted_at %d, version 1", c, at.Unix())
+		}
+		checkPaygressTags(t, announcement.Tags, pgAnnouncementTags(c))
+	})
 }
 
 // pgPublish signs an event as Paygress publishes one: serde_json::to_string
@@ -620,7 +630,8 @@ func TestWeReadWhatPaygressPublishes(t *testing.T) {
 	ev := pgPublish(t, s1, KindPromotion, ann, pgAnnouncementTags(ann))
 	got := ingest(t, ev).Promotion
 	want := &Promotion{
-		EventID: ev.ID, Signer: s1.PublicKey(), CreatedAt: t0, WorkloadID: "wl-7", NewPrimary: s1.PublicKey(),
+		Announcement: true,
+		EventID:      ev.ID, Signer: s1.PublicKey(), CreatedAt: t0, WorkloadID: "wl-7", NewPrimary: s1.PublicKey(),
 		NewPrimaryNpub: s1.PublicKey(), PromotedAt: t0, Version: 1, Epoch: EpochUnknown, Status: ClaimActive,
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
@@ -26,6 +27,10 @@ const (
 // starts the workload before announcing, so such an announcement says its
 // author is running the workload.
 type Promotion struct {
+	// Announcement is true for an event under PromotionDTag (Paygress's, or
+	// ours for a won claim); false for a claim or withdrawn marker under
+	// ClaimDTag.
+	Announcement bool
 	// EventID is the event id (hex).
 	EventID string
 	// Signer is the signer's hex public key; equal to NewPrimary.
@@ -83,8 +88,68 @@ type promotionIn struct {
 	Status         *string `json:"status"`
 }
 
-// BuildPromotion builds and signs a promotion claim (or, with ClaimWithdrawn,
-// the marker that replaces it).
+// announcementWire is our announcement content: Paygress's fields in its
+// order, plus the epoch.
+type announcementWire struct {
+	WorkloadID     string `json:"workload_id"`
+	NewPrimaryNpub string `json:"new_primary_npub"`
+	PromotedAt     uint64 `json:"promoted_at"`
+	Version        uint8  `json:"version"`
+	Epoch          uint64 `json:"epoch"`
+}
+
+// AnnouncementParams are the inputs of BuildAnnouncement.
+type AnnouncementParams struct {
+	WorkloadID string
+	// At is created_at and promoted_at.
+	At time.Time
+	// Epoch is the epoch the announcer now holds.
+	Epoch uint64
+}
+
+// BuildAnnouncement builds and signs the Paygress v1 promotion announcement
+// of a won claim: kind 38386 under PromotionDTag with Paygress's tags and
+// fields, plus our epoch.
+func BuildAnnouncement(k *Keys, p AnnouncementParams) (*nostr.Event, error) {
+	if k == nil {
+		return nil, fmt.Errorf("build announcement: nil keys")
+	}
+	if err := ValidateWorkloadID(p.WorkloadID); err != nil {
+		return nil, fmt.Errorf("build announcement: %w", err)
+	}
+	if p.Epoch == 0 {
+		return nil, fmt.Errorf("build announcement: epoch 0, epochs start at 1")
+	}
+	ts := p.At.Unix()
+	if ts < 0 || ts > maxUnix {
+		return nil, fmt.Errorf("build announcement: time %v out of range", p.At)
+	}
+	content, err := json.Marshal(announcementWire{
+		WorkloadID: p.WorkloadID, NewPrimaryNpub: k.public, PromotedAt: uint64(ts), Version: SchemaVersion, Epoch: p.Epoch,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build announcement: %w", err)
+	}
+	ev := &nostr.Event{
+		CreatedAt: nostr.Timestamp(ts),
+		Kind:      KindPromotion,
+		Tags: nostr.Tags{
+			{"t", tagPaygress},
+			{"t", tagPromoted},
+			{"d", PromotionDTag(p.WorkloadID)},
+			{"v", versionTag},
+			{"workload", p.WorkloadID},
+		},
+		Content: string(content),
+	}
+	if err := k.Sign(ev); err != nil {
+		return nil, fmt.Errorf("build announcement: %w", err)
+	}
+	return ev, nil
+}
+
+// BuildPromotion builds and signs a promotion claim of the claim step (or,
+// with ClaimWithdrawn, the marker that replaces it), under ClaimDTag.
 func BuildPromotion(k *Keys, p PromotionParams) (*nostr.Event, error) {
 	if k == nil {
 		return nil, fmt.Errorf("build promotion: nil keys")
@@ -121,9 +186,8 @@ func BuildPromotion(k *Keys, p PromotionParams) (*nostr.Event, error) {
 		CreatedAt: nostr.Timestamp(ts),
 		Kind:      KindPromotion,
 		Tags: nostr.Tags{
-			{"t", tagPaygress},
-			{"t", tagPromoted},
-			{"d", PromotionDTag(p.WorkloadID)},
+			{"t", tagClaim},
+			{"d", ClaimDTag(p.WorkloadID)},
 			{"v", versionTag},
 			{"workload", p.WorkloadID},
 		},
@@ -135,14 +199,21 @@ func BuildPromotion(k *Keys, p PromotionParams) (*nostr.Event, error) {
 	return ev, nil
 }
 
-// DecodePromotion decodes a promotion announcement or claim and checks its
-// tags and that the new primary it names is its signer. It does not verify
-// the signature.
+// DecodePromotion decodes a promotion announcement (under PromotionDTag) or
+// a claim or withdrawn marker (under ClaimDTag, with an epoch) and checks
+// its tags and that the new primary it names is its signer. It does not
+// verify the signature.
 func DecodePromotion(ev *nostr.Event) (*Promotion, error) {
 	if ev.Kind != KindPromotion {
 		return nil, reject(ReasonBadKind, "kind %d is not a promotion", ev.Kind)
 	}
-	if rej := requireTags(ev.Tags, tagPaygress, tagPromoted); rej != nil {
+	d, _ := firstTag(ev.Tags, "d")
+	announcement := strings.HasPrefix(d, "paygress:promoted:")
+	if announcement {
+		if rej := requireTags(ev.Tags, tagPaygress, tagPromoted); rej != nil {
+			return nil, rej
+		}
+	} else if rej := requireTags(ev.Tags, tagClaim); rej != nil {
 		return nil, rej
 	}
 	if ev.CreatedAt < 0 || ev.CreatedAt > maxUnix {
@@ -179,10 +250,14 @@ func DecodePromotion(ev *nostr.Event) (*Promotion, error) {
 	if w, _ := firstTag(ev.Tags, "workload"); w != *in.WorkloadID {
 		return nil, reject(ReasonBadTags, "workload tag does not match workload_id")
 	}
-	if d, _ := firstTag(ev.Tags, "d"); d != PromotionDTag(*in.WorkloadID) {
-		return nil, reject(ReasonBadTags, "d tag does not match workload_id")
+	if announcement && d != PromotionDTag(*in.WorkloadID) || !announcement && d != ClaimDTag(*in.WorkloadID) {
+		return nil, reject(ReasonBadTags, "d tag %.120q does not match workload_id", d)
+	}
+	if !announcement && in.Epoch == nil {
+		return nil, reject(ReasonDecode, "promotion claim without an epoch")
 	}
 	pr := &Promotion{
+		Announcement:   announcement,
 		EventID:        ev.ID,
 		Signer:         ev.PubKey,
 		CreatedAt:      unixTime(uint64(ev.CreatedAt)),

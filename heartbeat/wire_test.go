@@ -109,7 +109,8 @@ func TestDecodePaygressPromotion(t *testing.T) {
 		t.Fatalf("DecodePromotion(paygress) = %v", err)
 	}
 	want := &Promotion{
-		EventID: ev.ID, Signer: k.PublicKey(), CreatedAt: t0, WorkloadID: "wl-7", NewPrimary: k.PublicKey(),
+		Announcement: true,
+		EventID:      ev.ID, Signer: k.PublicKey(), CreatedAt: t0, WorkloadID: "wl-7", NewPrimary: k.PublicKey(),
 		NewPrimaryNpub: k.PublicKey(), PromotedAt: t0, Version: 1, Epoch: EpochUnknown, Status: ClaimActive,
 	}
 	if !reflect.DeepEqual(p, want) {
@@ -130,7 +131,7 @@ func TestBuiltEventsReadByPaygress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prom, err := BuildPromotion(s1, PromotionParams{WorkloadID: "wl-7", At: t0, Epoch: 4})
+	prom, err := BuildAnnouncement(s1, AnnouncementParams{WorkloadID: "wl-7", At: t0, Epoch: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +151,8 @@ func TestBuiltEventsReadByPaygress(t *testing.T) {
 		{"revocation", rev, KindRevocation,
 			`{"workload_id":"wl-7","primary_provider_npub":"` + p.PublicKey() + `","standby_providers":["` + s1.PublicKey() + `","` + s2.PublicKey() + `"],"reason":"fenced","revoked_at":` + ts + `,"version":1,"successor":"` + s1.PublicKey() + `","epoch":3}`,
 			nostr.Tags{{"t", "paygress"}, {"t", "paygress-revocation"}, {"d", "paygress:revocation:v1:" + p.PublicKey() + ":wl-7"}, {"v", "1"}, {"workload", "wl-7"}, {"p", s1.PublicKey()}, {"p", s2.PublicKey()}}},
-		{"promotion", prom, KindPromotion,
-			`{"workload_id":"wl-7","new_primary_npub":"` + s1.PublicKey() + `","promoted_at":` + ts + `,"version":1,"epoch":4,"status":"active"}`,
+		{"announcement", prom, KindPromotion,
+			`{"workload_id":"wl-7","new_primary_npub":"` + s1.PublicKey() + `","promoted_at":` + ts + `,"version":1,"epoch":4}`,
 			nostr.Tags{{"t", "paygress"}, {"t", "paygress-promoted"}, {"d", "paygress:promoted:v1:wl-7"}, {"v", "1"}, {"workload", "wl-7"}}},
 	}
 	for _, tt := range tests {
@@ -382,4 +383,41 @@ func TestBuildRejectsBadParams(t *testing.T) {
 func itoa(v int64) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestClaimAndAnnouncementForms: claims and withdrawn markers live under
+// ClaimDTag and carry an epoch; announcements under PromotionDTag; each
+// decodes as what it is, and a claim that lacks an epoch or names another
+// workload in its d tag is refused.
+func TestClaimAndAnnouncementForms(t *testing.T) {
+	k := testKeys(t, "s1")
+	claim, err := BuildPromotion(k, PromotionParams{WorkloadID: "wl-7", At: t0, Epoch: 4, Status: ClaimWithdrawn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann, err := BuildAnnouncement(k, AnnouncementParams{WorkloadID: "wl-7", At: t0, Epoch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := DecodePromotion(claim)
+	if err != nil || c.Announcement || c.Epoch != 4 || c.Status != ClaimWithdrawn {
+		t.Fatalf("DecodePromotion(claim) = %+v, %v, want a withdrawn claim of epoch 4", c, err)
+	}
+	a, err := DecodePromotion(ann)
+	if err != nil || !a.Announcement || a.Epoch != 4 || a.Status != ClaimActive {
+		t.Fatalf("DecodePromotion(announcement) = %+v, %v, want an active announcement of epoch 4", a, err)
+	}
+	ts := t0.Unix()
+	noEpoch := paygressEvent(t, k, KindPromotion, ts,
+		nostr.Tags{{"t", "provider-agent-claim"}, {"d", "provider-agent:claim:v1:wl-7"}, {"v", "1"}, {"workload", "wl-7"}},
+		`{"workload_id":"wl-7","new_primary_npub":"`+k.PublicKey()+`","promoted_at":`+itoa(ts)+`,"version":1}`)
+	if _, err := DecodePromotion(noEpoch); ReasonOf(err) != ReasonDecode {
+		t.Fatalf("DecodePromotion(claim without epoch) = %v, want a decode rejection", err)
+	}
+	wrongD := paygressEvent(t, k, KindPromotion, ts,
+		nostr.Tags{{"t", "provider-agent-claim"}, {"d", "provider-agent:claim:v1:other"}, {"v", "1"}, {"workload", "wl-7"}},
+		`{"workload_id":"wl-7","new_primary_npub":"`+k.PublicKey()+`","promoted_at":`+itoa(ts)+`,"version":1,"epoch":4}`)
+	if _, err := DecodePromotion(wrongD); ReasonOf(err) != ReasonBadTags {
+		t.Fatalf("DecodePromotion(claim with another workload's d tag) = %v, want bad_tags", err)
+	}
 }
