@@ -36,6 +36,10 @@ func decodeHeartbeatContent(data []byte) (heartbeatIn, error) {
 				in.Version = nil
 			case "workloads":
 				in.Workloads = nil
+			case "shard":
+				in.Shard = nil
+			case "shards":
+				in.Shards = nil
 			}
 			l.WantComma()
 			continue
@@ -60,6 +64,12 @@ func decodeHeartbeatContent(data []byte) (heartbeatIn, error) {
 		case "version":
 			v := l.Uint8()
 			in.Version = &v
+		case "shard":
+			v := l.Uint64()
+			in.Shard = &v
+		case "shards":
+			v := l.Uint64()
+			in.Shards = &v
 		case "workloads":
 			var ws []workload1
 			l.Delim('[')

@@ -48,6 +48,14 @@ func seedEvents(t testing.TB) []*nostr.Event {
 	add(BuildLeaseGrant(k, LeaseGrantParams{WorkloadID: "wl-1", Primary: k.PublicKey(), Standbys: []string{s1.PublicKey()},
 		Relays: []string{"wss://a.example", "wss://b.example"}, Quorum: 2, Replication: lease.ReplicationWarmStandby,
 		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure, MaxAttempts: 2}, Command: []string{"run"}, At: t0}))
+	beat, err := BuildBeat(k, HeartbeatParams{At: t0, MaxEventBytes: 1100, Workloads: []WorkloadEpoch{
+		{ID: "wl-1", Epoch: 2}, {ID: "wl-2", Epoch: 1}, {ID: strings.Repeat("x", 200), Epoch: 7}, {ID: `q"\`, Epoch: 3}, {ID: "wl-5", Epoch: 9}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range beat.Events() {
+		add(ev, nil)
+	}
 	ts := fmt.Sprint(t0.Unix())
 	// Paygress-shaped events with keys as Paygress writes them (hex), then
 	// the same with npub keys, as agents before issue 12 wrote them.
@@ -113,7 +121,7 @@ func checkDecodeErr(t *testing.T, err error) {
 }
 
 func FuzzDecodeHeartbeat(f *testing.F) {
-	addDecodeSeeds(f, KindHeartbeat, KindHeartbeatEphemeral)
+	addDecodeSeeds(f, KindHeartbeat, KindHeartbeatEphemeral, KindHeartbeatShard)
 	f.Fuzz(func(t *testing.T, content, tagsJSON string) {
 		// Differential: the fast content decoder agrees with encoding/json on
 		// valid JSON (encoding/json matches keys case-insensitively, so only
@@ -129,7 +137,7 @@ func FuzzDecodeHeartbeat(f *testing.F) {
 				t.Fatalf("decodeHeartbeatContent(%q) = %s, encoding/json = %s", content, dump(got), dump(want))
 			}
 		}
-		for _, kind := range []int{KindHeartbeat, KindHeartbeatEphemeral} {
+		for _, kind := range []int{KindHeartbeat, KindHeartbeatEphemeral, KindHeartbeatShard} {
 			ev := fuzzEvent(t, kind, content, tagsJSON)
 			h, err := DecodeHeartbeat(ev)
 			if err != nil {
@@ -141,6 +149,12 @@ func FuzzDecodeHeartbeat(f *testing.F) {
 			}
 			if err := validateWorkloads(h.Workloads); err != nil {
 				t.Fatalf("DecodeHeartbeat accepted invalid workloads: %v", err)
+			}
+			if h.Shards < 1 || h.Shards > lease.MaxShards || h.Shard < 0 || h.Shard >= h.Shards || (kind == KindHeartbeatShard) != (h.Shard > 0) {
+				t.Fatalf("DecodeHeartbeat(kind %d) = shard %d of %d", kind, h.Shard, h.Shards)
+			}
+			if kind == KindHeartbeatShard {
+				continue // no single-event round trip for a continuation
 			}
 			// Round trip: rebuilding from the decoded values decodes the same
 			// (unless the expiration would pass year 9999, which the builder
@@ -323,4 +337,50 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		raw, _ := ev.MarshalJSON()
 		write("FuzzIngestRaw", fmt.Sprintf("seed-%02d", i), raw)
 	}
+}
+
+// FuzzBuildBeat: whatever the held list and the byte budget, every event of
+// a beat fits the budget, decodes, and the shards list exactly the held
+// workloads, in order.
+func FuzzBuildBeat(f *testing.F) {
+	f.Add("wl-1,wl-2,wl-3", 1, 2000)
+	f.Add(strings.Repeat("a-long-workload-name-of-forty-characters,", 200), 3, 60*1024)
+	f.Add(`q"\,<&>,x`, 9, 700)
+	k := fuzzKeys(f)
+	f.Fuzz(func(t *testing.T, ids string, epoch int, budget int) {
+		var held []WorkloadEpoch
+		seen := map[string]bool{}
+		for _, id := range strings.Split(ids, ",") {
+			if ValidateWorkloadID(id) != nil || seen[id] || len(held) >= 5000 {
+				continue
+			}
+			seen[id] = true
+			held = append(held, WorkloadEpoch{ID: id, Epoch: uint64(epoch&0xffff) + 1})
+		}
+		budget = 600 + budget%(64*1024)
+		if budget < 0 {
+			budget = -budget
+		}
+		b, err := BuildBeat(k, HeartbeatParams{At: t0, Workloads: held, MaxEventBytes: budget})
+		if err != nil {
+			if strings.Contains(err.Error(), "alone does not fit") {
+				return // one id longer than the budget allows
+			}
+			t.Fatalf("BuildBeat(%d workloads, budget %d) = %v", len(held), budget, err)
+		}
+		var got []WorkloadEpoch
+		for i, ev := range b.Stored {
+			if n := len(ev.String()); n > budget {
+				t.Fatalf("event %d is %d bytes, budget %d", i, n, budget)
+			}
+			h, err := DecodeHeartbeat(ev)
+			if err != nil || h.Shard != i || h.Shards != len(b.Stored) {
+				t.Fatalf("DecodeHeartbeat(shard %d) = %+v, %v", i, h, err)
+			}
+			got = append(got, h.Workloads...)
+		}
+		if !reflect.DeepEqual(nonNilWorkloads(got), nonNilWorkloads(held)) {
+			t.Fatalf("shards list %d workloads, want the %d held, in order", len(got), len(held))
+		}
+	})
 }

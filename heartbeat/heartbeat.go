@@ -58,8 +58,19 @@ type Heartbeat struct {
 	// ListsWorkloads is true when the content has a workloads list (ours);
 	// false for Paygress heartbeats.
 	ListsWorkloads bool
-	// Workloads are the (workload, epoch) pairs held Live, sorted as sent.
+	// Workloads are the (workload, epoch) pairs held Live, sorted as sent
+	// (this shard's part, for a sharded beat).
 	Workloads []WorkloadEpoch
+	// Shard and Shards place the event in its beat: the stored heartbeat is
+	// shard 0 of Shards (1 unless the list was split: our "shards" field);
+	// a KindHeartbeatShard event is shard 1 and up. The ephemeral heartbeat
+	// copies shard 0.
+	Shard, Shards int
+}
+
+// isHeartbeatKind reports whether kind is one of the heartbeat kinds.
+func isHeartbeatKind(kind int) bool {
+	return kind == KindHeartbeat || kind == KindHeartbeatEphemeral || kind == KindHeartbeatShard
 }
 
 // ClaimsLive reports whether this heartbeat is a Live claim of workloadID and
@@ -93,7 +104,16 @@ type HeartbeatParams struct {
 	// DefaultHeartbeatTTL. The agent passes its configured TTL, at least
 	// MinHeartbeatTTL of its lease.
 	TTL time.Duration
+	// MaxEventBytes bounds every event of a beat (its NIP-01 JSON), so the
+	// beat fits the relays' limits (BuildBeat splits the list over shards to
+	// stay within it); zero means DefaultMaxEventBytes. MaxContentBytes,
+	// when set, bounds the content alone (NIP-11 max_content_length).
+	MaxEventBytes, MaxContentBytes int
 }
+
+// DefaultMaxEventBytes bounds each event of a beat when HeartbeatParams
+// says nothing: 60 KiB, under strfry's default 65,536-byte event limit.
+const DefaultMaxEventBytes = 60 * 1024
 
 // heartbeatWire is the content JSON in Paygress field order, plus ours.
 // ProviderNpub holds the lowercase hex public key, as Paygress writes it
@@ -105,6 +125,17 @@ type heartbeatWire struct {
 	AvailableCapacity Capacity        `json:"available_capacity"`
 	Version           uint8           `json:"version"`
 	Workloads         []WorkloadEpoch `json:"workloads"`
+	Shards            int             `json:"shards,omitempty"`
+}
+
+// shardWire is the content of a KindHeartbeatShard event.
+type shardWire struct {
+	ProviderNpub string          `json:"provider_npub"`
+	Timestamp    uint64          `json:"timestamp"`
+	Version      uint8           `json:"version"`
+	Shard        int             `json:"shard"`
+	Shards       int             `json:"shards"`
+	Workloads    []WorkloadEpoch `json:"workloads"`
 }
 
 // heartbeatIn decodes content with presence detection of required fields.
@@ -115,6 +146,8 @@ type heartbeatIn struct {
 	AvailableCapacity *capacityIn  `json:"available_capacity"`
 	Version           *uint8       `json:"version"`
 	Workloads         *[]workload1 `json:"workloads"`
+	Shard             *uint64      `json:"shard"`
+	Shards            *uint64      `json:"shards"`
 }
 
 type capacityIn struct {
@@ -129,71 +162,107 @@ type workload1 struct {
 }
 
 // BuildHeartbeat builds and signs a heartbeat: the stored kind 38384, or the
-// ephemeral kind 20384 when ephemeral is true.
+// ephemeral kind 20384 when ephemeral is true. It lists every workload in
+// one event, whatever its size: BuildBeat splits long lists.
 func BuildHeartbeat(k *Keys, p HeartbeatParams, ephemeral bool) (*nostr.Event, error) {
-	if k == nil {
-		return nil, fmt.Errorf("build heartbeat: nil keys")
+	ts, exp, err := checkBeat(k, p)
+	if err != nil {
+		return nil, err
 	}
-	ts := p.At.Unix()
+	ev, err := beatEvent(k, p, ts, exp, p.Workloads, 0, 1, ephemeral)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.Sign(ev); err != nil {
+		return nil, fmt.Errorf("build heartbeat: %w", err)
+	}
+	return ev, nil
+}
+
+// checkBeat validates p and returns the beat's created_at and expiration.
+func checkBeat(k *Keys, p HeartbeatParams) (ts int64, exp string, err error) {
+	if k == nil {
+		return 0, "", fmt.Errorf("build heartbeat: nil keys")
+	}
+	ts = p.At.Unix()
 	if ts < 0 || ts > maxUnix {
-		return nil, fmt.Errorf("build heartbeat: time %v out of range", p.At)
+		return 0, "", fmt.Errorf("build heartbeat: time %v out of range", p.At)
 	}
 	if err := validateWorkloads(p.Workloads); err != nil {
-		return nil, fmt.Errorf("build heartbeat: %w", err)
+		return 0, "", fmt.Errorf("build heartbeat: %w", err)
 	}
 	ttl := p.TTL
 	if ttl == 0 {
 		ttl = DefaultHeartbeatTTL
 	}
 	if ttl < time.Second {
-		return nil, fmt.Errorf("build heartbeat: ttl %v below 1s", ttl)
+		return 0, "", fmt.Errorf("build heartbeat: ttl %v below 1s", ttl)
 	}
 	if ttl/time.Second > maxUnix-time.Duration(ts) {
 		// Peers (our decoders too) reject an expiration beyond year 9999.
-		return nil, fmt.Errorf("build heartbeat: ttl %v puts the expiration out of range", ttl)
+		return 0, "", fmt.Errorf("build heartbeat: ttl %v puts the expiration out of range", ttl)
 	}
-	active := p.ActiveWorkloads
-	if active == 0 {
-		active = uint32(len(p.Workloads))
+	return ts, strconv.FormatInt(ts+int64(ttl/time.Second), 10), nil
+}
+
+// beatEvent is shard i of shards of a beat, unsigned: shard 0 is the
+// Paygress-form heartbeat (stored, or ephemeral), the others
+// KindHeartbeatShard events.
+func beatEvent(k *Keys, p HeartbeatParams, ts int64, exp string, list []WorkloadEpoch, i, shards int, ephemeral bool) (*nostr.Event, error) {
+	if list == nil {
+		list = []WorkloadEpoch{}
 	}
-	workloads := p.Workloads
-	if workloads == nil {
-		workloads = []WorkloadEpoch{}
-	}
-	content, err := json.Marshal(heartbeatWire{
-		ProviderNpub:      k.public,
-		Timestamp:         uint64(ts),
-		ActiveWorkloads:   active,
-		AvailableCapacity: p.Capacity,
-		Version:           SchemaVersion,
-		Workloads:         workloads,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("build heartbeat: %w", err)
-	}
-	exp := strconv.FormatInt(ts+int64(ttl/time.Second), 10)
-	ev := &nostr.Event{CreatedAt: nostr.Timestamp(ts), Content: string(content)}
-	if ephemeral {
-		ev.Kind = KindHeartbeatEphemeral
+	ev := &nostr.Event{CreatedAt: nostr.Timestamp(ts)}
+	var content []byte
+	var err error
+	if i > 0 {
+		content, err = json.Marshal(shardWire{
+			ProviderNpub: k.public, Timestamp: uint64(ts), Version: SchemaVersion, Shard: i, Shards: shards, Workloads: list,
+		})
+		ev.Kind = KindHeartbeatShard
 		ev.Tags = nostr.Tags{
-			{"t", tagHeartbeat},
+			{"t", tagShard},
 			{"p", k.public},
+			{"d", ShardDTag(k.public, uint64(ts), i)},
 			{"v", versionTag},
 			{"expiration", exp},
 		}
 	} else {
-		ev.Kind = KindHeartbeat
-		ev.Tags = nostr.Tags{
-			{"t", tagHeartbeat},
-			{"p", k.public},
-			{"d", HeartbeatDTag(k.public, uint64(ts))},
-			{"v", versionTag},
-			{"expiration", exp},
+		active := p.ActiveWorkloads
+		if active == 0 {
+			active = uint32(len(p.Workloads))
+		}
+		w := heartbeatWire{
+			ProviderNpub: k.public, Timestamp: uint64(ts), ActiveWorkloads: active, AvailableCapacity: p.Capacity,
+			Version: SchemaVersion, Workloads: list,
+		}
+		if shards > 1 {
+			w.Shards = shards
+		}
+		content, err = json.Marshal(w)
+		if ephemeral {
+			ev.Kind = KindHeartbeatEphemeral
+			ev.Tags = nostr.Tags{
+				{"t", tagHeartbeat},
+				{"p", k.public},
+				{"v", versionTag},
+				{"expiration", exp},
+			}
+		} else {
+			ev.Kind = KindHeartbeat
+			ev.Tags = nostr.Tags{
+				{"t", tagHeartbeat},
+				{"p", k.public},
+				{"d", HeartbeatDTag(k.public, uint64(ts))},
+				{"v", versionTag},
+				{"expiration", exp},
+			}
 		}
 	}
-	if err := k.Sign(ev); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("build heartbeat: %w", err)
 	}
+	ev.Content = string(content)
 	return ev, nil
 }
 
@@ -215,10 +284,14 @@ func BuildHeartbeats(k *Keys, p HeartbeatParams) (stored, ephemeral *nostr.Event
 // that it names its signer. It does not check the id or the signature (the
 // Ingestor does): call it on verified events only.
 func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
-	if ev.Kind != KindHeartbeat && ev.Kind != KindHeartbeatEphemeral {
+	if !isHeartbeatKind(ev.Kind) {
 		return nil, reject(ReasonBadKind, "kind %d is not a heartbeat", ev.Kind)
 	}
-	if rej := requireTags(ev.Tags, tagHeartbeat); rej != nil {
+	tag := tagHeartbeat
+	if ev.Kind == KindHeartbeatShard {
+		tag = tagShard
+	}
+	if rej := requireTags(ev.Tags, tag); rej != nil {
 		return nil, rej
 	}
 	p, ok := firstTag(ev.Tags, "p")
@@ -240,11 +313,17 @@ func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
 	if err != nil {
 		return nil, rejectErr(ReasonDecode, err, "heartbeat content")
 	}
+	shard := ev.Kind == KindHeartbeatShard
 	switch {
 	case in.ProviderNpub == nil:
 		return nil, reject(ReasonDecode, "heartbeat content: missing provider_npub")
 	case in.Timestamp == nil:
 		return nil, reject(ReasonDecode, "heartbeat content: missing timestamp")
+	case *in.Timestamp > maxUnix:
+		return nil, reject(ReasonDecode, "heartbeat content: timestamp %d out of range", *in.Timestamp)
+	case shard && (in.Shard == nil || in.Shards == nil || in.Workloads == nil):
+		return nil, reject(ReasonDecode, "heartbeat shard content: missing shard, shards or workloads")
+	case shard:
 	case in.ActiveWorkloads == nil:
 		return nil, reject(ReasonDecode, "heartbeat content: missing active_workloads")
 	case in.AvailableCapacity == nil:
@@ -252,8 +331,21 @@ func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
 	case in.AvailableCapacity.CPUAvailable == nil || in.AvailableCapacity.MemoryMBAvailable == nil ||
 		in.AvailableCapacity.StorageGBAvailable == nil:
 		return nil, reject(ReasonDecode, "heartbeat content: incomplete available_capacity")
-	case *in.Timestamp > maxUnix:
-		return nil, reject(ReasonDecode, "heartbeat content: timestamp %d out of range", *in.Timestamp)
+	}
+	shardIdx, shards := 0, 1
+	if in.Shards != nil {
+		if *in.Shards < 1 || *in.Shards > lease.MaxShards {
+			return nil, reject(ReasonDecode, "heartbeat content: shards = %d, want 1 to %d", *in.Shards, lease.MaxShards)
+		}
+		shards = int(*in.Shards)
+	}
+	if shard {
+		if *in.Shard < 1 || *in.Shard >= uint64(shards) {
+			return nil, reject(ReasonDecode, "heartbeat shard content: shard = %d of %d, want 1 to %d", *in.Shard, shards, shards-1)
+		}
+		shardIdx = int(*in.Shard)
+	} else if in.Shard != nil && *in.Shard != 0 {
+		return nil, reject(ReasonDecode, "heartbeat content: shard = %d, the first event of a beat is shard 0", *in.Shard)
 	}
 	version, rej := decodeVersion(in.Version)
 	if rej != nil {
@@ -265,6 +357,12 @@ func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
 	}
 	if provider != ev.PubKey {
 		return nil, reject(ReasonWrongSigner, "provider_npub names another provider than the signer")
+	}
+	if shard {
+		d, _ := firstTag(ev.Tags, "d")
+		if d != ShardDTag(provider, *in.Timestamp, shardIdx) {
+			return nil, reject(ReasonBadTags, "d tag %.120q does not match provider, timestamp and shard", d)
+		}
 	}
 	if ev.Kind == KindHeartbeat {
 		d, ok := firstTag(ev.Tags, "d")
@@ -278,19 +376,23 @@ func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
 	}
 
 	h := &Heartbeat{
-		EventID:         ev.ID,
-		Ephemeral:       ev.Kind == KindHeartbeatEphemeral,
-		Provider:        ev.PubKey,
-		ProviderNpub:    *in.ProviderNpub,
-		CreatedAt:       unixTime(uint64(ev.CreatedAt)),
-		Timestamp:       unixTime(*in.Timestamp),
-		ActiveWorkloads: *in.ActiveWorkloads,
-		Capacity: Capacity{
+		EventID:      ev.ID,
+		Ephemeral:    ev.Kind == KindHeartbeatEphemeral,
+		Provider:     ev.PubKey,
+		ProviderNpub: *in.ProviderNpub,
+		CreatedAt:    unixTime(uint64(ev.CreatedAt)),
+		Timestamp:    unixTime(*in.Timestamp),
+		Version:      version,
+		Shard:        shardIdx,
+		Shards:       shards,
+	}
+	if !shard {
+		h.ActiveWorkloads = *in.ActiveWorkloads
+		h.Capacity = Capacity{
 			CPUAvailable:       *in.AvailableCapacity.CPUAvailable,
 			MemoryMBAvailable:  *in.AvailableCapacity.MemoryMBAvailable,
 			StorageGBAvailable: *in.AvailableCapacity.StorageGBAvailable,
-		},
-		Version: version,
+		}
 	}
 	if hasExp {
 		h.Expiration = unixTime(uint64(exp))

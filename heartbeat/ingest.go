@@ -270,7 +270,7 @@ func (in *Ingestor) cheapChecks(now time.Time, ev *nostr.Event) *RejectError {
 		return reject(ReasonMalformed, "id, pubkey or sig has the wrong length")
 	}
 	switch ev.Kind {
-	case KindHeartbeat, KindHeartbeatEphemeral, KindRevocation, KindPromotion, KindLeaseGrant:
+	case KindHeartbeat, KindHeartbeatEphemeral, KindHeartbeatShard, KindRevocation, KindPromotion, KindLeaseGrant:
 	default:
 		return reject(ReasonBadKind, "kind %d is not a protocol kind", ev.Kind)
 	}
@@ -285,7 +285,7 @@ func (in *Ingestor) cheapChecks(now time.Time, ev *nostr.Event) *RejectError {
 	if created > nowUnix+int64(in.cfg.MaxSkew/time.Second) {
 		return reject(ReasonFuture, "created_at %d is %ds ahead of local time", created, created-nowUnix)
 	}
-	if ev.Kind == KindHeartbeat || ev.Kind == KindHeartbeatEphemeral {
+	if isHeartbeatKind(ev.Kind) {
 		if created < nowUnix-int64(in.cfg.HeartbeatMaxAge/time.Second) {
 			return reject(ReasonStale, "heartbeat created_at %d is %ds old", created, nowUnix-created)
 		}
@@ -335,7 +335,7 @@ func (in *Ingestor) verifyAndDecode(ev *nostr.Event) (res Ingested, rej *RejectE
 	}
 	var derr error
 	switch ev.Kind {
-	case KindHeartbeat, KindHeartbeatEphemeral:
+	case KindHeartbeat, KindHeartbeatEphemeral, KindHeartbeatShard:
 		res.Heartbeat, derr = DecodeHeartbeat(ev)
 	case KindRevocation:
 		res.Revocation, derr = DecodeRevocation(ev)

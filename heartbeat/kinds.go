@@ -25,6 +25,11 @@ const (
 	KindPromotion = 38386
 	// KindLeaseGrant is a lease grant from an allowed issuer (ours).
 	KindLeaseGrant = 38388
+	// KindHeartbeatShard continues a stored heartbeat whose list of held
+	// workloads did not fit one relay event (ours): same created_at, the
+	// next part of the list. Paygress never reads it, so its uptime history
+	// counts one heartbeat per beat.
+	KindHeartbeatShard = 38389
 )
 
 // SchemaVersion is the Paygress payload schema version this package writes and
@@ -87,6 +92,7 @@ const (
 	tagRevocation = "paygress-revocation"
 	tagPromoted   = "paygress-promoted"
 	tagClaim      = "provider-agent-claim"
+	tagShard      = "provider-agent-heartbeat"
 	versionTag    = "1"
 )
 
@@ -105,6 +111,13 @@ const (
 // publish.rs builds the tag from the same value).
 func HeartbeatDTag(provider string, timestamp uint64) string {
 	return "paygress:heartbeat:v1:" + provider + ":" + strconv.FormatUint(timestamp/uint64(HeartbeatBucket/time.Second), 10)
+}
+
+// ShardDTag returns the d tag of shard i (1 and up) of a beat:
+// provider-agent:heartbeat:v1:<provider hex>:<timestamp/60>:<i>.
+func ShardDTag(provider string, timestamp uint64, i int) string {
+	return "provider-agent:heartbeat:v1:" + provider + ":" + strconv.FormatUint(timestamp/uint64(HeartbeatBucket/time.Second), 10) +
+		":" + strconv.Itoa(i)
 }
 
 // RevocationDTag returns the d tag of a revocation:
@@ -178,6 +191,8 @@ func kindName(kind int) string {
 		return "promotion"
 	case KindLeaseGrant:
 		return "lease_grant"
+	case KindHeartbeatShard:
+		return "heartbeat_shard"
 	}
 	return "other"
 }

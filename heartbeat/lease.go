@@ -25,6 +25,8 @@ func HeartbeatInput(h *Heartbeat, relay string, receivedAt time.Time) lease.Hear
 		ReceivedAt: receivedAt,
 		Listed:     h.ListsWorkloads,
 		Workloads:  h.Workloads,
+		Shard:      h.Shard,
+		Shards:     h.Shards,
 	}
 }
 

@@ -585,7 +585,7 @@ func TestWeReadWhatPaygressPublishes(t *testing.T) {
 		want := &Heartbeat{
 			EventID: ev.ID, Ephemeral: !stored, Provider: p.PublicKey(), ProviderNpub: p.PublicKey(),
 			CreatedAt: t0, Timestamp: t0, ActiveWorkloads: 2,
-			Capacity: Capacity{CPUAvailable: 3500, MemoryMBAvailable: 7168, StorageGBAvailable: 120}, Version: 1,
+			Capacity: Capacity{CPUAvailable: 3500, MemoryMBAvailable: 7168, StorageGBAvailable: 120}, Version: 1, Shards: 1,
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Paygress heartbeat (stored %v) reads as %+v, want %+v", stored, got, want)

@@ -45,7 +45,7 @@ func TestDecodePaygressHeartbeat(t *testing.T) {
 			EventID: ev.ID, Ephemeral: kind == KindHeartbeatEphemeral, Provider: k.PublicKey(), ProviderNpub: k.PublicKey(),
 			CreatedAt: t0, Timestamp: t0, ActiveWorkloads: 2,
 			Capacity: Capacity{CPUAvailable: 3500, MemoryMBAvailable: 7168, StorageGBAvailable: 120},
-			Version:  1,
+			Version:  1, Shards: 1,
 		}
 		if !reflect.DeepEqual(h, want) {
 			t.Fatalf("DecodeHeartbeat(paygress) = %+v, want %+v", h, want)

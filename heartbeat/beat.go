@@ -1,0 +1,124 @@
+package heartbeat
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/lease"
+)
+
+// Beat is one heartbeat beat, ready to publish: Stored[0] is the
+// Paygress-form stored heartbeat (kind 38384), Stored[1:] are its
+// KindHeartbeatShard continuations when the held list did not fit one
+// event, all with one created_at; Ephemeral is the kind 20384 copy of
+// Stored[0] (live presence). A standby reads the list per relay from every
+// shard; the beat counts for the provider's quorum on a relay only once all
+// its shards came from it (lease.Heartbeat.Shards).
+type Beat struct {
+	Stored    []*nostr.Event
+	Ephemeral *nostr.Event
+}
+
+// Events returns every event of the beat, the ephemeral one last.
+func (b Beat) Events() []*nostr.Event {
+	return append(append([]*nostr.Event(nil), b.Stored...), b.Ephemeral)
+}
+
+// BuildBeat builds and signs one beat. The held list is dealt, in order,
+// over as few events as keep each within p.MaxEventBytes
+// (DefaultMaxEventBytes when zero) and p.MaxContentBytes: a list that fits
+// one event gives the same events as BuildHeartbeats. Sizes are the events'
+// NIP-01 JSON, as relays measure them.
+func BuildBeat(k *Keys, p HeartbeatParams) (Beat, error) {
+	ts, exp, err := checkBeat(k, p)
+	if err != nil {
+		return Beat{}, err
+	}
+	maxEvent := p.MaxEventBytes
+	if maxEvent <= 0 {
+		maxEvent = DefaultMaxEventBytes
+	}
+	maxContent := p.MaxContentBytes
+	if maxContent <= 0 {
+		maxContent = maxEvent
+	}
+	// The empty events, with the widest shard numbers, bound every event's
+	// fixed part; each listed workload adds its JSON (escaped once more
+	// inside the event's content string) and a comma.
+	base := func(i int) (event, content int, err error) {
+		ev, err := beatEvent(k, p, ts, exp, nil, i, lease.MaxShards, false)
+		if err != nil {
+			return 0, 0, err
+		}
+		return signedSize(ev), len(ev.Content), nil
+	}
+	base0, content0, err := base(0)
+	if err != nil {
+		return Beat{}, err
+	}
+	baseN, contentN, err := base(lease.MaxShards - 1)
+	if err != nil {
+		return Beat{}, err
+	}
+	var parts [][]WorkloadEpoch
+	start, event, content := 0, base0, content0
+	for i, we := range p.Workloads {
+		raw, err := json.Marshal(we)
+		if err != nil {
+			return Beat{}, fmt.Errorf("build heartbeat: %w", err)
+		}
+		quoted, _ := json.Marshal(string(raw))
+		addEvent, addContent := len(quoted)-2+1, len(raw)+1
+		if event+addEvent > maxEvent || content+addContent > maxContent {
+			if i > start {
+				parts = append(parts, p.Workloads[start:i])
+				start, event, content = i, baseN, contentN
+			}
+			if event+addEvent > maxEvent || content+addContent > maxContent {
+				return Beat{}, fmt.Errorf("build heartbeat: workload %.64q alone does not fit an event of %d bytes", we.ID, maxEvent)
+			}
+		}
+		event += addEvent
+		content += addContent
+	}
+	parts = append(parts, p.Workloads[start:])
+	if len(parts) > lease.MaxShards {
+		return Beat{}, fmt.Errorf("build heartbeat: %d workloads need %d events of at most %d bytes, max %d", len(p.Workloads), len(parts), maxEvent, lease.MaxShards)
+	}
+	var b Beat
+	for i, part := range parts {
+		ev, err := beatEvent(k, p, ts, exp, part, i, len(parts), false)
+		if err != nil {
+			return Beat{}, err
+		}
+		if err := k.Sign(ev); err != nil {
+			return Beat{}, fmt.Errorf("build heartbeat: %w", err)
+		}
+		if n := len(ev.String()); n > maxEvent || len(ev.Content) > maxContent {
+			return Beat{}, fmt.Errorf("build heartbeat: shard %d is %d bytes (content %d), over the limits %d and %d", i, n, len(ev.Content), maxEvent, maxContent)
+		}
+		b.Stored = append(b.Stored, ev)
+	}
+	eph, err := beatEvent(k, p, ts, exp, parts[0], 0, len(parts), true)
+	if err != nil {
+		return Beat{}, err
+	}
+	if err := k.Sign(eph); err != nil {
+		return Beat{}, fmt.Errorf("build heartbeat: %w", err)
+	}
+	b.Ephemeral = eph
+	return b, nil
+}
+
+// signedSize is the JSON size ev will have once signed (id and sig filled).
+func signedSize(ev *nostr.Event) int {
+	c := *ev
+	c.ID, c.Sig = strings.Repeat("0", 64), strings.Repeat("0", 128)
+	if c.PubKey == "" {
+		c.PubKey = strings.Repeat("0", 64)
+	}
+	return len(c.String())
+}

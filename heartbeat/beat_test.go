@@ -1,0 +1,85 @@
+package heartbeat
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+)
+
+// TestBuildBeatFitsRelays: a held list of 3,000 workloads with 40-character
+// ids (about 170 KB as one event, which strfry refuses) is dealt over
+// several events of at most 60 KiB each, every one verified and decoded by
+// the ingest, and together they list exactly the held pairs; shard 0 stays
+// the Paygress-form heartbeat with every v1 field, and a short list is one
+// event as before.
+func TestBuildBeatFitsRelays(t *testing.T) {
+	k := testKeys(t, "p")
+	held := make([]WorkloadEpoch, 3000)
+	for i := range held {
+		held[i] = WorkloadEpoch{ID: fmt.Sprintf("workload-%031d", i), Epoch: uint64(i%7 + 1)}
+	}
+	b, err := BuildBeat(k, HeartbeatParams{At: t0, Workloads: held})
+	if err != nil {
+		t.Fatalf("BuildBeat(3000) = %v", err)
+	}
+	if len(b.Stored) < 3 {
+		t.Fatalf("BuildBeat(3000) = %d stored events, want the list split", len(b.Stored))
+	}
+	cfg := DefaultConfig()
+	cfg.MaxEventBytes, cfg.MaxContentBytes = 64*1024, 64*1024
+	in, err := NewIngestor(cfg, allowAll{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []WorkloadEpoch
+	for i, ev := range b.Events() {
+		if n := len(ev.String()); n > DefaultMaxEventBytes {
+			t.Fatalf("event %d (kind %d) is %d bytes, want at most %d", i, ev.Kind, n, DefaultMaxEventBytes)
+		}
+		raw, _ := ev.MarshalJSON()
+		res, err := in.IngestRaw(context.Background(), t0, raw)
+		if err != nil || res.Heartbeat == nil {
+			t.Fatalf("IngestRaw(event %d, kind %d) = %+v, %v", i, ev.Kind, res, err)
+		}
+		h := res.Heartbeat
+		if ev == b.Ephemeral {
+			if h.Shard != 0 || h.Shards != len(b.Stored) || !reflect.DeepEqual(h.Workloads, held[:len(h.Workloads)]) {
+				t.Fatalf("ephemeral = shard %d of %d, want a copy of shard 0", h.Shard, h.Shards)
+			}
+			continue
+		}
+		if h.Shard != i || h.Shards != len(b.Stored) || (i == 0) != (ev.Kind == KindHeartbeat) {
+			t.Fatalf("event %d: kind %d shard %d of %d", i, ev.Kind, h.Shard, h.Shards)
+		}
+		got = append(got, h.Workloads...)
+	}
+	if !reflect.DeepEqual(got, held) {
+		t.Fatalf("shards list %d workloads, want the %d held in order", len(got), len(held))
+	}
+	if h, _ := DecodeHeartbeat(b.Stored[0]); h.ActiveWorkloads != 3000 {
+		t.Fatalf("shard 0 active_workloads = %d, want 3000 (every held workload)", h.ActiveWorkloads)
+	}
+
+	small, err := BuildBeat(k, HeartbeatParams{At: t0, Workloads: held[:3]})
+	if err != nil || len(small.Stored) != 1 {
+		t.Fatalf("BuildBeat(3) = %d events, %v, want one", len(small.Stored), err)
+	}
+	one, err := BuildHeartbeat(k, HeartbeatParams{At: t0, Workloads: held[:3]}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if small.Stored[0].Content != one.Content || !reflect.DeepEqual(small.Stored[0].Tags, one.Tags) {
+		t.Fatalf("a short beat = %s %v, want BuildHeartbeat's %s %v", small.Stored[0].Content, small.Stored[0].Tags, one.Content, one.Tags)
+	}
+	// A relay's content limit (NIP-11 max_content_length) applies too.
+	tight, err := BuildBeat(k, HeartbeatParams{At: t0, Workloads: held[:200], MaxContentBytes: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range tight.Stored {
+		if len(ev.Content) > 2000 {
+			t.Fatalf("shard %d content is %d bytes, limit 2000", i, len(ev.Content))
+		}
+	}
+}
