@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"provideragent/lease"
 )
 
 // Event kinds of the wire protocol. The first four are Paygress v1 kinds; the
@@ -98,8 +100,9 @@ const (
 
 // Limits on decoded values.
 const (
-	// MaxWorkloadIDBytes bounds a workload id (it is embedded in d tags).
-	MaxWorkloadIDBytes = 256
+	// MaxWorkloadIDBytes bounds a workload id: lease.MaxIDBytes, so that
+	// every d tag and filter item built from one fits 255 bytes.
+	MaxWorkloadIDBytes = lease.MaxIDBytes
 	// maxUnix bounds decoded unix timestamps (year 9999) so conversion to
 	// time.Time and arithmetic on them never overflow.
 	maxUnix = 253402300799
@@ -167,7 +170,8 @@ func ValidateWorkloadID(id string) error {
 		return fmt.Errorf("workload id is empty")
 	}
 	if len(id) > MaxWorkloadIDBytes {
-		return fmt.Errorf("workload id is %d bytes, max %d", len(id), MaxWorkloadIDBytes)
+		return fmt.Errorf("workload id %.40q... is %d bytes, max %d (every tag and relay filter item built from it must fit 255 bytes)",
+			id, len(id), MaxWorkloadIDBytes)
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c < 0x21 || c > 0x7e {

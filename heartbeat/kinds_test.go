@@ -1,6 +1,8 @@
 package heartbeat
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -19,5 +21,29 @@ func TestNextCreatedAt(t *testing.T) {
 		if got := NextCreatedAt(tt.last, now); got != tt.want {
 			t.Errorf("NextCreatedAt(%d, %d) = %d, want %d", tt.last, now.Unix(), got, tt.want)
 		}
+	}
+}
+
+// TestLongestIDFitsFilterItems (issue 10 item 4): every d tag a relay
+// filter asks for, built from a workload id of the longest valid length,
+// fits strfry's 255-byte filter items, and one byte more is refused with an
+// error naming the limit.
+func TestLongestIDFitsFilterItems(t *testing.T) {
+	id := strings.Repeat("w", MaxWorkloadIDBytes)
+	if err := ValidateWorkloadID(id); err != nil {
+		t.Fatalf("ValidateWorkloadID(%d bytes) = %v, want nil", len(id), err)
+	}
+	for name, d := range map[string]string{
+		"claim":        ClaimDTag(id),
+		"announcement": PromotionDTag(id),
+		"lease grant":  LeaseDTag(id),
+	} {
+		if len(d) > 255 {
+			t.Errorf("%s d tag of a %d-byte id is %d bytes, want at most 255", name, len(id), len(d))
+		}
+	}
+	err := ValidateWorkloadID(id + "w")
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprint(MaxWorkloadIDBytes)) {
+		t.Fatalf("ValidateWorkloadID(%d bytes) = %v, want an error naming the limit %d", len(id)+1, err, MaxWorkloadIDBytes)
 	}
 }

@@ -46,8 +46,11 @@ const MaxEpoch = 1 << 62
 // MaxRestartAttempts bounds RestartPolicy.MaxAttempts.
 const MaxRestartAttempts = 1000
 
-// maxIDLen bounds workload IDs (they end up in d tags and SQLite keys).
-const maxIDLen = 256
+// MaxIDBytes bounds workload IDs. Every tag value and filter item built
+// from an id must fit relays' limits (strfry refuses filter items over 255
+// bytes), and the longest one a subscription or claim read asks for is
+// provider-agent:claim:v1:<id> (24 bytes of prefix): 255-24 = 231.
+const MaxIDBytes = 231
 
 // Spec is a workload lease grant: who holds the workload, who stands by, and
 // how it is run. Provider identities are 64-character lower-case hex public
@@ -101,8 +104,9 @@ func (s Spec) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
 	}
-	if s.ID == "" || len(s.ID) > maxIDLen {
-		return bad("id = %q, must be 1 to %d bytes", s.ID, maxIDLen)
+	if s.ID == "" || len(s.ID) > MaxIDBytes {
+		return bad("id = %q (%d bytes), must be 1 to %d bytes so that every tag and relay filter item built from it fits 255 bytes",
+			s.ID, len(s.ID), MaxIDBytes)
 	}
 	for i := 0; i < len(s.ID); i++ {
 		if c := s.ID[i]; c < 0x21 || c > 0x7e {
