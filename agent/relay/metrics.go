@@ -32,8 +32,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"relay"}),
 		publish: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relay_publish_total",
-			Help: "Publish outcomes per relay (accepted, rejected, muted, timed_out, failed).",
-		}, []string{"relay", "outcome"}),
+			Help: "Publish outcomes per relay (accepted, rejected, rate_limited, muted, timed_out, failed), by reason: the relay's prefix class (blocked, rate-limited, invalid, ...; also after strfry's \"ERROR: \"), none, other, or the local cause (not_connected, connection_lost, no_ok, too_large).",
+		}, []string{"relay", "outcome", "reason"}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relay_subscription_closed_total",
 			Help: "CLOSED frames for the agent's subscriptions, by whether the reason is permanent.",

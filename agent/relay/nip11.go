@@ -31,7 +31,7 @@ type nip11Doc struct {
 // fetchLimits reads the relay's NIP-11 document. A missing or unparsable
 // document is not an error for the caller: it returns zero Limits and the
 // reason, for logging.
-func fetchLimits(ctx context.Context, client *http.Client, wsURL string) (Limits, error) {
+func fetchLimits(ctx context.Context, client *http.Client, wsURL, host string) (Limits, error) {
 	httpURL := wsURL
 	switch {
 	case strings.HasPrefix(wsURL, "wss://"):
@@ -44,6 +44,9 @@ func fetchLimits(ctx context.Context, client *http.Client, wsURL string) (Limits
 		return Limits{}, fmt.Errorf("nip11 request: %w", err)
 	}
 	req.Header.Set("Accept", "application/nostr+json")
+	if host != "" {
+		req.Host = host
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return Limits{}, fmt.Errorf("nip11 fetch: %w", err)

@@ -550,10 +550,12 @@ func TestPoolCloseLeavesNoGoroutines(t *testing.T) {
 }
 
 // DialAddrs: the pool dials another address (a proxy in the demo) but labels
-// everything with the configured URL; AUTH uses the dialled address.
+// everything with the configured URL. The Host header names the canonical
+// relay, so khatru (which checks AUTH's relay tag against the Host header
+// when it has no ServiceURL) accepts the AUTH signed for the canonical URL.
 func TestPoolDialAddrs(t *testing.T) {
 	r := relaytest.Start(t, "--require-auth")
-	const canonical = "ws://relay-a.invalid"
+	const canonical = "ws://relay-a.invalid:7447"
 	cfg := fastConfig(canonical)
 	cfg.DialAddrs = map[string]string{canonical: r.URL()}
 	h := newPool(t, cfg, relay.Options{Filters: kind1Filter(t), SecretKey: agentKey})

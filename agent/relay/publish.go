@@ -27,8 +27,13 @@ const (
 	OutcomeMuted Outcome = "muted"
 	// OutcomeTimedOut: no OK arrived before the deadline (never connected,
 	// or the connection dropped before the OK and no later connection
-	// answered in time). Never counted as accepted.
+	// answered in time). Never counted as accepted. A NOTICE the relay sent
+	// meanwhile is kept in Notice as the probable reason.
 	OutcomeTimedOut Outcome = "timed_out"
+	// OutcomeRateLimited: not sent, because the relay answered an earlier
+	// publish with "rate-limited:" and its backoff outlasts the deadline.
+	// Reason holds the relay's words.
+	OutcomeRateLimited Outcome = "rate_limited"
 	// OutcomeFailed: not sent, e.g. the event exceeds the relay's NIP-11
 	// max_message_length, or the pool is closed.
 	OutcomeFailed Outcome = "failed"
@@ -45,14 +50,25 @@ type RelayOutcome struct {
 	// Reason is the relay's OK message, or the local cause for timed_out
 	// and failed.
 	Reason string
-	// Prefix is Reason's machine-readable prefix ("blocked"), if any.
+	// Prefix is the class of the relay's words (ParseReason: "blocked",
+	// "rate-limited", also found after strfry's "ERROR: " wrapper), if any;
+	// for a timeout with a Notice, the Notice's class.
 	Prefix string
+	// Notice is a NOTICE the relay sent while this publish awaited its OK
+	// (the probable reason an OK never came: @nostr-relay/core answers an
+	// invalid EVENT with a NOTICE only). Outcome stays timed_out.
+	Notice string
+	// cause is the local cause of an outcome the relay did not explain
+	// (relay_publish_total's reason label).
+	cause string
 }
 
 // PublishResult lists every relay's outcome for one event.
 type PublishResult struct {
 	EventID  string
 	Accepted []string
+	// Rejected lists OK false answers (other than mute:) and publishes held
+	// back by a relay's rate-limited: backoff (OutcomeRateLimited).
 	Rejected []RelayOutcome
 	Muted    []RelayOutcome
 	TimedOut []RelayOutcome
@@ -69,7 +85,13 @@ func (r PublishResult) AcceptedCount() int { return len(r.Accepted) }
 // that is disconnected is waited for; if its connection drops before the
 // OK, the event is sent again on the next connection within the deadline
 // (same id, so idempotent). An "auth-required:" OK is retried once after
-// AUTH succeeds. ev must already be signed; Publish does not verify it.
+// AUTH succeeds. A "rate-limited:" OK backs off that relay's publishes
+// (Backoff from BackoffInitial, reset by its next OK true): this event is
+// sent again after the backoff if the deadline allows, and later events
+// wait for it. Every rejection is logged at WARN (at most once a minute per
+// relay and class), counted in relay_publish_total{relay,outcome,reason}
+// and kept as the relay's Status.LastRejection. ev must already be signed;
+// Publish does not verify it.
 func (p *Pool) Publish(ctx context.Context, ev nostr.Event) PublishResult {
 	return p.PublishQuorum(ctx, ev, 0)
 }
@@ -89,7 +111,7 @@ func (p *Pool) PublishQuorum(ctx context.Context, ev nostr.Event, need int) Publ
 	frame, err := json.Marshal(nostr.EventEnvelope{Event: ev})
 	if err != nil {
 		for i, s := range p.sups {
-			res.All[i] = RelayOutcome{Relay: s.url, Outcome: OutcomeFailed, Reason: "encode event: " + err.Error()}
+			res.All[i] = RelayOutcome{Relay: s.url, Outcome: OutcomeFailed, Reason: "encode event: " + err.Error(), cause: causeEncode}
 		}
 	} else {
 		enough, stop := context.WithCancel(ctx)
@@ -107,6 +129,7 @@ func (p *Pool) PublishQuorum(ctx context.Context, ev nostr.Event, need int) Publ
 				if o.Outcome == OutcomeTimedOut && ctx.Err() == nil && enough.Err() != nil {
 					o = RelayOutcome{Relay: s.url, Outcome: OutcomeNotAwaited, Reason: "enough relays accepted"}
 				}
+				s.noteOutcome(ev.Kind, ev.ID, o)
 				res.All[i] = o
 			}()
 		}
@@ -116,11 +139,11 @@ func (p *Pool) PublishQuorum(ctx context.Context, ev nostr.Event, need int) Publ
 		if o.Outcome == OutcomeNotAwaited {
 			continue
 		}
-		p.m.publish.WithLabelValues(o.Relay, string(o.Outcome)).Inc()
+		p.m.publish.WithLabelValues(o.Relay, string(o.Outcome), o.reasonLabel()).Inc()
 		switch o.Outcome {
 		case OutcomeAccepted:
 			res.Accepted = append(res.Accepted, o.Relay)
-		case OutcomeRejected:
+		case OutcomeRejected, OutcomeRateLimited:
 			res.Rejected = append(res.Rejected, o)
 		case OutcomeMuted:
 			res.Muted = append(res.Muted, o)
@@ -138,66 +161,100 @@ func (s *supervisor) publish(ctx context.Context, id string, frame []byte) Relay
 	if l := s.limits(); l.MaxMessageLength > 0 && len(frame) > l.MaxMessageLength {
 		out.Outcome = OutcomeFailed
 		out.Reason = fmt.Sprintf("event frame of %d bytes exceeds the relay's max_message_length %d", len(frame), l.MaxMessageLength)
+		out.cause = causeTooLarge
 		return out
 	}
-	cause := ErrNotConnected.Error()
+	cause, class := ErrNotConnected.Error(), causeNotConnected
 	triedAuth := false
+	var w *okWaiter
+	var wc *conn
+	notice := func() string {
+		if w == nil {
+			return ""
+		}
+		return wc.noticeOf(w)
+	}
 	for {
+		if ok, reason := s.waitPublishBackoff(ctx); !ok {
+			if n := notice(); n != "" {
+				return timedOut(out, cause, class, n)
+			}
+			out.Outcome, out.Reason, out.Prefix = OutcomeRateLimited, reason, PrefixRateLimited
+			return out
+		}
 		c, err := s.waitConn(ctx)
 		if err != nil {
-			return timedOut(out, cause)
+			return timedOut(out, cause, class, notice())
 		}
-		okCh := c.addPending(id)
+		w, wc = c.addPending(id), c
 		if err := c.writeRaw(frame); err != nil {
-			c.removePending(id, okCh)
-			cause = fmt.Sprintf("%v: %v", ErrConnectionLost, err)
+			c.removePending(id, w)
+			cause, class = fmt.Sprintf("%v: %v", ErrConnectionLost, err), causeConnectionLost
 			if !waitClosed(ctx, c) {
-				return timedOut(out, cause)
+				return timedOut(out, cause, class, notice())
 			}
 			continue
 		}
 		select {
-		case ok := <-okCh:
-			out.Reason = ok.Reason
-			out.Prefix = reasonPrefix(ok.Reason)
+		case ok := <-w.ch:
+			r := ParseReason(ok.Reason)
+			out.Reason, out.Prefix = ok.Reason, r.Prefix
 			switch {
 			case ok.OK:
 				out.Outcome = OutcomeAccepted
 				return out
-			case out.Prefix == "mute":
+			case r.Prefix == PrefixMute:
 				out.Outcome = OutcomeMuted
 				return out
-			case out.Prefix == "auth-required" && s.p.opts.SecretKey != "" && !triedAuth:
+			case r.Prefix == PrefixRateLimited:
+				// Back off this relay; send again once it has passed, if the
+				// deadline allows (waitPublishBackoff above decides).
+				until := s.rateLimited(ok.Reason)
+				if dl, has := ctx.Deadline(); has && until.Before(dl) {
+					cause, class = "rate-limited, retried: "+ok.Reason, PrefixRateLimited
+					continue
+				}
+			case r.Prefix == PrefixAuthRequired && s.p.opts.SecretKey != "" && !triedAuth:
 				triedAuth = true
-				cause = "auth-required: " + ok.Reason
+				cause, class = "auth-required: "+ok.Reason, PrefixAuthRequired
 				select {
 				case <-c.authed:
 					continue
 				case <-c.closed:
 					continue
+				case <-c.authBad:
+					out.Reason = ok.Reason + " (our AUTH was refused)"
 				case <-ctx.Done():
-					return timedOut(out, cause)
+					return timedOut(out, cause, class, notice())
 				}
 			}
 			out.Outcome = OutcomeRejected
 			return out
 		case <-c.closed:
-			c.removePending(id, okCh)
-			cause = ErrConnectionLost.Error() + " before OK"
+			c.removePending(id, w)
+			cause, class = ErrConnectionLost.Error()+" before OK", causeConnectionLost
 		case <-ctx.Done():
-			c.removePending(id, okCh)
-			if cause == ErrNotConnected.Error() {
-				cause = "no OK before the deadline"
+			c.removePending(id, w)
+			if class == causeNotConnected {
+				cause, class = "no OK before the deadline", causeNoOK
 			}
-			return timedOut(out, cause)
+			return timedOut(out, cause, class, notice())
 		}
 	}
 }
 
-func timedOut(out RelayOutcome, cause string) RelayOutcome {
+// timedOut makes out a timeout with the local cause; a NOTICE the relay
+// sent meanwhile becomes its probable reason (Notice, Prefix, Reason).
+func timedOut(out RelayOutcome, cause, class, notice string) RelayOutcome {
 	out.Outcome = OutcomeTimedOut
 	out.Reason = cause
 	out.Prefix = ""
+	out.cause = class
+	if notice != "" {
+		out.Notice = notice
+		out.Prefix = reasonPrefix(notice)
+		out.Reason = cause + "; relay NOTICE (probable reason): " + notice
+	}
 	return out
 }
 
@@ -346,7 +403,7 @@ func (s *supervisor) query(ctx context.Context, filter nostr.Filter) QueryResult
 		if res.EOSE {
 			_ = c.write(nostr.CloseEnvelope(id))
 		}
-		if reasonPrefix(res.ClosedReason) == "auth-required" && s.p.opts.SecretKey != "" && !triedAuth {
+		if reasonPrefix(res.ClosedReason) == PrefixAuthRequired && s.p.opts.SecretKey != "" && !triedAuth {
 			triedAuth = true
 			select {
 			case <-c.authed:

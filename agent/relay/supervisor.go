@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
+	"net/url"
 	"sync"
 	"time"
 
@@ -44,6 +44,31 @@ type Status struct {
 	ClosedReason string
 	// Limits are the relay's NIP-11 limits (zero when absent).
 	Limits Limits
+	// BackoffAttempt counts the connections in a row that failed or ended
+	// before lasting StableAfter; the next reconnect waits about
+	// Backoff.Delay(BackoffAttempt). An EOSE does not reset it: a relay that
+	// answers and then drops the connection is still backed off.
+	BackoffAttempt int
+	// LastRejection is the last time this relay refused one of our events
+	// (zero At: never since the pool started).
+	LastRejection Rejection
+	// PublishBackoffUntil is set while the relay's last answer to a publish
+	// was "rate-limited:": publishes to it wait until then.
+	PublishBackoffUntil time.Time
+}
+
+// Rejection is one refusal of an event we published: an OK false (other
+// than mute:), a publish held back by the relay's rate-limited:, or a
+// NOTICE that arrived while the publish awaited an OK that never came.
+type Rejection struct {
+	At      time.Time
+	Kind    int
+	EventID string
+	Outcome Outcome
+	// Reason is the relay's words (the OK message or the NOTICE).
+	Reason string
+	// Prefix is Reason's class (ParseReason).
+	Prefix string
 }
 
 type supervisor struct {
@@ -59,7 +84,23 @@ type supervisor struct {
 	changed  chan struct{} // closed and replaced whenever cur changes
 	st       Status
 	limitsOK bool
-	attempt  int // reconnect backoff attempt; reset by EOSE or a stable connection
+	attempt  int // reconnect backoff attempt; reset only by a connection that lasted StableAfter
+
+	// Publish backoff after an OK "rate-limited:" (guarded by mu).
+	pubAttempt    int
+	pubHoldUntil  time.Time
+	pubHoldReason string
+	// rejectLog rate-limits the WARN line per rejection class (guarded by mu).
+	rejectLog map[string]*logWindow
+	// closedWarned is the permanent CLOSED class already reported at WARN
+	// (cleared by the next EOSE), so reconnects do not repeat the WARN.
+	closedWarned string
+}
+
+// logWindow counts log lines suppressed since the last one written.
+type logWindow struct {
+	last       time.Time
+	suppressed int
 }
 
 func newSupervisor(p *Pool, url string) *supervisor {
@@ -149,17 +190,20 @@ func (s *supervisor) run(ctx context.Context) {
 			s.mu.Unlock()
 		}
 		s.fetchLimits(ctx)
-		start := time.Now()
-		err := s.connectAndServe(ctx)
+		opened, err := s.connectAndServe(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		s.mu.Lock()
-		if time.Since(start) >= s.p.cfg.StableAfter {
+		// Only a connection that stayed up resets the backoff: a relay that
+		// accepts, sends EOSE and closes must not be redialled at the
+		// initial delay forever.
+		if !opened.IsZero() && s.p.opts.Now().Sub(opened) >= s.p.cfg.StableAfter {
 			s.attempt = 0
 		}
 		attempt := s.attempt
 		s.attempt++
+		s.st.BackoffAttempt = s.attempt
 		s.mu.Unlock()
 		if err != nil {
 			s.setErr(err)
@@ -185,7 +229,7 @@ func (s *supervisor) fetchLimits(ctx context.Context) {
 	}
 	fctx, cancel := context.WithTimeout(ctx, s.p.cfg.NIP11Timeout)
 	defer cancel()
-	l, err := fetchLimits(fctx, s.p.infoHTTP, s.dial)
+	l, err := fetchLimits(fctx, s.p.infoHTTP, s.dial, s.hostHeader())
 	if err != nil {
 		// Absence is fine; try again on the next connection.
 		s.log.Debug("no NIP-11 limits", "err", err)
@@ -200,27 +244,46 @@ func (s *supervisor) fetchLimits(ctx context.Context) {
 	}
 }
 
-func (s *supervisor) connectAndServe(ctx context.Context) error {
+// hostHeader is the Host header sent when the relay is dialled through
+// another address (Config.DialAddrs): the canonical relay's host, as a
+// tunnel to it expects and as relays that check AUTH's relay tag against
+// the Host header (khatru without a ServiceURL) need. "" when dialling the
+// URL itself.
+func (s *supervisor) hostHeader() string {
+	if s.dial == s.url {
+		return ""
+	}
+	u, err := url.Parse(s.url)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}
+
+// connectAndServe dials the relay and serves the connection until it ends;
+// opened is when it opened (zero if the dial failed).
+func (s *supervisor) connectAndServe(ctx context.Context) (opened time.Time, err error) {
 	dctx, cancel := context.WithTimeout(ctx, s.p.cfg.DialTimeout)
-	ws, resp, err := websocket.Dial(dctx, s.dial, &websocket.DialOptions{HTTPClient: s.p.dialHTTP})
+	ws, resp, err := websocket.Dial(dctx, s.dial, &websocket.DialOptions{HTTPClient: s.p.dialHTTP, Host: s.hostHeader()})
 	cancel()
 	if resp != nil && resp.Body != nil {
 		_ = resp.Body.Close()
 	}
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", s.dial, err)
+		return time.Time{}, fmt.Errorf("dial %s: %w", s.dial, err)
 	}
 	ws.SetReadLimit(s.p.cfg.MaxMessageSize)
 	sctx, scancel := context.WithCancel(ctx)
 	c := newConn(sctx, ws, s.p.cfg.WriteTimeout)
 	s.setConn(c)
+	opened = s.p.opts.Now()
 	s.log.Info("relay connected")
 	sess := &session{s: s, c: c, byID: make(map[string]*mainSub)}
 	err = sess.serve(sctx)
 	scancel()
 	c.shutdown()
 	s.setConn(nil)
-	return err
+	return opened, err
 }
 
 // conn is one open websocket. Writes may come from any goroutine.
@@ -232,11 +295,20 @@ type conn struct {
 	closeOnce    sync.Once
 
 	mu         sync.Mutex
-	pending    map[string][]chan nostr.OKEnvelope
+	pending    map[string][]*okWaiter
 	queries    map[string]*querySink
 	authed     chan struct{} // closed when AUTH succeeded
+	authBad    chan struct{} // closed when AUTH failed
 	authFailed bool
 	seq        int
+}
+
+// okWaiter is one publish (or AUTH) waiting for the OK of an event id.
+type okWaiter struct {
+	ch chan nostr.OKEnvelope // buffered 1: one OK per waiter
+	// notice is the first NOTICE the relay sent while this waiter waited
+	// (guarded by conn.mu): the probable reason when no OK comes.
+	notice string
 }
 
 func newConn(ctx context.Context, ws *websocket.Conn, writeTimeout time.Duration) *conn {
@@ -245,9 +317,10 @@ func newConn(ctx context.Context, ws *websocket.Conn, writeTimeout time.Duration
 		ws:           ws,
 		writeTimeout: writeTimeout,
 		closed:       make(chan struct{}),
-		pending:      make(map[string][]chan nostr.OKEnvelope),
+		pending:      make(map[string][]*okWaiter),
 		queries:      make(map[string]*querySink),
 		authed:       make(chan struct{}),
+		authBad:      make(chan struct{}),
 	}
 }
 
@@ -282,20 +355,45 @@ func (c *conn) nextID(prefix string) string {
 	return fmt.Sprintf("%s%d", prefix, c.seq)
 }
 
-func (c *conn) addPending(id string) chan nostr.OKEnvelope {
-	ch := make(chan nostr.OKEnvelope, 1)
+func (c *conn) addPending(id string) *okWaiter {
+	w := &okWaiter{ch: make(chan nostr.OKEnvelope, 1)}
 	c.mu.Lock()
-	c.pending[id] = append(c.pending[id], ch)
+	c.pending[id] = append(c.pending[id], w)
 	c.mu.Unlock()
-	return ch
+	return w
 }
 
-func (c *conn) removePending(id string, ch chan nostr.OKEnvelope) {
+// noticeOf returns the NOTICE attached to w, if any.
+func (c *conn) noticeOf(w *okWaiter) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return w.notice
+}
+
+// attachNotice hands a NOTICE to every publish still waiting for its OK on
+// this connection (a relay may answer a bad EVENT with a NOTICE and no OK,
+// as @nostr-relay/core does); it reports how many got it.
+func (c *conn) attachNotice(text string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, list := range c.pending {
+		for _, w := range list {
+			if w.notice == "" {
+				w.notice = text
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (c *conn) removePending(id string, w *okWaiter) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	list := c.pending[id]
 	for i, x := range list {
-		if x == ch {
+		if x == w {
 			list = append(list[:i], list[i+1:]...)
 			break
 		}
@@ -313,10 +411,20 @@ func (c *conn) resolve(ok nostr.OKEnvelope) bool {
 	list := c.pending[ok.EventID]
 	delete(c.pending, ok.EventID)
 	c.mu.Unlock()
-	for _, ch := range list {
-		ch <- ok // buffered 1, one OK per waiter
+	for _, w := range list {
+		w.ch <- ok // buffered 1, one OK per waiter
 	}
 	return len(list) > 0
+}
+
+// failAuth records a failed AUTH and wakes publishes waiting for it.
+func (c *conn) failAuth() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.authFailed {
+		c.authFailed = true
+		close(c.authBad)
+	}
 }
 
 func (c *conn) isAuthed() bool {
@@ -334,25 +442,6 @@ func (c *conn) activeQueries() int {
 	return len(c.queries)
 }
 
-// reasonPrefix returns the machine-readable prefix of an OK or CLOSED
-// reason ("blocked" for "blocked: spam"), or "" when there is none.
-func reasonPrefix(reason string) string {
-	i := strings.IndexByte(reason, ':')
-	if i <= 0 || strings.ContainsAny(reason[:i], " \t") {
-		return ""
-	}
-	return reason[:i]
-}
-
-// permanentClosed reports whether a CLOSED reason means "do not retry".
-func permanentClosed(prefix string) bool {
-	switch prefix {
-	case "blocked", "restricted", "unsupported", "invalid", "pow":
-		return true
-	}
-	return false
-}
-
 type subState int
 
 const (
@@ -367,9 +456,10 @@ type mainSub struct {
 	id         string
 	base       nostr.Filters // without since
 	sentAuthed bool
+	sentAt     time.Time // when the current REQ was sent (Options.Now)
 	eose       bool
 	state      subState
-	attempt    int
+	attempt    int // resubscribe backoff; reset only when a REQ lasted StableAfter
 	retryAt    time.Time
 }
 
@@ -386,8 +476,15 @@ type session struct {
 	retry        *time.Timer
 }
 
+// frame is one parsed relay frame handed from the reader to the session;
+// attached is, for a NOTICE, how many waiting publishes it was attached to.
+type frame struct {
+	env      nostr.Envelope
+	attached int
+}
+
 func (ss *session) serve(ctx context.Context) error {
-	frames := make(chan nostr.Envelope, 64)
+	frames := make(chan frame, 64)
 	readErr := make(chan error, 1)
 	// On return: close the socket and cancel (unblocking the reader even
 	// when it waits to hand over a frame), then wait for both goroutines.
@@ -424,8 +521,8 @@ func (ss *session) serve(ctx context.Context) error {
 			return ctx.Err()
 		case err := <-readErr:
 			return err
-		case env := <-frames:
-			if err := ss.handle(ctx, env); err != nil {
+		case f := <-frames:
+			if err := ss.handle(ctx, f); err != nil {
 				return err
 			}
 		case ok := <-ss.authOK:
@@ -447,7 +544,7 @@ func (ss *session) serve(ctx context.Context) error {
 
 // read parses frames; OKs and query frames are handled here so that a slow
 // consumer of the subscription never delays a publish or a query.
-func (ss *session) read(ctx context.Context, frames chan<- nostr.Envelope) error {
+func (ss *session) read(ctx context.Context, frames chan<- frame) error {
 	parser := nostr.NewMessageParser()
 	for {
 		_, b, err := ss.c.ws.Read(ctx)
@@ -467,8 +564,13 @@ func (ss *session) read(ctx context.Context, frames chan<- nostr.Envelope) error
 		if ss.routeDirect(env) {
 			continue
 		}
+		f := frame{env: env}
+		if n, ok := env.(*nostr.NoticeEnvelope); ok {
+			// Attached here, in arrival order before any later OK.
+			f.attached = ss.c.attachNotice(string(*n))
+		}
 		select {
-		case frames <- env:
+		case frames <- f:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -541,8 +643,8 @@ func (ss *session) ping(ctx context.Context) {
 	}
 }
 
-func (ss *session) handle(ctx context.Context, env nostr.Envelope) error {
-	switch e := env.(type) {
+func (ss *session) handle(ctx context.Context, f frame) error {
+	switch e := f.env.(type) {
 	case *nostr.EventEnvelope:
 		sub := ss.byID[*e.SubscriptionID]
 		if sub == nil || sub.state != subActive {
@@ -559,10 +661,6 @@ func (ss *session) handle(ctx context.Context, env nostr.Envelope) error {
 			return nil
 		}
 		sub.eose = true
-		sub.attempt = 0
-		ss.s.mu.Lock()
-		ss.s.attempt = 0
-		ss.s.mu.Unlock()
 		return ss.maybeEOSE(ctx)
 	case *nostr.ClosedEnvelope:
 		sub := ss.byID[e.SubscriptionID]
@@ -576,7 +674,7 @@ func (ss *session) handle(ctx context.Context, env nostr.Envelope) error {
 		}
 		return ss.authenticate(*e.Challenge)
 	case *nostr.NoticeEnvelope:
-		ss.s.log.Debug("relay notice", "notice", string(*e))
+		ss.s.logNotice(string(*e), f.attached)
 	}
 	return nil
 }
@@ -600,6 +698,7 @@ func (ss *session) maybeEOSE(ctx context.Context) error {
 	ss.s.st.EOSESeen = true
 	ss.s.st.ClosedPermanently = false
 	ss.s.st.ClosedReason = ""
+	ss.s.closedWarned = ""
 	ss.s.mu.Unlock()
 	if !ss.s.p.deliver(ctx, Received{Relay: ss.s.url, At: ss.s.p.opts.Now(), EOSE: true}) {
 		return ctx.Err()
@@ -645,6 +744,7 @@ func (ss *session) send(sub *mainSub) error {
 	ss.eoseReported = false
 	sub.state = subActive
 	sub.sentAuthed = ss.c.isAuthed()
+	sub.sentAt = ss.s.p.opts.Now()
 	filters := prepareFilters(sub.base, ss.s.p.opts.sinceOf(), ss.s.limits())
 	var fs nostr.Filters
 	for _, g := range filters {
@@ -656,7 +756,7 @@ func (ss *session) send(sub *mainSub) error {
 func (ss *session) handleClosed(sub *mainSub, reason string) error {
 	prefix := reasonPrefix(reason)
 	permanent := permanentClosed(prefix)
-	if prefix == "auth-required" {
+	if prefix == PrefixAuthRequired {
 		switch {
 		case sub.sentAuthed || ss.s.p.opts.SecretKey == "" || ss.c.authFailed:
 			permanent = true
@@ -677,11 +777,23 @@ func (ss *session) handleClosed(sub *mainSub, reason string) error {
 		ss.s.st.ClosedPermanently = true
 		ss.s.st.ClosedReason = reason
 		ss.s.st.LastError = "subscription closed: " + reason
+		// One WARN per class until an EOSE clears it, however often the
+		// connection comes back to the same refusal.
+		repeat := ss.s.closedWarned == prefix
+		ss.s.closedWarned = prefix
 		ss.s.mu.Unlock()
-		ss.s.log.Warn("relay closed the subscription permanently", "reason", reason)
+		if repeat {
+			ss.s.log.Info("relay closed the subscription permanently again", "reason", reason, "class", prefix)
+		} else {
+			ss.s.log.Warn("relay closed the subscription permanently: no events from it until it is reconnected", "reason", reason, "class", prefix)
+		}
 		return nil
 	}
 	ss.s.p.m.closed.WithLabelValues(ss.s.url, "false").Inc()
+	if ss.s.p.opts.Now().Sub(sub.sentAt) >= ss.s.p.cfg.StableAfter {
+		// The REQ served for a while: a fresh CLOSED starts a fresh backoff.
+		sub.attempt = 0
+	}
 	backoff := Backoff{Initial: ss.s.p.cfg.BackoffInitial, Max: ss.s.p.cfg.BackoffMax}
 	delay := backoff.Delay(sub.attempt, ss.s.p.opts.Rand())
 	sub.attempt++
@@ -730,22 +842,23 @@ func (ss *session) authenticate(challenge string) error {
 	if ss.c.isAuthed() || ss.authOK != nil {
 		return nil
 	}
-	// The relay checks the tag against the address it was reached at.
-	ev := nip42.CreateUnsignedAuthEvent(challenge, ss.s.p.pubkey, ss.s.dial)
+	// The relay tag is the canonical relay URL (the one the lease lists),
+	// never the address dialled: relays check it against their own public
+	// URL (strfry's relay.auth.serviceUrl, @nostr-relay/core's hostname), so
+	// an AUTH signed for a tunnel's local address is refused.
+	ev := nip42.CreateUnsignedAuthEvent(challenge, ss.s.p.pubkey, ss.s.url)
 	if err := ev.Sign(sk); err != nil {
 		return fmt.Errorf("sign auth event: %w", err)
 	}
 	ss.authID = ev.ID
-	ss.authOK = ss.c.addPending(ev.ID)
+	ss.authOK = ss.c.addPending(ev.ID).ch
 	return ss.c.write(nostr.AuthEnvelope{Event: ev})
 }
 
 func (ss *session) handleAuthOK(ok nostr.OKEnvelope) error {
 	ss.authOK = nil
 	if !ok.OK {
-		ss.c.mu.Lock()
-		ss.c.authFailed = true
-		ss.c.mu.Unlock()
+		ss.c.failAuth()
 		ss.s.setErr(fmt.Errorf("auth failed: %s", ok.Reason))
 		ss.s.log.Warn("relay rejected AUTH", "reason", ok.Reason)
 		for _, sub := range ss.subs {

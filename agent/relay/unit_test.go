@@ -33,25 +33,97 @@ func TestBackoffDelay(t *testing.T) {
 	}
 }
 
-func TestReasonPrefix(t *testing.T) {
+// TestParseReason runs the parser over the messages strfry, khatru and
+// @nostr-relay/core really send (quoted from their sources: strfry's
+// RelayIngester.cpp, RelayWriter.cpp, RelayServer.h and events.cpp; khatru
+// v0.19.1's handlers.go; @nostr-relay/core 0.0.40's event.service.ts,
+// event.util.ts and its validator's zod messages), and a few case and
+// wrapper variants.
+func TestParseReason(t *testing.T) {
 	tests := []struct {
-		in, want  string
-		permanent bool
+		relay, in, want string
+		permanent       bool
 	}{
-		{"blocked: you are banned", "blocked", true},
-		{"restricted: not allowed", "restricted", true},
-		{"auth-required: log in", "auth-required", false},
-		{"error: shutting down", "error", false},
-		{"rate-limited: slow down", "rate-limited", false},
-		{"mute: no one was listening for this", "mute", false},
-		{"some words: then colon", "", false},
-		{"", "", false},
-		{":x", "", false},
+		// strfry: every CLOSED and NOTICE is wrapped in "ERROR: ".
+		{"strfry", "ERROR: auth-required: requested filter requires authentication", PrefixAuthRequired, false},
+		{"strfry", "ERROR: too many concurrent REQs", PrefixError, false},
+		{"strfry", "ERROR: bad req: error parsing #d: filter item too large", PrefixInvalid, true},
+		{"strfry", "ERROR: bad req: too many tags in filter", PrefixInvalid, true},
+		{"strfry", "ERROR: bad req: arr too big", PrefixInvalid, true},
+		{"strfry", "ERROR: bad msg: unparseable message", PrefixInvalid, true},
+		{"strfry", "invalid: event too large: 65792", PrefixInvalid, true},
+		{"strfry", "invalid: created_at too late", PrefixInvalid, true},
+		{"strfry", "invalid: ephemeral event expired", PrefixInvalid, true},
+		{"strfry", "duplicate: have this event", PrefixDuplicate, false},
+		{"strfry", "replaced: have newer event", PrefixReplaced, false},
+		{"strfry", "deleted: user requested deletion", PrefixDeleted, false},
+		{"strfry", "auth-required: event marked as protected", PrefixAuthRequired, false},
+		{"strfry", "restricted: must be published by the author", PrefixRestricted, true},
+		{"strfry", "blocked: event marked as protected", PrefixBlocked, true},
+		{"strfry", "error: incorrect or missing relay tag, expected: wss://relay.example.com", PrefixError, false},
+		{"strfry", "error: challenge string mismatch", PrefixError, false},
+		{"strfry", "successfully authenticated", "", false},
+		{"strfry", "Write error: MDB_MAP_FULL: Environment mapsize limit reached", "", false},
+		// khatru v0.19.1.
+		{"khatru", "mute: no one was listening for this", PrefixMute, false},
+		{"khatru", "broadcasted to 2 listeners", "", false},
+		{"khatru", "auth-required: must be published by authenticated event author", PrefixAuthRequired, false},
+		{"khatru", "blocked: must be published by event author", PrefixBlocked, true},
+		{"khatru", "invalid: id is computed incorrectly", PrefixInvalid, true},
+		{"khatru", "error: failed to verify signature", PrefixError, false},
+		{"khatru", "error: failed to authenticate", PrefixError, false},
+		{"khatru", "unsupported: this relay does not support NIP-45", PrefixUnsupported, true},
+		{"khatru", "blocked: no reason", PrefixBlocked, true},
+		{"khatru", "failed to parse envelope: unknown label", "", false},
+		// @nostr-relay/core 0.0.40 and its validator.
+		{"nostr-relay", `invalid: must be less than or equal to 102400 chars at "[1].content"`, PrefixInvalid, true},
+		{"nostr-relay", "duplicate: the event already exists", PrefixDuplicate, false},
+		{"nostr-relay", "invalid: signature is wrong", PrefixInvalid, true},
+		{"nostr-relay", "reject: event is expired", PrefixInvalid, true},
+		{"nostr-relay", "invalid: the relay url is wrong", PrefixInvalid, true},
+		{"nostr-relay", "restricted: we can't serve DMs to unauthenticated users, does your client implement NIP-42?", PrefixRestricted, true},
+		{"nostr-relay", "block: you are blacklisted", PrefixBlocked, true},
+		{"nostr-relay", "error: unknown", PrefixError, false},
+		// Case, spacing and wrapper variants; nothing prefix-shaped.
+		{"any", "RATE-LIMITED: slow down", PrefixRateLimited, false},
+		{"any", "Error: Rate-Limited: 10 events per minute", PrefixRateLimited, false},
+		{"any", "  blocked:no space", PrefixBlocked, true},
+		{"any", "NOTICE: restricted: paid relay", PrefixRestricted, true},
+		{"any", "ERROR: error: rotating", PrefixError, false},
+		{"any", "pow: difficulty 20 required", PrefixPoW, true},
+		{"any", "some words: then colon", "", false},
+		{"any", "nonsense: not a class", "", false},
+		{"any", "", "", false},
+		{"any", ":x", "", false},
 	}
 	for _, tt := range tests {
-		got := reasonPrefix(tt.in)
-		if got != tt.want || permanentClosed(got) != tt.permanent {
-			t.Errorf("reasonPrefix(%q) = %q (permanent %v), want %q (%v)", tt.in, got, permanentClosed(got), tt.want, tt.permanent)
+		got := ParseReason(tt.in)
+		if got.Prefix != tt.want || permanentClosed(got.Prefix) != tt.permanent || got.Text != tt.in {
+			t.Errorf("%s: ParseReason(%q) = %+v (permanent %v), want prefix %q (permanent %v)",
+				tt.relay, tt.in, got, permanentClosed(got.Prefix), tt.want, tt.permanent)
+		}
+	}
+	if d := ParseReason("ERROR: auth-required: requested filter requires authentication").Detail; d != "requested filter requires authentication" {
+		t.Errorf("Detail = %q, want the words after the prefix", d)
+	}
+}
+
+func TestReasonLabelsBounded(t *testing.T) {
+	known := map[string]bool{}
+	for _, l := range ReasonLabels {
+		known[l] = true
+	}
+	for _, class := range knownPrefixes {
+		if !known[class] {
+			t.Errorf("class %q missing from ReasonLabels", class)
+		}
+	}
+	for _, o := range []RelayOutcome{
+		{Outcome: OutcomeAccepted}, {Outcome: OutcomeRejected, Reason: "whatever you like"},
+		{Outcome: OutcomeTimedOut, cause: causeNoOK}, {Outcome: OutcomeRejected, Reason: "ERROR: blocked: x", Prefix: PrefixBlocked},
+	} {
+		if l := o.reasonLabel(); !known[l] {
+			t.Errorf("reasonLabel(%+v) = %q, not in ReasonLabels", o, l)
 		}
 	}
 }
