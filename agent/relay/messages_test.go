@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/agent/relay"
+	"provideragent/internal/relaytest"
 )
 
 // programmed is a relay on a real httptest server whose answers are
@@ -319,4 +320,30 @@ func quote(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// TestAuthThroughDialAddr: reached through another address (a tunnel), the
+// pool signs AUTH for the canonical relay URL, which a relay that checks
+// the relay tag against its own public URL (strfry's serviceUrl) accepts;
+// signing the dialled address is refused ("incorrect or missing relay
+// tag"). Reads and writes then work, labelled with the canonical URL.
+func TestAuthThroughDialAddr(t *testing.T) {
+	const canonical = "wss://relay-a.invalid"
+	for _, kind := range []relaytest.Kind{relaytest.StrfryEmulated, relaytest.NostrRelay} {
+		t.Run(string(kind), func(t *testing.T) {
+			r := relaytest.StartKind(t, kind, relaytest.KindOptions{RequireAuth: true, ServiceURL: canonical})
+			cfg := fastConfig(canonical)
+			cfg.DialAddrs = map[string]string{canonical: r.URL()}
+			h := newPool(t, cfg, relay.Options{Filters: kind1Filter(t), SecretKey: agentKey})
+			h.waitEOSE(canonical)
+			if st := h.status(canonical); !st.Authenticated || st.ClosedPermanently {
+				t.Fatalf("Status(%s) = %+v, want authenticated", canonical, st)
+			}
+			ev := signed(t, 1, "through a tunnel", time.Now())
+			if res := h.pool.Publish(context.Background(), ev); len(res.Accepted) != 1 || res.Accepted[0] != canonical {
+				t.Fatalf("Publish() = %+v, want accepted by %s", res, canonical)
+			}
+			h.waitEvent(canonical, ev.ID)
+		})
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -106,6 +107,22 @@ type Options struct {
 
 	// Limits are advertised over NIP-11.
 	Limits Limits
+
+	// Strfry makes the relay behave as strfry does with its default
+	// configuration: a front end on the relay's address enforces strfry's
+	// limits (the Strfry* constants) with strfry's exact messages, wraps
+	// every CLOSED and NOTICE in "ERROR: ", accepts ephemeral events with OK
+	// true (no "mute:"), answers duplicates "duplicate: have this event" and
+	// older addressable events "replaced: have newer event", serves
+	// strfry's NIP-11 document, and with RequireAuth does NIP-42 as strfry
+	// does (challenge sent with the first refused REQ or EVENT, relay tag
+	// checked against ServiceURL). The fault options still apply behind it.
+	Strfry bool
+	// ServiceURL is the relay's public URL that AUTH's relay tag must name:
+	// strfry's relay.auth.serviceUrl (default with Strfry: the relay's own
+	// ws://host:port) or khatru's ServiceURL (default: khatru's rule, the
+	// request's Host header).
+	ServiceURL string
 	// Admin enables the InjectPath and StatsPath HTTP endpoints.
 	Admin bool
 
@@ -130,6 +147,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: PastShift = %v, want >= 0", ErrInvalidOptions, o.PastShift)
 	case o.Limits.MaxMessageLength < 0 || o.Limits.MaxSubscriptions < 0 || o.Limits.MaxLimit < 0:
 		return fmt.Errorf("%w: Limits = %+v, want no negative value", ErrInvalidOptions, o.Limits)
+	}
+	if o.ServiceURL != "" && !strings.HasPrefix(o.ServiceURL, "ws://") && !strings.HasPrefix(o.ServiceURL, "wss://") {
+		return fmt.Errorf("%w: ServiceURL = %q, want ws://host or wss://host", ErrInvalidOptions, o.ServiceURL)
 	}
 	if len(o.AuthAllow) > 0 && !o.RequireAuth {
 		return fmt.Errorf("%w: AuthAllow = %v needs RequireAuth", ErrInvalidOptions, o.AuthAllow)
@@ -176,6 +196,7 @@ type Relay struct {
 	mu       sync.Mutex
 	started  bool
 	addr     string
+	front    *strfryFront // Options.Strfry
 	serveErr chan error
 	subs     map[subKey]bool // subscriptions seen by the CLOSED fault
 	closed   int
@@ -230,6 +251,12 @@ func (r *Relay) Start(ctx context.Context, addr string) error {
 	if err != nil {
 		return fmt.Errorf("start local relay: %w", err)
 	}
+	st.refuseOlder = r.opts.Strfry
+	khatruHost, khatruPort := host, port
+	if r.opts.Strfry {
+		// khatru serves behind the front end, on an internal port.
+		khatruHost, khatruPort = "127.0.0.1", 0
+	}
 	r.mu.Lock()
 	if r.started {
 		r.mu.Unlock()
@@ -243,7 +270,7 @@ func (r *Relay) Start(ctx context.Context, addr string) error {
 
 	started := make(chan bool)
 	kr := r.kr
-	go func() { r.serveErr <- kr.Start(host, port, started) }()
+	go func() { r.serveErr <- kr.Start(khatruHost, khatruPort, started) }()
 	select {
 	case <-started:
 	case err := <-r.serveErr:
@@ -261,8 +288,22 @@ func (r *Relay) Start(ctx context.Context, addr string) error {
 		}
 		return fmt.Errorf("start local relay: %w", ctx.Err())
 	}
+	addrNow := kr.Addr
+	if r.opts.Strfry {
+		front, err := r.startStrfry(addr, "ws://"+kr.Addr)
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = r.Shutdown(sctx)
+			return fmt.Errorf("start local relay: strfry front end: %w", err)
+		}
+		r.mu.Lock()
+		r.front = front
+		r.mu.Unlock()
+		addrNow = front.addr()
+	}
 	r.mu.Lock()
-	r.addr = kr.Addr
+	r.addr = addrNow
 	r.mu.Unlock()
 
 	if r.opts.ReplayEvery > 0 {
@@ -297,8 +338,13 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 	r.shutdownOnce.Do(func() {
 		r.cancel()
 		r.mu.Lock()
-		kr, started, serveErr := r.kr, r.started, r.serveErr
+		kr, started, serveErr, front := r.kr, r.started, r.serveErr, r.front
 		r.mu.Unlock()
+		if front != nil {
+			if ferr := front.shutdown(ctx); ferr != nil {
+				err = ferr
+			}
+		}
 		if started && kr != nil {
 			kr.Shutdown(ctx)
 			select {
@@ -357,6 +403,9 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 	kr.Log = slog.NewLogLogger(r.logger.Handler(), slog.LevelDebug)
 	kr.Info.Name = "provider-agent local relay"
 	kr.Info.Software = "provider-agent/internal/localrelay (khatru)"
+	if r.opts.ServiceURL != "" && !r.opts.Strfry {
+		kr.ServiceURL = r.opts.ServiceURL
+	}
 	if l := r.opts.Limits; l != (Limits{}) || r.opts.RequireAuth || r.opts.RejectWrites {
 		kr.Info.Limitation = &nip11Limitation{
 			MaxMessageLength: l.MaxMessageLength,
@@ -375,7 +424,7 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 	kr.DeleteEvent = append(kr.DeleteEvent, func(_ context.Context, ev *nostr.Event) error { return r.store.delete(ev) })
 	kr.QueryEvents = append(kr.QueryEvents, r.queryEvents)
 
-	if r.opts.RequireAuth {
+	if r.opts.RequireAuth && !r.opts.Strfry { // the strfry front end does NIP-42 itself
 		kr.OnConnect = append(kr.OnConnect, func(ctx context.Context) { khatru.RequestAuth(ctx) })
 		kr.RejectFilter = append(kr.RejectFilter, func(ctx context.Context, _ nostr.Filter) (bool, string) {
 			return r.rejectUnauthed(ctx)

@@ -17,7 +17,14 @@ import (
 type memStore struct {
 	mu    sync.Mutex
 	inner slicestore.SliceStore
+	// refuseOlder answers an addressable or replaceable event older than
+	// the stored one with errReplaced, as strfry does (khatru keeps quiet).
+	refuseOlder bool
 }
+
+// errReplaced is strfry's OK message for an event older than the stored
+// version of the same address.
+var errReplaced = errors.New("replaced: have newer event")
 
 func newMemStore(maxLimit int) (*memStore, error) {
 	s := &memStore{}
@@ -81,6 +88,9 @@ func (s *memStore) replace(evt *nostr.Event) error {
 		}
 	}
 	if !store {
+		if s.refuseOlder {
+			return errReplaced
+		}
 		return nil
 	}
 	if err := s.inner.SaveEvent(context.Background(), evt); err != nil && !errors.Is(err, eventstore.ErrDupEvent) {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -106,6 +107,10 @@ func withoutRace(env []string) []string {
 type Relay struct {
 	tb   testing.TB
 	args []string
+	// program returns the command that runs the relay (before the
+	// --listen, --admin and --exit-on-stdin-eof flags and args).
+	program func(tb testing.TB) []string
+	kind    Kind
 
 	mu   sync.Mutex
 	addr string // host:port, fixed after the first start
@@ -124,7 +129,12 @@ type child struct {
 // until it accepts a websocket. The relay is stopped when the test ends.
 func Start(tb testing.TB, args ...string) *Relay {
 	tb.Helper()
-	r := &Relay{tb: tb, args: args}
+	return start(tb, Khatru, func(tb testing.TB) []string { return []string{Binary(tb)} }, args)
+}
+
+func start(tb testing.TB, kind Kind, program func(testing.TB) []string, args []string) *Relay {
+	tb.Helper()
+	r := &Relay{tb: tb, args: args, program: program, kind: kind}
 	r.spawn("127.0.0.1:0")
 	tb.Cleanup(func() {
 		r.mu.Lock()
@@ -139,6 +149,9 @@ func Start(tb testing.TB, args ...string) *Relay {
 	})
 	return r
 }
+
+// Kind is the relay implementation this Relay runs.
+func (r *Relay) Kind() Kind { return r.kind }
 
 // URL is ws://127.0.0.1:port; it stays the same across restarts.
 func (r *Relay) URL() string { return "ws://" + r.Addr() }
@@ -213,10 +226,10 @@ func (r *Relay) stop(p *child, kill bool) {
 
 func (r *Relay) spawn(listen string) {
 	r.tb.Helper()
-	bin := Binary(r.tb)
+	prog := r.program(r.tb)
 	var lastErr error
 	for attempt := 0; attempt < 20; attempt++ {
-		p, addr, err := startChild(bin, listen, r.args)
+		p, addr, err := startChild(prog, listen, r.args)
 		if err == nil {
 			r.mu.Lock()
 			r.proc, r.addr = p, addr
@@ -234,8 +247,9 @@ func (r *Relay) spawn(listen string) {
 	r.tb.Fatalf("start relay on %s: %v", listen, lastErr)
 }
 
-func startChild(bin, listen string, extra []string) (*child, string, error) {
-	args := append([]string{"--listen", listen, "--admin", "--exit-on-stdin-eof"}, extra...)
+func startChild(prog []string, listen string, extra []string) (*child, string, error) {
+	bin := prog[0]
+	args := append(append(slices.Clone(prog[1:]), "--listen", listen, "--admin", "--exit-on-stdin-eof"), extra...)
 	cmd := exec.Command(bin, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -317,7 +331,8 @@ func waitWebsocket(ctx context.Context, url string) error {
 
 // Inject delivers ev verbatim (no checks) to the relay's matching
 // subscribers, and stores it when store is true; it returns how many
-// subscriptions got it. Use it to serve forged, stale or future events.
+// subscriptions got it (-1 for NostrRelay, whose broadcast does not say).
+// Use it to serve forged, stale or future events.
 func (r *Relay) Inject(ev nostr.Event, store bool) int {
 	r.tb.Helper()
 	body, err := json.Marshal(ev)
