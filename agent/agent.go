@@ -252,6 +252,8 @@ type Agent struct {
 
 	attemptMu sync.Mutex
 	attempted map[string]bool // revocation event ids whose first attempt was reported
+
+	ingestLog ingestLog // which refused events are worth a WARN (ingestlog.go)
 }
 
 // New builds an agent: it migrates the agent and courier tables, restores

@@ -54,6 +54,12 @@ type RelayStatus struct {
 	Reconnects  int       `json:"reconnects"`
 	LastMessage time.Time `json:"last_message,omitzero"`
 	LastError   string    `json:"last_error,omitempty"`
+	// LastRejection is the last time this relay refused one of our events
+	// (nil: never since the agent started).
+	LastRejection *RelayRejection `json:"last_rejection,omitempty"`
+	// PublishBackoffUntil is set while the relay asked us to slow down
+	// (rate-limited:): our publishes to it wait until then.
+	PublishBackoffUntil time.Time `json:"publish_backoff_until,omitzero"`
 }
 
 // httpServer serves /metrics, /healthz (200 "ok", or 503 naming the failed

@@ -517,11 +517,15 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 }
 
 func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input, bool) {
+	if a.ownGrant(re.Event) {
+		// A grant we published ourselves (ingestlog.go): not a rejection.
+		return input{}, false
+	}
 	got, err := a.ingestor.Ingest(ctx, now, re.Event)
 	if err != nil {
 		reason := string(heartbeat.ReasonOf(err))
 		a.met.eventsRejected.WithLabelValues(reason).Inc()
-		a.logger.Debug("event rejected", "relay", re.Relay, "reason", reason, "err", err)
+		a.logRejected(re, now, err)
 		return input{}, false
 	}
 	switch {

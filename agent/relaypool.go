@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nbd-wtf/go-nostr"
 
@@ -21,7 +22,11 @@ type RelayEvent struct {
 // is a timeout.
 type PublishResult struct {
 	Accepted []string
-	Rejected map[string]string // relay -> the relay's reason
+	// Rejected maps a relay to its words: an OK false, mute:, or the
+	// rate-limited: reason of a publish held back by that relay's backoff.
+	Rejected map[string]string
+	// TimedOut lists relays that gave no OK (a NOTICE meanwhile is in the
+	// relay's Status().LastRejection) or could not be sent to.
 	TimedOut []string
 }
 
@@ -134,16 +139,32 @@ func (r *relayPool) Query(ctx context.Context, f nostr.Filter) ([]RelayEvent, in
 	return out, n
 }
 
+// RelayRejection is one refusal of an event we published: the relay's OK
+// false (other than mute:), a publish held back by its rate-limited:, or a
+// NOTICE it sent while the publish awaited an OK that never came.
+type RelayRejection struct {
+	At      time.Time `json:"at"`
+	Kind    int       `json:"kind"`
+	EventID string    `json:"event_id"`
+	// Outcome is agent/relay's: rejected, rate_limited or timed_out.
+	Outcome string `json:"outcome"`
+	// Reason is the relay's words.
+	Reason string `json:"reason"`
+}
+
 func (r *relayPool) Status() []RelayStatus {
 	st := r.p.Status()
 	out := make([]RelayStatus, len(st))
 	for i, s := range st {
 		out[i] = RelayStatus{
 			URL: s.URL, Connected: s.Connected, EOSE: s.EOSESeen, Reconnects: s.Reconnects,
-			LastMessage: s.LastMessageAt, LastError: s.LastError,
+			LastMessage: s.LastMessageAt, LastError: s.LastError, PublishBackoffUntil: s.PublishBackoffUntil,
 		}
 		if s.ClosedPermanently {
 			out[i].LastError = "subscription closed: " + s.ClosedReason
+		}
+		if lr := s.LastRejection; !lr.At.IsZero() {
+			out[i].LastRejection = &RelayRejection{At: lr.At, Kind: lr.Kind, EventID: lr.EventID, Outcome: string(lr.Outcome), Reason: lr.Reason}
 		}
 	}
 	return out
