@@ -347,3 +347,29 @@ func TestAuthThroughDialAddr(t *testing.T) {
 		})
 	}
 }
+
+// @nostr-relay/core answers a filter it saw within the last second from
+// that earlier result (filterResultCacheTtl). A query right after a publish
+// must still see the event: a claim read that missed a rival's claim could
+// let two standbys start the same workload.
+func TestQueryNotAnsweredFromRelayCache(t *testing.T) {
+	r := relaytest.StartKind(t, relaytest.NostrRelay, relaytest.KindOptions{})
+	h := newPool(t, fastConfig(r.URL()), relay.Options{})
+	ev := signed(t, 38386, "claim", time.Now())
+	ev.Tags = nostr.Tags{{"d", "paygress:promoted:v1:w-cache"}}
+	if err := ev.Sign(authorKey); err != nil {
+		t.Fatal(err)
+	}
+	f := nostr.Filter{Kinds: []int{38386}, Tags: nostr.TagMap{"d": {"paygress:promoted:v1:w-cache"}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if q := h.pool.Query(ctx, f); !q[0].Complete() || len(q[0].Events) != 0 {
+		t.Fatalf("Query() before the claim = %+v, want complete and empty", q[0])
+	}
+	if res := h.pool.Publish(ctx, ev); res.AcceptedCount() != 1 {
+		t.Fatalf("Publish() = %+v, want accepted", res)
+	}
+	if q := h.pool.Query(ctx, f); !q[0].Complete() || len(q[0].Events) != 1 {
+		t.Fatalf("Query() right after the claim = %d events (complete %v), want the claim, not a cached empty result", len(q[0].Events), q[0].Complete())
+	}
+}

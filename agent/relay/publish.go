@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nbd-wtf/go-nostr"
 )
@@ -268,6 +269,25 @@ func waitClosed(ctx context.Context, c *conn) bool {
 	}
 }
 
+// uncachedUntil is how far ahead uncached puts a query's until.
+const uncachedUntil = 365 * 24 * time.Hour
+
+// uncached gives a filter without until one a year ahead, plus up to a day
+// at random, so that no two queries send the same filter: @nostr-relay/core
+// answers a filter it saw in the last second (its default
+// filterResultCacheTtl) from that earlier result, which a claim read must
+// never get (it would miss a claim stored since). Events dated a year ahead
+// are refused by the ingest anyway.
+func uncached(f nostr.Filter, now time.Time, r float64) nostr.Filter {
+	if f.Until != nil {
+		return f
+	}
+	f = f.Clone()
+	u := nostr.Timestamp(now.Add(uncachedUntil).Unix() + int64(r*86400))
+	f.Until = &u
+	return f
+}
+
 // QueryResult is what one relay returned for a Query.
 type QueryResult struct {
 	Relay string
@@ -356,7 +376,7 @@ func (s *supervisor) query(ctx context.Context, filter nostr.Filter) QueryResult
 			res.Err = fmt.Errorf("%w (max_subscriptions %d)", ErrSubscriptionLimit, l.MaxSubscriptions)
 			return res
 		}
-		groups := prepareFilters([]nostr.Filter{filter}, nil, l)
+		groups := prepareFilters([]nostr.Filter{uncached(filter, s.p.opts.Now(), s.p.opts.Rand())}, nil, l)
 		id := c.nextID("pa-query-")
 		q := &querySink{done: make(chan struct{})}
 		c.mu.Lock()

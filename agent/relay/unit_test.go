@@ -267,3 +267,27 @@ func FuzzParseLimits(f *testing.F) {
 		}
 	})
 }
+
+// Two queries never send the same filter, so a relay's filter-result cache
+// (@nostr-relay/core keeps one for a second) cannot answer a claim read
+// with a result from before a claim was stored; an until of the caller's
+// own is kept.
+func TestUncachedQueryFilter(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	f := nostr.Filter{Kinds: []int{38386}, Tags: nostr.TagMap{"d": {"paygress:promoted:v1:w"}}}
+	a, b := uncached(f, now, 0.1), uncached(f, now, 0.7)
+	if a.Until == nil || b.Until == nil || *a.Until == *b.Until {
+		t.Fatalf("uncached untils = %v, %v, want two different ones", a.Until, b.Until)
+	}
+	if min := nostr.Timestamp(now.Add(uncachedUntil).Unix()); *a.Until < min {
+		t.Fatalf("until = %v, want at least a year ahead (%v)", *a.Until, min)
+	}
+	if f.Until != nil {
+		t.Fatalf("uncached modified its input")
+	}
+	own := nostr.Timestamp(5)
+	f.Until = &own
+	if g := uncached(f, now, 0.5); *g.Until != 5 {
+		t.Fatalf("uncached replaced the caller's until: %v", *g.Until)
+	}
+}

@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -65,7 +68,14 @@ func build() (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create build dir: %w", err)
 	}
-	final := filepath.Join(dir, "localrelayd-"+runtime.GOOS+"-"+runtime.GOARCH)
+	// Named by a hash of its sources: test processes of other checkouts
+	// (worktrees, branches) of this module share the cache directory and
+	// must never run, or replace, each other's binary.
+	sum, err := sourceHash()
+	if err != nil {
+		return "", err
+	}
+	final := filepath.Join(dir, "localrelayd-"+runtime.GOOS+"-"+runtime.GOARCH+"-"+sum)
 	tmp, err := os.CreateTemp(dir, "localrelayd-*.tmp")
 	if err != nil {
 		return "", fmt.Errorf("create temp binary: %w", err)
@@ -83,6 +93,45 @@ func build() (string, error) {
 		return "", fmt.Errorf("install binary: %w", err)
 	}
 	return final, nil
+}
+
+// sourceHash hashes what localrelayd is built from: every file under
+// internal/localrelay, go.mod and go.sum.
+func sourceHash() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", fmt.Errorf("cannot locate the relaytest package")
+	}
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	h := sha256.New()
+	add := func(path string) error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("hash localrelayd sources: %w", err)
+		}
+		rel, _ := filepath.Rel(root, path)
+		fmt.Fprintf(h, "%s %d\n", rel, len(b))
+		h.Write(b)
+		return nil
+	}
+	err := filepath.WalkDir(filepath.Join(root, "internal", "localrelay"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		return add(path)
+	})
+	if err != nil {
+		return "", fmt.Errorf("hash localrelayd sources: %w", err)
+	}
+	for _, f := range []string{"go.mod", "go.sum"} {
+		if err := add(filepath.Join(root, f)); err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
 func withoutRace(env []string) []string {
