@@ -126,10 +126,8 @@ func prepareNostrRelay() (string, error) {
 	if _, err := exec.LookPath("node"); err != nil {
 		return "", fmt.Errorf("node not found on PATH (needs Node.js 20 and npm): %w", err)
 	}
-	if installed(dir) {
-		return dir, nil
-	}
-	// Several test binaries may get here at once: one installs.
+	// Several test binaries may get here at once, and .ci/run may be running
+	// npm ci under the same lock: wait for it, then install only if needed.
 	lock, err := os.OpenFile(filepath.Join(dir, ".npm-ci.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return "", fmt.Errorf("lock %s: %w", dir, err)
