@@ -38,6 +38,7 @@ type childConfig struct {
 }
 
 func TestMain(m *testing.M) {
+	backend.RunShimIfRequested()
 	if path := os.Getenv(childEnv); path != "" {
 		if err := runChild(path); err != nil {
 			fmt.Fprintln(os.Stderr, "child agent:", err)

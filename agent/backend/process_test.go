@@ -76,6 +76,9 @@ func TestNaturalExits(t *testing.T) {
 		{"success", "exit 0", 0, ""},
 		{"failure", "exit 3", 3, ""},
 		{"killed by signal", "kill -SEGV $$", -1, "SIGSEGV"},
+		{"killed by a dumping signal", "kill -QUIT $$", -1, "SIGQUIT"},
+		{"aborted", "kill -ABRT $$", -1, "SIGABRT"},
+		{"exit code of a signal's number", "exit 143", 143, ""},
 	}
 	for _, tc := range cases {
 		id := "w-" + strings.ReplaceAll(tc.name, " ", "-")

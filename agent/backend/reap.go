@@ -2,37 +2,87 @@ package backend
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 )
 
 // MarkerEnv is the environment variable that tags every process a Process
-// backend with a LogDir starts; its value identifies the LogDir. A restarted
-// agent uses it to find and kill workloads its previous incarnation left.
+// backend with a LogDir starts (its supervisors and their workloads); its
+// value identifies the LogDir. A restarted agent uses it to find and kill
+// what its previous incarnation left.
 const MarkerEnv = "PROVIDER_AGENT_BACKEND"
 
-// reapLeftovers SIGKILLs every process (and its process group) whose
-// environment carries this backend's marker. It runs before the backend
-// starts anything, so each such process is a leftover of an earlier agent
-// that died without stopping its workloads. Processes it may not inspect
-// are skipped. It returns the number of processes killed.
-func (b *Process) reapLeftovers() int {
-	entries, err := os.ReadDir("/proc")
+// markerFor returns the MarkerEnv value of a backend using logDir.
+func markerFor(logDir string) (string, error) {
+	abs, err := filepath.Abs(logDir)
 	if err != nil {
-		return 0
+		return "", fmt.Errorf("backend: log dir: %w", err)
 	}
-	want := []byte(MarkerEnv + "=" + b.marker)
+	sum := sha256.Sum256([]byte(abs))
+	return hex.EncodeToString(sum[:8]), nil
+}
+
+// KillLeftovers SIGKILLs every process (and its process group) that a
+// Process backend with this LogDir started and that is still running: the
+// second line of defence behind the workload supervisors, for workloads
+// whose supervisor was itself SIGKILLed (an OOM kill, kill -9 of the whole
+// process group). It must run before anything starts workloads on logDir
+// and, in the daemon, as early as possible: before opening the database,
+// whose failure must not leave an earlier agent's workloads running. The
+// caller must make sure no live agent uses logDir (the daemon holds the
+// data dir lock). Processes it may not inspect are skipped. It returns
+// the number of processes killed.
+func KillLeftovers(logDir string, logger *slog.Logger) (int, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	marker, err := markerFor(logDir)
+	if err != nil {
+		return 0, err
+	}
+	n, err := killMarked(logger, MarkerEnv+"="+marker)
+	if err != nil {
+		return n, fmt.Errorf("backend: kill leftovers: %w", err)
+	}
+	if n > 0 {
+		logger.Warn("killed workload processes left running by a previous agent", "processes", n, "log_dir", logDir)
+	}
+	return n, nil
+}
+
+// killMarked SIGKILLs every process whose environment holds every one of
+// entries ("KEY=value"), and its process group.
+func killMarked(logger *slog.Logger, entries ...string) (int, error) {
+	dir, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	want := make([][]byte, len(entries))
+	for i, e := range entries {
+		want[i] = []byte(e)
+	}
 	self := os.Getpid()
 	n := 0
-	for _, e := range entries {
+	for _, e := range dir {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == self || pid <= 1 {
 			continue
 		}
 		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !hasEnvEntry(env, want) {
+		if err != nil {
+			continue
+		}
+		all := true
+		for _, w := range want {
+			all = all && hasEnvEntry(env, w)
+		}
+		if !all {
 			continue
 		}
 		if pgid := procPgid(pid); pgid > 1 && pgid != syscall.Getpgrp() {
@@ -40,10 +90,10 @@ func (b *Process) reapLeftovers() int {
 		}
 		if syscall.Kill(pid, syscall.SIGKILL) == nil {
 			n++
-			b.logger.Warn("killed leftover workload process", "pid", pid)
+			logger.Warn("killed leftover workload process", "pid", pid)
 		}
 	}
-	return n
+	return n, nil
 }
 
 // hasEnvEntry reports whether the NUL-separated environ holds entry exactly.
@@ -59,24 +109,9 @@ func hasEnvEntry(environ, entry []byte) bool {
 // procPgid reads the process group of pid from /proc/<pid>/stat (0 when it
 // cannot).
 func procPgid(pid int) int {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	st, ok := readStat(pid)
+	if !ok {
 		return 0
 	}
-	// Fields after the command name, which is in parentheses and may hold
-	// spaces: state ppid pgrp ...
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 3 {
-		return 0
-	}
-	pgid, err := strconv.Atoi(f[2])
-	if err != nil {
-		return 0
-	}
-	return pgid
+	return st.pgrp
 }

@@ -15,6 +15,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"provideragent/agent/backend"
 )
 
 // command is one subcommand of provider-agent.
@@ -46,6 +48,9 @@ func usagef(format string, args ...any) error {
 }
 
 func main() {
+	// A workload supervisor the process backend started (this binary
+	// re-executed): it never returns.
+	backend.RunShimIfRequested()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
