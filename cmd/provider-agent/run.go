@@ -35,6 +35,13 @@ workload it is named in, runs and fences the workload processes, and serves
 /metrics, /healthz and /status (default on 127.0.0.1:9464). It stops cleanly on
 SIGINT or SIGTERM.
 
+Workload processes never outlive the agent: each runs under a supervisor
+(this binary, re-executed) that kills the workload's whole process tree when
+the agent dies, even by kill -9. run holds <data_dir>/provider-agent.lock for
+its whole life, so a second run on the same data dir exits 1 naming the
+holder's pid; right after taking it, before opening the database, it kills
+any workload process a killed earlier run on this data dir left.
+
 Settings come from the TOML config file, then PROVIDER_AGENT_<SECTION>_<KEY>
 environment variables, then these flags. The identity key file must not be
 readable by group or others (chmod 600); create one with 'provider-agent keygen'.
@@ -69,12 +76,25 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	secret, err := config.LoadKeyFile(cfg.KeyFilePath())
+	if err := os.MkdirAll(cfg.Agent.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	// One agent per data dir, for the whole run (released when run returns,
+	// after the workloads were stopped, or by the kernel when it dies).
+	lock, err := lockDataDir(cfg.Agent.DataDir)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(cfg.Agent.DataDir, 0o700); err != nil {
-		return fmt.Errorf("create data dir: %w", err)
+	defer lock.Close()
+	// Before anything that can fail: an earlier agent on this data dir that
+	// was killed must not keep its workloads running because this one
+	// cannot open its database or read its key.
+	if _, err := backend.KillLeftovers(cfg.BackendLogDir(), logger); err != nil {
+		return err
+	}
+	secret, err := config.LoadKeyFile(cfg.KeyFilePath())
+	if err != nil {
+		return err
 	}
 	db, err := sqlitedb.Open(ctx, cfg.DBPath(), sqlitedb.Options{})
 	if err != nil {

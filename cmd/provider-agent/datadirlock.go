@@ -1,0 +1,74 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// lockFileName is the file in the data dir that 'run' holds an exclusive
+// flock on for its whole life; it contains the holder's pid.
+const lockFileName = "provider-agent.lock"
+
+// errDataDirLocked means another process holds the data dir's lock.
+var errDataDirLocked = errors.New("data dir is locked")
+
+// lockDataDir takes the exclusive lock on dir's lock file, without
+// waiting, and writes this process's pid into it. The lock lasts until the
+// returned file is closed or the process dies, however it dies (the kernel
+// releases a flock with its last descriptor, and the descriptor is
+// close-on-exec, so no child holds it). When another process holds it, the
+// error wraps errDataDirLocked and names the holder's pid. Operator
+// commands that only read do not take it.
+func lockDataDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
+	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder := "unknown"
+		if data, rerr := os.ReadFile(path); rerr == nil {
+			if pid, perr := strconv.Atoi(strings.TrimSpace(string(data))); perr == nil {
+				holder = strconv.Itoa(pid)
+			}
+		}
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data dir %s is in use by another provider-agent run (pid %s, holding %s): %w", dir, holder, path, errDataDirLocked)
+		}
+		return nil, fmt.Errorf("lock data dir: %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock data dir: write pid: %w", err)
+	}
+	return f, nil
+}
+
+// flock applies how to f, retrying when a signal interrupts it.
+func flock(f *os.File, how int) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			ferr = syscall.Flock(int(fd), how)
+			if !errors.Is(ferr, syscall.EINTR) {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return ferr
+}
