@@ -1,8 +1,12 @@
 // Package backend runs workloads for the agent. Backend is the interface the
 // daemon drives (start, stop, running, exit notifications, close); Process is
-// the production implementation that runs a lease's command as a child
-// process in its own process group, logs its output to one file per
-// workload, and stops it with SIGTERM and then SIGKILL after a grace period.
+// the production implementation: it runs a lease's command under a
+// supervisor (the agent's own binary re-executed, see RunShimIfRequested,
+// which every main and TestMain that starts a Process must call first) that
+// kills the command's whole process tree when the agent dies, logs its
+// output to one file per workload, and stops it with SIGTERM and then
+// SIGKILL after a grace period. KillLeftovers kills what a killed agent's
+// supervisors could not.
 //
 // Exits caused by Stop or Close are reported with Stopped set, so the lease
 // machine does not count them as crashes. The package backendtest holds an
