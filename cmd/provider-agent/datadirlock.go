@@ -14,16 +14,23 @@ import (
 // flock on for its whole life; it contains the holder's pid.
 const lockFileName = "provider-agent.lock"
 
-// errDataDirLocked means another process holds the data dir's lock.
-var errDataDirLocked = errors.New("data dir is locked")
+// dataDirLockedError means another process holds the data dir's lock.
+type dataDirLockedError struct {
+	dir, path string
+	holder    string // its pid as written in the lock file, or "unknown"
+}
+
+func (e *dataDirLockedError) Error() string {
+	return fmt.Sprintf("data dir %s is in use by another provider-agent run (pid %s holds %s)", e.dir, e.holder, e.path)
+}
 
 // lockDataDir takes the exclusive lock on dir's lock file, without
 // waiting, and writes this process's pid into it. The lock lasts until the
 // returned file is closed or the process dies, however it dies (the kernel
 // releases a flock with its last descriptor, and the descriptor is
 // close-on-exec, so no child holds it). When another process holds it, the
-// error wraps errDataDirLocked and names the holder's pid. Operator
-// commands that only read do not take it.
+// error is a *dataDirLockedError naming the holder's pid. Operator commands
+// that only read do not take it.
 func lockDataDir(dir string) (*os.File, error) {
 	path := filepath.Join(dir, lockFileName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
@@ -39,7 +46,7 @@ func lockDataDir(dir string) (*os.File, error) {
 		}
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("data dir %s is in use by another provider-agent run (pid %s, holding %s): %w", dir, holder, path, errDataDirLocked)
+			return nil, &dataDirLockedError{dir: dir, path: path, holder: holder}
 		}
 		return nil, fmt.Errorf("lock data dir: %s: %w", path, err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -305,4 +306,30 @@ func TestSecondRunOnADataDirRefuses(t *testing.T) {
 		t.Fatalf("first run after SIGTERM = %v, want exit 0", err)
 	}
 	waitAllDead(t, "after the first run stopped", ps)
+}
+
+// TestLockDataDir: the lock is exclusive across descriptors (as across
+// processes), names the holder's pid, and is free again once released.
+func TestLockDataDir(t *testing.T) {
+	dir := t.TempDir()
+	first, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatalf("lockDataDir(free dir) = %v, want nil", err)
+	}
+	_, err = lockDataDir(dir)
+	var locked *dataDirLockedError
+	if !errors.As(err, &locked) || locked.holder != strconv.Itoa(os.Getpid()) {
+		t.Fatalf("lockDataDir(held dir) = %v, want a dataDirLockedError naming pid %d", err, os.Getpid())
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatalf("lockDataDir(released dir) = %v, want nil", err)
+	}
+	again.Close()
+	if _, err := lockDataDir(filepath.Join(dir, "missing")); err == nil || errors.As(err, &locked) {
+		t.Errorf("lockDataDir(missing dir) = %v, want an error that is not a lock conflict", err)
+	}
 }
