@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -137,8 +138,25 @@ func TestParseShimConfig(t *testing.T) {
 			t.Errorf("parseShimConfig(%q) = nil error, want one", bad)
 		}
 	}
-	// Run by hand (no pipes on fds 3 and 4), the shim refuses.
-	if code := runShim(good.env()[len(shimEnv)+1:], []string{shimArgv0, "/bin/true", "true"}); code != 2 {
-		t.Errorf("runShim without its pipes = %d, want 2", code)
+}
+
+// TestShimRefusesWithoutItsPipes: a process started with the shim's
+// variable by hand (no lifeline, no handshake pipe) refuses to run
+// anything and exits 2.
+func TestShimRefusesWithoutItsPipes(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	touch, err := exec.LookPath("touch")
+	if err != nil {
+		t.Skip("no touch in PATH")
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Args = []string{shimArgv0, touch, "touch", marker}
+	cmd.Env = append(os.Environ(), shimConfig{agent: os.Getpid(), grace: time.Second}.env())
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Errorf("shim without its pipes = %v (%s), want exit 2", err, out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("shim without its pipes ran its command, want nothing run")
 	}
 }
