@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +81,8 @@ func TestExampleParsesAndValidates(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("Validate(Example()) = %v, want nil", err)
 	}
-	// Every setting other than relays, quorum and issuers shows its default.
+	// Every setting other than relays and quorum shows its default (the
+	// empty issuer list may parse as an empty rather than a nil slice).
 	d := Default()
 	c.Lease.Relays, d.Lease.Relays = nil, nil
 	c.Lease.Quorum = d.Lease.Quorum
@@ -90,6 +92,37 @@ func TestExampleParsesAndValidates(t *testing.T) {
 		t.Errorf("Example() values = %+v, want the defaults %+v", c, d)
 	}
 }
+
+// TestExampleTrustsNoIssuer: the example config, which operators copy as
+// their config, trusts no lease issuer (issue 16 item 4): a trusted key
+// whose secret someone else holds could make the node run any command. It
+// says how to add one instead.
+func TestExampleTrustsNoIssuer(t *testing.T) {
+	c, err := Parse([]byte(Example()))
+	if err != nil {
+		t.Fatalf("Parse(Example()) = %v, want nil", err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate(Example()) = %v, want nil", err)
+	}
+	if len(c.Agent.TrustedIssuers) != 0 {
+		t.Errorf("Example() agent.trusted_issuers = %q, want none", c.Agent.TrustedIssuers)
+	}
+	for _, line := range strings.Split(Example(), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		if strings.Contains(line, "npub1") || hexKeyRE.MatchString(line) {
+			t.Errorf("Example() line %q names a key outside a comment, want none", line)
+		}
+	}
+	if !strings.Contains(Example(), "# trusted_issuers = [\"npub1") {
+		t.Errorf("Example() lacks a commented trusted_issuers line showing how to add a key")
+	}
+}
+
+// hexKeyRE matches a 64-character hex string (a public key).
+var hexKeyRE = regexp.MustCompile(`\b[0-9a-fA-F]{64}\b`)
 
 func TestExampleMentionsEveryKey(t *testing.T) {
 	var c Config

@@ -1,9 +1,11 @@
 package config
 
 // Example returns a commented example config file. Every setting appears
-// with its default value except the relays, the quorum and the trusted
-// issuers, which have no useful default. A test checks that it parses and
-// validates.
+// with its default value except the relays and the quorum, which have no
+// useful default. It trusts no lease issuer (an empty trusted_issuers, with
+// a comment on how to add one): an example copied as is must not let a key
+// held by someone else run commands on the node. Tests check that it parses,
+// validates and trusts no one.
 func Example() string { return exampleTOML }
 
 const exampleTOML = `# provider-agent configuration (TOML). Every key is optional except
@@ -21,7 +23,13 @@ data_dir = "provider-agent-data"
 # /metrics, /healthz and /status. Loopback by default; "" disables.
 listen = "127.0.0.1:9464"
 # Public keys (hex or npub) whose lease grants (kind 38388) are accepted.
-trusted_issuers = ["npub1flwvqsh5vyveclsd5guhk626q2tk6cmgn4w3ef9d8euhw0qtnflq3cp0yj"]
+# Whoever holds the secret of a listed key can make this node run any
+# command, so the example trusts no one. Add only keys whose secret you (or
+# an issuer you trust) hold, for example the npub that
+# 'provider-agent keygen --out issuer.key' prints:
+# trusted_issuers = ["npub1..."]
+# Local operator grants ('provider-agent workloads grant') need no issuer.
+trusted_issuers = []
 # How often the lease machine ticks; at most lease.stale.
 tick_interval = "250ms"
 # How long one publish waits for the relays' OK answers.
