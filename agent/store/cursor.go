@@ -25,17 +25,26 @@ type Token uint64
 // The cursor never goes backwards: an event older than the cursor is tracked
 // but cannot lower it.
 //
+// An event that has not been validated yet (its signature and signer still
+// to be checked) is registered with Reserve instead of Begin: while in
+// flight it holds the cursor back like any other, but its point counts as
+// seen only once Accept is called. A reserved event that is finished
+// without Accept (rejected: forged, from a stranger, dated in the future)
+// never moves the cursor, so one bad event cannot push it past events still
+// to come.
+//
 // CursorTracker is a plain value with no locking; the owner serialises
 // calls. Use one per relay.
 type CursorTracker struct {
-	cursor   int64 // last value of Safe; never decreases
-	maxSeen  int64 // highest point ever begun
-	next     Token
-	inflight map[Token]int64 // point of each unfinished event
-	pending  pointHeap       // points with unfinished events (lazy: may hold finished ones)
-	count    map[int64]int   // unfinished events per point
-	failures map[Token]int   // failures per unfinished token
-	reported int64           // cursor value last returned with changed=true
+	cursor     int64 // last value of Safe; never decreases
+	maxSeen    int64 // highest point begun or accepted
+	next       Token
+	inflight   map[Token]int64 // point of each unfinished event
+	unaccepted map[Token]bool  // reserved tokens not accepted yet
+	pending    pointHeap       // points with unfinished events (lazy: may hold finished ones)
+	count      map[int64]int   // unfinished events per point
+	failures   map[Token]int   // failures per unfinished token
+	reported   int64           // cursor value last returned with changed=true
 }
 
 // NewCursorTracker returns a tracker resuming at the persisted cursor start
@@ -47,35 +56,68 @@ func NewCursorTracker(start int64) *CursorTracker {
 	return &CursorTracker{
 		cursor:   start,
 		maxSeen:  start,
-		reported: start,
-		inflight: map[Token]int64{},
-		count:    map[int64]int{},
-		failures: map[Token]int{},
+		reported:   start,
+		inflight:   map[Token]int64{},
+		unaccepted: map[Token]bool{},
+		count:      map[int64]int{},
+		failures:   map[Token]int{},
 	}
 }
 
-// Begin registers an in-flight event at point and returns its token.
+// Begin registers an in-flight event at point and returns its token. Its
+// point counts as seen at once (Reserve then Accept, in one call).
 func (c *CursorTracker) Begin(point int64) Token {
+	t := c.Reserve(point)
+	c.see(point)
+	delete(c.unaccepted, t)
+	return t
+}
+
+// Reserve registers an in-flight event at point that has not been validated
+// yet: it holds the cursor at or below point until it finishes, but its
+// point counts as seen only after Accept. Finishing it with Done without
+// Accept drops it without moving the cursor.
+func (c *CursorTracker) Reserve(point int64) Token {
 	c.next++
 	t := c.next
 	c.inflight[t] = point
+	c.unaccepted[t] = true
 	if c.count[point] == 0 {
 		heap.Push(&c.pending, point)
 	}
 	c.count[point]++
-	if point > c.maxSeen {
-		c.maxSeen = point
-	}
 	return t
 }
 
-// Done marks the event finished.
+// Accept counts a reserved event's point as seen (it passed validation).
+// Accepting a token twice, or one from Begin, is not an error.
+func (c *CursorTracker) Accept(t Token) error {
+	point, ok := c.inflight[t]
+	if !ok {
+		return fmt.Errorf("accept %d: %w", t, ErrUnknownToken)
+	}
+	if c.unaccepted[t] {
+		delete(c.unaccepted, t)
+		c.see(point)
+	}
+	return nil
+}
+
+func (c *CursorTracker) see(point int64) {
+	if point > c.maxSeen {
+		c.maxSeen = point
+	}
+}
+
+// Done marks the event finished; a reserved event never accepted is
+// dropped without counting its point as seen.
 func (c *CursorTracker) Done(t Token) error {
 	point, ok := c.inflight[t]
 	if !ok {
 		return fmt.Errorf("done %d: %w", t, ErrUnknownToken)
 	}
 	delete(c.inflight, t)
+	delete(c.unaccepted, t)
 	delete(c.failures, t)
 	c.count[point]--
 	if c.count[point] == 0 {
@@ -111,14 +153,15 @@ func (c *CursorTracker) InFlight() int { return len(c.inflight) }
 
 // Safe returns the cursor to persist (resume with since = it: every event
 // below it has finished) and whether it moved since the last call that
-// reported a change.
+// reported a change. It never exceeds the highest accepted point (or the
+// start): an in-flight reserved event above it cannot raise it.
 func (c *CursorTracker) Safe() (since int64, changed bool) {
 	candidate := c.maxSeen
 	for c.pending.Len() > 0 && c.count[c.pending[0]] == 0 {
 		heap.Pop(&c.pending)
 	}
 	if c.pending.Len() > 0 {
-		candidate = c.pending[0]
+		candidate = min(c.pending[0], c.maxSeen)
 	}
 	if candidate > c.cursor {
 		c.cursor = candidate

@@ -93,6 +93,7 @@ func TestCursorTokenErrors(t *testing.T) {
 type refEvent struct {
 	point     int64
 	done      bool
+	accepted  bool // Begin, or Reserve then Accept
 	atOrAbove bool // point >= cursor when it began
 }
 
@@ -106,18 +107,25 @@ func TestCursorMatchesReference(t *testing.T) {
 		refCursor, refReported := start, start
 		var live []Token // unfinished tokens
 
+		// maxAccepted is the highest accepted point (or the start).
+		maxAccepted := func() int64 {
+			m := start
+			for _, e := range ref {
+				if e.accepted && e.point > m {
+					m = e.point
+				}
+			}
+			return m
+		}
 		refSafe := func() int64 {
 			cand, any := int64(0), false
-			maxSeen := start
+			maxSeen := maxAccepted()
 			for _, e := range ref {
-				if e.point > maxSeen {
-					maxSeen = e.point
-				}
 				if !e.done && (!any || e.point < cand) {
 					cand, any = e.point, true
 				}
 			}
-			if !any {
+			if !any || cand > maxSeen {
 				cand = maxSeen
 			}
 			if cand > refCursor {
@@ -125,15 +133,32 @@ func TestCursorMatchesReference(t *testing.T) {
 			}
 			return refCursor
 		}
+		begin := func(t *rapid.T, reserve bool) {
+			cur, _ := c.Safe()
+			refReported = cur
+			p := rapid.Int64Range(0, 120).Draw(t, "point")
+			var tk Token
+			if reserve {
+				tk = c.Reserve(p)
+			} else {
+				tk = c.Begin(p)
+			}
+			ref[tk] = &refEvent{point: p, accepted: !reserve, atOrAbove: p >= cur}
+			live = append(live, tk)
+		}
 
 		t.Repeat(map[string]func(*rapid.T){
-			"begin": func(t *rapid.T) {
-				cur, _ := c.Safe()
-				refReported = cur
-				p := rapid.Int64Range(0, 120).Draw(t, "point")
-				tk := c.Begin(p)
-				ref[tk] = &refEvent{point: p, atOrAbove: p >= cur}
-				live = append(live, tk)
+			"begin":   func(t *rapid.T) { begin(t, false) },
+			"reserve": func(t *rapid.T) { begin(t, true) },
+			"accept": func(t *rapid.T) {
+				if len(live) == 0 {
+					t.Skip("nothing in flight")
+				}
+				tk := live[rapid.IntRange(0, len(live)-1).Draw(t, "i")]
+				if err := c.Accept(tk); err != nil {
+					t.Fatalf("Accept(%d) = %v, want nil", tk, err)
+				}
+				ref[tk].accepted = true
 			},
 			"done": func(t *rapid.T) {
 				if len(live) == 0 {
@@ -176,12 +201,48 @@ func TestCursorMatchesReference(t *testing.T) {
 						t.Fatalf("Safe() = %d passes unfinished event %d at %d", since, tk, e.point)
 					}
 				}
+				// A reserved event never accepted (rejected) never
+				// raises the cursor.
+				if m := maxAccepted(); since > m {
+					t.Fatalf("Safe() = %d above the highest accepted point %d", since, m)
+				}
 				if c.InFlight() != len(live) {
 					t.Fatalf("InFlight() = %d, want %d", c.InFlight(), len(live))
 				}
 			},
 		})
 	})
+}
+
+// TestCursorRejectedFutureEventDoesNotMoveIt: an event reserved before
+// validation and dropped (a forgery dated in the year 2100) never moves the
+// cursor, in flight or after; an accepted one does (issue 16 item 3).
+func TestCursorRejectedFutureEventDoesNotMoveIt(t *testing.T) {
+	const y2100 = 4102444800
+	c := NewCursorTracker(1000)
+	forged := c.Reserve(y2100)
+	if since, _ := c.Safe(); since != 1000 {
+		t.Fatalf("Safe() with a reserved event at 2100 in flight = %d, want 1000", since)
+	}
+	good := c.Reserve(1010)
+	if err := c.Accept(good); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Done(forged); err != nil {
+		t.Fatal(err)
+	}
+	if since, _ := c.Safe(); since != 1010 {
+		t.Fatalf("Safe() with an accepted event at 1010 in flight = %d, want 1010", since)
+	}
+	if err := c.Done(good); err != nil {
+		t.Fatal(err)
+	}
+	if since, _ := c.Safe(); since != 1010 {
+		t.Fatalf("Safe() after the forged event was dropped = %d, want 1010", since)
+	}
+	if err := c.Accept(forged); !errors.Is(err, ErrUnknownToken) {
+		t.Errorf("Accept(finished) = %v, want ErrUnknownToken", err)
+	}
 }
 
 func BenchmarkCursorTracker(b *testing.B) {

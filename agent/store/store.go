@@ -250,6 +250,37 @@ func (s *Store) saveCursor(ctx context.Context, tx *sql.Tx, relay string, since 
 	return got, nil
 }
 
+// ClampCursor lowers relay's persisted cursor to limit when it lies above
+// it, inside tx (nil: its own transaction), and returns the stored value.
+// It is the one write that may lower a cursor: it heals one that an event
+// dated in the future pushed ahead of the clock (the agent clamps to now at
+// start), which would otherwise hide every event until then.
+func (s *Store) ClampCursor(ctx context.Context, tx *sql.Tx, relay string, limit int64) (int64, error) {
+	if relay == "" {
+		return 0, fmt.Errorf("clamp cursor: empty relay: %w", ErrBadRow)
+	}
+	if limit < 0 {
+		return 0, fmt.Errorf("clamp cursor %s: limit %d < 0: %w", relay, limit, ErrBadRow)
+	}
+	var got int64
+	err := s.inTx(ctx, tx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE agent_relay_cursors SET since = ?, updated_at = ? WHERE relay = ? AND since > ?`,
+			limit, s.now().UnixMilli(), relay, limit); err != nil {
+			return fmt.Errorf("clamp cursor %s: %w", relay, err)
+		}
+		err := tx.QueryRowContext(ctx, `SELECT since FROM agent_relay_cursors WHERE relay = ?`, relay).Scan(&got)
+		if errors.Is(err, sql.ErrNoRows) {
+			got = 0
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("clamp cursor %s: %w", relay, err)
+		}
+		return nil
+	})
+	return got, err
+}
+
 // Cursor returns relay's persisted cursor, 0 when none was saved.
 func (s *Store) Cursor(ctx context.Context, relay string) (int64, error) {
 	var since int64

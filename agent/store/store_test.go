@@ -117,6 +117,37 @@ func TestCursorNeverGoesBackwards(t *testing.T) {
 	}
 }
 
+// TestClampCursorLowersOnlyAboveTheLimit: ClampCursor heals a cursor pushed
+// into the future and leaves one at or below the limit (or none) alone.
+func TestClampCursorLowersOnlyAboveTheLimit(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	const relay = "*"
+	if got, err := s.ClampCursor(ctx, nil, relay, 100); err != nil || got != 0 {
+		t.Fatalf("ClampCursor(no cursor) = %d, %v, want 0, nil", got, err)
+	}
+	steps := []struct{ save, limit, want int64 }{
+		{4102444800, 1000, 1000}, // the year 2100, healed to the limit
+		{900, 1000, 1000},        // SaveCursor never lowers it; the clamp keeps it
+		{1500, 2000, 1500},       // below the limit: untouched
+	}
+	for _, st := range steps {
+		if _, err := s.SaveCursor(ctx, nil, relay, st.save); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.ClampCursor(ctx, nil, relay, st.limit)
+		if err != nil || got != st.want {
+			t.Errorf("ClampCursor(%d) after SaveCursor(%d) = %d, %v, want %d", st.limit, st.save, got, err, st.want)
+		}
+		if c, _ := s.Cursor(ctx, relay); c != st.want {
+			t.Errorf("Cursor() after ClampCursor(%d) = %d, want %d", st.limit, c, st.want)
+		}
+	}
+	if _, err := s.ClampCursor(ctx, nil, relay, -1); !errors.Is(err, ErrBadRow) {
+		t.Errorf("ClampCursor(-1) = %v, want ErrBadRow", err)
+	}
+}
+
 func TestBadRowsAreRejected(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openTest(t)
