@@ -54,8 +54,8 @@ func NewCursorTracker(start int64) *CursorTracker {
 		start = 0
 	}
 	return &CursorTracker{
-		cursor:   start,
-		maxSeen:  start,
+		cursor:     start,
+		maxSeen:    start,
 		reported:   start,
 		inflight:   map[Token]int64{},
 		unaccepted: map[Token]bool{},
