@@ -3,12 +3,14 @@ package sqlitedb
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"io/fs"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Migration is one numbered schema step of a component.
@@ -188,6 +190,48 @@ func MigrateDown(ctx context.Context, db *sql.DB, component string, migs []Migra
 // back otherwise.
 func InTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
 	return inTx(ctx, db, fn)
+}
+
+// InTxWait is InTx for a caller that must not be stalled by the database:
+// it waits at most wait for the pool's connection (another goroutine may
+// hold the only one) and, through a busy_timeout lowered for this
+// transaction alone, for SQLite's write lock (another process may hold it
+// for long). It then fails with the context's deadline error or SQLITE_BUSY
+// and the caller retries later. The connection's busy_timeout is restored
+// afterwards (the connection is discarded if that fails).
+func InTxWait(ctx context.Context, db *sql.DB, wait time.Duration, fn func(tx *sql.Tx) error) error {
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, wait)
+	conn, err := db.Conn(cctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("wait for the database connection: %w", err)
+	}
+	defer conn.Close()
+	var prev int64
+	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&prev); err != nil {
+		return fmt.Errorf("read busy_timeout: %w", err)
+	}
+	ms := max(1, min(prev, (wait - time.Since(start)).Milliseconds()))
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", ms)); err != nil {
+		return fmt.Errorf("set busy_timeout: %w", err)
+	}
+	defer func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", prev)); err != nil {
+			// Never hand a connection with the short timeout back to the
+			// pool: discard it (the pool opens a fresh one from the DSN).
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {

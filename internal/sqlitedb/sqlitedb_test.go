@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 )
 
 func TestOpenSetsPragmas(t *testing.T) {
@@ -230,4 +231,80 @@ func TestOpenReportsCorruption(t *testing.T) {
 		t.Fatalf("Open(corrupted file) = %v, want an error wrapping ErrCorrupt naming %s", err, path)
 	}
 	t.Logf("Open(corrupted file) = %v", err)
+}
+
+// TestInTxWaitIsBounded: with another process's connection holding the
+// write lock, or another goroutine holding the pool's only connection,
+// InTxWait fails after its own short wait although the database's
+// busy_timeout is ten minutes; the busy_timeout is restored, and once the
+// lock is released the transaction commits.
+func TestInTxWaitIsBounded(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "w.db")
+	db, err := Open(ctx, path, Options{BusyTimeoutMillis: 600000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE t (x)`); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO t VALUES (1)`)
+		return err
+	}
+	// run calls InTxWait and fails the test if it does not return within
+	// a deadline far below the busy_timeout.
+	run := func() error {
+		done := make(chan error, 1)
+		go func() { done <- InTxWait(ctx, db, 100*time.Millisecond, insert) }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(60 * time.Second):
+			t.Fatalf("InTxWait(100ms) did not return within 60 s (busy_timeout 600 s)")
+			return nil
+		}
+	}
+
+	other, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	lock, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(); err == nil {
+		t.Fatalf("InTxWait with the write lock held elsewhere = nil, want an error")
+	}
+	var bt int
+	if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&bt); err != nil || bt != 600000 {
+		t.Fatalf("busy_timeout after InTxWait = %d, %v, want 600000 restored", bt, err)
+	}
+	if _, err := lock.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+
+	held, err := db.Conn(ctx) // the pool's only connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("InTxWait with the connection held = %v, want context.DeadlineExceeded", err)
+	}
+	held.Close()
+
+	if err := run(); err != nil {
+		t.Fatalf("InTxWait once the database is free = %v, want nil", err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM t`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows = %d, %v, want 1", n, err)
+	}
 }
