@@ -212,7 +212,7 @@ func InTxWait(ctx context.Context, db *sql.DB, wait time.Duration, fn func(tx *s
 	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&prev); err != nil {
 		return fmt.Errorf("read busy_timeout: %w", err)
 	}
-	ms := max(1, min(prev, (wait - time.Since(start)).Milliseconds()))
+	ms := max(1, min(prev, (wait-time.Since(start)).Milliseconds()))
 	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", ms)); err != nil {
 		return fmt.Errorf("set busy_timeout: %w", err)
 	}
