@@ -26,6 +26,11 @@ import (
 // ErrInvalidConfig wraps every Config.Validate failure.
 var ErrInvalidConfig = errors.New("agent: invalid config")
 
+// ErrUnpersisted means machine steps are held because their commit failed
+// (see Agent.commitStep): their stops were performed, their starts, claims
+// and revocations wait until a commit succeeds.
+var ErrUnpersisted = errors.New("agent: machine steps not persisted yet")
+
 // Config is the agent's runtime configuration (agent/config turns the TOML
 // file, environment and flags into one).
 type Config struct {
@@ -52,6 +57,12 @@ type Config struct {
 	// step (it ticks every TickInterval) before /healthz reports it stuck.
 	// Default 30 s.
 	MaxStepAge time.Duration
+	// CommitWait bounds how long one machine step's commit (and the
+	// periodic save) waits for the database: for the connection, and for
+	// SQLite's write lock when another process holds it. A step that could
+	// not commit is held and retried; fencing never waits for it. Default
+	// 1 s.
+	CommitWait time.Duration
 	// HeartbeatTTL is the NIP-40 expiration of our heartbeats, after
 	// created_at. 0 (the default) means
 	// heartbeat.MinHeartbeatTTL(Lease.Stale, Lease.MaxSkew): Paygress's live
@@ -96,6 +107,7 @@ func DefaultConfig() Config {
 		TickInterval:       250 * time.Millisecond,
 		PublishTimeout:     5 * time.Second,
 		MaxStepAge:         30 * time.Second,
+		CommitWait:         time.Second,
 		RestartMaxAttempts: 5,
 		Ingest:             ing,
 		Courier:            c,
@@ -128,6 +140,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxStepAge <= c.TickInterval {
 		return bad("max_step_age = %v, must exceed tick_interval %v", c.MaxStepAge, c.TickInterval)
+	}
+	if c.CommitWait <= 0 {
+		return bad("commit_wait = %v, must be positive", c.CommitWait)
 	}
 	if c.PublishTimeout <= 0 {
 		return bad("publish_timeout = %v, must be positive", c.PublishTimeout)
@@ -247,8 +262,13 @@ type Agent struct {
 	// statusDirty: a transition happened since the last status refresh.
 	statusDirty bool
 	saved       map[string]uint64 // workload id -> hash of the last saved snapshot, to skip unchanged rows
+	pend        unpersisted       // steps whose commit failed (machine goroutine only)
 	fgWG        sync.WaitGroup    // feedback goroutines (claims, reads)
 	claimTimes  claimTimes        // created_at of claims per workload (machine goroutine only)
+
+	// holdInputs (tests only) makes the machine loop leave inputs in their
+	// channel, ingested but not applied, while it keeps ticking and saving.
+	holdInputs atomic.Bool
 
 	attemptMu sync.Mutex
 	attempted map[string]bool // revocation event ids whose first attempt was reported
@@ -326,7 +346,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	if a.ingestor, err = heartbeat.NewIngestor(icfg, a.policy, a.reg, a.logger); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
-	cur, err := loadCursor(ctx, a.st)
+	cur, err := a.loadCursor(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
@@ -543,10 +563,10 @@ func (a *Agent) sinceFor(f nostr.Filter) nostr.Timestamp {
 	return a.since()
 }
 
-// since is the cursor minus a margin for signers' clock offsets and relay
-// delay (0: no cursor yet, read everything stored).
+// since is the cursor, clamped to now, minus a margin for signers' clock
+// offsets and relay delay (0: no cursor yet, read everything stored).
 func (a *Agent) since() nostr.Timestamp {
-	c := a.cursor.Cursor()
+	c := min(a.cursor.Cursor(), a.now().Unix())
 	if c <= 0 {
 		return 0
 	}

@@ -18,22 +18,38 @@ func newCursorTracker(start int64) *cursorTracker {
 	return &cursorTracker{t: store.NewCursorTracker(start)}
 }
 
-// Begin registers an event with created_at ts as in flight.
-func (c *cursorTracker) Begin(ts int64) store.Token {
+// Reserve registers an event with created_at ts as in flight before it is
+// validated: it holds the cursor back but moves it only after Accept.
+func (c *cursorTracker) Reserve(ts int64) store.Token {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.t.Begin(ts)
+	return c.t.Reserve(ts)
 }
 
-// Done marks an event finished (processed and persisted, or rejected for
-// good).
+// Accept counts a reserved event (it passed validation).
+func (c *cursorTracker) Accept(tok store.Token) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = c.t.Accept(tok) // unknown tokens (already done) are harmless
+}
+
+// Done marks an event finished (its step persisted, or rejected for good:
+// a reserved event never accepted is dropped without moving the cursor).
 func (c *cursorTracker) Done(tok store.Token) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_ = c.t.Done(tok) // unknown tokens (already done) are harmless
 }
 
-// Cursor is the point to resume from (0: none yet).
+// InFlight is the number of events begun and not finished.
+func (c *cursorTracker) InFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t.InFlight()
+}
+
+// Cursor is the point to resume from (0: none yet). Callers clamp it to
+// their clock (since, saveMeta).
 func (c *cursorTracker) Cursor() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -31,11 +31,11 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 	if len(a.restored) > 0 {
 		// Restore's effects first (a StopWorkload for every workload not
 		// held here), then Outstanding's: lease/doc.go's restart protocol.
+		// The stops are performed even if the commit fails (then the rest
+		// is held and retried like any step).
 		effs := a.restored
 		a.restored = nil
-		if err := a.commit(ctx, a.now(), effs, nil); err != nil {
-			return err
-		}
+		_ = a.commit(ctx, a.now(), effs, nil)
 	}
 	// The outbox may send now: every restored stop is performed or queued
 	// (the fence gate holds a revocation until its stop finished).
@@ -49,10 +49,17 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 	defer save.Stop()
 	a.applyCommands(ctx)
 	for {
+		// holdInputs (tests only) stops feeding inputs while ticks, saves
+		// and shutdown go on: inputs then wait in their channel, ingested
+		// but not applied.
+		inputs := a.inputs
+		if a.holdInputs.Load() {
+			inputs = nil
+		}
 		select {
 		case <-ctx.Done():
-			return a.saveMeta(context.WithoutCancel(ctx))
-		case in := <-a.inputs:
+			return a.saveMetaRun(context.WithoutCancel(ctx), false)
+		case in := <-inputs:
 			now := a.now()
 			var effs []lease.Effect
 			var cursors []store.Token
@@ -66,16 +73,9 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 					break drain
 				}
 			}
-			if err := a.commit(ctx, now, effs, nil); err != nil {
-				a.met.stepErrors.Inc()
-				a.logger.Error("persist step", "err", err)
-				if ctx.Err() != nil {
-					return nil
-				}
-			}
-			for _, c := range cursors {
-				a.cursor.Done(c)
-			}
+			// Errors are logged and counted by commitStep; the step is held
+			// and retried, its cursor tokens finished only once persisted.
+			_ = a.commitStep(ctx, now, effs, cursors, nil, true)
 			a.lastStep.Store(now.UnixNano())
 			if a.statusDirty && now.Sub(a.lastStat) >= 100*time.Millisecond {
 				a.refreshStatus(now)
@@ -84,10 +84,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			now := a.now()
 			effs := a.syncRelays(now)
 			effs = append(effs, a.m.Tick(now)...)
-			if err := a.commit(ctx, now, effs, nil); err != nil {
-				a.met.stepErrors.Inc()
-				a.logger.Error("persist tick", "err", err)
-			}
+			_ = a.commit(ctx, now, effs, nil)
 			a.lastStep.Store(now.UnixNano())
 			a.watchQuorum(now)
 			if now.Sub(a.lastStat) >= time.Second || (a.statusDirty && now.Sub(a.lastStat) >= 100*time.Millisecond) {
@@ -197,78 +194,144 @@ func (a *Agent) watchQuorum(now time.Time) {
 	}
 }
 
-// commit persists the workloads the effects concern, with the outbox rows of
-// their revocations, in one transaction, then performs the effects.
+// commit is commitStep for a step without cursor tokens.
 func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, extra func(tx *sql.Tx) error) error {
-	if len(effs) == 0 && extra == nil {
+	return a.commitStep(ctx, now, effs, nil, extra, true)
+}
+
+// commitStep persists one machine step and performs its effects: lease/doc.go's
+// driver protocol, with one departure so that fencing never waits on the
+// database.
+//
+//   - Stops, and the effects that only report (EnteredState, Failed,
+//     QuorumReport), are performed first, before any database access.
+//     Stopping is always safe: a crash before the commit restores the older
+//     state and workloads die with the agent, so a stop performed early is a
+//     crash one step earlier. Neither a failed commit (disk full) nor a write
+//     lock held by another process delays or loses a fence.
+//   - The workloads the effects concern (their current snapshots), the
+//     outbox rows of their revocations and the created_at of their claims
+//     are committed in one transaction that waits at most CommitWait for the
+//     database.
+//   - Only then are the effects that need their state persisted performed
+//     (starts, respawns, claim-step requests; revocations count as queued),
+//     and the cursor tokens of the step's inputs finished. A start the
+//     same step then stops is dropped.
+//   - When the commit fails the step is held (unpersisted): the next commit
+//     that succeeds writes it too, and the agent retries every
+//     commitRetryEvery even without new effects. Held starts and claim-step
+//     requests are then re-derived from the machine's state of that moment
+//     rather than replayed. While steps are held their inputs' cursor tokens
+//     stay open, so the subscription cursor cannot pass them.
+//
+// The agent never exits because the database stays unwritable: it keeps
+// fencing and reports the failure (/healthz, agent_step_errors_total, an
+// ERROR log once per episode). run=false (shutdown) persists without
+// performing the deferred effects: a restart re-derives them (Restore,
+// Outstanding, RelaySynced).
+func (a *Agent) commitStep(ctx context.Context, now time.Time, effs []lease.Effect, toks []store.Token, extra func(tx *sql.Tx) error, run bool) error {
+	if len(effs) == 0 && extra == nil && a.pend.empty() {
+		a.finish(toks)
 		return nil
 	}
 	start := time.Now()
-	seen := map[string]bool{}
-	var ws []lease.WorkloadSnapshot
-	var ids []string
-	for _, e := range effs {
-		id := e.Workload()
-		if seen[id] {
-			continue
+	a.performEarly(ctx, now, effs)
+	ids := effectIDs(effs)
+	a.refreshPolicy(ids)
+	rows := a.revocationRows(now, effs)
+
+	held := !a.pend.empty()
+	if held {
+		a.pend.add(effs, rows, toks)
+		if extra == nil && now.Before(a.pend.retryAt) {
+			return fmt.Errorf("commit step: %w", ErrUnpersisted)
 		}
-		seen[id] = true
-		ids = append(ids, id)
+	}
+	var later []lease.Effect
+	writeIDs, writeRows := ids, rows
+	if held {
+		later = a.pend.effects(a.m)
+		writeIDs, writeRows = a.pend.ids, a.pend.rows
+	} else {
+		later = deferredEffects(effs)
+	}
+	err := a.persist(ctx, now, writeIDs, writeRows, later, extra, run)
+	a.noteWrite(err)
+	if err != nil {
+		if !held {
+			a.pend.add(effs, rows, toks)
+		}
+		a.met.stepErrors.Inc()
+		switch {
+		case a.pend.empty():
+			// Nothing held (an operator command alone): its caller reports it.
+		case a.pend.since.IsZero():
+			a.pend.since = now
+			a.logger.Error("database write failed: fencing continues; starts, claims and revocations wait until a step persists",
+				"err", err, "retry_every", commitRetryEvery)
+			a.emit("persist", "", "step not persisted (%v): stops performed, the rest held back", err)
+		default:
+			a.logger.Debug("database write still failing", "err", err, "held_steps", a.pend.steps)
+		}
+		a.pend.retryAt = now.Add(commitRetryEvery)
+		return fmt.Errorf("commit step: %w", err)
+	}
+	if held {
+		a.logger.Warn("database writable again: held machine steps persisted", "steps", a.pend.steps,
+			"after", now.Sub(a.pend.since).Round(time.Millisecond))
+		a.emit("persist", "", "%d held steps persisted after %v", a.pend.steps, now.Sub(a.pend.since).Round(time.Millisecond))
+		toks = a.pend.toks
+		a.pend = unpersisted{}
+	}
+	a.finish(toks)
+	a.met.stepSeconds.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// commitRetryEvery is how often held (unpersisted) steps are retried when
+// no new step comes.
+const commitRetryEvery = time.Second
+
+// persist commits the rows of workloads ids (their current snapshots), the
+// outbox rows, the created_at of the claims among later, and extra in one
+// transaction that waits at most CommitWait for the database; once it
+// committed it performs later when run is set.
+func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows []outRow, later []lease.Effect, extra func(tx *sql.Tx) error, run bool) error {
+	ws := make([]lease.WorkloadSnapshot, 0, len(ids))
+	for _, id := range ids {
 		if w, ok := a.m.Workload(id); ok {
 			ws = append(ws, w)
 		}
 	}
+	wctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
+	defer cancel()
 	// created_at of claims and withdrawn markers, strictly increasing per
 	// workload (claimtime.go), persisted with the step.
 	var stamps []time.Time
 	var stamped []string
-	for i, e := range effs {
-		var id string
-		switch e := e.(type) {
-		case lease.PublishClaim:
-			id = e.ID
-		case lease.WithdrawClaim:
-			id = e.ID
-		default:
-			continue
+	if run {
+		for i, e := range later {
+			var id string
+			switch e := e.(type) {
+			case lease.PublishClaim:
+				id = e.ID
+			case lease.WithdrawClaim:
+				id = e.ID
+			default:
+				continue
+			}
+			at, err := a.claimTimes.next(wctx, a.st, id, now)
+			if err != nil {
+				return err
+			}
+			if stamps == nil {
+				stamps = make([]time.Time, len(later))
+			}
+			stamps[i] = at
+			stamped = append(stamped, id)
 		}
-		at, err := a.claimTimes.next(ctx, a.st, id, now)
-		if err != nil {
-			return err
-		}
-		if stamps == nil {
-			stamps = make([]time.Time, len(effs))
-		}
-		stamps[i] = at
-		stamped = append(stamped, id)
 	}
-	// Sign the outbox effects' events before the transaction (no I/O inside
-	// it but SQL): lease.DurabilityOf says which effects leave through the
-	// durable outbox, committed with the step.
-	type outRow struct {
-		bundle []byte
-		key    string
-	}
-	var rows []outRow
-	for i, e := range effs {
-		if lease.DurabilityOf(e) != lease.Outbox {
-			continue
-		}
-		at := now
-		if i < len(stamps) && !stamps[i].IsZero() {
-			at = stamps[i]
-		}
-		ev, key, err := a.outboxEvent(e, at)
-		if err != nil {
-			return err
-		}
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return fmt.Errorf("encode %s: %w", e, err)
-		}
-		rows = append(rows, outRow{bundle: b, key: key})
-	}
-	err := sqlitedb.InTx(ctx, a.db, func(tx *sql.Tx) error {
+	err := sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error {
 		if err := saveWorkloads(ctx, a.st, tx, ws); err != nil {
 			return err
 		}
@@ -286,14 +349,113 @@ func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, 
 		}
 		return nil
 	})
-	a.noteWrite(err)
 	if err != nil {
-		return fmt.Errorf("commit step: %w", err)
+		return err
 	}
-	a.refreshPolicy(ids)
-	a.perform(ctx, now, effs, stamps)
-	a.met.stepSeconds.Observe(time.Since(start).Seconds())
+	if run {
+		a.perform(ctx, now, later, stamps)
+	}
 	return nil
+}
+
+// finish finishes the cursor tokens of persisted inputs.
+func (a *Agent) finish(toks []store.Token) {
+	for _, t := range toks {
+		a.cursor.Done(t)
+	}
+}
+
+// effectIDs are the workloads effs concern, in first-seen order.
+func effectIDs(effs []lease.Effect) []string {
+	var ids []string
+	seen := map[string]bool{}
+	for _, e := range effs {
+		if id := e.Workload(); !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// earlyEffect says whether commitStep performs e before the step's commit:
+// stops (always safe) and the effects that only report.
+func earlyEffect(e lease.Effect) bool {
+	switch e.(type) {
+	case lease.StopWorkload, lease.EnteredState, lease.Failed, lease.QuorumReport:
+		return true
+	}
+	return false
+}
+
+// performEarly performs the effects of effs that do not wait for the commit.
+func (a *Agent) performEarly(ctx context.Context, now time.Time, effs []lease.Effect) {
+	var early []lease.Effect
+	for _, e := range effs {
+		if earlyEffect(e) {
+			early = append(early, e)
+		}
+	}
+	if len(early) > 0 {
+		a.perform(ctx, now, early, nil)
+	}
+}
+
+// deferredEffects are the effects of a step performed after its commit, in
+// order, without a start or respawn that a later stop of the same step
+// (already performed before the commit) supersedes.
+func deferredEffects(effs []lease.Effect) []lease.Effect {
+	var lastStop map[string]int
+	for i, e := range effs {
+		if s, ok := e.(lease.StopWorkload); ok {
+			if lastStop == nil {
+				lastStop = map[string]int{}
+			}
+			lastStop[s.ID] = i
+		}
+	}
+	var out []lease.Effect
+	for i, e := range effs {
+		if earlyEffect(e) {
+			continue
+		}
+		switch e.(type) {
+		case lease.StartWorkload, lease.AttemptRespawn:
+			if j, ok := lastStop[e.Workload()]; ok && j > i {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// revocationRows signs the step's revocations for the outbox (no I/O inside
+// the transaction but SQL). A revocation that cannot be built is logged and
+// left out: the standby's takeover covers a revocation that never comes.
+func (a *Agent) revocationRows(now time.Time, effs []lease.Effect) []outRow {
+	var rows []outRow
+	for _, e := range effs {
+		r, ok := e.(lease.PublishRevocation)
+		if !ok {
+			continue
+		}
+		w, _ := a.m.Workload(r.ID)
+		ev, err := heartbeat.BuildRevocation(a.keys, heartbeat.RevocationParams{
+			WorkloadID: r.ID, Standbys: r.Standbys, Reason: r.Reason, At: now,
+			StateURI: w.Spec.StateURI, Successor: r.Successor, Epoch: r.Epoch,
+		})
+		if err == nil {
+			var b []byte
+			if b, err = json.Marshal(ev); err == nil {
+				rows = append(rows, outRow{bundle: b, key: fmt.Sprintf("revocation:%s:%d", r.ID, r.Epoch)})
+				continue
+			}
+		}
+		a.met.stepErrors.Inc()
+		a.logger.Error("build revocation", "workload", r.ID, "epoch", r.Epoch, "err", err)
+	}
+	return rows
 }
 
 // perform runs effects in order; backend work and network waits go to
@@ -495,10 +657,17 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 		case re = <-a.raw:
 		}
 		now := a.now()
+		// The event holds the cursor back from before it is verified (so a
+		// later event finished meanwhile cannot carry the cursor past it),
+		// but moves it only once it passed every check: signature, signer
+		// rules, and created_at at most max_skew ahead (the ingestor's).
+		// A rejected event - a forgery, a stranger's, one dated 2100 - is
+		// dropped without moving it. Its token is finished by the machine
+		// loop once the input's step is persisted.
 		var tok store.Token
 		tracked := re.Event.Kind != heartbeat.KindHeartbeat && re.Event.Kind != heartbeat.KindHeartbeatEphemeral
 		if tracked {
-			tok = a.cursor.Begin(int64(re.Event.CreatedAt))
+			tok = a.cursor.Reserve(int64(re.Event.CreatedAt))
 		}
 		in, ok := a.decode(ctx, now, re)
 		if !ok {
@@ -506,6 +675,9 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 				a.cursor.Done(tok)
 			}
 			continue
+		}
+		if tracked {
+			a.cursor.Accept(tok)
 		}
 		in.cursorTok, in.hasTok = tok, tracked
 		select {
@@ -647,12 +819,27 @@ func (a *Agent) onOutboxAck(ev *nostr.Event, res PublishResult) {
 }
 
 // saveMeta persists the machine's relay tables, every workload whose
-// snapshot changed since the last save, and the cursor. Only the changed
-// rows are kept in memory (10,000 unchanged workloads cost a marshal each,
-// not a copy).
-func (a *Agent) saveMeta(ctx context.Context) error {
+// snapshot changed since the last save, and the cursor (clamped to now).
+// Only the changed rows are kept in memory (10,000 unchanged workloads cost
+// a marshal each, not a copy), and they count as saved only once the
+// transaction committed. Held (unpersisted) steps are committed first; while
+// they cannot be, nothing is saved (ErrUnpersisted): the snapshot would
+// record their state without their outbox rows.
+func (a *Agent) saveMeta(ctx context.Context) error { return a.saveMetaRun(ctx, true) }
+
+// saveMetaRun is saveMeta; run=false (shutdown) commits held steps without
+// performing their deferred effects.
+func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
+	now := a.now()
+	if !a.pend.empty() {
+		a.pend.retryAt = time.Time{}
+		if err := a.commitStep(ctx, now, nil, nil, nil, run); err != nil {
+			return fmt.Errorf("save machine: %w: %w", ErrUnpersisted, err)
+		}
+	}
 	snap := a.m.Snapshot()
 	var changed []workloadRow
+	hashes := map[string]uint64{}
 	for i := range snap.Workloads {
 		w := &snap.Workloads[i]
 		b, err := json.Marshal(w)
@@ -666,29 +853,38 @@ func (a *Agent) saveMeta(ctx context.Context) error {
 				return err
 			}
 			changed = append(changed, r)
-			a.saved[w.Spec.ID] = h
+			hashes[w.Spec.ID] = h
 		}
 	}
 	snap.Workloads = nil
-	err := sqlitedb.InTx(ctx, a.db, func(tx *sql.Tx) error {
+	cursor := min(a.cursor.Cursor(), now.Unix())
+	err := sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error {
 		if err := saveWorkloadRows(ctx, a.st, tx, changed); err != nil {
 			return err
 		}
 		if err := saveMachineMeta(ctx, a.st, tx, snap); err != nil {
 			return err
 		}
-		if _, err := a.st.SaveCursor(ctx, tx, cursorKey, a.cursor.Cursor()); err != nil {
+		if _, err := a.st.SaveCursor(ctx, tx, cursorKey, max(cursor, 0)); err != nil {
 			return fmt.Errorf("save cursor: %w", err)
 		}
 		return nil
 	})
 	a.noteWrite(err)
-	return err
+	if err != nil {
+		return fmt.Errorf("save machine: %w", err)
+	}
+	for id, h := range hashes {
+		a.saved[id] = h
+	}
+	return nil
 }
 
 // applyCommands applies operator commands queued in the database.
 func (a *Agent) applyCommands(ctx context.Context) {
-	cmds, err := ListCommands(ctx, a.db, true)
+	lctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
+	cmds, err := ListCommands(lctx, a.db, true)
+	cancel()
 	if err != nil {
 		a.logger.Error("read operator commands", "err", err)
 		return

@@ -138,15 +138,29 @@ func loadWorkloads(ctx context.Context, st *store.Store) ([]lease.WorkloadSnapsh
 	return out, nil
 }
 
-func loadCursor(ctx context.Context, st *store.Store) (int64, error) {
-	v, err := st.Cursor(ctx, cursorKey)
+// loadCursor reads the persisted subscription cursor and heals one that
+// lies in the future (an older agent let a rejected future-dated event set
+// it, after which every subscription asked only for events after it): it
+// is clamped to now, in the database too, with a warning.
+func (a *Agent) loadCursor(ctx context.Context) (int64, error) {
+	v, err := a.st.Cursor(ctx, cursorKey)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("load cursor: %w", err)
 	}
-	return v, nil
+	now := a.now().Unix()
+	if v <= now {
+		return v, nil
+	}
+	got, err := a.st.ClampCursor(ctx, nil, cursorKey, now)
+	if err != nil {
+		return 0, fmt.Errorf("heal cursor: %w", err)
+	}
+	a.logger.Warn("persisted subscription cursor was in the future; clamped to now",
+		"cursor", time.Unix(v, 0).UTC(), "now", time.Unix(now, 0).UTC())
+	return got, nil
 }
 
 // Command is one operator request queued in the database for the agent
@@ -232,4 +246,126 @@ func markCommand(ctx context.Context, tx *sql.Tx, seq int64, now time.Time, resu
 		return fmt.Errorf("mark command %d: %w", seq, err)
 	}
 	return nil
+}
+
+// outRow is one revocation to queue in the outbox with a machine step.
+type outRow struct {
+	bundle []byte
+	key    string // idempotency key: one revocation per (workload, epoch)
+}
+
+// unpersisted is what the machine did in steps whose commit failed (disk
+// full, I/O error, or the write lock held elsewhere past CommitWait), kept
+// until a commit succeeds (machine goroutine only). Their stops, state
+// changes and reports were performed at once; what needs the persisted
+// state waits here:
+//   - ids: workloads whose rows the next commit writes (their current
+//     snapshots, which include these steps);
+//   - rows: revocations to queue in the outbox in that commit, and queued,
+//     the effects reported once they are queued;
+//   - withdraw: the last withdrawn marker of each workload, published after
+//     that commit (harmless to publish late; newer created_at wins);
+//   - restart and claims: workloads whose start, respawn or claim-step
+//     request was held back. These are not replayed as they were: after the
+//     commit, effects re-derives them from the machine's state then, so a
+//     start that a later step stopped or superseded never runs;
+//   - toks: cursor tokens of the steps' inputs, finished only after that
+//     commit (the subscription cursor never passes an input whose step is
+//     not persisted).
+type unpersisted struct {
+	ids      []string
+	seen     map[string]bool
+	rows     []outRow
+	keys     map[string]bool
+	queued   []lease.PublishRevocation
+	withdraw map[string]lease.WithdrawClaim
+	worder   []string
+	restart  map[string]bool
+	claims   map[string]bool
+	toks     []store.Token
+	steps    int       // steps held
+	since    time.Time // first failed commit of this episode
+	retryAt  time.Time // next commit attempt without new effects
+}
+
+func (u *unpersisted) empty() bool { return u.steps == 0 }
+
+// add folds one step (its effects in order, revocation rows and cursor
+// tokens) into the held steps.
+func (u *unpersisted) add(effs []lease.Effect, rows []outRow, toks []store.Token) {
+	if len(effs) == 0 && len(rows) == 0 && len(toks) == 0 {
+		return
+	}
+	if u.seen == nil {
+		u.seen, u.keys = map[string]bool{}, map[string]bool{}
+		u.withdraw, u.restart, u.claims = map[string]lease.WithdrawClaim{}, map[string]bool{}, map[string]bool{}
+	}
+	u.steps++
+	for _, e := range effs {
+		id := e.Workload()
+		if !u.seen[id] {
+			u.seen[id] = true
+			u.ids = append(u.ids, id)
+		}
+		switch e := e.(type) {
+		case lease.StartWorkload, lease.AttemptRespawn:
+			u.restart[id] = true
+		case lease.StopWorkload:
+			delete(u.restart, id) // a start held back before this stop never runs
+		case lease.PublishClaim, lease.ReadClaims:
+			u.claims[id] = true
+		case lease.WithdrawClaim:
+			if _, ok := u.withdraw[id]; !ok {
+				u.worder = append(u.worder, id)
+			}
+			u.withdraw[id] = e
+		case lease.PublishRevocation:
+			u.queued = append(u.queued, e)
+		}
+	}
+	for _, r := range rows {
+		if !u.keys[r.key] {
+			u.keys[r.key] = true
+			u.rows = append(u.rows, r)
+		}
+	}
+	u.toks = append(u.toks, toks...)
+}
+
+// effects are the effects to perform once the held steps are committed,
+// derived from the machine's state now: the revocations (reported as
+// queued), the last withdrawn marker per workload, a StartWorkload for
+// every workload whose start or respawn was held back and that the machine
+// holds in a running state (provisioning, live, suspect), and the
+// machine's outstanding requests (AttemptRespawn, PublishClaim,
+// ReadClaims) of the workloads with held-back requests.
+func (u *unpersisted) effects(m *lease.Machine) []lease.Effect {
+	var out []lease.Effect
+	for _, r := range u.queued {
+		out = append(out, r)
+	}
+	for _, id := range u.worder {
+		out = append(out, u.withdraw[id])
+	}
+	for _, id := range u.ids {
+		if !u.restart[id] {
+			continue
+		}
+		w, ok := m.Workload(id)
+		if !ok {
+			continue
+		}
+		switch w.State {
+		case lease.StateProvisioning, lease.StateLive, lease.StateSuspect:
+			out = append(out, lease.StartWorkload{ID: id, Epoch: w.Epoch})
+		}
+	}
+	if len(u.restart) > 0 || len(u.claims) > 0 {
+		for _, e := range m.Outstanding() {
+			if id := e.Workload(); u.restart[id] || u.claims[id] {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
 }

@@ -1,0 +1,210 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/agent/store"
+	"provideragent/heartbeat"
+	"provideragent/lease"
+)
+
+// setWritable makes the agent's database refuse every write (a full disk,
+// as far as the agent can tell: SQLite's query_only on its one connection)
+// or accept them again.
+func setWritable(t *testing.T, a *Agent, ok bool) {
+	t.Helper()
+	q := "PRAGMA query_only = 1"
+	if ok {
+		q = "PRAGMA query_only = 0"
+	}
+	if _, err := a.db.ExecContext(context.Background(), q); err != nil {
+		t.Fatalf("PRAGMA query_only: %v", err)
+	}
+}
+
+// rowState is the persisted state of workload id ("" when no row).
+func rowState(t *testing.T, a *Agent, id string) string {
+	t.Helper()
+	r, err := a.st.Workload(context.Background(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("read row %s: %v", id, err)
+	}
+	return r.State
+}
+
+// claimInput is the decoded input of claimer's active claim of w at epoch,
+// with a cursor token reserved and accepted as ingest does.
+func claimInput(t *testing.T, a *Agent, now time.Time, claimer *heartbeat.Keys, w string, epoch uint64) input {
+	t.Helper()
+	ev, err := heartbeat.BuildPromotion(claimer, heartbeat.PromotionParams{WorkloadID: w, At: now, Epoch: epoch, Status: heartbeat.ClaimActive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, ok := a.decode(context.Background(), now, RelayEvent{Relay: stepRelays[0], Event: ev})
+	if !ok {
+		t.Fatalf("decode(claim of %s at epoch %d) rejected it", w, epoch)
+	}
+	in.cursorTok, in.hasTok = a.cursor.Reserve(int64(ev.CreatedAt)), true
+	a.cursor.Accept(in.cursorTok)
+	return in
+}
+
+// TestFailedCommitStopsAndHoldsTheRest (issue 16 item 2, on one agent's
+// machine step): while every database write fails, a fencing stop is still
+// performed, a start is not, and the inputs' cursor tokens stay open; once
+// writes work again the held steps are persisted, the start of a workload
+// that was fenced meanwhile never runs, the start of one still held runs,
+// and the cursor moves.
+func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := nostr.GeneratePrivateKey()
+	self, _ := heartbeat.NewKeys(key)
+	standby := newTestKeys(t)
+	a := newStepAgent(t, stepOpts{key: key})
+	b := a.backend.(*memBackend)
+	defer a.act.wait()
+	t0 := time.Now()
+	spec := func(id string) *lease.Spec {
+		s := stepSpec(self.PublicKey(), standby.PublicKey())
+		s.ID = id
+		return &s
+	}
+	starts := func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.starts
+	}
+
+	// w1 runs, persisted as provisioning.
+	if err := a.commit(ctx, t0, feedInput(a, t0, input{grant: spec("w1")}), nil); err != nil {
+		t.Fatalf("commit(grant w1) = %v, want nil", err)
+	}
+	waitFor(t, 10*time.Second, "w1 running", func() bool { return b.Running("w1") })
+
+	setWritable(t, a, false)
+	// w2 and w3 are granted while the disk is full: their starts wait.
+	for _, id := range []string{"w2", "w3"} {
+		if err := a.commit(ctx, t0, feedInput(a, t0, input{grant: spec(id)}), nil); err == nil {
+			t.Fatalf("commit(grant %s) with writes failing = nil, want an error", id)
+		}
+	}
+	// The standby's claim of epoch 2 fences w1 and w2 (rule 9).
+	var toks []store.Token
+	var effs []lease.Effect
+	for _, id := range []string{"w1", "w2"} {
+		effs, toks = a.feed(t0, claimInput(t, a, t0, standby, id, 2), effs, toks)
+	}
+	if !hasEffect[lease.StopWorkload](effs) {
+		t.Fatalf("feed(claims of epoch 2) = %v, want StopWorkload", effs)
+	}
+	if err := a.commitStep(ctx, t0, effs, toks, nil, true); err == nil {
+		t.Fatalf("commitStep(fence) with writes failing = nil, want an error")
+	}
+	waitFor(t, 10*time.Second, "w1 stopped although its step did not persist", func() bool { return !b.Running("w1") })
+	if got := rowState(t, a, "w1"); got != string(lease.StateProvisioning) {
+		t.Fatalf("persisted w1 = %q, want provisioning (the fencing step did not commit)", got)
+	}
+	if b.Running("w2") || b.Running("w3") || starts() != 1 {
+		t.Fatalf("running w2 %v, w3 %v, starts %d: want no start while its step is not persisted",
+			b.Running("w2"), b.Running("w3"), starts())
+	}
+	if n := a.cursor.InFlight(); n != 2 {
+		t.Fatalf("cursor tokens in flight = %d, want 2 (their step did not persist)", n)
+	}
+	if err := a.saveMeta(ctx); !errors.Is(err, ErrUnpersisted) {
+		t.Fatalf("saveMeta() with held steps and writes failing = %v, want ErrUnpersisted", err)
+	}
+
+	setWritable(t, a, true)
+	if err := a.commitStep(ctx, t0.Add(2*commitRetryEvery), nil, nil, nil, true); err != nil {
+		t.Fatalf("commitStep(retry) once writable = %v, want nil", err)
+	}
+	for id, want := range map[string]lease.State{"w1": lease.StateFenced, "w2": lease.StateFenced, "w3": lease.StateProvisioning} {
+		if got := rowState(t, a, id); got != string(want) {
+			t.Errorf("persisted %s = %q, want %s", id, got, want)
+		}
+	}
+	waitFor(t, 10*time.Second, "w3 started once its grant persisted", func() bool { return b.Running("w3") })
+	a.act.wait()
+	if b.Running("w2") || starts() != 2 {
+		t.Fatalf("running w2 %v, starts %d: want w2 (fenced while its start was held) never started, 2 starts (w1, w3)",
+			b.Running("w2"), starts())
+	}
+	if n := a.cursor.InFlight(); n != 0 {
+		t.Fatalf("cursor tokens in flight after the retry = %d, want 0", n)
+	}
+	if got := a.cursor.Cursor(); got < t0.Unix() {
+		t.Fatalf("cursor after the retry = %d, want >= %d", got, t0.Unix())
+	}
+}
+
+// TestSaveMetaMarksRowsSavedAfterCommit: a workload row whose save failed is
+// written by the next save that succeeds (issue 16 item 2: saveMeta marked
+// rows saved before its commit, so a failed save lost them for good).
+func TestSaveMetaMarksRowsSavedAfterCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := nostr.GeneratePrivateKey()
+	self, _ := heartbeat.NewKeys(key)
+	a := newStepAgent(t, stepOpts{key: key})
+	spec := stepSpec(self.PublicKey(), newTestKeys(t).PublicKey())
+	if _, err := a.m.Track(time.Now(), spec); err != nil { // in memory only
+		t.Fatal(err)
+	}
+	setWritable(t, a, false)
+	if err := a.saveMeta(ctx); err == nil {
+		t.Fatalf("saveMeta() with writes failing = nil, want an error")
+	}
+	setWritable(t, a, true)
+	if err := a.saveMeta(ctx); err != nil {
+		t.Fatalf("saveMeta() = %v, want nil", err)
+	}
+	if got := rowState(t, a, "w1"); got != string(lease.StateProvisioning) {
+		t.Fatalf("persisted w1 after a failed then a good save = %q, want provisioning", got)
+	}
+}
+
+// TestFutureCursorHealedAtStart: a persisted cursor in the year 2100 (set
+// by a forged future-dated event before issue 16 item 3 was fixed) is
+// clamped to now when the agent starts, in memory and in the database, so
+// the subscriptions ask for events again.
+func TestFutureCursorHealedAtStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbPath := filepath.Join(t.TempDir(), "poisoned.db")
+	db, err := openTestDB(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const y2100 = 4102444800
+	if _, err := st.SaveCursor(ctx, nil, cursorKey, y2100); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	a := newStepAgent(t, stepOpts{dbPath: dbPath})
+	now := time.Now().Unix()
+	if got := a.cursor.Cursor(); got > now {
+		t.Fatalf("cursor after start = %d, want <= now %d", got, now)
+	}
+	if got := int64(a.since()); got > now {
+		t.Fatalf("since() = %d, want <= now %d", got, now)
+	}
+	if got, err := a.st.Cursor(ctx, cursorKey); err != nil || got > now {
+		t.Fatalf("persisted cursor after start = %d, %v, want <= now %d", got, err, now)
+	}
+}
