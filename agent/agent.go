@@ -251,14 +251,17 @@ type Agent struct {
 	// performed; the outbox starts sending only then (rule 7 across a crash).
 	restoredDone chan struct{}
 
-	held      atomic.Pointer[[]heartbeat.WorkloadEpoch]
-	lastStep  atomic.Int64           // a.now() of the machine loop's last step, unix ns; 0 before Run
-	writeErr  atomic.Pointer[string] // the last database write's error; nil when it succeeded
-	statusMu  sync.Mutex
-	status    Status
-	synced    map[string]bool
-	hadQuorum bool
-	lastStat  time.Time
+	held       atomic.Pointer[[]heartbeat.WorkloadEpoch]
+	lastStep   atomic.Int64           // a.now() of the machine loop's last step, unix ns; 0 before Run
+	writeErr   atomic.Pointer[string] // the last database write's error; nil when it succeeded
+	statusMu   sync.Mutex
+	status     Status
+	synced     map[string]bool
+	hadQuorum  bool      // own relay quorum at the last tick
+	everQuorum bool      // own quorum was reached since start
+	noRelays   bool      // no relay was connected at the last check
+	loopStart  time.Time // the machine loop began (machine goroutine only)
+	lastStat   time.Time
 	// statusDirty: a transition happened since the last status refresh.
 	statusDirty bool
 	saved       map[string]uint64 // workload id -> hash of the last saved snapshot, to skip unchanged rows
@@ -618,12 +621,21 @@ func (a *Agent) noteWrite(err error) {
 	a.writeErr.Store(&msg)
 }
 
-// Status returns the latest status document (refreshed every second).
+// Status returns the latest status document (refreshed every second), with
+// the relay connections as they are now: Synced needs at least M relays
+// connected that delivered EOSE on their current connection.
 func (a *Agent) Status() Status {
 	a.statusMu.Lock()
 	s := a.status
 	a.statusMu.Unlock()
 	s.Relays = a.pool.Status()
+	synced := 0
+	for _, r := range s.Relays {
+		if r.Connected && r.EOSE {
+			synced++
+		}
+	}
+	s.Synced = s.Synced && synced >= a.cfg.Lease.M
 	return s
 }
 

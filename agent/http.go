@@ -24,8 +24,10 @@ type Status struct {
 	Source string `json:"source"`
 	// Now is the agent's clock when the document was made.
 	Now time.Time `json:"now"`
-	// Synced is true once the agent has seen EOSE from at least M relays
-	// since it started (before that, restored Live workloads wait).
+	// Synced is true while at least M relays are connected and delivered
+	// EOSE on their current connection, once a restored machine finished
+	// its relay sync (before that, restored Live workloads wait). It is
+	// false with no relay connected.
 	Synced    bool             `json:"synced"`
 	Workloads []WorkloadStatus `json:"workloads"`
 	Relays    []RelayStatus    `json:"relays"`

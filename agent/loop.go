@@ -40,7 +40,8 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 	// The outbox may send now: every restored stop is performed or queued
 	// (the fence gate holds a revocation until its stop finished).
 	close(a.restoredDone)
-	a.lastStep.Store(a.now().UnixNano())
+	a.loopStart = a.now()
+	a.lastStep.Store(a.loopStart.UnixNano())
 	tick := time.NewTicker(a.cfg.TickInterval)
 	defer tick.Stop()
 	cmds := time.NewTicker(time.Second)
@@ -181,16 +182,46 @@ func (a *Agent) syncRelays(now time.Time) []lease.Effect {
 	return out
 }
 
+// watchQuorum logs changes of this provider's own relay quorum and of
+// relay connectivity, once per change (machine goroutine, every tick):
+// losing quorum and regaining it are WARN lines (the first quorum after
+// start is INFO), and so is having no relay connected at all (checked once
+// PublishTimeout after the loop started, so that the first connections
+// have time to come up); connections coming back after that are INFO.
 func (a *Agent) watchQuorum(now time.Time) {
 	q := a.m.HasQuorum(now, a.self)
-	if q == a.hadQuorum {
+	if q != a.hadQuorum {
+		a.hadQuorum = q
+		up := a.connected()
+		switch {
+		case q && !a.everQuorum:
+			a.everQuorum = true
+			a.logger.Info("relay quorum reached: own heartbeats seen on enough relays", "quorum", a.cfg.Lease.M, "relays", a.cfg.Lease.N, "connected", up)
+		case q:
+			a.logger.Warn("relay quorum regained: own heartbeats seen on enough relays again", "quorum", a.cfg.Lease.M, "relays", a.cfg.Lease.N, "connected", up)
+		default:
+			a.logger.Warn("relay quorum lost: own heartbeats seen on too few relays", "quorum", a.cfg.Lease.M, "relays", a.cfg.Lease.N, "connected", up)
+		}
+		if q {
+			a.emit("quorum", "", "own heartbeats seen on >= %d of %d relays: quorum", a.cfg.Lease.M, a.cfg.Lease.N)
+		} else {
+			a.emit("quorum", "", "own heartbeats on fewer than %d relays: quorum LOST", a.cfg.Lease.M)
+		}
+	}
+	if now.Sub(a.loopStart) < a.cfg.PublishTimeout {
 		return
 	}
-	a.hadQuorum = q
-	if q {
-		a.emit("quorum", "", "own heartbeats seen on >= %d of %d relays: quorum", a.cfg.Lease.M, a.cfg.Lease.N)
+	none := a.connected() == 0
+	if none == a.noRelays {
+		return
+	}
+	a.noRelays = none
+	if none {
+		a.logger.Warn("no relay connected", "relays", a.cfg.Lease.N)
+		a.emit("relays", "", "no relay connected")
 	} else {
-		a.emit("quorum", "", "own heartbeats on fewer than %d relays: quorum LOST", a.cfg.Lease.M)
+		a.logger.Info("relay connected again", "connected", a.connected(), "relays", a.cfg.Lease.N)
+		a.emit("relays", "", "relay connected again")
 	}
 }
 
