@@ -242,7 +242,9 @@ func TestForgedFutureEventDoesNotBlindTheAgent(t *testing.T) {
 	waitFor(t, 15*time.Second, "standby resubscribed on 3 relays", func() bool { return standby.a.pool.EOSECount() == 3 })
 	received := func(ta *testAgent, id string) func() bool {
 		return func() bool {
-			_, ok := ta.log.find(func(e Event) bool { return e.Kind == "received" && e.Workload == id && strings.Contains(e.Detail, "revocation") })
+			_, ok := ta.log.find(func(e Event) bool {
+				return e.Kind == "received" && e.Workload == id && strings.Contains(e.Detail, "revocation")
+			})
 			return ok
 		}
 	}
