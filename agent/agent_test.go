@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"runtime"
@@ -92,6 +93,8 @@ type agentOpts struct {
 	// wrapPool, when set, replaces the agent's relay pool with
 	// wrapPool(pool) before Run (to record what the agent publishes).
 	wrapPool func(RelayPool) RelayPool
+	// logger, when set, receives the agent's logs.
+	logger *slog.Logger
 }
 
 func startAgent(t testing.TB, o agentOpts) *testAgent {
@@ -121,7 +124,7 @@ func startAgent(t testing.TB, o agentOpts) *testAgent {
 	}
 	ta := &testAgent{t: t, key: o.key, pub: pub, dbPath: o.dbPath, log: &eventLog{}, reg: prometheus.NewRegistry(),
 		backend: AdaptBackend(proc), proc: proc, cancel: cancel, done: make(chan error, 1)}
-	a, err := New(ctx, cfg, Deps{DB: db, Registerer: ta.reg, Backend: ta.backend, OnEvent: ta.log.add})
+	a, err := New(ctx, cfg, Deps{DB: db, Registerer: ta.reg, Backend: ta.backend, OnEvent: ta.log.add, Logger: o.logger})
 	if err != nil {
 		cancel()
 		db.Close()

@@ -53,6 +53,29 @@ func refuseWrites(t *testing.T, a *Agent, refuse bool) {
 	}
 }
 
+// buildRevocation is k's revocation of workload id at epoch 1 created at at,
+// naming successor.
+func buildRevocation(t *testing.T, k *heartbeat.Keys, id, successor string, at time.Time) nostr.Event {
+	t.Helper()
+	ev, err := heartbeat.BuildRevocation(k, heartbeat.RevocationParams{WorkloadID: id, Standbys: []string{successor},
+		Reason: "test", At: at, Successor: successor, Epoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *ev
+}
+
+// receivedRevocation reports whether ta's machine was fed a revocation of
+// workload id (its timeline's "received" line).
+func receivedRevocation(ta *testAgent, id string) func() bool {
+	return func() bool {
+		_, ok := ta.log.find(func(e Event) bool {
+			return e.Kind == "received" && e.Workload == id && strings.Contains(e.Detail, "revocation")
+		})
+		return ok
+	}
+}
+
 // TestDiskFullPrimaryStillFences (issue 16 item 2): the primary's database
 // refuses every write (disk full) when it is cut off from two of three
 // relays. Its steps do not persist, yet it stops its workload process when
@@ -206,12 +229,7 @@ func TestForgedFutureEventDoesNotBlindTheAgent(t *testing.T) {
 	waitFor(t, 10*time.Second, "standby subscribed on 3 relays", func() bool { return standby.a.pool.EOSECount() == 3 })
 
 	revocation := func(k *heartbeat.Keys, id string, at time.Time) nostr.Event {
-		ev, err := heartbeat.BuildRevocation(k, heartbeat.RevocationParams{WorkloadID: id, Standbys: []string{standby.pub},
-			Reason: "test", At: at, Successor: standby.pub, Epoch: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return *ev
+		return buildRevocation(t, k, id, standby.pub, at)
 	}
 	y2100 := time.Unix(4102444800, 0)
 	badSig := revocation(primaryKeys, "w1", y2100)
@@ -240,14 +258,7 @@ func TestForgedFutureEventDoesNotBlindTheAgent(t *testing.T) {
 		}
 	}
 	waitFor(t, 15*time.Second, "standby resubscribed on 3 relays", func() bool { return standby.a.pool.EOSECount() == 3 })
-	received := func(ta *testAgent, id string) func() bool {
-		return func() bool {
-			_, ok := ta.log.find(func(e Event) bool {
-				return e.Kind == "received" && e.Workload == id && strings.Contains(e.Detail, "revocation")
-			})
-			return ok
-		}
-	}
+	received := receivedRevocation
 	real1 := revocation(primaryKeys, "w1", time.Now())
 	for _, r := range rs {
 		r.Inject(real1, true)
