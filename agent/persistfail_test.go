@@ -92,10 +92,14 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 	waitFor(t, 10*time.Second, "w1 running", func() bool { return b.Running("w1") })
 
 	setWritable(t, a, false)
-	// w2 and w3 are granted while the disk is full: their starts wait.
+	// w2 and w3 are granted (as if from the relays, with cursor tokens)
+	// while the disk is full: their starts wait.
 	for _, id := range []string{"w2", "w3"} {
-		if err := a.commit(ctx, t0, feedInput(a, t0, input{grant: spec(id)}), nil); err == nil {
-			t.Fatalf("commit(grant %s) with writes failing = nil, want an error", id)
+		tok := a.cursor.Reserve(t0.Unix())
+		a.cursor.Accept(tok)
+		effs, toks := a.feed(t0, input{grant: spec(id), cursorTok: tok, hasTok: true}, nil, nil)
+		if err := a.commitStep(ctx, t0, effs, toks, nil, true); err == nil {
+			t.Fatalf("commitStep(grant %s) with writes failing = nil, want an error", id)
 		}
 	}
 	// The standby's claim of epoch 2 fences w1 and w2 (rule 9).
@@ -118,8 +122,8 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 		t.Fatalf("running w2 %v, w3 %v, starts %d: want no start while its step is not persisted",
 			b.Running("w2"), b.Running("w3"), starts())
 	}
-	if n := a.cursor.InFlight(); n != 2 {
-		t.Fatalf("cursor tokens in flight = %d, want 2 (their step did not persist)", n)
+	if n := a.cursor.InFlight(); n != 4 {
+		t.Fatalf("cursor tokens in flight = %d, want 4 (their steps did not persist)", n)
 	}
 	if err := a.saveMeta(ctx); !errors.Is(err, ErrUnpersisted) {
 		t.Fatalf("saveMeta() with held steps and writes failing = %v, want ErrUnpersisted", err)
