@@ -191,7 +191,7 @@ type Deps struct {
 type Event struct {
 	Time     time.Time
 	Agent    string
-	Kind     string // heartbeat, quorum, state, start, stop, revocation, claim, read, received
+	Kind     string // heartbeat, quorum, relays, state, start, stop, revocation, claim, read, received, persist
 	Workload string
 	Detail   string
 	// State and Epoch are set for Kind "state" (the state entered).
