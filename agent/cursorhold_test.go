@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/heartbeat"
 	"provideragent/internal/sqlitedb"
@@ -44,8 +45,9 @@ func TestCursorNeverPassesAnUnappliedEvent(t *testing.T) {
 		r.Inject(old, true)
 		r.Inject(recent, true)
 	}
+	// Accepted (verified, first delivery) means handed to the held machine.
 	waitFor(t, 10*time.Second, "both revocations ingested, waiting for the held machine", func() bool {
-		return len(standby.a.inputs) >= 2
+		return testutil.ToFloat64(standby.a.met.eventsAccepted.WithLabelValues("revocation")) == 2
 	})
 	standby.stop() // saves the cursor
 	if receivedRevocation(standby, "w1")() {
