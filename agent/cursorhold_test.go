@@ -32,7 +32,12 @@ func TestCursorNeverPassesAnUnappliedEvent(t *testing.T) {
 	primaryKeys, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
 	for _, id := range []string{"w1", "w2"} {
-		standby.a.Track(ctx, warmSpec(id, primaryKeys.PublicKey(), standby.pub, urls))
+		// Granted five minutes ago: the minute-old revocation below belongs
+		// to this grant (an older one would be ignored as an earlier
+		// grant's).
+		spec := warmSpec(id, primaryKeys.PublicKey(), standby.pub, urls)
+		spec.CreatedAt = time.Now().Add(-5 * time.Minute)
+		standby.a.Track(ctx, spec)
 		standby.waitState(id, lease.StateStandby, 1, 10*time.Second)
 	}
 	waitFor(t, 10*time.Second, "standby subscribed on 3 relays", func() bool { return standby.a.pool.EOSECount() == 3 })

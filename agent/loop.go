@@ -241,7 +241,8 @@ func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, 
 //     crash one step earlier. Neither a failed commit (disk full) nor a write
 //     lock held by another process delays or loses a fence.
 //   - The workloads the effects concern (their current snapshots), the
-//     outbox rows of their revocations and the created_at of their claims
+//     outbox rows of their outbox effects (revocations, withdrawn markers,
+//     announcements) and the created_at of their claims
 //     are committed in one transaction that waits at most CommitWait for the
 //     database.
 //   - Only then are the effects that need their state persisted performed
@@ -269,7 +270,7 @@ func (a *Agent) commitStep(ctx context.Context, now time.Time, effs []lease.Effe
 	a.performEarly(ctx, now, effs)
 	ids := effectIDs(effs)
 	a.refreshPolicy(ids)
-	rows := a.revocationRows(now, effs)
+	rows := a.outboxRows(ctx, now, effs)
 
 	held := !a.pend.empty()
 	if held {
@@ -340,17 +341,18 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 	// workload (claimtime.go), persisted with the step.
 	var stamps []time.Time
 	var stamped []string
+	for _, r := range rows {
+		if r.claimTime != "" {
+			stamped = append(stamped, r.claimTime)
+		}
+	}
 	if run {
 		for i, e := range later {
-			var id string
-			switch e := e.(type) {
-			case lease.PublishClaim:
-				id = e.ID
-			case lease.WithdrawClaim:
-				id = e.ID
-			default:
+			c, ok := e.(lease.PublishClaim)
+			if !ok {
 				continue
 			}
+			id := c.ID
 			at, err := a.claimTimes.next(wctx, a.st, id, now)
 			if err != nil {
 				return err
@@ -461,30 +463,41 @@ func deferredEffects(effs []lease.Effect) []lease.Effect {
 	return out
 }
 
-// revocationRows signs the step's revocations for the outbox (no I/O inside
-// the transaction but SQL). A revocation that cannot be built is logged and
-// left out: the standby's takeover covers a revocation that never comes.
-func (a *Agent) revocationRows(now time.Time, effs []lease.Effect) []outRow {
+// outboxRows signs the step's outbox effects (lease.DurabilityOf: the
+// revocations, withdrawn markers and announcements) for the outbox, before
+// the transaction (no I/O inside it but SQL). A withdrawn marker takes its
+// created_at from claimTimes (after its claim's) and the row carries the
+// workload whose claim time the commit must save. An event that cannot be
+// built is logged and left out: for a revocation, the standby's takeover
+// covers one that never comes.
+func (a *Agent) outboxRows(ctx context.Context, now time.Time, effs []lease.Effect) []outRow {
 	var rows []outRow
 	for _, e := range effs {
-		r, ok := e.(lease.PublishRevocation)
-		if !ok {
+		if lease.DurabilityOf(e) != lease.Outbox {
 			continue
 		}
-		w, _ := a.m.Workload(r.ID)
-		ev, err := heartbeat.BuildRevocation(a.keys, heartbeat.RevocationParams{
-			WorkloadID: r.ID, Standbys: r.Standbys, Reason: r.Reason, At: now,
-			StateURI: w.Spec.StateURI, Successor: r.Successor, Epoch: r.Epoch,
-		})
+		at, claimTime := now, ""
+		if w, ok := e.(lease.WithdrawClaim); ok {
+			tctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
+			t, err := a.claimTimes.next(tctx, a.st, w.ID, now)
+			cancel()
+			if err != nil {
+				a.met.stepErrors.Inc()
+				a.logger.Error("withdrawn marker", "workload", w.ID, "epoch", w.Epoch, "err", err)
+				continue
+			}
+			at, claimTime = t, w.ID
+		}
+		ev, key, err := a.outboxEvent(e, at)
 		if err == nil {
 			var b []byte
 			if b, err = json.Marshal(ev); err == nil {
-				rows = append(rows, outRow{bundle: b, key: fmt.Sprintf("revocation:%s:%d", r.ID, r.Epoch)})
+				rows = append(rows, outRow{bundle: b, key: key, claimTime: claimTime})
 				continue
 			}
 		}
 		a.met.stepErrors.Inc()
-		a.logger.Error("build revocation", "workload", r.ID, "epoch", r.Epoch, "err", err)
+		a.logger.Error("build outbox event", "effect", e.String(), "err", err)
 	}
 	return rows
 }
@@ -525,8 +538,9 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect,
 				a.logger.Debug("stop workload: not running here", "workload", e.ID, "epoch", e.Epoch)
 				break
 			}
-			a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, e.Reason)
-			a.act.enqueue(ctx, e.ID, op{kind: opStop, epoch: e.Epoch, reason: e.Reason})
+			reason := a.fenceReason(e.Reason, now)
+			a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, reason)
+			a.act.enqueue(ctx, e.ID, op{kind: opStop, epoch: e.Epoch, reason: reason})
 		case lease.PublishRevocation:
 			a.met.revocations.WithLabelValues("queued").Inc()
 			a.emit("revocation", e.ID, "revocation of epoch %d queued in the outbox (successor %s): %s", e.Epoch, short(e.Successor), e.Reason)
@@ -605,7 +619,7 @@ func (a *Agent) outboxEvent(e lease.Effect, at time.Time) (*nostr.Event, string,
 	case lease.PublishRevocation:
 		w, _ := a.m.Workload(e.ID)
 		ev, err = heartbeat.BuildRevocation(a.keys, heartbeat.RevocationParams{
-			WorkloadID: e.ID, Standbys: e.Standbys, Reason: e.Reason, At: at,
+			WorkloadID: e.ID, Standbys: e.Standbys, Reason: a.fenceReason(e.Reason, at), At: at,
 			StateURI: w.Spec.StateURI, Successor: e.Successor, Epoch: e.Epoch,
 		})
 		key = fmt.Sprintf("revocation:%s:%d", e.ID, e.Epoch)

@@ -248,10 +248,14 @@ func markCommand(ctx context.Context, tx *sql.Tx, seq int64, now time.Time, resu
 	return nil
 }
 
-// outRow is one revocation to queue in the outbox with a machine step.
+// outRow is one event to queue in the outbox with a machine step (a
+// revocation, withdrawn marker or announcement: lease.DurabilityOf Outbox).
 type outRow struct {
 	bundle []byte
-	key    string // idempotency key: one revocation per (workload, epoch)
+	key    string // idempotency key, e.g. one revocation per (workload, epoch)
+	// claimTime names the workload whose claim created_at (claimTimes) the
+	// commit saves with the row: set for withdrawn markers.
+	claimTime string
 }
 
 // unpersisted is what the machine did in steps whose commit failed (disk
@@ -261,10 +265,9 @@ type outRow struct {
 // state waits here:
 //   - ids: workloads whose rows the next commit writes (their current
 //     snapshots, which include these steps);
-//   - rows: revocations to queue in the outbox in that commit, and queued,
-//     the effects reported once they are queued;
-//   - withdraw: the last withdrawn marker of each workload, published after
-//     that commit (harmless to publish late; newer created_at wins);
+//   - rows: the outbox events (revocations, withdrawn markers,
+//     announcements) to queue in that commit, and queued, the effects
+//     reported once they are queued;
 //   - restart and claims: workloads whose start, respawn or claim-step
 //     request was held back. These are not replayed as they were: after the
 //     commit, effects re-derives them from the machine's state then, so a
@@ -273,19 +276,17 @@ type outRow struct {
 //     commit (the subscription cursor never passes an input whose step is
 //     not persisted).
 type unpersisted struct {
-	ids      []string
-	seen     map[string]bool
-	rows     []outRow
-	keys     map[string]bool
-	queued   []lease.PublishRevocation
-	withdraw map[string]lease.WithdrawClaim
-	worder   []string
-	restart  map[string]bool
-	claims   map[string]bool
-	toks     []store.Token
-	steps    int       // steps held
-	since    time.Time // first failed commit of this episode
-	retryAt  time.Time // next commit attempt without new effects
+	ids     []string
+	seen    map[string]bool
+	rows    []outRow
+	keys    map[string]bool
+	queued  []lease.Effect
+	restart map[string]bool
+	claims  map[string]bool
+	toks    []store.Token
+	steps   int       // steps held
+	since   time.Time // first failed commit of this episode
+	retryAt time.Time // next commit attempt without new effects
 }
 
 func (u *unpersisted) empty() bool { return u.steps == 0 }
@@ -298,7 +299,7 @@ func (u *unpersisted) add(effs []lease.Effect, rows []outRow, toks []store.Token
 	}
 	if u.seen == nil {
 		u.seen, u.keys = map[string]bool{}, map[string]bool{}
-		u.withdraw, u.restart, u.claims = map[string]lease.WithdrawClaim{}, map[string]bool{}, map[string]bool{}
+		u.restart, u.claims = map[string]bool{}, map[string]bool{}
 	}
 	u.steps++
 	for _, e := range effs {
@@ -314,12 +315,7 @@ func (u *unpersisted) add(effs []lease.Effect, rows []outRow, toks []store.Token
 			delete(u.restart, id) // a start held back before this stop never runs
 		case lease.PublishClaim, lease.ReadClaims:
 			u.claims[id] = true
-		case lease.WithdrawClaim:
-			if _, ok := u.withdraw[id]; !ok {
-				u.worder = append(u.worder, id)
-			}
-			u.withdraw[id] = e
-		case lease.PublishRevocation:
+		case lease.PublishRevocation, lease.WithdrawClaim, lease.AnnouncePromotion:
 			u.queued = append(u.queued, e)
 		}
 	}
@@ -333,20 +329,15 @@ func (u *unpersisted) add(effs []lease.Effect, rows []outRow, toks []store.Token
 }
 
 // effects are the effects to perform once the held steps are committed,
-// derived from the machine's state now: the revocations (reported as
-// queued), the last withdrawn marker per workload, a StartWorkload for
+// derived from the machine's state now: the outbox effects (reported as
+// queued), a StartWorkload for
 // every workload whose start or respawn was held back and that the machine
 // holds in a running state (provisioning, live, suspect), and the
 // machine's outstanding requests (AttemptRespawn, PublishClaim,
 // ReadClaims) of the workloads with held-back requests.
 func (u *unpersisted) effects(m *lease.Machine) []lease.Effect {
 	var out []lease.Effect
-	for _, r := range u.queued {
-		out = append(out, r)
-	}
-	for _, id := range u.worder {
-		out = append(out, u.withdraw[id])
-	}
+	out = append(out, u.queued...)
 	for _, id := range u.ids {
 		if !u.restart[id] {
 			continue
