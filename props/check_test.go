@@ -18,6 +18,16 @@ import (
 //	PROPS_CHECKS=20000 go test ./props -v -timeout 3h | grep -E '^=== RUN|seed|checks passed|FAIL'
 func Check(t *testing.T, prop func(*rapid.T)) {
 	t.Helper()
+	CheckCI(t, 0, prop)
+}
+
+// CheckCI is Check for a property whose default run (CI: no PROPS_CHECKS
+// and rapid's default -rapid.checks) does ciChecks checks instead of
+// rapid's 100: the variants that add one fault or one observation to a
+// property CI already runs in full. 0 means rapid's default.
+func CheckCI(t *testing.T, ciChecks int, prop func(*rapid.T)) {
+	t.Helper()
+	checksFlag := flag.Lookup("rapid.checks")
 	if n := os.Getenv("PROPS_CHECKS"); n != "" {
 		if _, err := strconv.Atoi(n); err != nil {
 			t.Fatalf("PROPS_CHECKS = %q: want a number of checks", n)
@@ -25,6 +35,11 @@ func Check(t *testing.T, prop func(*rapid.T)) {
 		if err := flag.Set("rapid.checks", n); err != nil {
 			t.Fatalf("set rapid.checks: %v", err)
 		}
+	} else if ciChecks > 0 && checksFlag.Value.String() == checksFlag.DefValue {
+		if err := flag.Set("rapid.checks", strconv.Itoa(ciChecks)); err != nil {
+			t.Fatalf("set rapid.checks: %v", err)
+		}
+		defer func() { _ = flag.Set("rapid.checks", checksFlag.DefValue) }()
 	}
 	seedFlag := flag.Lookup("rapid.seed")
 	if seedFlag.Value.String() == "0" {

@@ -350,17 +350,17 @@ func (w *world) actions() map[string]func(*rapid.T) {
 	}
 	if fs.Targeted {
 		a["atNextClaim"] = func(t *rapid.T) {
-			until := w.s.Now() + time.Hour
+			until := w.s.Now() + targetHorizon
 			at := w.s.RunWhile(until, func() bool { return !w.claiming() })
-			t.Logf("t=%v %s", w.s.Now(), map[bool]string{true: "a claim step is under way", false: "no claim step within an hour"}[at >= 0])
+			t.Logf("t=%v %s", w.s.Now(), map[bool]string{true: "a claim step is under way", false: "no claim step within the horizon"}[at >= 0])
 			w.strike(t)
 			w.wait(t)
 		}
 		a["atNextHolderChange"] = func(t *rapid.T) {
 			_, e0 := w.s.Starts()
-			until := w.s.Now() + time.Hour
+			until := w.s.Now() + targetHorizon
 			at := w.s.RunWhile(until, func() bool { _, e := w.s.Starts(); return e == e0 })
-			t.Logf("t=%v %s", w.s.Now(), map[bool]string{true: "a new epoch started", false: "no new epoch within an hour"}[at >= 0])
+			t.Logf("t=%v %s", w.s.Now(), map[bool]string{true: "a new epoch started", false: "no new epoch within the horizon"}[at >= 0])
 			w.strike(t)
 			w.wait(t)
 		}
@@ -384,6 +384,12 @@ func (w *world) actions() map[string]func(*rapid.T) {
 	}
 	return a
 }
+
+// targetHorizon is how long a targeted action waits for its moment (a
+// claim step, a new epoch) before it strikes anyway: a takeover needs
+// TakeoverAfter (12 min) of silence, so a failover begun before the action
+// reaches its claim step within it.
+const targetHorizon = 20 * time.Minute
 
 // claiming reports whether some provider is in a claim step.
 func (w *world) claiming() bool {

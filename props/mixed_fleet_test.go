@@ -28,6 +28,6 @@ func TestMixedFleetPaygressPrimary(t *testing.T) {
 	}
 	fs := withinBounds()
 	fs.ProviderCrash = false // the anchor model persists nothing worth restoring
-	props.Check(t, runSafety(proto, fs, &st))
+	props.CheckCI(t, 50, runSafety(proto, fs, &st))
 	t.Logf("%v", &st)
 }

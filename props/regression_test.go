@@ -92,7 +92,7 @@ func TestMidStepCrash(t *testing.T) {
 	var st stats
 	fs := withinBounds()
 	fs.MidStepCrash = true
-	props.Check(t, runSafety(leaseProtocol(), fs, &st))
+	props.CheckCI(t, 40, runSafety(leaseProtocol(), fs, &st))
 	t.Logf("%v", &st)
 }
 
@@ -114,7 +114,7 @@ func TestProcessExits(t *testing.T) {
 	var st stats
 	fs := withinBounds()
 	fs.ProcessExits = true
-	props.Check(t, runSafety(leaseProtocol(), fs, &st))
+	props.CheckCI(t, 40, runSafety(leaseProtocol(), fs, &st))
 	t.Logf("%v", &st)
 }
 
@@ -125,7 +125,7 @@ func TestEveryFault(t *testing.T) {
 	fs := withinBounds()
 	fs.MidStepCrash = true
 	fs.ProcessExits = true
-	props.Check(t, runSafety(leaseProtocol(), fs, &st))
+	props.CheckCI(t, 40, runSafety(leaseProtocol(), fs, &st))
 	t.Logf("%v", &st)
 }
 

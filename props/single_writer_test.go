@@ -63,6 +63,6 @@ func TestShardedBeats(t *testing.T) {
 	fs.MidStepCrash = true
 	fs.ProcessExits = true
 	fs.CheckTakeoverBound = true
-	props.Check(t, runSafety(proto, fs, &st))
+	props.CheckCI(t, 30, runSafety(proto, fs, &st))
 	t.Logf("%v", &st)
 }
