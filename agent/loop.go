@@ -285,7 +285,7 @@ func (a *Agent) commitStep(ctx context.Context, now time.Time, effs []lease.Effe
 		later = a.pend.effects(a.m)
 		writeIDs, writeRows = a.pend.ids, a.pend.rows
 	} else {
-		later = deferredEffects(effs)
+		later = lease.AfterCommit(effs)
 	}
 	err := a.persist(ctx, now, writeIDs, writeRows, later, extra, run)
 	a.noteWrite(err)
@@ -411,56 +411,17 @@ func effectIDs(effs []lease.Effect) []string {
 	return ids
 }
 
-// earlyEffect says whether commitStep performs e before the step's commit:
-// stops (always safe) and the effects that only report.
-func earlyEffect(e lease.Effect) bool {
-	switch e.(type) {
-	case lease.StopWorkload, lease.EnteredState, lease.Failed, lease.QuorumReport:
-		return true
-	}
-	return false
-}
-
 // performEarly performs the effects of effs that do not wait for the commit.
 func (a *Agent) performEarly(ctx context.Context, now time.Time, effs []lease.Effect) {
 	var early []lease.Effect
 	for _, e := range effs {
-		if earlyEffect(e) {
+		if lease.BeforeCommit(e) {
 			early = append(early, e)
 		}
 	}
 	if len(early) > 0 {
 		a.perform(ctx, now, early, nil)
 	}
-}
-
-// deferredEffects are the effects of a step performed after its commit, in
-// order, without a start or respawn that a later stop of the same step
-// (already performed before the commit) supersedes.
-func deferredEffects(effs []lease.Effect) []lease.Effect {
-	var lastStop map[string]int
-	for i, e := range effs {
-		if s, ok := e.(lease.StopWorkload); ok {
-			if lastStop == nil {
-				lastStop = map[string]int{}
-			}
-			lastStop[s.ID] = i
-		}
-	}
-	var out []lease.Effect
-	for i, e := range effs {
-		if earlyEffect(e) {
-			continue
-		}
-		switch e.(type) {
-		case lease.StartWorkload, lease.AttemptRespawn:
-			if j, ok := lastStop[e.Workload()]; ok && j > i {
-				continue
-			}
-		}
-		out = append(out, e)
-	}
-	return out
 }
 
 // outboxRows signs the step's outbox effects (lease.DurabilityOf: the

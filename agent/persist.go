@@ -261,17 +261,17 @@ type outRow struct {
 // unpersisted is what the machine did in steps whose commit failed (disk
 // full, I/O error, or the write lock held elsewhere past CommitWait), kept
 // until a commit succeeds (machine goroutine only). Their stops, state
-// changes and reports were performed at once; what needs the persisted
-// state waits here:
+// changes and reports were performed at once (lease.BeforeCommit); what
+// needs the persisted state waits here:
 //   - ids: workloads whose rows the next commit writes (their current
 //     snapshots, which include these steps);
 //   - rows: the outbox events (revocations, withdrawn markers,
-//     announcements) to queue in that commit, and queued, the effects
-//     reported once they are queued;
-//   - restart and claims: workloads whose start, respawn or claim-step
-//     request was held back. These are not replayed as they were: after the
-//     commit, effects re-derives them from the machine's state then, so a
-//     start that a later step stopped or superseded never runs;
+//     announcements) to queue in that commit;
+//   - effs: the steps' effects in order. They are not replayed as they were:
+//     after the commit lease.Machine.AfterHeld derives what to perform from
+//     the machine's state then (the outbox effects as queued, starts only of
+//     workloads still held running, outstanding claim-step and respawn
+//     requests), so a start a later step stopped or superseded never runs;
 //   - toks: cursor tokens of the steps' inputs, finished only after that
 //     commit (the subscription cursor never passes an input whose step is
 //     not persisted).
@@ -280,9 +280,7 @@ type unpersisted struct {
 	seen    map[string]bool
 	rows    []outRow
 	keys    map[string]bool
-	queued  []lease.Effect
-	restart map[string]bool
-	claims  map[string]bool
+	effs    []lease.Effect
 	toks    []store.Token
 	steps   int       // steps held
 	since   time.Time // first failed commit of this episode
@@ -291,34 +289,23 @@ type unpersisted struct {
 
 func (u *unpersisted) empty() bool { return u.steps == 0 }
 
-// add folds one step (its effects in order, revocation rows and cursor
-// tokens) into the held steps.
+// add folds one step (its effects in order, outbox rows and cursor tokens)
+// into the held steps.
 func (u *unpersisted) add(effs []lease.Effect, rows []outRow, toks []store.Token) {
 	if len(effs) == 0 && len(rows) == 0 && len(toks) == 0 {
 		return
 	}
 	if u.seen == nil {
 		u.seen, u.keys = map[string]bool{}, map[string]bool{}
-		u.restart, u.claims = map[string]bool{}, map[string]bool{}
 	}
 	u.steps++
 	for _, e := range effs {
-		id := e.Workload()
-		if !u.seen[id] {
+		if id := e.Workload(); !u.seen[id] {
 			u.seen[id] = true
 			u.ids = append(u.ids, id)
 		}
-		switch e := e.(type) {
-		case lease.StartWorkload, lease.AttemptRespawn:
-			u.restart[id] = true
-		case lease.StopWorkload:
-			delete(u.restart, id) // a start held back before this stop never runs
-		case lease.PublishClaim, lease.ReadClaims:
-			u.claims[id] = true
-		case lease.PublishRevocation, lease.WithdrawClaim, lease.AnnouncePromotion:
-			u.queued = append(u.queued, e)
-		}
 	}
+	u.effs = append(u.effs, effs...)
 	for _, r := range rows {
 		if !u.keys[r.key] {
 			u.keys[r.key] = true
@@ -328,35 +315,6 @@ func (u *unpersisted) add(effs []lease.Effect, rows []outRow, toks []store.Token
 	u.toks = append(u.toks, toks...)
 }
 
-// effects are the effects to perform once the held steps are committed,
-// derived from the machine's state now: the outbox effects (reported as
-// queued), a StartWorkload for
-// every workload whose start or respawn was held back and that the machine
-// holds in a running state (provisioning, live, suspect), and the
-// machine's outstanding requests (AttemptRespawn, PublishClaim,
-// ReadClaims) of the workloads with held-back requests.
-func (u *unpersisted) effects(m *lease.Machine) []lease.Effect {
-	var out []lease.Effect
-	out = append(out, u.queued...)
-	for _, id := range u.ids {
-		if !u.restart[id] {
-			continue
-		}
-		w, ok := m.Workload(id)
-		if !ok {
-			continue
-		}
-		switch w.State {
-		case lease.StateProvisioning, lease.StateLive, lease.StateSuspect:
-			out = append(out, lease.StartWorkload{ID: id, Epoch: w.Epoch})
-		}
-	}
-	if len(u.restart) > 0 || len(u.claims) > 0 {
-		for _, e := range m.Outstanding() {
-			if id := e.Workload(); u.restart[id] || u.claims[id] {
-				out = append(out, e)
-			}
-		}
-	}
-	return out
-}
+// effects are the effects to perform once the held steps are committed
+// (lease.Machine.AfterHeld).
+func (u *unpersisted) effects(m *lease.Machine) []lease.Effect { return m.AfterHeld(u.effs) }

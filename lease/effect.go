@@ -253,3 +253,96 @@ func DurabilityOf(e Effect) Durability {
 	}
 	return Record
 }
+
+// BeforeCommit reports whether a driver performs e as soon as the machine
+// returns it, before the step is persisted: stops, and the effects that
+// only report. Fencing is always safe to do early (a crash before the
+// commit restores an older state, and workloads die with their agent, so
+// an early stop is a crash one step earlier), and it must never wait on a
+// database that is full, broken or locked by another process. Every other
+// effect waits until its step is persisted.
+func BeforeCommit(e Effect) bool {
+	switch e.(type) {
+	case StopWorkload:
+		return true
+	}
+	return DurabilityOf(e) == Record
+}
+
+// AfterHeld returns what a driver performs once steps whose commit failed
+// (and which it held) are finally persisted, given those steps' effects in
+// order. They are not replayed as they were, since the machine has moved
+// on: every outbox effect is performed (queued) in order; a workload whose
+// start or respawn was held is started only if the machine still holds it
+// in a running state (provisioning, live, suspect), so a start a later
+// stop superseded never runs; and the machine's outstanding requests
+// (Outstanding: claim-step publish and read, respawns) are re-issued for
+// the workloads whose requests were held. Effects performed before the
+// commit (BeforeCommit) were performed already and are left out.
+func (m *Machine) AfterHeld(held []Effect) []Effect {
+	var out []Effect
+	restart, requests := map[string]bool{}, map[string]bool{}
+	var order []string
+	for _, e := range held {
+		id := e.Workload()
+		switch e.(type) {
+		case StartWorkload, AttemptRespawn:
+			if !restart[id] {
+				order = append(order, id)
+			}
+			restart[id] = true
+		case StopWorkload:
+			delete(restart, id)
+		case PublishClaim, ReadClaims:
+			requests[id] = true
+		}
+		if DurabilityOf(e) == Outbox {
+			out = append(out, e)
+		}
+	}
+	for _, id := range order {
+		w := m.byID[id]
+		if !restart[id] || w == nil {
+			continue
+		}
+		switch w.State {
+		case StateProvisioning, StateLive, StateSuspect:
+			out = append(out, StartWorkload{ID: id, Epoch: w.Epoch})
+		}
+	}
+	if len(restart) > 0 || len(requests) > 0 {
+		for _, e := range m.Outstanding() {
+			if id := e.Workload(); restart[id] || requests[id] {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
+
+// AfterCommit returns the effects of one step that a driver performs once
+// the step is persisted, in order: all but the BeforeCommit ones (already
+// performed), and without a start or respawn that a later stop of the same
+// workload in the step supersedes (that stop ran first).
+func AfterCommit(effs []Effect) []Effect {
+	lastStop := map[string]int{}
+	for i, e := range effs {
+		if s, ok := e.(StopWorkload); ok {
+			lastStop[s.ID] = i
+		}
+	}
+	var out []Effect
+	for i, e := range effs {
+		if BeforeCommit(e) {
+			continue
+		}
+		switch e.(type) {
+		case StartWorkload, AttemptRespawn:
+			if j, ok := lastStop[e.Workload()]; ok && j > i {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}

@@ -120,3 +120,29 @@ func TestOlderClaimVersionIsIgnored(t *testing.T) {
 		t.Fatalf("Workload(w1).Rivals = %+v after a newer claim, want bob's", ws.Rivals)
 	}
 }
+
+// TestAfterHeld: once held steps persist, outbox effects go out in order, a
+// held start runs only if the machine still holds the workload running (a
+// later stop supersedes it), and held claim-step requests come back from
+// Outstanding.
+func TestAfterHeld(t *testing.T) {
+	h := newHarness(t, "bob", nil)
+	h.track(0, warmSpec("run", "bob", "alice"))
+	h.track(0, warmSpec("gone", "bob", "alice"))
+	h.track(0, warmSpec("claim", "alice", "bob"))
+	h.m.ObserveRevocation(at(10*s), Revocation{Workload: "claim", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
+	h.m.ObserveClaim(at(11*s), PromotionClaim{Workload: "gone", Claimer: key("alice"), Epoch: 2, Active: true}) // fences "gone"
+	held := []Effect{
+		StartWorkload{ID: "run", Epoch: 1},
+		StartWorkload{ID: "gone", Epoch: 1},
+		PublishRevocation{ID: "gone", Epoch: 1, Reason: "r"},
+		StopWorkload{ID: "gone", Epoch: 1},
+		PublishClaim{ID: "claim", Epoch: 2},
+		WithdrawClaim{ID: "claim", Epoch: 2},
+	}
+	h.wantEffects("AfterHeld", h.m.AfterHeld(held),
+		`revoke gone epoch=1 successor= standbys=[] reason="r"`,
+		"withdraw claim epoch=2",
+		"start run epoch=1",
+		"claim claim epoch=2")
+}

@@ -68,6 +68,9 @@ type faultSpace struct {
 	MinAgentDown          time.Duration
 	MaxAgentDown          time.Duration
 
+	// CommitFailures lets a provider's database refuse every commit for up
+	// to 30 min (a full disk, a write lock held by another process).
+	CommitFailures bool
 	// Forgeries lets relays serve forged events (bad signatures, or keys
 	// the lease does not name) dated anywhere up to the year 2100.
 	Forgeries bool
@@ -329,6 +332,17 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			d := drawDuration(t, "pause", fs.MinPause, fs.MaxPause)
 			t.Logf("t=%v pause P%d for %v", w.s.Now(), p, d)
 			w.s.PauseFor(p, d)
+			w.wait(t)
+		}
+	}
+	if fs.CommitFailures {
+		a["commitFailure"] = func(t *rapid.T) {
+			p := w.provider(t)
+			d := drawDuration(t, "failFor", time.Second, 30*time.Minute)
+			if n, ok := w.s.Node(p).(interface{ ArmCommitFailure(time.Duration) bool }); ok && n.ArmCommitFailure(d) {
+				t.Logf("t=%v P%d's database refuses every commit for %v", w.s.Now(), p, d)
+				w.s.Logf("P%d's database refuses every commit for %v", p, d)
+			}
 			w.wait(t)
 		}
 	}

@@ -243,3 +243,28 @@ func TestForgedFutureEventDoesNotBlind(t *testing.T) {
 		t.Fatalf("P1 promoted by %q, want by the revocation it read on reconnecting\n%s", w.Trigger, sim.FormatTimeline(s.Timeline()))
 	}
 }
+
+// TestFailedCommitStillFences (issue 16 item 2): the primary's database
+// refuses every commit (a full disk) while it loses its relays, evicts
+// itself and hands over. Its stop must be performed although the step
+// does not persist (lease.BeforeCommit), or it keeps running beside the
+// standby that takes over; when the disk is writable again, the held
+// revocation goes out and the state converges.
+func TestFailedCommitStillFences(t *testing.T) {
+	s := scriptedWorld(t, 2, 2, 3, 1)
+	s.RunUntil(5 * time.Minute)
+	if !s.Node(0).(*sim.LeaseNode).ArmCommitFailure(time.Hour) {
+		t.Fatal("ArmCommitFailure(P0) = false")
+	}
+	isolate(s, 0, 3)
+	s.RunUntil(50 * time.Minute)
+	if v := s.Violation(); v != nil {
+		t.Fatalf("%s at %v\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
+	}
+	if e, ok := s.Node(1).Live(workloadID); !ok || e != 2 {
+		t.Fatalf("P1 Live = %d, %v after the primary fenced, want epoch 2\n%s", e, ok, sim.FormatTimeline(s.Timeline()))
+	}
+	if _, running := s.Running(0, workloadID); running {
+		t.Fatalf("P0 still runs the workload\n%s", sim.FormatTimeline(s.Timeline()))
+	}
+}

@@ -177,6 +177,12 @@ type LeaseNode struct {
 	reissuing bool
 	// shards splits every beat over this many events (0 or 1: one).
 	shards int
+	// Failed commits (ArmCommitFailure): until failUntil (local) no step
+	// persists; failDisk is what a crash meanwhile restores (the state when
+	// the failure began) and held the effects of the steps held back.
+	failUntil time.Time
+	failDisk  *leaseDisk
+	held      []lease.Effect
 	// cursor is the newest created_at of a claim or revocation that passed
 	// the checks the agent's ingest makes (signature, a key the lease
 	// names, not from the future): the subscription cursor. Persisted.
@@ -188,6 +194,24 @@ type LeaseNode struct {
 // held list dealt round-robin (shard 0 may list nothing), as the agent does
 // for long lists, so that faults can hit part of a beat.
 func (n *LeaseNode) ShardBeats(k int) { n.shards = k }
+
+// ArmCommitFailure makes every step's commit fail for d from the node's
+// latest local time (a full disk, a
+// write lock held elsewhere), as the agent's driver sees it: the step's
+// stops and reports are performed at once (lease.BeforeCommit), the rest is
+// held, a crash meanwhile restores the state from before the failure, and
+// once a commit succeeds again (the agent retries every second) the held
+// steps persist and lease.Machine.AfterHeld says what to perform.
+func (n *LeaseNode) ArmCommitFailure(d time.Duration) bool {
+	if n.m == nil || n.halted {
+		return false
+	}
+	if n.failDisk == nil {
+		n.failDisk = n.snapshotDisk()
+	}
+	n.failUntil = n.now.Add(d)
+	return true
+}
 
 // ArmMidStepCrash makes the agent crash at its next step that has effects,
 // after persisting the new state and the step's outbox rows (revocations,
@@ -275,11 +299,24 @@ func (n *LeaseNode) Boot(env Env, now time.Time) {
 // Crash implements Node: the machine state and outbox persisted after the
 // last input survive (the driver persists after every input, and the
 // simulator crashes providers between inputs, or, after ArmMidStepCrash,
-// between persisting a step and performing its effects), the rest is lost.
+// between persisting a step and performing its effects), the rest is lost;
+// while commits fail (ArmCommitFailure), what survives is the state from
+// before the failure.
 func (n *LeaseNode) Crash() {
 	if n.m == nil {
 		return
 	}
+	if n.failDisk != nil {
+		n.disk = n.failDisk
+	} else {
+		n.disk = n.snapshotDisk()
+	}
+	n.failDisk, n.failUntil, n.held = nil, time.Time{}, nil
+	n.m, n.outbox, n.pubs, n.reads = nil, nil, nil, nil
+}
+
+// snapshotDisk is what the driver has persisted now.
+func (n *LeaseNode) snapshotDisk() *leaseDisk {
 	b, err := json.Marshal(n.m.Snapshot())
 	if err != nil {
 		panic(fmt.Sprintf("lease snapshot does not marshal: %v", err)) // a lease bug, not an input
@@ -288,8 +325,7 @@ func (n *LeaseNode) Crash() {
 	for k, v := range n.created {
 		created[k] = v
 	}
-	n.disk = &leaseDisk{Snapshot: b, Outbox: n.outbox, Created: created, Cursor: n.cursor}
-	n.m, n.outbox, n.pubs, n.reads = nil, nil, nil, nil
+	return &leaseDisk{Snapshot: b, Outbox: append([]outboxEntry(nil), n.outbox...), Created: created, Cursor: n.cursor}
 }
 
 // Live implements Node: whether the machine holds w in state Live.
@@ -373,6 +409,7 @@ func (n *LeaseNode) Tick(env Env, now time.Time) {
 			}
 		}
 	}
+	// Every tick is a step (a held commit is retried even without effects).
 	n.apply(env, now, n.m.Tick(now))
 }
 
@@ -624,26 +661,57 @@ func (n *LeaseNode) enqueue(env Env, now time.Time, ev Event) {
 	n.outbox = append(n.outbox, e)
 }
 
-// apply performs effects in order (the machine state is already
-// "persisted": see Crash).
+// apply is the agent's step commit (agent/loop.go commitStep): the stops
+// and reports first (lease.BeforeCommit), then "persist" (see Crash), then
+// the rest (lease.AfterCommit); while commits fail, the rest is held.
 func (n *LeaseNode) apply(env Env, now time.Time, effs []lease.Effect) {
 	if n.halted {
 		return
 	}
-	if n.midStep != nil && hasAction(effs) {
+	var early []lease.Effect
+	for _, e := range effs {
+		if lease.BeforeCommit(e) {
+			early = append(early, e)
+		}
+	}
+	n.perform(env, now, early)
+	if n.failDisk != nil {
+		if now.Before(n.failUntil) {
+			n.held = append(n.held, effs...)
+			return
+		}
+		n.recover(env, now, effs)
+		return
+	}
+	late := lease.AfterCommit(effs)
+	if n.midStep != nil && len(late) > 0 {
 		// The transaction committed (state and outbox rows), then the
-		// process died before performing anything.
-		for _, e := range effs {
+		// process died before performing anything after it.
+		for _, e := range late {
 			if lease.DurabilityOf(e) == lease.Outbox {
 				n.outbox = append(n.outbox, n.outboxRow(env, n.outboxEvent(now, e)))
 			}
 		}
-		env.Logf("agent crashes after persisting, before performing: %s", describeEffects(effs))
+		env.Logf("agent crashes after persisting, before performing: %s", describeEffects(late))
 		n.halted = true
 		env.CrashAgent(*n.midStep)
 		n.midStep = nil
 		return
 	}
+	n.perform(env, now, late)
+}
+
+// recover is the first commit that succeeds after commits failed: the held
+// steps persist with this one, and what they still ask is performed.
+func (n *LeaseNode) recover(env Env, now time.Time, effs []lease.Effect) {
+	held := append(n.held, effs...)
+	n.failDisk, n.failUntil, n.held = nil, time.Time{}, nil
+	env.Logf("database commits succeed again: %d held effects", len(held))
+	n.perform(env, now, n.m.AfterHeld(held))
+}
+
+// perform performs effects in order.
+func (n *LeaseNode) perform(env Env, now time.Time, effs []lease.Effect) {
 	for _, e := range effs {
 		switch e := e.(type) {
 		case lease.EnteredState:
@@ -710,16 +778,6 @@ func (n *LeaseNode) outboxEvent(now time.Time, e lease.Effect) Event {
 		}}
 	}
 	panic(fmt.Sprintf("sim: %T is not an outbox effect", e)) // lease.DurabilityOf and this switch disagree
-}
-
-// hasAction reports whether effs asks for more than logging.
-func hasAction(effs []lease.Effect) bool {
-	for _, e := range effs {
-		if lease.DurabilityOf(e) != lease.Record {
-			return true
-		}
-	}
-	return false
 }
 
 func describeEffects(effs []lease.Effect) string {
