@@ -557,8 +557,8 @@ func (n *LeaseNode) QueryResult(env Env, now time.Time, r RelayID, q QueryID, ev
 		rd.read++
 		for _, ev := range evs {
 			c, isClaim := claimInput(r, ev)
-			if !isClaim || c.Workload != rd.workload {
-				continue
+			if !isClaim || c.Workload != rd.workload || !n.admit(now, ev) {
+				continue // the agent's claim read ingests every event it reads
 			}
 			n.apply(env, now, n.m.ObserveClaim(now, c))
 			// Competing counts epoch claims; lease records a Paygress
