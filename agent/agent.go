@@ -85,6 +85,11 @@ type Config struct {
 	StopWorkloadsOnExit bool
 	// Name labels this agent in logs and timeline events. Default: the npub.
 	Name string
+	// ClockCheckInterval is how often the local clock is compared with the
+	// relays' (their HTTP Date header); outside MaxSkew/2 for two checks in
+	// a row, the machine refuses takeovers and fences what it holds. 0
+	// disables the check. Default 1 min.
+	ClockCheckInterval time.Duration
 }
 
 // DefaultConfig returns the defaults; set SecretKey and Lease.Relays.
@@ -109,6 +114,7 @@ func DefaultConfig() Config {
 		MaxStepAge:         30 * time.Second,
 		CommitWait:         time.Second,
 		RestartMaxAttempts: 5,
+		ClockCheckInterval: time.Minute,
 		Ingest:             ing,
 		Courier:            c,
 	}
@@ -209,6 +215,7 @@ type input struct {
 	respawn   *lease.RespawnResult
 	claimAck  *lease.ClaimAck
 	claimRead *lease.ClaimRead
+	clock     *clockReport
 	cursorTok store.Token // cursor token of the event (hasTok: set)
 	hasTok    bool
 }
@@ -480,6 +487,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	goLoop("heartbeat", a.heartbeatLoop)
 	goLoop("backend-exits", a.exitLoop)
+	goLoop("clock-check", a.clockCheckLoop)
 	if a.uploader != nil {
 		goLoop("uploads", a.uploadLoop)
 	}
@@ -686,7 +694,9 @@ func (a *Agent) refreshStatus(now time.Time) {
 		a.met.quorum.WithLabelValues(p).Set(q)
 	}
 	a.statusMu.Lock()
-	a.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.m.AwaitingSync(), Workloads: ws}
+	sus, why := a.m.ClockSuspect()
+	a.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.m.AwaitingSync(), Workloads: ws,
+		ClockSuspect: sus, ClockWhy: why}
 	a.statusMu.Unlock()
 }
 

@@ -95,6 +95,10 @@ type agentOpts struct {
 	wrapPool func(RelayPool) RelayPool
 	// logger, when set, receives the agent's logs.
 	logger *slog.Logger
+	// now, when set, is the agent's clock (a skewed node); clockCheck sets
+	// Config.ClockCheckInterval (0: off, as DemoConfig has it).
+	now        func() time.Time
+	clockCheck time.Duration
 }
 
 func startAgent(t testing.TB, o agentOpts) *testAgent {
@@ -116,6 +120,7 @@ func startAgent(t testing.TB, o agentOpts) *testAgent {
 	cfg.DialAddrs = o.dial
 	cfg.TrustedIssuers = o.issuers
 	cfg.Listen = "127.0.0.1:0"
+	cfg.ClockCheckInterval = o.clockCheck
 	pcfg := backend.DefaultProcessConfig()
 	pcfg.StopGrace = 2 * time.Second
 	proc, err := backend.NewProcess(pcfg, nil)
@@ -124,7 +129,7 @@ func startAgent(t testing.TB, o agentOpts) *testAgent {
 	}
 	ta := &testAgent{t: t, key: o.key, pub: pub, dbPath: o.dbPath, log: &eventLog{}, reg: prometheus.NewRegistry(),
 		backend: AdaptBackend(proc), proc: proc, cancel: cancel, done: make(chan error, 1)}
-	a, err := New(ctx, cfg, Deps{DB: db, Registerer: ta.reg, Backend: ta.backend, OnEvent: ta.log.add, Logger: o.logger})
+	a, err := New(ctx, cfg, Deps{DB: db, Registerer: ta.reg, Backend: ta.backend, OnEvent: ta.log.add, Logger: o.logger, Now: o.now})
 	if err != nil {
 		cancel()
 		db.Close()

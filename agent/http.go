@@ -28,9 +28,14 @@ type Status struct {
 	// EOSE on their current connection, once a restored machine finished
 	// its relay sync (before that, restored Live workloads wait). It is
 	// false with no relay connected.
-	Synced    bool             `json:"synced"`
-	Workloads []WorkloadStatus `json:"workloads"`
-	Relays    []RelayStatus    `json:"relays"`
+	Synced bool `json:"synced"`
+	// ClockSuspect is set while this node's clock is outside the bound of
+	// the relays' (the clock check): it takes over nothing and fences what
+	// it holds; ClockWhy says by how much.
+	ClockSuspect bool             `json:"clock_suspect,omitempty"`
+	ClockWhy     string           `json:"clock_why,omitempty"`
+	Workloads    []WorkloadStatus `json:"workloads"`
+	Relays       []RelayStatus    `json:"relays"`
 }
 
 // WorkloadStatus is one workload as this agent sees it.

@@ -132,6 +132,8 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 		effs = append(effs, a.m.RespawnDone(now, *in.respawn)...)
 	case in.claimAck != nil:
 		effs = append(effs, a.m.ClaimPublished(now, *in.claimAck)...)
+	case in.clock != nil:
+		effs = append(effs, a.clockVerdict(now, *in.clock)...)
 	}
 	var rivals map[string]bool
 	if in.claimRead != nil {

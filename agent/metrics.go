@@ -19,6 +19,8 @@ type metrics struct {
 	effects        *prometheus.CounterVec // type
 	stepErrors     prometheus.Counter
 	stepSeconds    prometheus.Histogram
+	clockOffset    prometheus.Gauge // relays' clock minus ours, seconds (median)
+	clockSuspect   prometheus.Gauge // 1 while the clock is outside the bound
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -57,10 +59,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "agent_step_seconds", Help: "Time to persist one machine step and run its effects.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
+		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "agent_clock_offset_seconds", Help: "The relays' clock minus this node's (median over the relays that answered the last clock check); positive: this clock is slow.",
+		}),
+		clockSuspect: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "agent_clock_suspect", Help: "1 while this node's clock is outside the bound (max_skew/2) of the relays': no takeover, held workloads with a standby fenced.",
+		}),
 	}
 	for _, c := range []prometheus.Collector{
 		m.workloads, m.transitions, m.quorum, m.eventsAccepted, m.eventsRejected, m.revocations,
-		m.promotions, m.respawns, m.effects, m.stepErrors, m.stepSeconds,
+		m.promotions, m.respawns, m.effects, m.stepErrors, m.stepSeconds, m.clockOffset, m.clockSuspect,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
