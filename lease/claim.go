@@ -213,3 +213,26 @@ func (m *Machine) ClaimsRead(now time.Time, r ClaimRead) []Effect {
 	out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: target}, AnnouncePromotion{ID: w.Spec.ID, Epoch: target})
 	return out
 }
+
+// retakeDue is the retake rule (TriggerRetake): a provider that evicted
+// itself takes the workload back through the claim step once, on at least
+// N-M+1 relays on which its own heartbeats come back, it has watched for
+// TakeoverAfter since the eviction (and since the start of its unbroken
+// stretch there) without the workload leaving Evicted: any claim or
+// heartbeat of a higher epoch fences it for good, and a standby that had
+// claimed the next epoch would have been seen on one of those relays by
+// quorum intersection. Standbys that claim at the same time meet it in the
+// claim step.
+func (m *Machine) retakeDue(w *WorkloadSnapshot, now time.Time, self *ProviderSnapshot) bool {
+	count := 0
+	for r := range m.relays {
+		seen := self.Seen[r]
+		if seen.IsZero() || now.Sub(seen) > m.watchGap() {
+			continue
+		}
+		if !now.Before(maxTime(w.Since, self.Stretch[r]).Add(m.cfg.TakeoverAfter)) {
+			count++
+		}
+	}
+	return count >= m.cfg.ReadQuorum()
+}

@@ -71,9 +71,10 @@ type Config struct {
 	ClaimTimeout time.Duration
 }
 
-// DefaultConfig returns the defaults documented on each Config field. They
-// match the seed where the seed is sane (M=2, N=3, T1=120 s, T2=300 s,
-// Stale=180 s) and satisfy Validate.
+// DefaultConfig returns the defaults documented on each Config field: two of
+// three relays, T1 120 s, T2 300 s, Stale 180 s, TakeoverAfter 720 s (above
+// the holder's self-fencing time plus the relay delay, 640 s). They satisfy
+// Validate.
 func DefaultConfig() Config {
 	return Config{
 		M:                 2,

@@ -6,6 +6,51 @@
 // the effects the driver must perform, in order, after persisting the
 // machine's state (Snapshot, or Workload per workload).
 //
+// # Rules
+//
+// Comments across the project cite these rules by number:
+//
+//	 1  T1 is a debounce counted from the moment relay quorum was lost, not
+//	    from entering Live.
+//	 2  A healthy provider never flaps: quorum is a function of per-relay
+//	    last-seen times, not of which observations arrived since the last
+//	    tick.
+//	 3  Heartbeats from the future (beyond MaxSkew) and replays (re-served or
+//	    older events) never count.
+//	 4  Signatures and signers are checked: heartbeats only from the provider
+//	    they name; a revocation only from the workload's current holder at
+//	    its epoch (and made under the current grant); a lease grant only from
+//	    an allowed issuer.
+//	 5  Respawn attempts are counted, backed off (doubling to a cap, reset
+//	    after a healthy period) and end in Failed with an effect saying so;
+//	    success is accepted only from Respawning.
+//	 6  The restart policy applies to the workload process exiting. Loss of
+//	    relay quorum evicts only workloads that have a standby; for others it
+//	    is reported, unless EvictWithoutStandby.
+//	 7  Eviction fences: the holder stops its workload before it publishes
+//	    the revocation, and the revocation goes through the durable outbox.
+//	 8  Handoff has two triggers (the holder's revocation naming a successor;
+//	    takeover after TakeoverAfter of the holder's silence on N-M+1 relays
+//	    on which the standby itself is healthy) and one claim step: publish a
+//	    claim for epoch+1, wait for M acceptances plus RelayDelay, read N-M+1
+//	    relays, start only if no competing claim was seen, else withdraw and
+//	    retry after a backoff staggered by rank.
+//	 9  Epochs fence everything: a provider that sees a higher epoch (claimed
+//	    or held) for a workload it holds stops it at once; heartbeats list the
+//	    (workload, epoch) pairs a provider holds.
+//	10  State survives restarts: transitions are persisted before the effects
+//	    that need them (stops and reports may run first; see BeforeCommit); a
+//	    restarted holder does not resume Live before M relays synced with no
+//	    higher epoch seen.
+//	11  No Provisioning forever: a workload that reaches no quorum within
+//	    ProvisionTimeout fails with a reason.
+//
+// Beyond them: silence is counted only of the provider heard holding the
+// epoch; an older version of a claim event never counts; a self-fenced
+// primary whose standbys never claimed takes the workload back (retake); a
+// node whose clock the driver finds outside the bound takes over nothing and
+// fences what it holds (SetClockSuspect).
+//
 // # States
 //
 // Holder side (this provider runs the workload):

@@ -1,0 +1,72 @@
+package lease
+
+import "time"
+
+// RelaySynced reports that a relay delivered EOSE for this provider's
+// subscriptions after a restart (rule 10). The driver first feeds every event
+// the relay returned (claims, heartbeats, revocations), so that a higher
+// epoch fences before the sync completes. Once M relays synced, Syncing
+// workloads resume the state they had and are started again (idempotent),
+// an AttemptRespawn issued before the restart and not yet reported is
+// issued again (idempotent), and respawns that fell due during the sync are
+// issued by the next Tick.
+func (m *Machine) RelaySynced(now time.Time, relay string) []Effect {
+	if !m.awaitingSync {
+		return nil
+	}
+	ri, ok := m.RelayIndex(relay)
+	if !ok {
+		return nil
+	}
+	m.clock(now)
+	m.synced[ri] = true
+	n := 0
+	for _, s := range m.synced {
+		if s {
+			n++
+		}
+	}
+	if n < m.cfg.M {
+		return nil
+	}
+	m.awaitingSync = false
+	m.synced = nil
+	var out []Effect
+	for _, w := range m.list {
+		m.touch(w) // respawns may be due now
+		if w.State == StateRespawning && w.RespawnIssued {
+			out = append(out, AttemptRespawn{ID: w.Spec.ID, Epoch: w.Epoch, Attempt: w.Attempts, At: w.RespawnAt})
+		}
+		if w.State != StateSyncing {
+			continue
+		}
+		since := w.ResumeSince
+		m.enter(w, w.Resume, &out)
+		w.Since = since
+		out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: w.Epoch})
+	}
+	return out
+}
+
+// Outstanding returns the requests a restarted driver must re-issue because
+// their feedback is still awaited: PublishClaim or ReadClaims for Promoting
+// workloads, and AttemptRespawn for Respawning ones whose attempt was issued
+// — but never while awaiting relay sync (rule 10): right after Restore it
+// returns no AttemptRespawn, and RelaySynced re-issues them once M relays
+// synced. It changes nothing.
+func (m *Machine) Outstanding() []Effect {
+	var out []Effect
+	for _, w := range m.list {
+		switch {
+		case w.State == StateRespawning:
+			if w.RespawnIssued && !m.awaitingSync {
+				out = append(out, AttemptRespawn{ID: w.Spec.ID, Epoch: w.Epoch, Attempt: w.Attempts, At: w.RespawnAt})
+			}
+		case w.State == StatePromoting && w.Phase == PhasePublishing:
+			out = append(out, PublishClaim{ID: w.Spec.ID, Epoch: w.Target})
+		case w.State == StatePromoting && w.Phase == PhaseReading:
+			out = append(out, ReadClaims{ID: w.Spec.ID, Epoch: w.Target, At: w.PhaseAt})
+		}
+	}
+	return out
+}
