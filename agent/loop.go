@@ -509,7 +509,7 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect,
 			a.emit("revocation", e.ID, "revocation of epoch %d queued in the outbox (successor %s): %s", e.Epoch, short(e.Successor), e.Reason)
 		case lease.PublishClaim:
 			a.met.promotions.WithLabelValues("claimed").Inc()
-			a.goFeedback(ctx, func(ctx context.Context) { a.publishClaim(ctx, e.ID, e.Epoch, heartbeat.ClaimActive, at) })
+			a.goFeedback(ctx, func(ctx context.Context) { a.publishClaim(ctx, e, at) })
 		case lease.WithdrawClaim:
 			a.met.promotions.WithLabelValues("withdrawn").Inc()
 			a.emit("claim", e.ID, "claim for epoch %d withdrawn: the withdrawn marker is queued in the outbox", e.Epoch)
@@ -581,16 +581,14 @@ func (a *Agent) outboxEvent(e lease.Effect, at time.Time) (*nostr.Event, string,
 	switch e := e.(type) {
 	case lease.PublishRevocation:
 		w, _ := a.m.Workload(e.ID)
-		ev, err = heartbeat.BuildRevocation(a.keys, heartbeat.RevocationParams{
-			WorkloadID: e.ID, Standbys: e.Standbys, Reason: a.fenceReason(e.Reason, at), At: at,
-			StateURI: w.Spec.StateURI, Successor: e.Successor, Epoch: e.Epoch,
-		})
+		e.Reason = a.fenceReason(e.Reason, at)
+		ev, err = heartbeat.BuildRevocationFor(a.keys, e, at, w.Spec.StateURI)
 		key = fmt.Sprintf("revocation:%s:%d", e.ID, e.Epoch)
 	case lease.WithdrawClaim:
-		ev, err = heartbeat.BuildPromotion(a.keys, heartbeat.PromotionParams{WorkloadID: e.ID, At: at, Epoch: e.Epoch, Status: heartbeat.ClaimWithdrawn})
+		ev, err = heartbeat.BuildWithdrawFor(a.keys, e, at)
 		key = fmt.Sprintf("withdraw:%s:%d:%d", e.ID, e.Epoch, at.Unix())
 	case lease.AnnouncePromotion:
-		ev, err = heartbeat.BuildAnnouncement(a.keys, heartbeat.AnnouncementParams{WorkloadID: e.ID, At: at, Epoch: e.Epoch})
+		ev, err = heartbeat.BuildAnnouncementFor(a.keys, e, at)
 		key = fmt.Sprintf("announcement:%s:%d", e.ID, e.Epoch)
 	default:
 		return nil, "", fmt.Errorf("%s is not an outbox effect", e)
@@ -601,25 +599,21 @@ func (a *Agent) outboxEvent(e lease.Effect, at time.Time) (*nostr.Event, string,
 	return ev, key, nil
 }
 
-// publishClaim publishes a promotion claim (or withdrawn marker) created at
-// at and, for an active claim, reports how many relays accepted it.
-func (a *Agent) publishClaim(ctx context.Context, id string, epoch uint64, status heartbeat.ClaimStatus, at time.Time) {
-	ev, err := heartbeat.BuildPromotion(a.keys, heartbeat.PromotionParams{WorkloadID: id, At: at, Epoch: epoch, Status: status})
+// publishClaim publishes the active promotion claim of a PublishClaim
+// effect, created at at, and reports how many relays accepted it (the
+// claim step's feedback; withdrawn markers go through the outbox).
+func (a *Agent) publishClaim(ctx context.Context, e lease.PublishClaim, at time.Time) {
+	ev, err := heartbeat.BuildClaimFor(a.keys, e, at)
 	if err != nil {
-		a.logger.Error("build promotion claim", "workload", id, "err", err)
-		if status == heartbeat.ClaimActive {
-			a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: id, Epoch: epoch}})
-		}
+		a.logger.Error("build promotion claim", "workload", e.ID, "err", err)
+		a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: e.ID, Epoch: e.Epoch}})
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, a.claimIOTimeout())
 	res := a.pool.Publish(pctx, ev)
 	cancel()
-	if status != heartbeat.ClaimActive {
-		return
-	}
-	a.emit("claim", id, "promotion claim for epoch %d accepted by %d of %d relays", epoch, len(res.Accepted), a.cfg.Lease.N)
-	a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: id, Epoch: epoch, Accepted: len(res.Accepted)}})
+	a.emit("claim", e.ID, "promotion claim for epoch %d accepted by %d of %d relays", e.Epoch, len(res.Accepted), a.cfg.Lease.N)
+	a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: e.ID, Epoch: e.Epoch, Accepted: len(res.Accepted)}})
 }
 
 // claimIOTimeout bounds one claim publish or claim read: PublishTimeout,

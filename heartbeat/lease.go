@@ -121,3 +121,13 @@ func BuildWithdrawFor(k *Keys, e lease.WithdrawClaim, at time.Time) (*nostr.Even
 	}
 	return ev, nil
 }
+
+// BuildAnnouncementFor builds the Paygress-form announcement a
+// lease.AnnouncePromotion effect asks for (the won claim), signed by k.
+func BuildAnnouncementFor(k *Keys, e lease.AnnouncePromotion, at time.Time) (*nostr.Event, error) {
+	ev, err := BuildAnnouncement(k, AnnouncementParams{WorkloadID: e.ID, At: at, Epoch: e.Epoch})
+	if err != nil {
+		return nil, fmt.Errorf("announcement for %s: %w", e.ID, err)
+	}
+	return ev, nil
+}

@@ -9,6 +9,5 @@
 // supervisors could not.
 //
 // Exits caused by Stop or Close are reported with Stopped set, so the lease
-// machine does not count them as crashes. The package backendtest holds an
-// in-memory Fake for the daemon's tests.
+// machine does not count them as crashes.
 package backend
