@@ -111,55 +111,16 @@ type AnnouncementParams struct {
 // of a won claim: kind 38386 under PromotionDTag with Paygress's tags and
 // fields, plus our epoch.
 func BuildAnnouncement(k *Keys, p AnnouncementParams) (*nostr.Event, error) {
-	if k == nil {
-		return nil, fmt.Errorf("build announcement: nil keys")
-	}
-	if err := ValidateWorkloadID(p.WorkloadID); err != nil {
-		return nil, fmt.Errorf("build announcement: %w", err)
-	}
-	if p.Epoch == 0 {
-		return nil, fmt.Errorf("build announcement: epoch 0, epochs start at 1")
-	}
-	ts := p.At.Unix()
-	if ts < 0 || ts > maxUnix {
-		return nil, fmt.Errorf("build announcement: time %v out of range", p.At)
-	}
-	content, err := json.Marshal(announcementWire{
-		WorkloadID: p.WorkloadID, NewPrimaryNpub: k.public, PromotedAt: uint64(ts), Version: SchemaVersion, Epoch: p.Epoch,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("build announcement: %w", err)
-	}
-	ev := &nostr.Event{
-		CreatedAt: nostr.Timestamp(ts),
-		Kind:      KindPromotion,
-		Tags: nostr.Tags{
-			{"t", tagPaygress},
-			{"t", tagPromoted},
-			{"d", PromotionDTag(p.WorkloadID)},
-			{"v", versionTag},
-			{"workload", p.WorkloadID},
-		},
-		Content: string(content),
-	}
-	if err := k.Sign(ev); err != nil {
-		return nil, fmt.Errorf("build announcement: %w", err)
-	}
-	return ev, nil
+	return signPromotion(k, "announcement", p.WorkloadID, p.At, p.Epoch,
+		nostr.Tags{{"t", tagPaygress}, {"t", tagPromoted}, {"d", PromotionDTag(p.WorkloadID)}, {"v", versionTag}, {"workload", p.WorkloadID}},
+		func(ts uint64) any {
+			return announcementWire{WorkloadID: p.WorkloadID, NewPrimaryNpub: k.public, PromotedAt: ts, Version: SchemaVersion, Epoch: p.Epoch}
+		})
 }
 
 // BuildPromotion builds and signs a promotion claim of the claim step (or,
 // with ClaimWithdrawn, the marker that replaces it), under ClaimDTag.
 func BuildPromotion(k *Keys, p PromotionParams) (*nostr.Event, error) {
-	if k == nil {
-		return nil, fmt.Errorf("build promotion: nil keys")
-	}
-	if err := ValidateWorkloadID(p.WorkloadID); err != nil {
-		return nil, fmt.Errorf("build promotion: %w", err)
-	}
-	if p.Epoch == 0 {
-		return nil, fmt.Errorf("build promotion: epoch 0, epochs start at 1")
-	}
 	status := p.Status
 	if status == "" {
 		status = ClaimActive
@@ -167,34 +128,36 @@ func BuildPromotion(k *Keys, p PromotionParams) (*nostr.Event, error) {
 	if status != ClaimActive && status != ClaimWithdrawn {
 		return nil, fmt.Errorf("build promotion: status %q is not active or withdrawn", status)
 	}
-	ts := p.At.Unix()
+	return signPromotion(k, "promotion", p.WorkloadID, p.At, p.Epoch,
+		nostr.Tags{{"t", tagClaim}, {"d", ClaimDTag(p.WorkloadID)}, {"v", versionTag}, {"workload", p.WorkloadID}},
+		func(ts uint64) any {
+			return promotionWire{WorkloadID: p.WorkloadID, NewPrimaryNpub: k.public, PromotedAt: ts, Version: SchemaVersion, Epoch: p.Epoch, Status: status}
+		})
+}
+
+// signPromotion checks the inputs of a kind 38386 event (what names it in
+// errors), then builds it with tags and content(created_at) and signs it.
+func signPromotion(k *Keys, what, workloadID string, at time.Time, epoch uint64, tags nostr.Tags, content func(ts uint64) any) (*nostr.Event, error) {
+	if k == nil {
+		return nil, fmt.Errorf("build %s: nil keys", what)
+	}
+	if err := ValidateWorkloadID(workloadID); err != nil {
+		return nil, fmt.Errorf("build %s: %w", what, err)
+	}
+	if epoch == 0 {
+		return nil, fmt.Errorf("build %s: epoch 0, epochs start at 1", what)
+	}
+	ts := at.Unix()
 	if ts < 0 || ts > maxUnix {
-		return nil, fmt.Errorf("build promotion: time %v out of range", p.At)
+		return nil, fmt.Errorf("build %s: time %v out of range", what, at)
 	}
-	content, err := json.Marshal(promotionWire{
-		WorkloadID:     p.WorkloadID,
-		NewPrimaryNpub: k.public,
-		PromotedAt:     uint64(ts),
-		Version:        SchemaVersion,
-		Epoch:          p.Epoch,
-		Status:         status,
-	})
+	b, err := json.Marshal(content(uint64(ts)))
 	if err != nil {
-		return nil, fmt.Errorf("build promotion: %w", err)
+		return nil, fmt.Errorf("build %s: %w", what, err)
 	}
-	ev := &nostr.Event{
-		CreatedAt: nostr.Timestamp(ts),
-		Kind:      KindPromotion,
-		Tags: nostr.Tags{
-			{"t", tagClaim},
-			{"d", ClaimDTag(p.WorkloadID)},
-			{"v", versionTag},
-			{"workload", p.WorkloadID},
-		},
-		Content: string(content),
-	}
+	ev := &nostr.Event{CreatedAt: nostr.Timestamp(ts), Kind: KindPromotion, Tags: tags, Content: string(b)}
 	if err := k.Sign(ev); err != nil {
-		return nil, fmt.Errorf("build promotion: %w", err)
+		return nil, fmt.Errorf("build %s: %w", what, err)
 	}
 	return ev, nil
 }
