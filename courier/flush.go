@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"provideragent/internal/sqlitedb"
 )
 
 // recordBatch is the most outcomes recorded in one transaction.
@@ -225,15 +227,7 @@ func (c *Courier) bookkeeping(ctx context.Context, fn func(tx *sql.Tx) error) (e
 			}
 		}
 	}()
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
+	return sqlitedb.RunTx(ctx, conn, fn)
 }
 
 type recordResult struct {

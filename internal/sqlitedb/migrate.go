@@ -223,19 +223,20 @@ func InTxWait(ctx context.Context, db *sql.DB, wait time.Duration, fn func(tx *s
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}()
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
+	return RunTx(ctx, conn, fn)
 }
 
-func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
+func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error { return RunTx(ctx, db, fn) }
+
+// Beginner starts transactions: a *sql.DB, or one *sql.Conn taken from it.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// RunTx runs fn in one transaction begun on b, committing when fn returns
+// nil and rolling back otherwise.
+func RunTx(ctx context.Context, b Beginner, fn func(tx *sql.Tx) error) error {
+	tx, err := b.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
