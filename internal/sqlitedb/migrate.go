@@ -226,7 +226,9 @@ func InTxWait(ctx context.Context, db *sql.DB, wait time.Duration, fn func(tx *s
 	return RunTx(ctx, conn, fn)
 }
 
-func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error { return RunTx(ctx, db, fn) }
+func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	return RunTx(ctx, db, fn)
+}
 
 // Beginner starts transactions: a *sql.DB, or one *sql.Conn taken from it.
 type Beginner interface {
