@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -300,6 +301,7 @@ type conn struct {
 	authed     chan struct{} // closed when AUTH succeeded
 	authBad    chan struct{} // closed when AUTH failed
 	authFailed bool
+	authWhy    string // the relay's words when AUTH failed
 	seq        int
 }
 
@@ -417,14 +419,23 @@ func (c *conn) resolve(ok nostr.OKEnvelope) bool {
 	return len(list) > 0
 }
 
-// failAuth records a failed AUTH and wakes publishes waiting for it.
-func (c *conn) failAuth() {
+// failAuth records a failed AUTH (the relay's words) and wakes publishes
+// waiting for it.
+func (c *conn) failAuth(why string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.authFailed {
 		c.authFailed = true
+		c.authWhy = why
 		close(c.authBad)
 	}
+}
+
+// authFailure returns the relay's words for a failed AUTH, "" if none.
+func (c *conn) authFailure() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.authWhy
 }
 
 func (c *conn) isAuthed() bool {
@@ -760,6 +771,10 @@ func (ss *session) handleClosed(sub *mainSub, reason string) error {
 		switch {
 		case sub.sentAuthed || ss.s.p.opts.SecretKey == "" || ss.c.authFailed:
 			permanent = true
+			// The AUTH may have failed before this CLOSED came: name it.
+			if why := ss.c.authFailure(); why != "" && !strings.Contains(reason, "AUTH failed") {
+				reason += " (AUTH failed: " + why + ")"
+			}
 		case ss.c.isAuthed():
 			// The REQ raced the AUTH: send it again now.
 			ss.s.p.m.closed.WithLabelValues(ss.s.url, "false").Inc()
@@ -858,7 +873,7 @@ func (ss *session) authenticate(challenge string) error {
 func (ss *session) handleAuthOK(ok nostr.OKEnvelope) error {
 	ss.authOK = nil
 	if !ok.OK {
-		ss.c.failAuth()
+		ss.c.failAuth(ok.Reason)
 		ss.s.setErr(fmt.Errorf("auth failed: %s", ok.Reason))
 		ss.s.log.Warn("relay rejected AUTH", "reason", ok.Reason)
 		for _, sub := range ss.subs {
