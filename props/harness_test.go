@@ -168,7 +168,7 @@ func newWorld(t *rapid.T, proto protocol, fs faultSpace) *world {
 	if err != nil {
 		t.Fatalf("sim.New(%v) = %v, want nil", sc, err)
 	}
-	s.AddChecker(sim.SingleWriter(workloadID))
+	s.AddChecker(sim.SingleWriter(workloadID, sc.M))
 	if fs.CheckTakeoverBound {
 		lc := lease.DefaultConfig()
 		s.AddTakeoverBound(workloadID, sc.M, lc.TakeoverAfter-assumed.DriftAllowance(lc))

@@ -21,7 +21,7 @@ func scriptedWorld(t *testing.T, k, m, n int, seed uint64) *sim.Sim {
 	if err != nil {
 		t.Fatalf("sim.New() = %v, want nil", err)
 	}
-	s.AddChecker(sim.SingleWriter(workloadID))
+	s.AddChecker(sim.SingleWriter(workloadID, m))
 	s.Boot()
 	return s
 }

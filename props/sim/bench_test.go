@@ -30,7 +30,7 @@ func benchWorld(b *testing.B, lease bool) uint64 {
 	if err != nil {
 		b.Fatalf("New() = %v, want nil", err)
 	}
-	s.AddChecker(sim.SingleWriter("w"))
+	s.AddChecker(sim.SingleWriter("w", 2))
 	s.Boot()
 	s.RunFor(time.Hour)
 	if v := s.Violation(); v != nil {

@@ -7,11 +7,15 @@ import (
 // SingleWriter returns a checker for workload w, the invariant the props
 // tests state: at most one provider runs w at any instant; no two providers
 // hold w Live at the same epoch; the epoch a provider holds Live never goes
-// backwards (across its restarts too), and no provider enters Live at an
-// epoch below one another provider has already held Live. Paused providers count (their
-// workload keeps running); providers whose agent is down count only through
-// their running flag.
-func SingleWriter(w string) Checker {
+// backwards (across its restarts too); and no provider enters Live at an
+// epoch below one another provider has already held Live while a claim or
+// announcement of that higher epoch is still stored on at least m relays
+// (then every claim read of N-m+1 relays meets it). Relays that lose their
+// storage can erase every trace of an epoch whose holder is gone; a later
+// claimer then reuses its number, which is not two writers. Paused providers
+// count (their workload keeps running); providers whose agent is down count
+// only through their running flag.
+func SingleWriter(w string, m int) Checker {
 	maxHeld := map[ProviderID]uint64{}
 	wasLive := map[ProviderID]bool{}
 	var maxAny uint64 // highest epoch any provider has held Live
@@ -40,7 +44,10 @@ func SingleWriter(w string) Checker {
 				continue
 			}
 			if !wasLive[p.id] && e < maxAny {
-				return fmt.Errorf("%s enters workload %s Live at epoch %d after epoch %d was held Live", p.name, w, e, maxAny)
+				if n := s.storedEpochEvidence(w, e); n >= m {
+					return fmt.Errorf("%s enters workload %s Live at epoch %d after epoch %d was held Live (a claim of a higher epoch is stored on %d relays)",
+						p.name, w, e, maxAny, n)
+				}
 			}
 			wasLive[p.id] = true
 			if other, dup := liveAt[e]; dup {
@@ -55,4 +62,34 @@ func SingleWriter(w string) Checker {
 		}
 		return nil
 	}
+}
+
+// storedEpochEvidence counts the relays that store an active claim or an
+// announcement of workload w at an epoch above e.
+func (s *Sim) storedEpochEvidence(w string, e uint64) int {
+	n := 0
+	for _, rs := range s.relays {
+		for _, ev := range rs.store {
+			var we uint64
+			switch b := ev.Body.(type) {
+			case LeaseClaim:
+				if !b.Active || b.Workload != w {
+					continue
+				}
+				we = b.Epoch
+			case LeaseAnnouncement:
+				if b.Workload != w {
+					continue
+				}
+				we = b.Epoch
+			default:
+				continue
+			}
+			if we > e && !ev.Forged {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }

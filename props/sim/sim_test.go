@@ -20,7 +20,7 @@ func newAnchorWorld(t *testing.T, providers int) *sim.Sim {
 	if err != nil {
 		t.Fatalf("New() = %v, want nil", err)
 	}
-	s.AddChecker(sim.SingleWriter("w"))
+	s.AddChecker(sim.SingleWriter("w", 2))
 	s.Boot()
 	return s
 }
@@ -68,7 +68,7 @@ func newLeaseWorld(t *testing.T, providers, m, n int) *sim.Sim {
 	if err != nil {
 		t.Fatalf("New() = %v, want nil", err)
 	}
-	s.AddChecker(sim.SingleWriter("w"))
+	s.AddChecker(sim.SingleWriter("w", 2))
 	s.Boot()
 	return s
 }
