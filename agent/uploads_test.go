@@ -92,10 +92,13 @@ func TestUploadLoopUploadsPendingTiles(t *testing.T) {
 		}
 	}()
 
-	// The first upload round runs at once (the interval is an hour).
-	waitFor(t, 20*time.Second, "every tile uploaded", func() bool {
+	// The first upload round runs at once (the interval is an hour). The
+	// tiles are marked uploaded while the round runs, and the round's
+	// metrics are counted when it returns, a moment later: wait for both.
+	success := umet.Uploads.WithLabelValues(string(uploader.OutcomeSuccess))
+	waitFor(t, 20*time.Second, "every tile uploaded and the round counted", func() bool {
 		n, err := tiles.CountPending(ctx, "")
-		return err == nil && n == 0
+		return err == nil && n == 0 && testutil.ToFloat64(success) >= 1
 	})
 	for _, sha := range shas {
 		if !srv.Has(sha) {
@@ -117,7 +120,7 @@ func TestUploadLoopUploadsPendingTiles(t *testing.T) {
 	if got := srv.Uploads(a.PublicKey()); got != len(shas) {
 		t.Errorf("server Uploads(agent key) = %d, want %d", got, len(shas))
 	}
-	if got := testutil.ToFloat64(umet.Uploads.WithLabelValues(string(uploader.OutcomeSuccess))); got < 1 {
+	if got := testutil.ToFloat64(success); got < 1 {
 		t.Errorf("uploader_uploads_total{outcome=success} = %v, want >= 1", got)
 	}
 	var wantBytes float64
