@@ -46,6 +46,11 @@ type NostrForwarder struct {
 
 var _ courier.Forwarder = (*NostrForwarder)(nil)
 
+// Destination is courier.DestinationNostr: the outbox hands this forwarder
+// only Nostr receipts (the agent queues them so), never a bundle meant for
+// an HTTP endpoint.
+func (f *NostrForwarder) Destination() courier.Destination { return courier.DestinationNostr }
+
 // Forward publishes the event in d.Bundle.
 func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error {
 	var ev nostr.Event

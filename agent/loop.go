@@ -374,7 +374,7 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 			return err
 		}
 		for _, r := range rows {
-			if _, err := a.outbox.SendTx(ctx, tx, r.bundle, "agent", courier.SendOptions{IdempotencyKey: r.key}); err != nil &&
+			if _, err := a.outbox.SendTx(ctx, tx, r.bundle, "agent", courier.SendOptions{IdempotencyKey: r.key, Destination: courier.DestinationNostr}); err != nil &&
 				!errors.Is(err, courier.ErrIdempotencyConflict) {
 				return fmt.Errorf("queue %s: %w", r.key, err)
 			}

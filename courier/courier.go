@@ -60,6 +60,9 @@ type SendOptions struct {
 	// return the first receipt instead of storing the bundle again.
 	// Printable ASCII, at most 256 bytes.
 	IdempotencyKey string
+	// Destination is the kind of forwarder that may deliver the bundle
+	// (stored with the receipt). Empty means DestinationHTTP.
+	Destination Destination
 }
 
 // Courier is a durable outbox over one SQLite database. Its methods are
@@ -95,8 +98,8 @@ func (c *Courier) prepareStatements(ctx context.Context) error {
 	}{
 		{&c.stmts.lookupKey, `SELECT ` + receiptColumns + ` FROM courier_receipts WHERE idempotency_key = ?`},
 		{&c.stmts.insertReceipt, `INSERT INTO courier_receipts
-			(id, bundle_hash, sender, idempotency_key, created_at, state, attempts, next_attempt_at, last_error, size)
-			VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, '', ?)`},
+			(id, bundle_hash, sender, idempotency_key, created_at, state, attempts, next_attempt_at, last_error, size, destination)
+			VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, '', ?, ?)`},
 		{&c.stmts.insertBundle, `INSERT INTO courier_bundles (seq, bundle) VALUES (?, ?)`},
 	} {
 		st, err := c.db.PrepareContext(ctx, p.query)
@@ -133,6 +136,7 @@ type sendInput struct {
 	hash   string
 	sender string
 	key    string
+	dest   Destination
 	now    time.Time
 	bundle []byte
 }
@@ -273,6 +277,13 @@ func (c *Courier) prepare(bundle []byte, sender string, opts SendOptions) (sendI
 	if err := validateToken("idempotency key", opts.IdempotencyKey, maxKeyBytes, true); err != nil {
 		return sendInput{}, err
 	}
+	dest := opts.Destination
+	if dest == "" {
+		dest = DestinationHTTP
+	}
+	if !dest.Valid() {
+		return sendInput{}, fmt.Errorf("destination %q: want http or nostr: %w", truncate(string(dest), 40), ErrInvalidSend)
+	}
 	id, err := NewID()
 	if err != nil {
 		return sendInput{}, err
@@ -282,6 +293,7 @@ func (c *Courier) prepare(bundle []byte, sender string, opts SendOptions) (sendI
 		hash:   HashBundle(bundle),
 		sender: sender,
 		key:    opts.IdempotencyKey,
+		dest:   dest,
 		now:    c.clock.Now(),
 	}, nil
 }
@@ -377,7 +389,7 @@ func isConstraint(err error) bool {
 }
 
 const receiptColumns = `id, bundle_hash, sender, COALESCE(idempotency_key, ''), created_at, state, attempts,
-	next_attempt_at, last_error, failed_at, acknowledged_at, size`
+	next_attempt_at, last_error, failed_at, acknowledged_at, size, destination`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -388,15 +400,16 @@ func scanReceipt(s scanner, extra ...any) (Receipt, error) {
 		id            int64
 		created, next int64
 		failed, acked sql.NullInt64
-		state         string
+		state, to     string
 	)
 	dest := append([]any{&id, &r.BundleHash, &r.Sender, &r.IdempotencyKey, &created, &state, &r.Attempts,
-		&next, &r.LastError, &failed, &acked, &r.Size}, extra...)
+		&next, &r.LastError, &failed, &acked, &r.Size, &to}, extra...)
 	if err := s.Scan(dest...); err != nil {
 		return Receipt{}, err
 	}
 	r.ID = ID(uint64(id))
 	r.State = State(state)
+	r.Destination = Destination(to)
 	r.CreatedAt = fromMillis(created)
 	r.NextAttemptAt = fromMillis(next)
 	if failed.Valid {
@@ -424,6 +437,10 @@ func (c *Courier) insertReceipt(ctx context.Context, tx *sql.Tx, in sendInput) (
 			if r.BundleHash != in.hash {
 				return r, false, fmt.Errorf("key %q is receipt %s: %w", in.key, r.ID, ErrIdempotencyConflict)
 			}
+			if r.Destination != in.dest {
+				return r, false, fmt.Errorf("key %q is receipt %s for destination %s, not %s: %w",
+					in.key, r.ID, r.Destination, in.dest, ErrIdempotencyConflict)
+			}
 			return r, false, nil
 		case !errors.Is(err, sql.ErrNoRows):
 			return Receipt{}, false, fmt.Errorf("look up idempotency key: %w", err)
@@ -434,7 +451,7 @@ func (c *Courier) insertReceipt(ctx context.Context, tx *sql.Tx, in sendInput) (
 		in.bundle = []byte{} // NULL is not a bundle
 	}
 	res, err := tx.StmtContext(ctx, c.stmts.insertReceipt).ExecContext(ctx,
-		dbID(in.id), in.hash, in.sender, nullKey(in.key), now, now, len(in.bundle))
+		dbID(in.id), in.hash, in.sender, nullKey(in.key), now, now, len(in.bundle), string(in.dest))
 	if err != nil {
 		return Receipt{}, false, fmt.Errorf("insert receipt: %w", err)
 	}
@@ -454,6 +471,7 @@ func (c *Courier) insertReceipt(ctx context.Context, tx *sql.Tx, in sendInput) (
 		BundleHash:     in.hash,
 		Sender:         in.sender,
 		IdempotencyKey: in.key,
+		Destination:    in.dest,
 		CreatedAt:      fromMillis(now),
 		State:          StatePending,
 		NextAttemptAt:  fromMillis(now),

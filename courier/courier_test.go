@@ -420,7 +420,7 @@ func TestClaimHidesReceiptsUntilTimeout(t *testing.T) {
 	// ClaimTimeout, then they are delivered.
 	e := newEnv(t, nil, Deps{})
 	r := e.send(t, "x")
-	if _, err := e.c.claim(context.Background(), e.clock.Now(), 10); err != nil {
+	if _, err := e.c.claim(context.Background(), e.clock.Now(), DestinationHTTP, 10); err != nil {
 		t.Fatal(err)
 	}
 	if res, _ := e.c.Flush(context.Background(), &recorder{}); res.Acknowledged != 0 {
@@ -661,7 +661,7 @@ func TestListFiltersAndPaginates(t *testing.T) {
 	want := []ID{1, 0x7fffffffffffffff, 0x8000000000000000, 0xffffffffffffffff}
 	err := sqlitedb.InTx(ctx, e.db, func(tx *sql.Tx) error {
 		for _, id := range []ID{want[3], want[1], want[0], want[2]} {
-			in := sendInput{id: id, hash: HashBundle(nil), sender: "s", now: e.clock.Now(), bundle: []byte{}}
+			in := sendInput{id: id, hash: HashBundle(nil), sender: "s", dest: DestinationHTTP, now: e.clock.Now(), bundle: []byte{}}
 			if _, _, err := e.c.insertReceipt(ctx, tx, in); err != nil {
 				return err
 			}

@@ -12,15 +12,19 @@ import (
 
 // ListOptions filters List.
 type ListOptions struct {
-	State State // empty: every state
-	After ID    // keyset pagination: only ids above After (0: from the start)
-	Limit int   // at most this many (<= 0: 1000)
+	State       State       // empty: every state
+	Destination Destination // empty: every destination
+	After       ID          // keyset pagination: only ids above After (0: from the start)
+	Limit       int         // at most this many (<= 0: 1000)
 }
 
 // List returns receipts ordered by id, without their bundles.
 func (c *Courier) List(ctx context.Context, opts ListOptions) ([]Receipt, error) {
 	if opts.State != "" && !opts.State.Valid() {
 		return nil, fmt.Errorf("courier list: state %q: want pending, acknowledged or dead: %w", opts.State, ErrInvalidSend)
+	}
+	if opts.Destination != "" && !opts.Destination.Valid() {
+		return nil, fmt.Errorf("courier list: destination %q: want http or nostr: %w", opts.Destination, ErrInvalidSend)
 	}
 	if opts.Limit <= 0 {
 		opts.Limit = 1000
@@ -32,6 +36,9 @@ func (c *Courier) List(ctx context.Context, opts ListOptions) ([]Receipt, error)
 	where := "1"
 	if opts.State != "" {
 		where = "state = '" + string(opts.State) + "'"
+	}
+	if opts.Destination != "" {
+		where += " AND destination = '" + string(opts.Destination) + "'"
 	}
 	after := dbID(opts.After)
 	rows, err := c.db.QueryContext(ctx, `SELECT `+receiptColumns+` FROM courier_receipts
@@ -127,11 +134,16 @@ type ReplayResult struct {
 	LastError    string // the last delivery error seen, if any
 }
 
-// Replay forwards every dead-lettered receipt once, one at a time, at most
+// Replay forwards every dead-lettered receipt of fwd's destination once
+// (receipts of other destinations are left alone), one at a time, at most
 // rate per second (rate <= 0: Config.ReplayRate). Successes leave the DLQ
 // (acknowledged); failures stay dead with attempts, failed_at and
 // last_error updated. It stops early, with ctx's error, when ctx ends.
 func (c *Courier) Replay(ctx context.Context, fwd Forwarder, rate float64) (ReplayResult, error) {
+	dest := fwd.Destination()
+	if !dest.Valid() {
+		return ReplayResult{}, fmt.Errorf("courier replay: forwarder destination %q: want http or nostr: %w", dest, ErrInvalidSend)
+	}
 	if !(rate > 0) {
 		rate = c.cfg.ReplayRate
 	}
@@ -143,7 +155,7 @@ func (c *Courier) Replay(ctx context.Context, fwd Forwarder, rate float64) (Repl
 	<-timer.C
 	var after ID
 	for {
-		page, err := c.List(ctx, ListOptions{State: StateDead, After: after, Limit: 100})
+		page, err := c.List(ctx, ListOptions{State: StateDead, Destination: dest, After: after, Limit: 100})
 		if err != nil {
 			return res, fmt.Errorf("courier replay: %w", err)
 		}
@@ -182,11 +194,12 @@ func (c *Courier) replayOne(ctx context.Context, fwd Forwarder, id ID, res *Repl
 	if err != nil {
 		return err
 	}
-	if r.State != StateDead {
+	if r.State != StateDead || r.Destination != fwd.Destination() {
 		return nil
 	}
 	o := c.forwardOne(ctx, fwd, Delivery{ReceiptID: r.ID, BundleHash: r.BundleHash,
-		IdempotencyKey: r.IdempotencyKey, Sender: r.Sender, Bundle: r.Bundle, Attempt: r.Attempts + 1})
+		IdempotencyKey: r.IdempotencyKey, Sender: r.Sender, Destination: r.Destination, Bundle: r.Bundle,
+		Attempt: r.Attempts + 1})
 	if o.abandoned {
 		return ctx.Err()
 	}

@@ -7,4 +7,9 @@
 // record the outcome: acknowledged, rescheduled with full-jitter backoff or
 // Retry-After, or dead-lettered after a client error or MaxAttempts failures.
 // Operators list, show, resend, replay, drop and export dead receipts.
+//
+// Every receipt carries its Destination, the kind of forwarder that may
+// deliver it (http or nostr, SendOptions.Destination); a Forwarder declares
+// its own, and Flush, Run and Replay give it only receipts of that kind, so
+// a Nostr revocation is never acknowledged by an HTTP endpoint.
 package courier

@@ -40,13 +40,18 @@ type outcome struct {
 	abandoned bool // ctx ended: release the claim without counting an attempt
 }
 
-// Flush delivers every receipt due at the moment it is called: it claims
-// them in batches, forwards them with Config.Concurrency workers, and records
+// Flush delivers every receipt of fwd's destination due at the moment it is
+// called (receipts of other destinations are left alone): it claims them in
+// batches, forwards them with Config.Concurrency workers, and records
 // the outcomes in batched transactions. A failing receipt is rescheduled (or
 // dead-lettered), never waited for, so one Flush forwards each receipt at
 // most once. If ctx ends, deliveries not yet finished are released and
 // Flush returns ctx's error with what it had recorded.
 func (c *Courier) Flush(ctx context.Context, fwd Forwarder) (FlushResult, error) {
+	dest := fwd.Destination()
+	if !dest.Valid() {
+		return FlushResult{}, fmt.Errorf("courier flush: forwarder destination %q: want http or nostr: %w", dest, ErrInvalidSend)
+	}
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
 	start := c.clock.Now()
@@ -76,7 +81,7 @@ claiming:
 			claimErr = err
 			break
 		}
-		batch, err := c.claim(ctx, start, c.cfg.ClaimBatch)
+		batch, err := c.claim(ctx, start, dest, c.cfg.ClaimBatch)
 		if err != nil {
 			claimErr = err
 			break
@@ -136,18 +141,18 @@ func (c *Courier) forwardOne(ctx context.Context, fwd Forwarder, d Delivery) (o 
 	return o
 }
 
-// claim hides up to n receipts due at start from other flushes for
+// claim hides up to n receipts of dest due at start from other flushes for
 // ClaimTimeout and returns them as deliveries.
-func (c *Courier) claim(ctx context.Context, start time.Time, n int) ([]Delivery, error) {
+func (c *Courier) claim(ctx context.Context, start time.Time, dest Destination, n int) ([]Delivery, error) {
 	var out []Delivery
 	err := c.bookkeeping(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
 		rows, err := tx.QueryContext(ctx, `UPDATE courier_receipts SET next_attempt_at = ?
 			WHERE seq IN (SELECT seq FROM courier_receipts
-				WHERE state = 'pending' AND next_attempt_at <= ?
+				WHERE state = 'pending' AND destination = ? AND next_attempt_at <= ?
 				ORDER BY next_attempt_at, seq LIMIT ?)
 			RETURNING seq, id, bundle_hash, COALESCE(idempotency_key, ''), sender, attempts`,
-			millis(start.Add(c.cfg.ClaimTimeout)), millis(start), n)
+			millis(start.Add(c.cfg.ClaimTimeout)), string(dest), millis(start), n)
 		if err != nil {
 			return err
 		}
@@ -160,6 +165,7 @@ func (c *Courier) claim(ctx context.Context, start time.Time, n int) ([]Delivery
 				return err
 			}
 			d.ReceiptID = ID(uint64(id))
+			d.Destination = dest
 			d.Attempt++
 			out = append(out, d)
 			seqs = append(seqs, seq)
@@ -447,12 +453,13 @@ func (c *Courier) retryAt(now time.Time, attempts int, class ErrorClass, retryAf
 	return c.backoff.NextAttemptAt(now, attempts, c.rnd())
 }
 
-// NextDue returns when the earliest pending receipt is due (ok = false when
-// none is pending).
-func (c *Courier) NextDue(ctx context.Context) (time.Time, bool, error) {
+// NextDue returns when the earliest pending receipt of dest is due (ok =
+// false when none is pending).
+func (c *Courier) NextDue(ctx context.Context, dest Destination) (time.Time, bool, error) {
 	var next sql.NullInt64
 	err := c.db.QueryRowContext(ctx,
-		`SELECT MIN(next_attempt_at) FROM courier_receipts WHERE state = 'pending'`).Scan(&next)
+		`SELECT MIN(next_attempt_at) FROM courier_receipts WHERE state = 'pending' AND destination = ?`,
+		string(dest)).Scan(&next)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("courier next due: %w", err)
 	}
@@ -478,10 +485,11 @@ func (c *Courier) Prune(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// Run flushes to fwd until ctx ends: right away, whenever Send or SendTx
-// wakes it, when the earliest rescheduled receipt falls due, and at least
-// every FlushInterval. It prunes acknowledged receipts about once a minute.
-// Errors are logged, not returned; Run returns nil when ctx ends.
+// Run flushes fwd's receipts to fwd until ctx ends: right away, whenever
+// Send or SendTx wakes it, when the earliest rescheduled receipt falls due,
+// and at least every FlushInterval. It prunes acknowledged receipts about
+// once a minute. Errors are logged, not returned; Run returns nil when ctx
+// ends.
 func (c *Courier) Run(ctx context.Context, fwd Forwarder) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -507,7 +515,7 @@ func (c *Courier) Run(ctx context.Context, fwd Forwarder) error {
 		}
 		wait := c.cfg.FlushInterval
 		if err == nil {
-			next, ok, nerr := c.NextDue(ctx)
+			next, ok, nerr := c.NextDue(ctx, fwd.Destination())
 			if nerr != nil && !errors.Is(nerr, context.Canceled) {
 				c.log.Error("courier next due", "err", nerr)
 			}

@@ -118,6 +118,8 @@ func (r *recorder) Forward(ctx context.Context, d Delivery) error {
 	return nil
 }
 
+func (r *recorder) Destination() Destination { return DestinationHTTP }
+
 func (r *recorder) count(bundle string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

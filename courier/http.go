@@ -75,6 +75,9 @@ func NewHTTPForwarder(rawURL string, client *http.Client) (*HTTPForwarder, error
 	return &HTTPForwarder{url: u.String(), client: &c, Now: time.Now}, nil
 }
 
+// Destination is DestinationHTTP.
+func (f *HTTPForwarder) Destination() Destination { return DestinationHTTP }
+
 // Forward POSTs d.Bundle with the receipt id, BLAKE3 hash, sender and
 // idempotency key (the receipt id when the sender gave none) as headers.
 func (f *HTTPForwarder) Forward(ctx context.Context, d Delivery) error {
