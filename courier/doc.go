@@ -11,5 +11,6 @@
 // Every receipt carries its Destination, the kind of forwarder that may
 // deliver it (http or nostr, SendOptions.Destination); a Forwarder declares
 // its own, and Flush, Run and Replay give it only receipts of that kind, so
-// a Nostr revocation is never acknowledged by an HTTP endpoint.
+// a Nostr revocation is never acknowledged by an HTTP endpoint. Run logs
+// failed deliveries as one summary line per RetryLogInterval.
 package courier

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -489,12 +490,16 @@ func (c *Courier) Prune(ctx context.Context) (int, error) {
 // Send or SendTx wakes it, when the earliest rescheduled receipt falls due,
 // and at least every FlushInterval. It prunes acknowledged receipts about
 // once a minute. Errors are logged, not returned; Run returns nil when ctx
-// ends.
+// ends. Failed deliveries are logged as a summary (see retryLog): one line
+// for the first flush that retried or dead-lettered receipts, then at most
+// one line per RetryLogInterval counting what happened since.
 func (c *Courier) Run(ctx context.Context, fwd Forwarder) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var lastPrune time.Time
+	rl := retryLog{dest: fwd.Destination()}
 	for {
+		started := c.clock.Now()
 		res, err := c.Flush(ctx, fwd)
 		if ctx.Err() != nil {
 			return nil
@@ -504,6 +509,10 @@ func (c *Courier) Run(ctx context.Context, fwd Forwarder) error {
 		} else if res.Acknowledged+res.DeadLettered+res.Retried > 0 {
 			c.log.Debug("courier flush", "acknowledged", res.Acknowledged,
 				"dead_lettered", res.DeadLettered, "retried", res.Retried)
+		}
+		rl.add(res)
+		if rl.due(started) {
+			c.logRetries(ctx, &rl, started)
 		}
 		if now := c.clock.Now(); now.Sub(lastPrune) >= time.Minute || now.Before(lastPrune) {
 			lastPrune = now
@@ -531,4 +540,67 @@ func (c *Courier) Run(ctx context.Context, fwd Forwarder) error {
 		case <-timer.C:
 		}
 	}
+}
+
+// RetryLogInterval is the least time between two of Run's summary lines of
+// failed deliveries: a relay outage that fails 10,000 receipts at every
+// flush logs one line a minute, not one per receipt or per flush.
+const RetryLogInterval = time.Minute
+
+// retryLog summarises Run's failed deliveries since its last line.
+type retryLog struct {
+	dest    Destination
+	last    time.Time // when the last line was written; zero: never
+	since   time.Time // when the first failure counted now was seen
+	flushes int       // flushes with a failure since the last line
+	retried int
+	dead    int
+	acked   int // acknowledged since the first failure counted now
+	lastErr string
+}
+
+// add counts one flush's result.
+func (l *retryLog) add(res FlushResult) {
+	if res.Retried+res.DeadLettered > 0 {
+		l.flushes++
+		l.retried += res.Retried
+		l.dead += res.DeadLettered
+		l.lastErr = res.LastError
+	}
+	if l.flushes > 0 {
+		l.acked += res.Acknowledged
+	}
+}
+
+// due reports whether a line is to be written at now: something failed
+// since the last line, and the last line is at least RetryLogInterval old
+// (or there was none, or the clock went backwards).
+func (l *retryLog) due(now time.Time) bool {
+	if l.flushes == 0 {
+		return false
+	}
+	if l.since.IsZero() {
+		l.since = now
+	}
+	return l.last.IsZero() || now.Sub(l.last) >= RetryLogInterval || now.Before(l.last)
+}
+
+// logRetries writes the summary line and starts a new one: INFO while the
+// failed receipts are only rescheduled, WARN once any was dead-lettered.
+func (c *Courier) logRetries(ctx context.Context, l *retryLog, now time.Time) {
+	level, msg := slog.LevelInfo, "courier deliveries failed, retrying with backoff"
+	if l.dead > 0 {
+		level, msg = slog.LevelWarn, "courier deliveries failed, some dead-lettered (provider-agent courier dlq list)"
+	}
+	attrs := []any{"destination", string(l.dest), "retried", l.retried, "dead_lettered", l.dead,
+		"acknowledged", l.acked, "flushes", l.flushes, "since", l.since.UTC().Format(time.RFC3339),
+		"last_error", l.lastErr}
+	if pending, err := c.count(ctx, StatePending); err == nil {
+		attrs = append(attrs, "pending", pending)
+	}
+	if dead, err := c.count(ctx, StateDead); err == nil {
+		attrs = append(attrs, "dlq", dead)
+	}
+	c.log.Log(ctx, level, msg, attrs...)
+	*l = retryLog{dest: l.dest, last: now}
 }
