@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -186,6 +187,11 @@ type Deps struct {
 	// servers every UploadInterval (default 10 s).
 	Uploader       uploader.Uploader
 	UploadInterval time.Duration
+	// Listener, when set, is where /metrics, /healthz and /status are
+	// served instead of listening on Config.Listen (run opens it before
+	// anything else, so a port in use is reported first). Run closes it;
+	// when New fails, the caller does.
+	Listener net.Listener
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// OnEvent receives timeline events (the demo prints them). It is called
@@ -370,8 +376,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	a.act = newActuator(a.backend, a.logger, a.send)
-	if cfg.Listen != "" {
-		if a.http, err = newHTTPServer(cfg.Listen, a.gatherer, a.Status, a.healthy); err != nil {
+	if cfg.Listen != "" || deps.Listener != nil {
+		if a.http, err = newHTTPServerOn(cfg.Listen, deps.Listener, a.gatherer, a.Status, a.healthy); err != nil {
 			_ = a.outbox.Close()
 			return nil, fmt.Errorf("new agent: %w", err)
 		}
@@ -644,6 +650,7 @@ func (a *Agent) Status() Status {
 		}
 	}
 	s.Synced = s.Synced && synced >= a.cfg.Lease.M
+	s.Workloads = a.withReasons(s.Workloads)
 	return s
 }
 
@@ -669,14 +676,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 		if !ok {
 			continue
 		}
-		role := "standby"
-		if w.Holder == a.self || w.State == lease.StatePromoting {
-			role = "primary"
-		}
-		ws = append(ws, WorkloadStatus{
-			ID: id, State: string(w.State), Epoch: w.Epoch, Primary: w.Holder, Standbys: w.Spec.Standbys,
-			Role: role, Running: a.backend.Running(id),
-		})
+		ws = append(ws, WorkloadView(w, a.self, a.backend.Running(id)))
 	}
 	for _, s := range lease.States {
 		a.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))

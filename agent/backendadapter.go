@@ -48,4 +48,13 @@ func (a *backendAdapter) Stop(ctx context.Context, id string) error {
 
 func (a *backendAdapter) Running(id string) bool { return a.b.Running(id) }
 
+// LogPath is the workload's log file when the inner backend keeps one
+// (backend.Process with a LogDir), else "".
+func (a *backendAdapter) LogPath(id string) string {
+	if lp, ok := a.b.(interface{ LogPath(id string) string }); ok {
+		return lp.LogPath(id)
+	}
+	return ""
+}
+
 func (a *backendAdapter) Exits() <-chan Exit { return a.exits }

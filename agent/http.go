@@ -38,19 +38,30 @@ type Status struct {
 	Relays       []RelayStatus    `json:"relays"`
 }
 
-// WorkloadStatus is one workload as this agent sees it.
+// WorkloadStatus is one workload as this agent sees it (WorkloadView
+// makes it from the persisted state).
 type WorkloadStatus struct {
-	ID       string   `json:"id"`
-	State    string   `json:"state"`
-	Epoch    uint64   `json:"epoch"`
-	Primary  string   `json:"primary"`
+	ID    string `json:"id"`
+	State string `json:"state"`
+	Epoch uint64 `json:"epoch"`
+	// Primary is the current holder (hex key).
+	Primary string `json:"primary"`
+	// Standbys are the providers that can still take the workload over:
+	// the lease's standbys without the current holder.
 	Standbys []string `json:"standbys,omitempty"`
+	// NoStandby is true when the lease named standbys but none is left
+	// (after a failover the promoted standby is the holder): if the holder
+	// fails, nobody takes over.
+	NoStandby bool `json:"no_standby,omitempty"`
 	// Role is "primary" when this agent holds (or is promoting to) the
-	// lease, "standby" otherwise.
+	// lease, "standby" otherwise ("" when read from the database).
 	Role string `json:"role"`
 	// Running is whether the workload's process runs on this node.
-	Running bool   `json:"running"`
-	Reason  string `json:"reason,omitempty"`
+	Running bool `json:"running"`
+	// Reason says why the workload's process last ended, for a failed or
+	// respawning workload (ExitReason of its log file), e.g.
+	// "exit 127 (command not found): sh: 1: no-such-tool: not found".
+	Reason string `json:"reason,omitempty"`
 }
 
 // RelayStatus is one relay connection as this agent sees it.
@@ -77,7 +88,13 @@ type httpServer struct {
 	ln  net.Listener
 }
 
+// newHTTPServer listens on addr and serves there.
 func newHTTPServer(addr string, g prometheus.Gatherer, status func() Status, healthy func() error) (*httpServer, error) {
+	return newHTTPServerOn(addr, nil, g, status, healthy)
+}
+
+// newHTTPServerOn serves on ln, or listens on addr when ln is nil.
+func newHTTPServerOn(addr string, ln net.Listener, g prometheus.Gatherer, status func() Status, healthy func() error) (*httpServer, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -93,9 +110,11 @@ func newHTTPServer(addr string, g prometheus.Gatherer, status func() Status, hea
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(status())
 	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen status server on %s: %w", addr, err)
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("listen status server on %s: %w", addr, err)
+		}
 	}
 	return &httpServer{
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},

@@ -178,6 +178,10 @@ func (b *Process) LogPath(workloadID string) string {
 	return filepath.Join(b.cfg.LogDir, logName(workloadID))
 }
 
+// LogFile is the log file of workload id under dir, as a Process whose
+// LogDir is dir names it (the CLI reads it while the agent is down).
+func LogFile(dir, id string) string { return filepath.Join(dir, logName(id)) }
+
 func logName(id string) string {
 	safe := true
 	var sb strings.Builder

@@ -7,8 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/mattn/go-sqlite3"
 
 	"provideragent/agent/config"
 	"provideragent/internal/sqlitedb"
@@ -109,9 +112,55 @@ func (a *agentFiles) openDB(ctx context.Context, create bool) (*sql.DB, string, 
 	}
 	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
 	if err != nil {
-		return nil, path, err
+		return nil, path, diagnoseDB(path, err)
 	}
 	return db, path, nil
+}
+
+// diagnoseDB adds the cause an operator can act on to SQLite's words for a
+// database it cannot write ("attempt to write a readonly database",
+// "unable to open database file"): the data dir, where SQLite creates the
+// -wal and -shm files beside the database, or the file itself is not
+// writable. Other errors are returned as they are.
+func diagnoseDB(path string, err error) error {
+	var se sqlite3.Error
+	if !errors.As(err, &se) || (se.Code != sqlite3.ErrReadonly && se.Code != sqlite3.ErrCantOpen && se.Code != sqlite3.ErrPerm) {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if werr := checkWritable(dir); werr != nil {
+		return fmt.Errorf("data dir %s is not writable (%v): SQLite creates %s-wal and -shm there: %w",
+			dir, pathErrCause(werr), filepath.Base(path), err)
+	}
+	if f, ferr := os.OpenFile(path, os.O_RDWR, 0); ferr != nil {
+		return fmt.Errorf("database %s is not writable (%v): %w", path, pathErrCause(ferr), err)
+	} else {
+		f.Close()
+	}
+	return err
+}
+
+// checkWritable creates and removes a file in dir: the honest test of
+// whether this process may create files there (permissions, ACLs, a
+// read-only mount, an immutable directory all answer it).
+func checkWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".provider-agent-write-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// pathErrCause is the operating system's reason in a *fs.PathError
+// ("permission denied", "read-only file system"), else err's text.
+func pathErrCause(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }
 
 // keyFile is the agent's identity key file as 'run' resolves it: --key-file,

@@ -157,8 +157,12 @@ func TestCourierSendUsesAgentDB(t *testing.T) {
 		name string
 		args func(dataDir, bundle string) []string
 	}{
-		{"after send", func(d, b string) []string { return []string{"courier", "send", b, "--sender", "s", "--data-dir", d} }},
-		{"before send", func(d, b string) []string { return []string{"courier", "--data-dir", d, "send", b, "--sender", "s"} }},
+		{"after send", func(d, b string) []string {
+			return []string{"courier", "send", b, "--sender", "s", "--destination", "http", "--data-dir", d}
+		}},
+		{"before send", func(d, b string) []string {
+			return []string{"courier", "--data-dir", d, "send", b, "--sender", "s", "--destination", "http"}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -72,14 +72,14 @@ func TestCourierCLIWorkflow(t *testing.T) {
 
 	ids := map[string]string{}
 	for _, b := range []string{"good", "bad"} {
-		code, out, errs := courierCLI(t, "courier", "send", writeBundle(t, dir, b, b), "--sender", "alice", "--key", "k-"+b)
+		code, out, errs := courierCLI(t, "courier", "send", writeBundle(t, dir, b, b), "--sender", "alice", "--destination", "http", "--key", "k-"+b)
 		if code != 0 {
 			t.Fatalf("courier send %s = %d (%s), want 0", b, code, errs)
 		}
 		ids[b] = strings.Fields(out)[0]
 	}
 	// Same key again: same receipt.
-	if _, out, _ := courierCLI(t, "courier", "send", "--key", "k-good", "--sender", "alice", filepath.Join(dir, "good")); strings.Fields(out)[0] != ids["good"] {
+	if _, out, _ := courierCLI(t, "courier", "send", "--key", "k-good", "--sender", "alice", "--destination", "http", filepath.Join(dir, "good")); strings.Fields(out)[0] != ids["good"] {
 		t.Errorf("courier send with used key = %q, want receipt %s", out, ids["good"])
 	}
 	code, out, _ := courierCLI(t, "courier", "list", "--state", "pending")
@@ -152,7 +152,7 @@ func TestCourierCLIDropAndEmptyExport(t *testing.T) {
 	db := filepath.Join(dir, "agent.db")
 	up := newCourierUpstream(t)
 	up.set("x", http.StatusNotFound)
-	_, out, _ := courierCLI(t, "courier", "--db", db, "send", writeBundle(t, dir, "x", "x"), "--sender", "s")
+	_, out, _ := courierCLI(t, "courier", "--db", db, "send", writeBundle(t, dir, "x", "x"), "--sender", "s", "--destination", "http")
 	id := strings.Fields(out)[0]
 	courierCLI(t, "courier", "--db", db, "flush", "--to", up.srv.URL)
 	if code, out, errs := courierCLI(t, "courier", "dlq", "drop", "--db", db, id); code != 0 || !strings.Contains(out, "dropped") {
@@ -167,7 +167,7 @@ func TestCourierCLIDropAndEmptyExport(t *testing.T) {
 func TestCourierCLIErrors(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "agent.db")
-	if code, _, errs := courierCLI(t, "courier", "--db", db, "send", writeBundle(t, dir, "b", "b"), "--sender", "s"); code != 0 {
+	if code, _, errs := courierCLI(t, "courier", "--db", db, "send", writeBundle(t, dir, "b", "b"), "--sender", "s", "--destination", "http"); code != 0 {
 		t.Fatalf("courier send = %d (%s)", code, errs)
 	}
 	tests := []struct {
@@ -178,16 +178,20 @@ func TestCourierCLIErrors(t *testing.T) {
 	}{
 		{"no subcommand", []string{"courier"}, 2, "missing subcommand"},
 		{"unknown subcommand", []string{"courier", "frob"}, 2, "unknown subcommand"},
-		{"missing file", []string{"courier", "--db", db, "send", filepath.Join(dir, "nope"), "--sender", "s"}, 1, "no such file"},
-		{"missing sender", []string{"courier", "--db", db, "send", filepath.Join(dir, "b")}, 2, "--sender is required"},
-		{"bad sender", []string{"courier", "--db", db, "send", filepath.Join(dir, "b"), "--sender", "a b"}, 1, "not visible ASCII"},
+		{"missing file", []string{"courier", "--db", db, "send", filepath.Join(dir, "nope"), "--sender", "s", "--destination", "http"}, 1, "no such file"},
+		{"missing sender", []string{"courier", "--db", db, "send", filepath.Join(dir, "b"), "--destination", "http"}, 2, "--sender is required"},
+		{"bad sender", []string{"courier", "--db", db, "send", filepath.Join(dir, "b"), "--sender", "a b", "--destination", "http"}, 1, "not visible ASCII"},
 		{"two files", []string{"courier", "--db", db, "send", "a", "b", "--sender", "s"}, 2, "want one FILE"},
 		{"bad id", []string{"courier", "--db", db, "show", "xyz"}, 2, "16 hex digits"},
 		{"unknown id", []string{"courier", "--db", db, "show", "00000000000000ff"}, 1, "receipt not found"},
 		{"unknown id resend", []string{"courier", "--db", db, "resend", "00000000000000ff"}, 1, "receipt not found"},
 		{"unknown id drop", []string{"courier", "--db", db, "dlq", "drop", "00000000000000ff"}, 1, "receipt not found"},
 		{"bad state", []string{"courier", "--db", db, "list", "--state", "lost"}, 2, "want pending"},
-		{"flush without --to", []string{"courier", "--db", db, "flush"}, 2, "--to URL is required"},
+		{"flush without --to", []string{"courier", "--db", db, "flush"}, 2, "want either --to URL"},
+		{"flush with both", []string{"courier", "--db", db, "flush", "--to", "http://x", "--relays"}, 2, "want either --to URL"},
+		{"send without destination", []string{"courier", "--db", db, "send", filepath.Join(dir, "b"), "--sender", "s"}, 2, "--destination is required"},
+		{"send bad destination", []string{"courier", "--db", db, "send", filepath.Join(dir, "b"), "--sender", "s", "--destination", "smtp"}, 2, "want nostr or http"},
+		{"send nostr not an event", []string{"courier", "--db", db, "send", filepath.Join(dir, "b"), "--sender", "s", "--destination", "nostr"}, 1, "not one signed Nostr event"},
 		{"flush bad url", []string{"courier", "--db", db, "flush", "--to", "ftp://x"}, 2, "http://"},
 		{"flush unreachable", []string{"courier", "--db", db, "flush", "--to", "http://127.0.0.1:1/"}, 1, "connection refused"},
 		{"missing db", []string{"courier", "--db", filepath.Join(dir, "none.db"), "list"}, 1, "no such file"},

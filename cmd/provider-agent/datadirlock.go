@@ -60,6 +60,31 @@ func lockDataDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
+// dataDirHeld returns a *dataDirLockedError when another process holds
+// dir's lock, else nil. It creates nothing: a missing lock file means no
+// run holds the data dir.
+func dataDirHeld(dir string) error {
+	path := filepath.Join(dir, lockFileName)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+		if err == nil {
+			_ = flock(f, syscall.LOCK_UN)
+		}
+		return nil
+	}
+	holder := "unknown"
+	if data, err := os.ReadFile(path); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+			holder = strconv.Itoa(pid)
+		}
+	}
+	return &dataDirLockedError{dir: dir, path: path, holder: holder}
+}
+
 // flock applies how to f, retrying when a signal interrupts it.
 func flock(f *os.File, how int) error {
 	rc, err := f.SyscallConn()

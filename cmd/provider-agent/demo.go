@@ -53,11 +53,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlagSet("demo", demoUsage, stdout)
 	verbose := fs.Bool("verbose", false, "print every heartbeat and the agents' logs (to stderr)")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long")
-	if err := parseFlags(fs, args); err != nil {
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("demo: unexpected argument %q", fs.Arg(0))
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

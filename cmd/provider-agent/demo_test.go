@@ -27,9 +27,16 @@ var (
 
 // agentBinary builds provider-agent once per test process WITHOUT -race
 // (the demo and dev-relay run khatru in-process, which races on its own
-// listener slice) and returns its path.
+// listener slice) and returns its path. TestMain removes it. Its directory
+// is world-readable so that a test may run it as another user.
+//
+// $PROVIDER_AGENT_TEST_BIN, when set, names a binary to run instead (for
+// example one built from an older commit, to see a test fail on it).
 func agentBinary(t *testing.T) string {
 	t.Helper()
+	if p := os.Getenv("PROVIDER_AGENT_TEST_BIN"); p != "" {
+		return p
+	}
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "provider-agent-bin-")
 		if err != nil {
@@ -37,6 +44,10 @@ func agentBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "provider-agent")
+		if err := os.Chmod(dir, 0o755); err != nil {
+			binErr = err
+			return
+		}
 		cmd := exec.Command("go", "build", "-o", binPath, ".")
 		var env []string
 		for _, kv := range os.Environ() {

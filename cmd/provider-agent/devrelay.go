@@ -45,11 +45,8 @@ func runDevRelay(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	strfry := fs.Bool("strfry", false, "behave as strfry with its default limits and message forms")
 	requireAuth := fs.Bool("require-auth", false, "require NIP-42 AUTH for REQ and EVENT")
 	serviceURL := fs.String("service-url", "", "public URL that AUTH's relay tag must name (default: the relay's own address with --strfry, the Host header otherwise)")
-	if err := parseFlags(fs, args); err != nil {
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("dev-relay: unexpected argument %q", fs.Arg(0))
 	}
 	level := slog.LevelWarn
 	if *verbose {

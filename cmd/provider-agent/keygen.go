@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"provideragent/agent/config"
 	"provideragent/heartbeat"
@@ -20,24 +22,27 @@ func init() {
 const keygenUsage = `Usage: provider-agent keygen --out FILE
 
 Creates a new secp256k1 identity key for the agent and writes the secret as
-64 hex characters to FILE with mode 0600. It refuses to overwrite an existing
-file. It prints the public key as npub and as hex (give these to lease
-issuers and to the other providers); the secret is never printed.
+64 hex characters to FILE with mode 0600, creating FILE's directory (mode
+0700) when missing. It refuses to overwrite an existing file. It prints the
+public key as npub and as hex (give these to lease issuers and to the other
+providers); the secret is never printed.
 
 Example:
+  provider-agent keygen --out ./data/identity.key   # the default key file of --data-dir ./data
   provider-agent keygen --out /var/lib/provider-agent/identity.key`
 
 func runKeygen(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs := newFlagSet("keygen", keygenUsage, stdout)
 	out := fs.String("out", "", "key `file` to create (required)")
-	if err := parseFlags(fs, args); err != nil {
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
 	if *out == "" {
 		return usagef("keygen: --out FILE is required")
 	}
-	if fs.NArg() > 0 {
-		return usagef("keygen: unexpected argument %q", fs.Arg(0))
+	// A fresh data dir: create it (mode 0700), as run would.
+	if err := os.MkdirAll(filepath.Dir(*out), 0o700); err != nil {
+		return fmt.Errorf("keygen: create directory: %w", err)
 	}
 	pub, err := config.GenerateKeyFile(*out)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 
 	"provideragent/agent/backend"
@@ -123,8 +124,10 @@ func newFlagSet(name, usage string, stdout io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args; a bad flag becomes a usage error and --help
-// returns flag.ErrHelp (exit 0).
+// parseFlags parses the flags at the start of args and stops at the first
+// positional argument (a command that dispatches to subcommands: the rest,
+// fs.Args(), is the subcommand's). A bad flag becomes a usage error and
+// --help returns flag.ErrHelp (exit 0). Leaf commands use parseArgs.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -134,3 +137,39 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	}
 	return nil
 }
+
+// parseArgs is the one parser of every command's own arguments: flags may
+// come before, between and after the positional arguments (so
+// 'workloads show ID --config F' works as 'workloads show --config F ID'),
+// and "--" ends the flags. It returns the positional arguments and checks
+// their number against want (wantAny: any number); what names them in the
+// usage error ("one workload ID").
+func parseArgs(fs *flag.FlagSet, args []string, want int, what string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		consumed := len(args) - len(fs.Args())
+		if consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, fs.Args()...)
+			break
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	switch {
+	case want == wantAny || len(pos) == want:
+		return pos, nil
+	case want == 0:
+		return nil, usagef("%s: unexpected argument %q", strings.TrimPrefix(fs.Name(), "provider-agent "), pos[0])
+	}
+	return nil, usagef("%s: want %s, got %d arguments", strings.TrimPrefix(fs.Name(), "provider-agent "), what, len(pos))
+}
+
+// wantAny tells parseArgs to accept any number of positional arguments.
+const wantAny = -1

@@ -2,14 +2,20 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 
 	"provideragent/agent/backend"
 )
 
 // TestMain lets the process backend re-execute this test binary as a
-// workload supervisor (the demo and run start workloads in-process).
+// workload supervisor (the demo and run start workloads in-process), and
+// removes the provider-agent binary the child-process tests built.
 func TestMain(m *testing.M) {
 	backend.RunShimIfRequested()
-	os.Exit(m.Run())
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
 }

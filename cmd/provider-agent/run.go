@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,11 +60,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("run", runUsage, stdout)
 	flags := config.BindFlags(fs)
 	printExample := fs.Bool("print-example-config", false, "print a commented config file with every setting at its default, and exit")
-	if err := parseFlags(fs, args); err != nil {
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("run: unexpected argument %q", fs.Arg(0))
 	}
 	if *printExample {
 		_, err := io.WriteString(stdout, config.Example())
@@ -76,8 +75,25 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	// The status port first: a port in use is reported before any file is
+	// created and any relay is dialled.
+	var ln net.Listener
+	if cfg.Agent.Listen != "" {
+		if ln, err = listenStatus(cfg); err != nil {
+			return err
+		}
+		defer ln.Close() // Run closes it too; closing twice is harmless
+		if !loopback(cfg.Agent.Listen) {
+			logger.Warn("agent.listen is not a loopback address: /status and /metrics are served without authentication "+
+				"to anyone who can reach it; firewall the port or listen on 127.0.0.1", "listen", cfg.Agent.Listen)
+		}
+	}
 	if err := os.MkdirAll(cfg.Agent.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
+	}
+	if err := checkWritable(cfg.Agent.DataDir); err != nil {
+		return fmt.Errorf("data dir %s is not writable (%s): run creates %s, its -wal and -shm files, %s and logs/ there",
+			cfg.Agent.DataDir, pathErrCause(err), config.DBFileName, lockFileName)
 	}
 	// One agent per data dir, for the whole run (released when run returns,
 	// after the workloads were stopped, or by the kernel when it dies).
@@ -93,12 +109,16 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	secret, err := config.LoadKeyFile(cfg.KeyFilePath())
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no identity key at %s: create one with 'provider-agent keygen --out %s' (or point agent.key_file / --key-file at yours)",
+			cfg.KeyFilePath(), cfg.KeyFilePath())
+	}
 	if err != nil {
 		return err
 	}
 	db, err := sqlitedb.Open(ctx, cfg.DBPath(), sqlitedb.Options{})
 	if err != nil {
-		return err
+		return diagnoseDB(cfg.DBPath(), err)
 	}
 	defer db.Close()
 
@@ -118,10 +138,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	a, err := agent.New(ctx, agentConfig(cfg, secret), agent.Deps{
 		DB: db, Logger: logger, Backend: agent.AdaptBackend(proc), Registerer: reg, Gatherer: reg, Uploader: up,
+		Listener: ln, UploadInterval: uploadInterval,
 	})
 	if err != nil {
 		_ = proc.Close(context.Background())
-		return err
+		return diagnoseDB(cfg.DBPath(), err)
 	}
 	where := "disabled"
 	if addr := a.Addr(); addr != "" {
@@ -142,6 +163,39 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintln(stdout, "provider-agent: stopped")
 	return nil
+}
+
+// uploadInterval is how often the running agent uploads pending
+// checkpoint tiles (sooner when the retry decorator hints at a retry).
+const uploadInterval = 10 * time.Second
+
+// listenStatus opens agent.listen. When the port is in use because another
+// run holds this data dir, the error says so (naming its pid).
+func listenStatus(cfg config.Config) (net.Listener, error) {
+	ln, err := net.Listen("tcp", cfg.Agent.Listen)
+	if err == nil {
+		return ln, nil
+	}
+	if errors.Is(err, syscall.EADDRINUSE) {
+		if held := dataDirHeld(cfg.Agent.DataDir); held != nil {
+			return nil, held
+		}
+	}
+	return nil, fmt.Errorf("agent.listen %s (--listen): %w; pick a free port, or \"\" to serve no /status and /metrics", cfg.Agent.Listen, err)
+}
+
+// loopback reports whether the host of addr is a loopback address or
+// "localhost" (an empty host listens on every interface).
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // buildUploader builds the checkpoint uploader when Blossom servers are

@@ -9,12 +9,14 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"provideragent/agent"
+	"provideragent/agent/backend"
 	"provideragent/agent/config"
-	"provideragent/internal/sqlitedb"
+	"provideragent/lease"
 )
 
 func init() {
@@ -61,38 +63,15 @@ func loadConfigLoose(chain ...*config.Flags) (config.Config, error) {
 	return cfg, nil
 }
 
-// openExistingDB opens the agent's database, refusing to create one.
-func openExistingDB(ctx context.Context, cfg config.Config) (*sql.DB, error) {
-	path := cfg.DBPath()
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("no agent database at %s (set --data-dir or --config): %w", path, err)
-	}
-	return openMigrated(ctx, path)
-}
-
-// openMigrated opens the SQLite file at path and applies the agent's
-// migrations.
-func openMigrated(ctx context.Context, path string) (*sql.DB, error) {
-	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
-	if err != nil {
-		return nil, err
-	}
-	if err := agent.Migrate(ctx, db); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return db, nil
-}
-
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", statusUsage, stdout)
-	flags := config.BindFlags(fs)
+	files := bindAgentFiles(fs, nil)
 	asJSON := fs.Bool("json", false, "print the status document as JSON")
 	url := fs.String("url", "", "status endpoint (default http://<agent.listen>/status)")
-	if err := parseFlags(fs, args); err != nil {
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
-	cfg, err := loadConfigLoose(flags)
+	cfg, err := files.config()
 	if err != nil {
 		return err
 	}
@@ -108,16 +87,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		liveErr = errors.New("status endpoint disabled (agent.listen is empty)")
 	}
 	if liveErr != nil {
-		db, err := openExistingDB(ctx, cfg)
+		db, path, err := openAgentDB(ctx, files, false)
 		if err != nil {
 			return fmt.Errorf("status: agent not reachable (%v) and %w", liveErr, err)
 		}
 		defer db.Close()
-		st, err = statusFromDB(ctx, db)
+		st, err = statusFromDB(ctx, db, cfg)
 		if err != nil {
 			return fmt.Errorf("status: %w", err)
 		}
-		fmt.Fprintf(stderr, "provider-agent: agent not reachable (%v); showing the database %s\n", liveErr, cfg.DBPath())
+		fmt.Fprintf(stderr, "provider-agent: agent not reachable (%v); showing the database %s\n", liveErr, path)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -150,18 +129,30 @@ func fetchStatus(ctx context.Context, url string) (agent.Status, error) {
 	return st, nil
 }
 
-func statusFromDB(ctx context.Context, db *sql.DB) (agent.Status, error) {
+// statusFromDB is the status document read from the database while the
+// agent is down: the persisted workloads, the standbys each has left, and
+// why a failed or respawning workload's process last ended (from its log
+// file under backend.log_dir).
+func statusFromDB(ctx context.Context, db *sql.DB, cfg config.Config) (agent.Status, error) {
 	ws, err := agent.LoadWorkloads(ctx, db)
 	if err != nil {
 		return agent.Status{}, err
 	}
 	st := agent.Status{Source: "database", Now: time.Now().UTC()}
 	for _, w := range ws {
-		st.Workloads = append(st.Workloads, agent.WorkloadStatus{
-			ID: w.Spec.ID, State: string(w.State), Epoch: w.Epoch, Primary: w.Holder, Standbys: w.Spec.Standbys,
-		})
+		v := agent.WorkloadView(w, "", false)
+		if needsReason(w.State) {
+			v.Reason = agent.ExitReason(backend.LogFile(cfg.BackendLogDir(), w.Spec.ID))
+		}
+		st.Workloads = append(st.Workloads, v)
 	}
 	return st, nil
+}
+
+// needsReason: a failed or respawning workload is shown with why its
+// process last ended.
+func needsReason(s lease.State) bool {
+	return s == lease.StateFailed || s == lease.StateRespawning
 }
 
 func printStatus(w io.Writer, st agent.Status) {
@@ -171,11 +162,12 @@ func printStatus(w io.Writer, st agent.Status) {
 	}
 	fmt.Fprintf(w, "provider %s (source: %s, synced: %v)\n", who, st.Source, st.Synced)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKLOAD\tSTATE\tEPOCH\tROLE\tRUNNING\tHOLDER")
+	fmt.Fprintln(tw, "WORKLOAD\tSTATE\tEPOCH\tROLE\tRUNNING\tHOLDER\tSTANDBYS")
 	for _, x := range st.Workloads {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%v\t%s\n", x.ID, x.State, x.Epoch, dash(x.Role), x.Running, shortKey(x.Primary))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%v\t%s\t%s\n", x.ID, x.State, x.Epoch, dash(x.Role), x.Running, shortKey(x.Primary), standbysColumn(x))
 	}
 	tw.Flush()
+	printWorkloadNotes(w, st.Workloads)
 	if len(st.Relays) > 0 {
 		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "RELAY\tCONNECTED\tEOSE\tRECONNECTS\tLAST ERROR")
@@ -183,6 +175,37 @@ func printStatus(w io.Writer, st agent.Status) {
 			fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%s\n", r.URL, r.Connected, r.EOSE, r.Reconnects, dash(r.LastError))
 		}
 		tw.Flush()
+	}
+}
+
+// standbysColumn shows the standbys a workload has left: their short keys,
+// "none" when the lease named some but none is left, "-" when it named none.
+func standbysColumn(x agent.WorkloadStatus) string {
+	switch {
+	case len(x.Standbys) > 0:
+		short := make([]string, len(x.Standbys))
+		for i, k := range x.Standbys {
+			short[i] = shortKey(k)
+		}
+		return strings.Join(short, ",")
+	case x.NoStandby:
+		return "none"
+	}
+	return "-"
+}
+
+// printWorkloadNotes prints, under the table, one line per workload that
+// needs attention: why a failed or respawning workload's process ended, and
+// a workload that has no standby left.
+func printWorkloadNotes(w io.Writer, ws []agent.WorkloadStatus) {
+	for _, x := range ws {
+		if x.Reason != "" {
+			fmt.Fprintf(w, "%s: %s: %s\n", x.ID, x.State, x.Reason)
+		}
+		if x.NoStandby {
+			fmt.Fprintf(w, "%s: no standby left (its only standbys now hold it): if %s fails, nobody takes over; grant it again with new --standby keys and --publish\n",
+				x.ID, shortKey(x.Primary))
+		}
 	}
 }
 
@@ -198,12 +221,4 @@ func shortKey(k string) string {
 		return k[:16] + "…"
 	}
 	return k
-}
-
-// openOrCreateDB opens (creating if needed) the agent's database.
-func openOrCreateDB(ctx context.Context, cfg config.Config) (*sql.DB, error) {
-	if err := os.MkdirAll(cfg.Agent.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
-	}
-	return openMigrated(ctx, cfg.DBPath())
 }

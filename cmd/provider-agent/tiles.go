@@ -80,34 +80,17 @@ func runTiles(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return sub(ctx, args[1:], stdout, stderr)
 }
 
-// parseTilesArgs parses flags that may come before or after positional
-// arguments and returns the positional ones.
-func parseTilesArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := parseFlags(fs, args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-}
-
 // openTilesStore opens the agent's SQLite file and the tile store on it.
 // Only create (tiles add) makes a missing database.
 func openTilesStore(ctx context.Context, files *agentFiles, create bool) (*uploader.Store, func(), error) {
-	db, _, err := files.openDB(ctx, create)
+	db, path, err := files.openDB(ctx, create)
 	if err != nil {
 		return nil, nil, err
 	}
 	s, err := uploader.NewStore(ctx, db, nil)
 	if err != nil {
 		db.Close()
-		return nil, nil, err
+		return nil, nil, diagnoseDB(path, err)
 	}
 	return s, func() { db.Close() }, nil
 }
@@ -132,12 +115,9 @@ func runTilesAdd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	workload := fs.String("workload", "", "workload id the tiles belong to (required)")
 	tileSize := fs.Int("tile-size", uploader.DefaultTileSize, "tile size in bytes")
 	manifestPath := fs.String("manifest", "", "where to write the manifest (default FILE.manifest.json)")
-	pos, err := parseTilesArgs(fs, args)
+	pos, err := parseArgs(fs, args, 1, "one FILE")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		return usagef("tiles add: want exactly one FILE, got %d arguments", len(pos))
 	}
 	if *workload == "" {
 		return usagef("tiles add: --workload is required")
@@ -188,12 +168,8 @@ func runTilesList(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	files := bindAgentFiles(fs, nil)
 	st := fs.String("status", "", "only tiles in this status: pending, uploaded, upload_giveup, trusted, rejected")
 	workload := fs.String("workload", "", "only tiles of this workload")
-	pos, err := parseTilesArgs(fs, args)
-	if err != nil {
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("tiles list: unexpected argument %q", pos[0])
 	}
 	if *st != "" && !uploader.Status(*st).Valid() {
 		return usagef("tiles list: --status %q: want one of pending, uploaded, upload_giveup, trusted, rejected", *st)
@@ -251,12 +227,8 @@ func runTilesUpload(ctx context.Context, args []string, stdout, stderr io.Writer
 	concurrency := fs.Int("concurrency", def.Concurrency, "tiles uploaded at once")
 	minReplicas := fs.Int("min-replicas", def.MinReplicas, "servers that must store a tile")
 	timeout := fs.Duration("timeout", def.RequestTimeout, "timeout of one HTTP request")
-	pos, err := parseTilesArgs(fs, args)
-	if err != nil {
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("tiles upload: unexpected argument %q", pos[0])
 	}
 	if len(servers) == 0 {
 		return usagef("tiles upload: at least one --server is required")
@@ -288,10 +260,18 @@ func runTilesUpload(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("tiles upload: %w", err)
 	}
 	rep, upErr := up.UploadPending(ctx, uploader.Request{Workload: *workload, Limit: *limit})
-	printTilesReport(stdout, rep)
 	if upErr != nil {
+		// Not a verdict on the tiles (a server that cannot be reached, a
+		// local store error): no outcome, only what got through, if anything.
+		if rep.Accepted > 0 {
+			fmt.Fprintf(stdout, "accepted before the error: %d tiles, %d bytes\n", rep.Accepted, rep.BytesUploaded)
+		}
+		if errors.Is(upErr, uploader.ErrServerUnreachable) {
+			return fmt.Errorf("tiles upload: %w (the tiles stay pending; no upload attempt was counted)", upErr)
+		}
 		return fmt.Errorf("tiles upload: %w", upErr)
 	}
+	printTilesReport(stdout, rep)
 	if rep.Outcome != uploader.OutcomeSuccess {
 		pending, err := store.CountPending(ctx, *workload)
 		if err != nil {
@@ -360,12 +340,9 @@ func runTilesReset(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlagSet("tiles reset", tilesResetUsage, stdout)
 	files := bindAgentFiles(fs, nil)
 	note := fs.String("note", "", "why the tile is reset (kept in the audit record)")
-	pos, err := parseTilesArgs(fs, args)
+	pos, err := parseArgs(fs, args, 1, "one tile ID")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		return usagef("tiles reset: want exactly one tile ID, got %d arguments", len(pos))
 	}
 	id, err := strconv.ParseInt(pos[0], 10, 64)
 	if err != nil || id <= 0 {
@@ -399,12 +376,8 @@ func runTilesAudit(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlagSet("tiles audit", tilesAuditUsage, stdout)
 	files := bindAgentFiles(fs, nil)
 	tile := fs.Int64("tile", 0, "only records of this tile ID")
-	pos, err := parseTilesArgs(fs, args)
-	if err != nil {
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("tiles audit: unexpected argument %q", pos[0])
 	}
 	store, closeDB, err := openTilesStore(ctx, files, false)
 	if err != nil {
@@ -444,12 +417,9 @@ func runTilesRestore(ctx context.Context, args []string, stdout, stderr io.Write
 	var servers stringList
 	fs.Var(&servers, "server", "Blossom server base URL (repeat for several; required)")
 	timeout := fs.Duration("timeout", uploader.DefaultConfig().RequestTimeout, "timeout of one HTTP request")
-	pos, err := parseTilesArgs(fs, args)
+	pos, err := parseArgs(fs, args, 1, "one MANIFEST")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		return usagef("tiles restore: want exactly one MANIFEST, got %d arguments", len(pos))
 	}
 	if *out == "" {
 		return usagef("tiles restore: --out is required")

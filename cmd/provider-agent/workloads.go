@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -26,45 +27,198 @@ func init() {
 	})
 }
 
-const workloadsUsage = `provider-agent workloads list|show|grant|release manages the workloads in the
-agent's database. grant queues a local operator lease and release queues the
-stop-and-forget of a workload; a running agent applies them within a second,
-a stopped one when it starts.
+const workloadsUsage = `provider-agent workloads [--config F | --data-dir D | --db PATH] <subcommand> [flags] [args]
 
-  workloads list                 every workload: state, epoch, holder
-  workloads show ID              one workload's full persisted state (JSON)
-  workloads grant --id ID --primary KEY [--standby KEY]... --command 'LINE'
+Manages the workloads in the agent's database. grant queues a local operator
+lease and release queues the stop-and-forget of a workload; a running agent
+applies them within a second, a stopped one when it starts. Flags may come
+before or after the subcommand's arguments.
+
+  workloads list                 every workload: state, epoch, holder, standbys
+  workloads show ID              one workload's full persisted state (JSON), with
+                                 the standbys left and why its process last ended
+  workloads grant --id ID [--primary KEY] [--standby KEY]... --command 'LINE'
                                  [--replication warm-standby|checkpointed|none]
                                  [--restart never|on-failure] [--max-attempts N]
-                                 [--publish]  also sign it with this agent's key file (as issuer)
-                                 and publish it (kind 38388) to the configured relays, so that
-                                 every named provider that trusts this key picks it up
+                                 [--publish]
   workloads release ID           stop the workload here and forget it
 
-Keys are hex or npub; --primary defaults to this agent's own key.
+Keys are hex or npub; --primary defaults to this agent's own key. grant
+creates the database (and the data dir, mode 0700) when missing.
+
+How standbys learn a workload: a grant is local to this agent's database
+until it is published. --publish signs it with this agent's key file (the
+issuer) and publishes it (kind 38388) to the configured relays; every
+provider it names picks it up only if it lists the issuer's key in its own
+agent.trusted_issuers. A grant with --standby but without --publish never
+reaches the standbys: grant warns about it.
+
+` + agentFilesHelp + `
 
 Example:
   provider-agent workloads grant --data-dir ./data --id web-1 --command 'python3 -m http.server 8080' \
-      --standby npub1... --replication warm-standby
-  provider-agent workloads list --data-dir ./data`
+      --standby npub1... --replication warm-standby --publish
+  provider-agent workloads list --data-dir ./data
+  provider-agent workloads show web-1 --config /etc/provider-agent.toml`
 
 type stringList []string
 
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
+var workloadsSubcommands = map[string]func(context.Context, *agentFiles, []string, io.Writer, io.Writer) error{
+	"list":    runWorkloadsList,
+	"show":    runWorkloadsShow,
+	"grant":   runWorkloadsGrant,
+	"release": runWorkloadsRelease,
+}
+
 func runWorkloads(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	fs := newFlagSet("workloads", workloadsUsage, stdout)
+	files := bindAgentFiles(fs, nil)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
 		fmt.Fprintln(stdout, workloadsUsage)
-		if len(args) == 0 {
-			return usagef("workloads: want list, show, grant or release")
-		}
+		return usagef("workloads: want list, show, grant or release")
+	}
+	if rest[0] == "help" {
+		fmt.Fprintln(stdout, workloadsUsage)
 		return flag.ErrHelp
 	}
-	sub, rest := args[0], args[1:]
-	fs := newFlagSet("workloads "+sub, workloadsUsage, stdout)
-	flags := config.BindFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON (list)")
+	run := workloadsSubcommands[rest[0]]
+	if run == nil {
+		return usagef("workloads: unknown subcommand %q (want list, show, grant or release)", rest[0])
+	}
+	return run(ctx, files, rest[1:], stdout, stderr)
+}
+
+// workloadsFlags is a subcommand's flag set, falling back to the flags
+// given to 'workloads' itself.
+func workloadsFlags(name string, parent *agentFiles, stdout io.Writer) (*flag.FlagSet, *agentFiles) {
+	fs := newFlagSet("workloads "+name, workloadsUsage, stdout)
+	return fs, bindAgentFiles(fs, parent)
+}
+
+// openAgentDB opens the agent's database with the agent's migrations
+// applied; only create (grant) makes a missing one.
+func openAgentDB(ctx context.Context, files *agentFiles, create bool) (*sql.DB, string, error) {
+	db, path, err := files.openDB(ctx, create)
+	if err != nil {
+		return nil, path, err
+	}
+	if err := agent.Migrate(ctx, db); err != nil {
+		db.Close()
+		return nil, path, diagnoseDB(path, err)
+	}
+	return db, path, nil
+}
+
+func runWorkloadsList(ctx context.Context, files *agentFiles, args []string, stdout, _ io.Writer) error {
+	fs, sub := workloadsFlags("list", files, stdout)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
+		return err
+	}
+	cfg, err := sub.config()
+	if err != nil {
+		return err
+	}
+	db, _, err := openAgentDB(ctx, sub, false)
+	if err != nil {
+		return fmt.Errorf("workloads list: %w", err)
+	}
+	defer db.Close()
+	st, err := statusFromDB(ctx, db, cfg)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st.Workloads)
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKLOAD\tSTATE\tEPOCH\tHOLDER\tSTANDBYS")
+	for _, w := range st.Workloads {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", w.ID, w.State, w.Epoch, shortKey(w.Primary), standbysColumn(w))
+	}
+	tw.Flush()
+	printWorkloadNotes(stdout, st.Workloads)
+	cmds, err := agent.ListCommands(ctx, db, true)
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		fmt.Fprintf(stdout, "pending: %s %s (queued %s)\n", c.Action, c.Workload, c.CreatedAt.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// workloadShow is 'workloads show': the persisted state, and what an
+// operator needs beside it.
+type workloadShow struct {
+	lease.WorkloadSnapshot
+	// StandbysLeft are the standbys that can still take the workload over
+	// (the lease's without the current holder).
+	StandbysLeft []string `json:"standbys_left"`
+	NoStandby    bool     `json:"no_standby,omitempty"`
+	// Reason says why the process last ended (failed or respawning).
+	Reason string `json:"reason,omitempty"`
+	// Log is the workload's output file.
+	Log string `json:"log"`
+}
+
+func runWorkloadsShow(ctx context.Context, files *agentFiles, args []string, stdout, _ io.Writer) error {
+	fs, sub := workloadsFlags("show", files, stdout)
+	pos, err := parseArgs(fs, args, 1, "one workload ID")
+	if err != nil {
+		return err
+	}
+	cfg, err := sub.config()
+	if err != nil {
+		return err
+	}
+	db, path, err := openAgentDB(ctx, sub, false)
+	if err != nil {
+		return fmt.Errorf("workloads show: %w", err)
+	}
+	defer db.Close()
+	ws, err := agent.LoadWorkloads(ctx, db)
+	if err != nil {
+		return err
+	}
+	for _, w := range ws {
+		if w.Spec.ID != pos[0] {
+			continue
+		}
+		view := agent.WorkloadView(w, "", false)
+		out := workloadShow{WorkloadSnapshot: w, StandbysLeft: view.Standbys, NoStandby: view.NoStandby,
+			Log: backend.LogFile(cfg.BackendLogDir(), w.Spec.ID)}
+		if needsReason(w.State) {
+			out.Reason = agent.ExitReason(out.Log)
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	cmds, err := agent.ListCommands(ctx, db, true)
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if c.Workload == pos[0] && c.Action == "grant" {
+			return fmt.Errorf("workloads show: no workload %q in %s yet: a grant of it is queued (%s); a running agent applies it within a second",
+				pos[0], path, c.CreatedAt.Format(time.RFC3339))
+		}
+	}
+	return fmt.Errorf("workloads show: no workload %q in %s", pos[0], path)
+}
+
+func runWorkloadsGrant(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, sub := workloadsFlags("grant", files, stdout)
 	var (
 		id, primary, command, replication, restart string
 		maxAttempts                                int
@@ -72,114 +226,73 @@ func runWorkloads(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		standbys                                   stringList
 		publish                                    bool
 	)
-	if sub == "grant" {
-		fs.StringVar(&id, "id", "", "workload `id` (required)")
-		fs.StringVar(&primary, "primary", "", "primary provider `key` (hex or npub; default: this agent)")
-		fs.Var(&standbys, "standby", "standby provider `key` (repeat, in rank order)")
-		fs.StringVar(&command, "command", "", "shell command `line` that runs the workload (required)")
-		fs.StringVar(&replication, "replication", "", "none, checkpointed or warm-standby (default: warm-standby with standbys, none without)")
-		fs.StringVar(&restart, "restart", "on-failure", "restart policy: never or on-failure")
-		fs.IntVar(&maxAttempts, "max-attempts", 5, "respawn attempts for on-failure")
-		fs.Uint64Var(&epoch, "epoch", 1, "starting epoch")
-		fs.BoolVar(&publish, "publish", false, "also publish the grant, signed with the key file, to the relays")
-	}
-	if err := parseFlags(fs, rest); err != nil {
+	fs.StringVar(&id, "id", "", "workload `id` (required)")
+	fs.StringVar(&primary, "primary", "", "primary provider `key` (hex or npub; default: this agent)")
+	fs.Var(&standbys, "standby", "standby provider `key` (repeat, in rank order); standbys learn the workload only with --publish")
+	fs.StringVar(&command, "command", "", "shell command `line` that runs the workload (required)")
+	fs.StringVar(&replication, "replication", "", "none, checkpointed or warm-standby (default: warm-standby with standbys, none without)")
+	fs.StringVar(&restart, "restart", "on-failure", "restart policy: never or on-failure")
+	fs.IntVar(&maxAttempts, "max-attempts", 5, "respawn attempts for on-failure")
+	fs.Uint64Var(&epoch, "epoch", 1, "starting epoch")
+	fs.BoolVar(&publish, "publish", false, "also sign the grant with the key file (as issuer) and publish it (kind 38388) to the relays, so that every named provider that trusts this key picks it up")
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
-	cfg, err := loadConfigLoose(flags)
+	cfg, err := sub.config()
 	if err != nil {
 		return err
 	}
-	switch sub {
-	case "list":
-		db, err := openExistingDB(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		st, err := statusFromDB(ctx, db)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(st.Workloads)
-		}
-		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "WORKLOAD\tSTATE\tEPOCH\tHOLDER")
-		for _, w := range st.Workloads {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", w.ID, w.State, w.Epoch, shortKey(w.Primary))
-		}
-		tw.Flush()
-		cmds, err := agent.ListCommands(ctx, db, true)
-		if err != nil {
-			return err
-		}
-		for _, c := range cmds {
-			fmt.Fprintf(stdout, "pending: %s %s (queued %s)\n", c.Action, c.Workload, c.CreatedAt.Format(time.RFC3339))
-		}
-		return nil
-	case "show":
-		if fs.NArg() != 1 {
-			return usagef("workloads show: want one workload id")
-		}
-		db, err := openExistingDB(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		ws, err := agent.LoadWorkloads(ctx, db)
-		if err != nil {
-			return err
-		}
-		for _, w := range ws {
-			if w.Spec.ID == fs.Arg(0) {
-				enc := json.NewEncoder(stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(w)
+	spec, err := grantSpec(cfg, id, primary, standbys, command, replication, restart, maxAttempts, epoch)
+	if err != nil {
+		return err
+	}
+	db, _, err := openAgentDB(ctx, sub, true)
+	if err != nil {
+		return fmt.Errorf("workloads grant: %w", err)
+	}
+	defer db.Close()
+	seq, err := agent.QueueGrant(ctx, db, spec, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "queued grant #%d of %s (primary %s, %d standbys, epoch %d)\n", seq, spec.ID, shortKey(spec.Primary), len(spec.Standbys), spec.Epoch)
+	if publish {
+		return publishGrant(ctx, cfg, spec, stdout)
+	}
+	if len(spec.Standbys) > 0 {
+		issuer := "this agent's key (see 'provider-agent keygen')"
+		if sk, err := config.LoadKeyFile(cfg.KeyFilePath()); err == nil {
+			if pub, err := heartbeat.PublicKeyOf(sk); err == nil {
+				if npub, err := heartbeat.EncodeNpub(pub); err == nil {
+					issuer = npub
+				}
 			}
 		}
-		return fmt.Errorf("workloads show: no workload %q in %s", fs.Arg(0), cfg.DBPath())
-	case "grant":
-		if fs.NArg() > 0 {
-			return usagef("workloads grant: unexpected argument %q", fs.Arg(0))
-		}
-		spec, err := grantSpec(cfg, id, primary, standbys, command, replication, restart, maxAttempts, epoch)
-		if err != nil {
-			return err
-		}
-		db, err := openOrCreateDB(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		seq, err := agent.QueueGrant(ctx, db, spec, time.Now())
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "queued grant #%d of %s (primary %s, %d standbys, epoch %d)\n", seq, spec.ID, shortKey(spec.Primary), len(spec.Standbys), spec.Epoch)
-		if publish {
-			return publishGrant(ctx, cfg, spec, stdout)
-		}
-		return nil
-	case "release":
-		if fs.NArg() != 1 {
-			return usagef("workloads release: want one workload id")
-		}
-		db, err := openExistingDB(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		seq, err := agent.QueueRelease(ctx, db, fs.Arg(0), time.Now())
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "queued release #%d of %s\n", seq, fs.Arg(0))
-		return nil
+		fmt.Fprintf(stderr, "provider-agent: warning: %s names %d standbys, but the grant is only in this agent's database: "+
+			"standbys learn a workload only from a published grant. Run the grant again with --publish (it is signed with "+
+			"this agent's key file as issuer, %s), and list that key in agent.trusted_issuers on every standby.\n",
+			spec.ID, len(spec.Standbys), issuer)
 	}
-	return usagef("workloads: unknown subcommand %q (want list, show, grant or release)", sub)
+	return nil
+}
+
+func runWorkloadsRelease(ctx context.Context, files *agentFiles, args []string, stdout, _ io.Writer) error {
+	fs, sub := workloadsFlags("release", files, stdout)
+	pos, err := parseArgs(fs, args, 1, "one workload ID")
+	if err != nil {
+		return err
+	}
+	db, _, err := openAgentDB(ctx, sub, false)
+	if err != nil {
+		return fmt.Errorf("workloads release: %w", err)
+	}
+	defer db.Close()
+	seq, err := agent.QueueRelease(ctx, db, pos[0], time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "queued release #%d of %s\n", seq, pos[0])
+	return nil
 }
 
 // publishGrant signs spec as a kind 38388 lease grant with the key file and

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"provideragent/agent"
+	"provideragent/agent/config"
+	"provideragent/heartbeat"
+)
+
+// runChild is `provider-agent run` in a child process.
+type runChild struct {
+	cmd    *exec.Cmd
+	stdout *lockedBuffer
+	stderr *lockedBuffer
+	status string // its /status URL, from its first line
+	done   chan error
+	exited bool
+}
+
+// startRun starts `provider-agent run args...` and waits for its first
+// line, which names its /status endpoint. The child is killed when the
+// test ends if it still runs; its output is logged when the test failed.
+func startRun(t *testing.T, args ...string) *runChild {
+	t.Helper()
+	r := &runChild{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	r.cmd = exec.Command(agentBinary(t), append([]string{"run"}, args...)...)
+	r.cmd.Env = runEnv()
+	r.cmd.Stderr = r.stderr
+	out, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			r.stdout.Write([]byte(sc.Text() + "\n"))
+			select {
+			case first <- sc.Text():
+			default:
+			}
+		}
+		r.done <- r.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if !r.exited {
+			_ = r.cmd.Process.Kill()
+			<-r.done
+		}
+		if t.Failed() {
+			t.Logf("run %v stdout:\n%s\nstderr:\n%s", args, r.stdout.String(), r.stderr.String())
+		}
+	})
+	select {
+	case line := <-first:
+		m := statusURL.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("run's first line = %q, want %v", line, statusURL)
+		}
+		r.status = m[1]
+	case err := <-r.done:
+		r.exited = true
+		t.Fatalf("run exited before starting: %v\nstderr: %s", err, r.stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("run printed nothing within 60 s")
+	}
+	return r
+}
+
+// stop sends SIGTERM and waits for run to exit 0.
+func (r *runChild) stop(t *testing.T) {
+	t.Helper()
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.done:
+		r.exited = true
+		if err != nil {
+			t.Fatalf("run after SIGTERM = %v, want exit 0\nstderr: %s", err, r.stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("run did not exit within 60 s of SIGTERM")
+	}
+}
+
+// kill ends run with SIGKILL (a crash: nothing is sent on the way out).
+func (r *runChild) kill(t *testing.T) {
+	t.Helper()
+	_ = r.cmd.Process.Kill()
+	<-r.done
+	r.exited = true
+}
+
+// fetchStatus reads the agent's /status.
+func (r *runChild) fetchStatus() (agent.Status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.status, nil)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	defer resp.Body.Close()
+	var st agent.Status
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	return st, err
+}
+
+// waitStatus polls /status until cond holds (a bound on a hang, not a
+// timing assertion) and returns the document that satisfied it.
+func (r *runChild) waitStatus(t *testing.T, what string, limit time.Duration, cond func(agent.Status) bool) agent.Status {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	var last agent.Status
+	var lastErr error
+	for time.Now().Before(deadline) {
+		st, err := r.fetchStatus()
+		if err == nil && cond(st) {
+			return st
+		}
+		last, lastErr = st, err
+		time.Sleep(100 * time.Millisecond)
+	}
+	b, _ := json.MarshalIndent(last, "", "  ")
+	t.Fatalf("waiting %v for %s: last /status (err %v):\n%s", limit, what, lastErr, b)
+	return agent.Status{}
+}
+
+// workloadIn returns workload id of st.
+func workloadIn(st agent.Status, id string) (agent.WorkloadStatus, bool) {
+	for _, w := range st.Workloads {
+		if w.ID == id {
+			return w, true
+		}
+	}
+	return agent.WorkloadStatus{}, false
+}
+
+// fastConfig writes a config file with the demo's short lease timings
+// (failover within about 15 s), the given relays and quorum, data dir and
+// listen address, trusting issuers; it returns its path.
+func fastConfig(t *testing.T, dir, dataDir, listen string, relays []string, quorum int, issuers ...string) string {
+	t.Helper()
+	q := func(ss []string) string {
+		out := make([]string, len(ss))
+		for i, s := range ss {
+			out[i] = fmt.Sprintf("%q", s)
+		}
+		return "[" + strings.Join(out, ", ") + "]"
+	}
+	body := fmt.Sprintf(`[agent]
+data_dir = %q
+listen = %q
+trusted_issuers = %s
+publish_timeout = "2s"
+
+[lease]
+relays = %s
+quorum = %d
+t1 = "2s"
+t2 = "3s"
+stale = "3s"
+max_skew = "1s"
+relay_delay = "1s"
+provision_timeout = "5s"
+takeover_after = "12s"
+restart_backoff_initial = "500ms"
+restart_backoff_max = "2s"
+claim_retry_base = "1s"
+claim_retry_max = "4s"
+claim_timeout = "5s"
+
+[heartbeat]
+interval = "1s"
+
+[courier]
+backoff_initial = "200ms"
+backoff_cap = "1s"
+`, dataDir, listen, q(issuers), q(relays), quorum)
+	path := filepath.Join(dir, filepath.Base(dataDir)+".toml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// newKey writes a key file at path (its directory created) and returns
+// its hex public key.
+func newKey(t *testing.T, path string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := config.GenerateKeyFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
+// npubOf encodes a hex public key as npub.
+func npubOf(t *testing.T, hex string) string {
+	t.Helper()
+	n, err := heartbeat.EncodeNpub(hex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
