@@ -342,3 +342,64 @@ func TestReadOnlyDataDirReportsTheCause(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusAfterFailover: a primary and a standby, the grant published by
+// the primary and trusted by the standby (as the README says to set it
+// up). The primary is killed; the standby takes over. Its status shows it
+// as the holder and not as its own standby, and says that the workload has
+// no standby left.
+func TestStatusAfterFailover(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	var relays []string
+	for range 3 {
+		relays = append(relays, relaytest.Start(t).URL())
+	}
+	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
+	pubA := newKey(t, filepath.Join(dirA, "identity.key"))
+	pubB := newKey(t, filepath.Join(dirB, "identity.key"))
+	cfgA := fastConfig(t, tmp, dirA, freeAddr(t), relays, 2)
+	cfgB := fastConfig(t, tmp, dirB, freeAddr(t), relays, 2, npubOf(t, pubA))
+	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "web-1", "--command", "sleep 1000",
+		"--standby", npubOf(t, pubB), "--publish")
+
+	a := startRun(t, "--config", cfgA)
+	b := startRun(t, "--config", cfgB)
+	a.waitStatus(t, "web-1 live on the primary", 90*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, "web-1")
+		return ok && w.State == "live" && w.Running
+	})
+	before := b.waitStatus(t, "web-1 watched by the standby", 90*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, "web-1")
+		return ok && w.State == "standby"
+	})
+	if w, _ := workloadIn(before, "web-1"); w.Primary != pubA || len(w.Standbys) != 1 || w.Standbys[0] != pubB || w.NoStandby {
+		t.Errorf("standby's /status before the failover = holder %s standbys %v no_standby %v, want holder %s standbys [%s]",
+			w.Primary, w.Standbys, w.NoStandby, pubA, pubB)
+	}
+
+	a.kill(t)
+	after := b.waitStatus(t, "web-1 live on the standby", 120*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, "web-1")
+		return ok && w.State == "live" && w.Primary == pubB
+	})
+	w, _ := workloadIn(after, "web-1")
+	if len(w.Standbys) != 0 || !w.NoStandby || w.Role != "primary" || w.Epoch != 2 {
+		t.Errorf("/status after the failover = standbys %v no_standby %v role %s epoch %d, want no standbys, no_standby, primary, epoch 2",
+			w.Standbys, w.NoStandby, w.Role, w.Epoch)
+	}
+	st := must(t, nil, "status", "--config", cfgB)
+	for _, want := range []string{"none", "web-1: no standby left"} {
+		if !strings.Contains(st.stdout, want) {
+			t.Errorf("status after the failover = %q, want it to contain %q", st.stdout, want)
+		}
+	}
+	if strings.Contains(st.stdout, shortKey(pubB)+"  "+shortKey(pubB)) {
+		t.Errorf("status after the failover shows the holder as its own standby: %q", st.stdout)
+	}
+	b.stop(t)
+	list := must(t, nil, "workloads", "list", "--config", cfgB)
+	if !strings.Contains(list.stdout, "none") || !strings.Contains(list.stdout, "web-1: no standby left") {
+		t.Errorf("workloads list after the failover = %q, want standbys none and the note", list.stdout)
+	}
+}
