@@ -262,9 +262,9 @@ func TestPartitionedPrimaryHandsOver(t *testing.T) {
 	lcfg := DemoLeaseConfig(urls)
 	proxies, dial := cutProxies(t, rs, urls, 2)
 	primary, standby := startPair(t, lcfg, dial)
-	if !primary.backend.Running("w1") {
-		t.Fatalf("primary Running(w1) = false, want true once Live")
-	}
+	// Live is the lease state; the process is started right after it, by
+	// the actuator's own goroutine.
+	waitFor(t, 15*time.Second, "primary Running(w1) once Live", func() bool { return primary.backend.Running("w1") })
 
 	cut := time.Now()
 	for _, p := range proxies {

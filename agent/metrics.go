@@ -2,6 +2,9 @@ package agent
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"provideragent/heartbeat"
+	"provideragent/lease"
 )
 
 // metrics are the agent's Prometheus collectors, all prefixed agent_. Relay
@@ -23,6 +26,21 @@ type metrics struct {
 	clockSuspect   prometheus.Gauge // 1 while the clock is outside the bound
 }
 
+// The bounded label values of the agent_* metrics (exported at 0 from the
+// start; the README's metric table lists them).
+var (
+	// EventKinds are agent_events_accepted_total's kind values.
+	EventKinds = []string{"heartbeat", "revocation", "promotion", "lease_grant"}
+	// RevocationDirections are agent_revocations_total's direction values:
+	// queued in our outbox, sent (reached quorum), received from a holder.
+	RevocationDirections = []string{"queued", "sent", "received"}
+	// PromotionOutcomes are agent_promotions_total's outcome values.
+	PromotionOutcomes = []string{"claimed", "withdrawn", "announced"}
+	// EffectTypes are agent_effects_total's type values (effectType).
+	EffectTypes = []string{"entered_state", "start", "stop", "publish_revocation", "publish_claim",
+		"withdraw_claim", "read_claims", "announce_promotion", "attempt_respawn", "failed", "quorum_report"}
+)
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		workloads: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -41,10 +59,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "agent_events_rejected_total", Help: "Events rejected by ingest, by reason.",
 		}, []string{"reason"}),
 		revocations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "agent_revocations_total", Help: "Lease revocations, by direction (queued by us, received).",
+			Name: "agent_revocations_total", Help: "Lease revocations, by direction (queued in our outbox, sent to quorum, received).",
 		}, []string{"direction"}),
 		promotions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "agent_promotions_total", Help: "Promotion claims, by outcome (claimed, announced, received).",
+			Name: "agent_promotions_total", Help: "Promotion claims, by outcome (claimed, withdrawn, announced).",
 		}, []string{"outcome"}),
 		respawns: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agent_respawns_total", Help: "Workload process respawn attempts.",
@@ -74,5 +92,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, err
 		}
 	}
+	m.exportBoundedLabels()
 	return m, nil
+}
+
+// exportBoundedLabels creates every bounded label value's series at 0: a
+// counter never incremented is then a 0 series from the first scrape (rate()
+// and alerts work) instead of no series at all.
+func (m *metrics) exportBoundedLabels() {
+	for _, st := range lease.States {
+		m.workloads.WithLabelValues(string(st))
+	}
+	for _, k := range EventKinds {
+		m.eventsAccepted.WithLabelValues(k)
+	}
+	for _, r := range heartbeat.AllReasons {
+		m.eventsRejected.WithLabelValues(string(r))
+	}
+	for _, d := range RevocationDirections {
+		m.revocations.WithLabelValues(d)
+	}
+	for _, o := range PromotionOutcomes {
+		m.promotions.WithLabelValues(o)
+	}
+	for _, e := range EffectTypes {
+		m.effects.WithLabelValues(e)
+	}
 }

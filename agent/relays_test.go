@@ -145,10 +145,15 @@ func failoverOn(t *testing.T, kind relaytest.Kind) {
 	// epoch 2 only when it is back) and stopped the workload first.
 	p2.waitState("w2", lease.StateEvicted, 1, 10*time.Second)
 	stopBeforeStart(t, p2, sb, "w2")
-	if !sb.backend.Running("w1") || !sb.backend.Running("w2") || p1.backend.Running("w1") || p2.backend.Running("w2") {
-		t.Fatalf("running: standby w1 %v w2 %v, primary-1 w1 %v, primary-2 w2 %v; want only the standby",
-			sb.backend.Running("w1"), sb.backend.Running("w2"), p1.backend.Running("w1"), p2.backend.Running("w2"))
+	// Live is the lease state; the standby's process starts right after it,
+	// on the actuator's goroutine. The primaries' stops came first.
+	onlyStandby := func() bool {
+		return sb.backend.Running("w1") && sb.backend.Running("w2") && !p1.backend.Running("w1") && !p2.backend.Running("w2")
 	}
+	if p1.backend.Running("w1") || p2.backend.Running("w2") {
+		t.Fatalf("running after the handovers: primary-1 w1 %v, primary-2 w2 %v; want both stopped", p1.backend.Running("w1"), p2.backend.Running("w2"))
+	}
+	waitFor(t, 15*time.Second, "the standby running w1 and w2, and no primary", onlyStandby)
 }
 
 // stopBeforeStart checks that old's stop of id came before neu's start of

@@ -552,6 +552,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "courier_pending", Help: "Receipts waiting for delivery."}),
 	}
+	// Every status/success pair from the start, at 0.
+	m.receipts.WithLabelValues(string(StateAcknowledged), "true")
+	for _, class := range []ErrorClass{ClassClient, ClassRateLimited, ClassServer, ClassTransport} {
+		m.receipts.WithLabelValues(string(class), "false")
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -1,15 +1,16 @@
 package config
 
 // Example returns a commented example config file. Every setting appears
-// with its default value except the relays and the quorum, which have no
-// useful default. It trusts no lease issuer (an empty trusted_issuers, with
+// with its default value; the comment on lease.relays says to replace the
+// default public relays. It trusts no lease issuer (an empty trusted_issuers, with
 // a comment on how to add one): an example copied as is must not let a key
 // held by someone else run commands on the node. Tests check that it parses,
 // validates and trusts no one.
 func Example() string { return exampleTOML }
 
-const exampleTOML = `# provider-agent configuration (TOML). Every key is optional except
-# lease.relays. Durations are strings: "500ms", "30s", "5m", "1h".
+const exampleTOML = `# provider-agent configuration (TOML). Every key is optional: a key left
+# out keeps the default shown here. Do change lease.relays (the default is
+# three public relays). Durations are strings: "500ms", "30s", "5m", "1h".
 # Any key can be overridden by the environment as PROVIDER_AGENT_<SECTION>_<KEY>
 # (for example PROVIDER_AGENT_LEASE_QUORUM=2; lists are comma separated), and
 # the common ones by flags (--data-dir, --relay, --quorum, --listen, --key-file).
@@ -20,7 +21,8 @@ const exampleTOML = `# provider-agent configuration (TOML). Every key is optiona
 key_file = ""
 # Holds provider-agent.db (all state) and logs/ (workload output).
 data_dir = "provider-agent-data"
-# /metrics, /healthz and /status. Loopback by default; "" disables.
+# /metrics, /healthz and /status, without authentication: loopback by
+# default; another address is allowed, with a WARN (firewall it). "" disables.
 listen = "127.0.0.1:9464"
 # Public keys (hex or npub) whose lease grants (kind 38388) are accepted.
 # Whoever holds the secret of a listed key can make this node run any
@@ -39,6 +41,8 @@ max_step_age = "30s"
 
 [lease]
 # The N relays all providers of a workload judge quorum over (at most 32).
+# The default is these three public relays: set the relays you and the
+# other providers of your workloads use (a published grant lists them).
 relays = ["wss://relay.damus.io", "wss://nos.lol", "wss://relay.nostr.band"]
 # M: a provider has quorum while at least M relays carry its fresh heartbeat.
 quorum = 2
@@ -91,7 +95,8 @@ ttl = "300s"
 kind = "process"
 # SIGTERM, then SIGKILL after this long.
 stop_grace = "10s"
-# One log file per workload; "" means <data_dir>/logs.
+# One log file per workload (<id>.log, stdout and stderr); "" means
+# <data_dir>/logs.
 log_dir = ""
 
 [courier]
@@ -100,12 +105,16 @@ log_dir = ""
 max_attempts = 10
 backoff_initial = "1s"
 backoff_cap = "5m"
+# How often due receipts are delivered when nothing wakes the outbox sooner
+# (a new revocation wakes it at once).
 flush_interval = "1s"
 # Acknowledged receipts are pruned after this long.
 retention = "168h"
 
 [uploader]
 # Blossom servers for checkpoint tiles; empty = checkpoint uploads off.
+# The running agent uploads pending tiles every 10 s (sooner when a retry
+# is due). 'provider-agent dev-blossom' is a local one to try it with.
 servers = []
 tile_size = 1048576
 # true bypasses the retry decorator.

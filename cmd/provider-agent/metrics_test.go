@@ -1,0 +1,444 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"provideragent/internal/devblossom"
+	"provideragent/internal/relaytest"
+)
+
+// metricDoc is one documented metric: the README's metric tables are
+// generated from documentedMetrics, and TestMetricsDocumented checks every
+// row on the /metrics endpoint of a running agent.
+type metricDoc struct {
+	section string // agent, heartbeat, relay, courier, uploader
+	name    string
+	typ     string // counter, gauge, histogram
+	labels  []string
+	// values are the documented values of bounded labels; each is exported
+	// from the start (at 0), so each must be on /metrics, and no other.
+	values map[string][]string
+	help   string
+}
+
+var (
+	states       = []string{"standby", "promoting", "provisioning", "syncing", "live", "suspect", "respawning", "evicted", "fenced", "failed", "expired"}
+	rejectReason = []string{"malformed", "too_large", "bad_kind", "future", "stale", "expired", "bad_tags", "bad_id", "bad_sig", "decode", "wrong_signer", "unknown_workload", "canceled"}
+	wireKinds    = []string{"heartbeat", "heartbeat_ephemeral", "heartbeat_shard", "revocation", "promotion", "lease_grant"}
+)
+
+var documentedMetrics = []metricDoc{
+	{section: "agent", name: "agent_workloads", typ: "gauge", labels: []string{"state"},
+		values: map[string][]string{"state": states},
+		help:   "workloads tracked by this agent, by lease state"},
+	{section: "agent", name: "agent_transitions_total", typ: "counter", labels: []string{"from", "to"},
+		help: "workload state transitions (`from` is `new` for a workload's first state)"},
+	{section: "agent", name: "agent_provider_quorum", typ: "gauge", labels: []string{"provider"},
+		help: "1 while the provider (this agent, or a holder it watches; hex key) has relay quorum, else 0"},
+	{section: "agent", name: "agent_events_accepted_total", typ: "counter", labels: []string{"kind"},
+		values: map[string][]string{"kind": {"heartbeat", "revocation", "promotion", "lease_grant"}},
+		help:   "events that passed every check and were fed to the lease machine"},
+	{section: "agent", name: "agent_events_rejected_total", typ: "counter", labels: []string{"reason"},
+		values: map[string][]string{"reason": rejectReason},
+		help:   "events the agent's ingest refused (the reasons of `heartbeat_events_rejected_total`)"},
+	{section: "agent", name: "agent_revocations_total", typ: "counter", labels: []string{"direction"},
+		values: map[string][]string{"direction": {"queued", "sent", "received"}},
+		help:   "revocations queued in our outbox, sent (reached quorum), received from a holder"},
+	{section: "agent", name: "agent_promotions_total", typ: "counter", labels: []string{"outcome"},
+		values: map[string][]string{"outcome": {"claimed", "withdrawn", "announced"}},
+		help:   "promotion claims published, withdrawn, and won (announced)"},
+	{section: "agent", name: "agent_respawns_total", typ: "counter",
+		help: "workload process respawn attempts"},
+	{section: "agent", name: "agent_effects_total", typ: "counter", labels: []string{"type"},
+		values: map[string][]string{"type": {"entered_state", "start", "stop", "publish_revocation", "publish_claim",
+			"withdraw_claim", "read_claims", "announce_promotion", "attempt_respawn", "failed", "quorum_report"}},
+		help: "lease machine effects performed"},
+	{section: "agent", name: "agent_step_seconds", typ: "histogram",
+		help: "time to persist one machine step and run its effects"},
+	{section: "agent", name: "agent_step_errors_total", typ: "counter",
+		help: "machine steps whose commit failed (they are held and retried) or whose outbox event could not be built"},
+
+	{section: "heartbeat", name: "heartbeat_events_accepted_total", typ: "counter", labels: []string{"kind"},
+		values: map[string][]string{"kind": wireKinds},
+		help:   "distinct events accepted (signature checked, decoded, signer rule passed)"},
+	{section: "heartbeat", name: "heartbeat_events_duplicate_total", typ: "counter", labels: []string{"kind"},
+		values: map[string][]string{"kind": wireKinds},
+		help:   "repeated deliveries of an accepted event (no second signature check)"},
+	{section: "heartbeat", name: "heartbeat_events_rejected_total", typ: "counter", labels: []string{"reason"},
+		values: map[string][]string{"reason": rejectReason},
+		help:   "deliveries rejected"},
+	{section: "heartbeat", name: "heartbeat_signature_checks_total", typ: "counter",
+		help: "Schnorr signature verifications performed"},
+
+	{section: "relay", name: "relay_connected", typ: "gauge", labels: []string{"relay"},
+		help: "1 while the websocket to the relay is open"},
+	{section: "relay", name: "relay_reconnects_total", typ: "counter", labels: []string{"relay"},
+		help: "connection attempts after the first one"},
+	{section: "relay", name: "relay_messages_received_total", typ: "counter", labels: []string{"relay"},
+		help: "frames received"},
+	{section: "relay", name: "relay_publish_total", typ: "counter", labels: []string{"relay", "outcome", "reason"},
+		help: "publish outcomes (`accepted`, `rejected`, `rate_limited`, `muted`, `timed_out`, `failed`) by reason: the relay's prefix class, `none`, `other`, or a local cause (`not_connected`, `connection_lost`, `no_ok`, `too_large`, `encode`, `pool_closed`)"},
+	{section: "relay", name: "relay_subscription_closed_total", typ: "counter", labels: []string{"relay", "permanent"},
+		help: "CLOSED frames for our subscriptions, by whether the reason is permanent (`true`, `false`)"},
+	{section: "relay", name: "relay_frames_dropped_total", typ: "counter", labels: []string{"relay", "reason"},
+		help: "frames ignored (`unparsable`, `unexpected_ok`, `no_subscription`, `stale_subscription`)"},
+
+	{section: "courier", name: "courier_flush_attempt_total", typ: "counter",
+		help: "deliveries attempted"},
+	{section: "courier", name: "courier_flush_failure_total", typ: "counter",
+		help: "deliveries that failed (any class)"},
+	{section: "courier", name: "courier_receipts_total", typ: "counter", labels: []string{"status", "success"},
+		values: map[string][]string{"status": {"acknowledged", "client_error", "rate_limited", "server_error", "transport_error"}, "success": {"true", "false"}},
+		help:   "delivery outcomes: `acknowledged` with success `true`, or the error class with `false`"},
+	{section: "courier", name: "courier_receipt_retries_total", typ: "counter",
+		help: "receipts rescheduled for another attempt"},
+	{section: "courier", name: "courier_dead_letter_queue_size", typ: "gauge",
+		help: "receipts in the dead-letter queue"},
+	{section: "courier", name: "courier_pending", typ: "gauge",
+		help: "receipts waiting for delivery"},
+
+	{section: "uploader", name: "uploader_uploads_total", typ: "counter", labels: []string{"outcome"},
+		values: map[string][]string{"outcome": {"success", "partial", "failure", "error"}},
+		help:   "upload rounds of the Blossom uploader (`error`: no server reachable, or a local error)"},
+	{section: "uploader", name: "uploader_tile_rejections_total", typ: "counter",
+		help: "tiles rejected by the servers, per tile per attempt"},
+	{section: "uploader", name: "uploader_giveups_total", typ: "counter",
+		help: "tiles moved to `upload_giveup` after their attempt budget"},
+	{section: "uploader", name: "uploader_retries_total", typ: "counter",
+		help: "in-call retries of partial uploads by the retry decorator"},
+	{section: "uploader", name: "uploader_bytes_uploaded_total", typ: "counter",
+		help: "bytes of tiles the servers accepted, summed over servers"},
+}
+
+// undocumentedPrefixes are the Go client's own collectors.
+var undocumentedPrefixes = []string{"go_", "process_", "promhttp_"}
+
+// family is one metric family read from /metrics.
+type family struct {
+	typ     string
+	samples []map[string]string // label sets (histogram le and _bucket/_sum/_count folded)
+}
+
+var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? \S+$`)
+
+// parseMetrics reads the Prometheus text format (what promhttp serves).
+func parseMetrics(r io.Reader) (map[string]*family, error) {
+	fams := map[string]*family{}
+	get := func(name string) *family {
+		if fams[name] == nil {
+			fams[name] = &family{}
+		}
+		return fams[name]
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if f, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			name, typ, _ := strings.Cut(f, " ")
+			get(name).typ = typ
+			continue
+		}
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		m := sampleLine.FindStringSubmatch(line)
+		if m == nil {
+			return nil, fmt.Errorf("unparsable line %q", line)
+		}
+		name := m[1]
+		if f := fams[name]; f == nil {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if base, ok := strings.CutSuffix(name, suffix); ok && fams[base] != nil && fams[base].typ == "histogram" {
+					name = base
+				}
+			}
+		}
+		labels, err := parseLabels(m[3])
+		if err != nil {
+			return nil, fmt.Errorf("line %q: %w", line, err)
+		}
+		delete(labels, "le")
+		get(name).samples = append(get(name).samples, labels)
+	}
+	return fams, sc.Err()
+}
+
+// parseLabels reads `a="x",b="y"` (values with \" \\ \n escapes).
+func parseLabels(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for s != "" {
+		name, rest, ok := strings.Cut(s, `="`)
+		if !ok {
+			return nil, fmt.Errorf("labels %q", s)
+		}
+		var val strings.Builder
+		i := 0
+		for ; i < len(rest) && rest[i] != '"'; i++ {
+			if rest[i] == '\\' && i+1 < len(rest) {
+				i++
+				if rest[i] == 'n' {
+					val.WriteByte('\n')
+					continue
+				}
+			}
+			val.WriteByte(rest[i])
+		}
+		if i == len(rest) {
+			return nil, fmt.Errorf("unterminated label value in %q", s)
+		}
+		out[strings.TrimPrefix(name, ",")] = val.String()
+		s = strings.TrimPrefix(rest[i+1:], ",")
+	}
+	return out, nil
+}
+
+// flakyRelay is a websocket endpoint that, to every REQ, answers with a
+// transient CLOSED and an unparsable frame, then drops the connection: the
+// agent's relay layer counts a closed subscription, a dropped frame and a
+// reconnect, as it would with a misbehaving relay.
+func flakyRelay(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		for {
+			_, data, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			var frame []json.RawMessage
+			if json.Unmarshal(data, &frame) == nil && len(frame) >= 2 && string(frame[0]) == `"REQ"` {
+				_ = c.Write(ctx, websocket.MessageText, []byte(`["CLOSED",`+string(frame[1])+`,"error: the test relay closes every subscription"]`))
+				_ = c.Write(ctx, websocket.MessageText, []byte(`this is not a nostr frame`))
+				_ = c.Close(websocket.StatusNormalClosure, "bye")
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return "ws://" + srv.Listener.Addr().String()
+}
+
+// TestMetricsDocumented runs the agent (a child process of the real
+// binary) with every component on: relays (three good ones and a flaky
+// one), a workload, the courier, and checkpoint uploads to a Blossom
+// server. Every documented metric must be on its /metrics with exactly its
+// label set and, for bounded labels, exactly the documented values; no
+// metric may be there undocumented (but the Go client's go_*, process_*).
+// Renaming a metric, or a label, fails it.
+func TestMetricsDocumented(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "data")
+	newKey(t, filepath.Join(dir, "identity.key"))
+	relays := []string{flakyRelay(t)}
+	for range 3 {
+		relays = append(relays, relaytest.Start(t).URL())
+	}
+	blossom, err := devblossom.New(devblossom.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := blossom.Start(context.Background(), "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blossom.Shutdown(context.Background()) })
+	cfg := fastConfig(t, tmp, dir, freeAddr(t), relays, 2)
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "\n[uploader]\nservers = [%q]\n", blossom.URL())
+	f.Close()
+	must(t, nil, "workloads", "grant", "--config", cfg, "--id", "svc-1", "--command", "sleep 1000")
+	a := startRun(t, "--config", cfg)
+	metricsURL := strings.TrimSuffix(a.status, "/status") + "/metrics"
+
+	// Scrape until the activity-driven series are there (a bound on a
+	// hang, not a timing assertion).
+	var fams map[string]*family
+	var missing []string
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		fams, err = scrape(metricsURL)
+		missing = missing[:0]
+		for _, d := range documentedMetrics {
+			if f := fams[d.name]; err != nil || f == nil || len(f.samples) == 0 {
+				missing = append(missing, d.name)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("scrape %s: %v", metricsURL, err)
+	}
+	for _, d := range documentedMetrics {
+		t.Run(d.name, func(t *testing.T) {
+			f := fams[d.name]
+			if f == nil || len(f.samples) == 0 {
+				t.Fatalf("%s is not on /metrics (documented in the README's %s table)", d.name, d.section)
+			}
+			if f.typ != d.typ {
+				t.Errorf("%s type = %s, want %s", d.name, f.typ, d.typ)
+			}
+			want := slices.Sorted(slices.Values(d.labels))
+			seen := map[string]map[string]bool{}
+			for _, s := range f.samples {
+				got := make([]string, 0, len(s))
+				for k, v := range s {
+					got = append(got, k)
+					if seen[k] == nil {
+						seen[k] = map[string]bool{}
+					}
+					seen[k][v] = true
+				}
+				sort.Strings(got)
+				if !slices.Equal(got, want) {
+					t.Fatalf("%s label set = %v, want %v", d.name, got, want)
+				}
+			}
+			for label, vals := range d.values {
+				for _, v := range vals {
+					if !seen[label][v] {
+						t.Errorf("%s{%s=%q} is not on /metrics, want every documented value exported", d.name, label, v)
+					}
+				}
+				for v := range seen[label] {
+					if !slices.Contains(vals, v) {
+						t.Errorf("%s{%s=%q} is on /metrics but not documented (documented: %v)", d.name, label, v, vals)
+					}
+				}
+			}
+		})
+	}
+	for name := range fams {
+		documented := slices.ContainsFunc(documentedMetrics, func(d metricDoc) bool { return d.name == name })
+		ignored := slices.ContainsFunc(undocumentedPrefixes, func(p string) bool { return strings.HasPrefix(name, p) })
+		if !documented && !ignored {
+			t.Errorf("%s is on /metrics but not documented: add it to documentedMetrics and regenerate the README", name)
+		}
+	}
+}
+
+func scrape(url string) (map[string]*family, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return parseMetrics(resp.Body)
+}
+
+var updateREADME = flag.Bool("update-readme", false, "rewrite the README's generated metric tables from documentedMetrics")
+
+// metricsTable renders one section of documentedMetrics as the README's
+// markdown table.
+func metricsTable(section string) string {
+	var b strings.Builder
+	b.WriteString("| metric | type | labels | what |\n|---|---|---|---|\n")
+	for _, d := range documentedMetrics {
+		if d.section != section {
+			continue
+		}
+		var labels []string
+		for _, l := range d.labels {
+			if vals := d.values[l]; len(vals) > 0 {
+				labels = append(labels, fmt.Sprintf("`%s`: `%s`", l, strings.Join(vals, "`, `")))
+			} else {
+				labels = append(labels, "`"+l+"`")
+			}
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", d.name, d.typ, strings.Join(labels, "; "), d.help)
+	}
+	return b.String()
+}
+
+var metricsBlock = regexp.MustCompile(`(?s)(<!-- metrics:([a-z]+) [^>]*-->\n)(.*?)(<!-- /metrics:([a-z]+) -->)`)
+
+// TestREADMEMetricTables: the README's metric tables are the rendering of
+// documentedMetrics (one generated block per section), and every metric
+// name the README mentions is documented. Regenerate with
+// go test ./cmd/provider-agent -run TestREADMEMetricTables -update-readme.
+func TestREADMEMetricTables(t *testing.T) {
+	path := filepath.Join("..", "..", "README.md")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	sections := map[string]bool{}
+	for _, d := range documentedMetrics {
+		sections[d.section] = true
+	}
+	found := map[string]bool{}
+	out := metricsBlock.ReplaceAllStringFunc(readme, func(block string) string {
+		m := metricsBlock.FindStringSubmatch(block)
+		if m[2] != m[5] {
+			t.Errorf("README: metrics block %q ends as %q", m[2], m[5])
+			return block
+		}
+		found[m[2]] = true
+		want := metricsTable(m[2])
+		if m[3] != want {
+			if !*updateREADME {
+				t.Errorf("README's %s metric table differs from documentedMetrics; run: go test ./cmd/provider-agent -run TestREADMEMetricTables -update-readme\ngot:\n%s\nwant:\n%s", m[2], m[3], want)
+			}
+		}
+		return m[1] + want + m[4]
+	})
+	for s := range sections {
+		if !found[s] {
+			t.Errorf("README has no generated metrics block for %q (<!-- metrics:%s ... --> ... <!-- /metrics:%s -->)", s, s, s)
+		}
+	}
+	// Metric-looking names in the prose: counters, histograms, sizes, and
+	// anything written with labels.
+	mention := regexp.MustCompile("`((?:agent|heartbeat|relay|courier|uploader)_[a-z_]+)(\\{[^`]*\\})?`")
+	for _, m := range mention.FindAllStringSubmatch(readme, -1) {
+		looks := m[2] != "" || strings.HasSuffix(m[1], "_total") || strings.HasSuffix(m[1], "_seconds") || strings.HasSuffix(m[1], "_size")
+		if looks && !slices.ContainsFunc(documentedMetrics, func(d metricDoc) bool { return d.name == m[1] }) {
+			t.Errorf("README mentions %s, which is not a documented metric", m[1])
+		}
+	}
+	if *updateREADME && out != readme {
+		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rewrote the metric tables of %s", path)
+	}
+}
