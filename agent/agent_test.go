@@ -285,9 +285,7 @@ func TestPartitionedPrimaryHandsOver(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "primary process stopped", func() bool { return !primary.backend.Running("w1") })
 	primary.waitState("w1", lease.StateFenced, 1, 10*time.Second)
-	if !standby.backend.Running("w1") {
-		t.Fatalf("standby Running(w1) = false, want true at epoch 2")
-	}
+	waitFor(t, 15*time.Second, "standby Running(w1) at epoch 2", func() bool { return standby.backend.Running("w1") })
 	if got := testutil.ToFloat64(standby.a.met.revocations.WithLabelValues("received")); got < 1 {
 		t.Fatalf("standby revocations received = %v, want >= 1", got)
 	}

@@ -28,8 +28,13 @@ func init() {
 }
 
 const statusUsage = `provider-agent status asks the running agent for its /status document
-(workloads, states, epochs, relays). When the agent does not answer, it reads
-the workloads from the agent's SQLite file instead and says so.
+(workloads, states, epochs, holders, the standbys each has left, relays).
+When the agent does not answer, it reads the workloads from the agent's
+SQLite file instead and says so. Under the table it prints one line per
+workload that needs attention: why a failed or respawning workload's
+process ended (from its log), and a workload with no standby left.
+
+` + agentFilesHelp + `
 
 Example:
   provider-agent status --config /etc/provider-agent.toml
