@@ -74,6 +74,10 @@ var documentedMetrics = []metricDoc{
 		help: "time to persist one machine step and run its effects"},
 	{section: "agent", name: "agent_step_errors_total", typ: "counter",
 		help: "machine steps whose commit failed (they are held and retried) or whose outbox event could not be built"},
+	{section: "agent", name: "agent_clock_offset_seconds", typ: "gauge",
+		help: "the relays' clock minus this node's (median of the relays' HTTP `Date` at the last clock check); positive: this clock is slow"},
+	{section: "agent", name: "agent_clock_suspect", typ: "gauge",
+		help: "1 while this node's clock is outside the bound (max(max_skew/2, 2 s)) of the relays': no takeover, and held workloads with a standby are fenced"},
 
 	{section: "heartbeat", name: "heartbeat_events_accepted_total", typ: "counter", labels: []string{"kind"},
 		values: map[string][]string{"kind": wireKinds},
