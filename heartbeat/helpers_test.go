@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nbd-wtf/go-nostr"
 )
 
 // testKeys returns deterministic keys named by a string.
@@ -61,4 +63,15 @@ func (p *fakePolicy) AllowedIssuer(pk string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.issuers[pk]
+}
+
+// copyEvent is a deep copy of ev: what a second relay's delivery of the
+// same event looks like.
+func copyEvent(ev *nostr.Event) nostr.Event {
+	c := *ev
+	c.Tags = make(nostr.Tags, len(ev.Tags))
+	for i, t := range ev.Tags {
+		c.Tags[i] = append(nostr.Tag(nil), t...)
+	}
+	return c
 }

@@ -2,8 +2,11 @@ package heartbeat
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,13 +33,26 @@ type Config struct {
 	// HeartbeatMaxAge is how old a heartbeat's created_at may be: set it to
 	// the lease machine's Stale. Default lease.DefaultConfig().Stale (180s).
 	HeartbeatMaxAge time.Duration
-	// CacheSize bounds the dedupe cache (event ids remembered). Each entry
-	// keeps a copy of the event and its decoded form, about 2 KB for a
-	// heartbeat. Duplicates arrive within seconds and heartbeats older than
+	// CacheSize bounds the dedupe cache (event ids remembered). An entry
+	// keeps the id and a keyed fingerprint of the verified event, never the
+	// event or its decoded form: about 200 bytes whatever the event's size.
+	// Duplicates arrive within seconds and heartbeats older than
 	// HeartbeatMaxAge are rejected before the cache, so it only needs to hold
-	// the events of that window: providers x 2 kinds x 3 per minute. Default
-	// 8192 (about 16 MB at most).
+	// the events of that window. Default 8192 (under 2 MB).
 	CacheSize int
+	// CacheTTL ages entries out: an id not delivered again for CacheTTL is
+	// forgotten (a later delivery is verified again). 0 means
+	// HeartbeatMaxAge + MaxSkew, after which a heartbeat is refused as stale
+	// before the cache anyway.
+	CacheTTL time.Duration
+	// RecentWorkloads bounds the decoded heartbeats kept for the other
+	// relays' copies of the same event, counted in listed workloads (a
+	// decoded shard of 1,000 workloads counts 1,000), and RecentTTL how long
+	// one is kept (the copies of one event arrive within the relays'
+	// delay). A copy arriving later is decoded again (its signature is not
+	// checked again). Defaults 65,536 (a few MB) and 10 s.
+	RecentWorkloads int
+	RecentTTL       time.Duration
 }
 
 // DefaultConfig returns the documented defaults.
@@ -49,6 +65,8 @@ func DefaultConfig() Config {
 		MaxSkew:         30 * time.Second,
 		HeartbeatMaxAge: lease.DefaultConfig().Stale,
 		CacheSize:       8192,
+		RecentWorkloads: 1 << 16,
+		RecentTTL:       10 * time.Second,
 	}
 }
 
@@ -69,6 +87,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("heartbeat config: HeartbeatMaxAge %v below 1s", c.HeartbeatMaxAge)
 	case c.CacheSize < 16:
 		return fmt.Errorf("heartbeat config: CacheSize %d below 16", c.CacheSize)
+	case c.CacheTTL != 0 && c.CacheTTL < time.Second:
+		return fmt.Errorf("heartbeat config: CacheTTL %v, want 0 (default) or at least 1s", c.CacheTTL)
+	case c.RecentWorkloads < 0:
+		return fmt.Errorf("heartbeat config: RecentWorkloads %d is negative", c.RecentWorkloads)
+	case c.RecentTTL < 0:
+		return fmt.Errorf("heartbeat config: RecentTTL %v is negative", c.RecentTTL)
 	}
 	return nil
 }
@@ -90,15 +114,15 @@ type SignerPolicy interface {
 }
 
 // Ingested is an accepted event. Exactly one of the decoded pointers is set.
-// The decoded values are shared between deliveries of the same event: treat
-// them as read-only.
+// The decoded values may be shared between deliveries of the same event:
+// treat them as read-only.
 type Ingested struct {
 	// Event is the event as this delivery carried it.
 	Event *nostr.Event
 	// Duplicate is true when the same event was accepted before (another
 	// relay delivered it first); its signature was not checked again.
 	Duplicate bool
-	// Heartbeat is set for kinds 38384 and 20384.
+	// Heartbeat is set for kinds 38384, 20384 and 38389.
 	Heartbeat *Heartbeat
 	// Revocation is set for kind 38385.
 	Revocation *Revocation
@@ -111,16 +135,26 @@ type Ingested struct {
 // Ingestor verifies and decodes incoming events: cheap checks first, the
 // signature once per event however many relays deliver it, then decoding and
 // the signer rules. It is safe for concurrent use.
+//
+// Its dedupe cache remembers verified event ids with a keyed fingerprint of
+// the whole event, not the event: a copy from another relay is a duplicate
+// only if every field matches what was verified, and is then decoded again
+// without a signature check (or taken from a small, short-lived cache of
+// decoded heartbeats, bounded in listed workloads). Ids age out after
+// CacheTTL.
 type Ingestor struct {
 	cfg    Config
 	policy SignerPolicy
 	log    *slog.Logger
 	m      *metrics
+	seed   maphash.Seed
+	ttl    int64 // cache age-out, seconds
 
 	mu       sync.Mutex
 	good     *generations      // verified events
 	bad      *generations      // rejections cacheable by (id, sig)
 	inflight map[string]*entry // being verified now (bounded by concurrency)
+	recent   recentDecoded     // decoded heartbeats for the other relays' copies
 }
 
 type entryState uint8
@@ -132,17 +166,16 @@ const (
 )
 
 // entry is one dedupe cache slot, keyed by event id. A good entry holds a
-// copy of the verified event: a later delivery is a duplicate only if it is
-// field-for-field equal, so a forgery reusing a real id never rides on the
-// real event's verification. A bad entry is only made after the id was
-// recomputed, so (id, sig) determines the event and matching sig is enough.
+// keyed fingerprint of the verified event (every field): a later delivery
+// is a duplicate only if its fingerprint matches, so a forgery reusing a
+// real id never rides on the real event's verification. A bad entry is only
+// made after the id was recomputed, so (id, sig) determines the event and
+// matching sig is enough.
 type entry struct {
-	state  entryState
-	done   chan struct{} // closed when a pending entry is settled
-	ev     nostr.Event   // good: verified copy
-	sig    string        // bad: the signature that failed
-	rej    *RejectError  // bad: the cached rejection
-	result Ingested      // good: decoded values (Event unset)
+	state entryState
+	done  chan struct{} // closed when a pending entry is settled
+	fp    uint64        // good: fingerprint of the event; bad: of its sig
+	rej   *RejectError  // bad: the cached rejection
 }
 
 // NewIngestor returns an Ingestor. reg may be nil (metrics are then not
@@ -161,11 +194,19 @@ func NewIngestor(cfg Config, policy SignerPolicy, reg prometheus.Registerer, log
 	if err != nil {
 		return nil, fmt.Errorf("new ingestor: %w", err)
 	}
+	ttl := cfg.CacheTTL
+	if ttl == 0 {
+		ttl = cfg.HeartbeatMaxAge + cfg.MaxSkew
+	}
+	ttlSec := max(int64(ttl/time.Second), 2)
 	return &Ingestor{
 		cfg: cfg, policy: policy, log: logger.With("component", "heartbeat"), m: m,
-		good:     newGenerations(cfg.CacheSize),
-		bad:      newGenerations(max(cfg.CacheSize/4, 8)),
+		seed:     maphash.MakeSeed(),
+		ttl:      ttlSec,
+		good:     newGenerations(cfg.CacheSize, ttlSec),
+		bad:      newGenerations(max(cfg.CacheSize/4, 8), ttlSec),
 		inflight: map[string]*entry{},
+		recent:   recentDecoded{budget: cfg.RecentWorkloads, ttl: cfg.RecentTTL, byID: map[string]*recentItem{}},
 	}, nil
 }
 
@@ -193,24 +234,38 @@ func (in *Ingestor) Ingest(ctx context.Context, now time.Time, ev *nostr.Event) 
 	if rej := in.cheapChecks(now, ev); rej != nil {
 		return Ingested{}, in.rejected(ev, rej)
 	}
+	nowSec := now.Unix()
+	var fp uint64
+	fpDone := false
+	fingerprint := func() uint64 {
+		if !fpDone {
+			fp, fpDone = in.fingerprint(ev), true
+		}
+		return fp
+	}
 
 	leader := false
 	var e *entry
 	for attempt := 0; attempt < 2 && !leader; attempt++ {
 		in.mu.Lock()
-		e = in.lookup(ev.ID)
+		e = in.lookup(ev.ID, nowSec)
 		switch {
 		case e == nil:
 			e = &entry{state: statePending, done: make(chan struct{})}
 			in.inflight[ev.ID] = e
 			leader = true
 			in.mu.Unlock()
-		case e.state == stateGood && sameEvent(&e.ev, ev):
-			res := e.result
+		case e.state == stateGood:
+			want := e.fp
 			in.mu.Unlock()
-			res.Event, res.Duplicate = ev, true
-			return in.finish(now, res)
-		case e.state == stateBad && e.sig == ev.Sig:
+			if fingerprint() != want {
+				// Same id, different event (a forgery or another signature):
+				// verify it on its own without touching the cached entry.
+				e, attempt = nil, 2
+				continue
+			}
+			return in.duplicate(now, ev, want)
+		case e.state == stateBad && e.fp == in.hashString(ev.Sig):
 			rej := e.rej
 			in.mu.Unlock()
 			return Ingested{}, in.rejected(ev, rej)
@@ -224,8 +279,7 @@ func (in *Ingestor) Ingest(ctx context.Context, now time.Time, ev *nostr.Event) 
 			}
 			e = nil
 		default:
-			// Same id, different event (a forgery or a different signature):
-			// verify it on its own without touching the cached entry.
+			// A cached rejection with another signature: verify on its own.
 			in.mu.Unlock()
 			e = nil
 			attempt = 2
@@ -236,21 +290,25 @@ func (in *Ingestor) Ingest(ctx context.Context, now time.Time, ev *nostr.Event) 
 	var settled *entry
 	switch {
 	case rej == nil:
-		settled = &entry{state: stateGood, ev: copyEvent(ev), result: res}
+		settled = &entry{state: stateGood, fp: fingerprint()}
 	case cacheable:
-		settled = &entry{state: stateBad, sig: ev.Sig, rej: rej}
+		settled = &entry{state: stateBad, fp: in.hashString(ev.Sig), rej: rej}
 	}
 	in.mu.Lock()
 	if leader && in.inflight[ev.ID] == e {
 		delete(in.inflight, ev.ID)
 	}
+	id := strings.Clone(ev.ID) // never retain the delivery's buffers
 	switch {
 	case settled == nil:
 	case settled.state == stateGood:
-		in.bad.remove(ev.ID)
-		in.good.insert(ev.ID, settled) // replaces a good entry with another signature
-	case in.good.lookup(ev.ID) == nil:
-		in.bad.insert(ev.ID, settled) // never shadows a verified event
+		in.bad.remove(id)
+		in.good.insert(id, settled, nowSec) // replaces a good entry with another signature
+		if res.Heartbeat != nil {
+			in.recent.put(id, settled.fp, res.Heartbeat, now)
+		}
+	case in.good.lookup(id, nowSec) == nil:
+		in.bad.insert(id, settled, nowSec) // never shadows a verified event
 	}
 	in.mu.Unlock()
 	if leader {
@@ -262,6 +320,61 @@ func (in *Ingestor) Ingest(ctx context.Context, now time.Time, ev *nostr.Event) 
 	res.Event = ev
 	return in.finish(now, res)
 }
+
+// duplicate accepts a delivery of an event verified before (its fingerprint
+// matched): decoded again, or taken from the recent decoded heartbeats.
+func (in *Ingestor) duplicate(now time.Time, ev *nostr.Event, fp uint64) (Ingested, error) {
+	var res Ingested
+	if isHeartbeatKind(ev.Kind) {
+		in.mu.Lock()
+		res.Heartbeat = in.recent.get(ev.ID, fp, now)
+		in.mu.Unlock()
+	}
+	if res.Heartbeat == nil {
+		var rej *RejectError
+		if res, rej = decodeKind(ev); rej != nil {
+			// The verified event decoded before: unreachable unless the
+			// fingerprint collided.
+			return Ingested{}, in.rejected(ev, rej)
+		}
+	}
+	res.Event, res.Duplicate = ev, true
+	return in.finish(now, res)
+}
+
+// fingerprint is a keyed 64-bit hash of every field of ev. The seed is
+// random per Ingestor, so nobody can build another event with the same
+// fingerprint on purpose.
+func (in *Ingestor) fingerprint(ev *nostr.Event) uint64 {
+	var h maphash.Hash
+	h.SetSeed(in.seed)
+	var num [8]byte
+	put := func(s string) {
+		binary.LittleEndian.PutUint64(num[:], uint64(len(s)))
+		_, _ = h.Write(num[:])
+		_, _ = h.WriteString(s)
+	}
+	put(ev.ID)
+	put(ev.PubKey)
+	put(ev.Sig)
+	binary.LittleEndian.PutUint64(num[:], uint64(ev.CreatedAt))
+	_, _ = h.Write(num[:])
+	binary.LittleEndian.PutUint64(num[:], uint64(ev.Kind))
+	_, _ = h.Write(num[:])
+	binary.LittleEndian.PutUint64(num[:], uint64(len(ev.Tags)))
+	_, _ = h.Write(num[:])
+	for _, t := range ev.Tags {
+		binary.LittleEndian.PutUint64(num[:], uint64(len(t)))
+		_, _ = h.Write(num[:])
+		for _, v := range t {
+			put(v)
+		}
+	}
+	put(ev.Content)
+	return h.Sum64()
+}
+
+func (in *Ingestor) hashString(s string) uint64 { return maphash.String(in.seed, s) }
 
 // cheapChecks runs the checks that need no hashing: shapes, kind, sizes and
 // the time window (which depends on now, so it runs on every delivery).
@@ -333,6 +446,15 @@ func (in *Ingestor) verifyAndDecode(ev *nostr.Event) (res Ingested, rej *RejectE
 	if !ok {
 		return res, reject(ReasonBadSig, "signature does not verify"), true
 	}
+	res, rej = decodeKind(ev)
+	if rej != nil {
+		return Ingested{}, rej, true
+	}
+	return res, nil, false
+}
+
+// decodeKind decodes a verified event of a protocol kind.
+func decodeKind(ev *nostr.Event) (res Ingested, rej *RejectError) {
 	var derr error
 	switch ev.Kind {
 	case KindHeartbeat, KindHeartbeatEphemeral, KindHeartbeatShard:
@@ -346,11 +468,11 @@ func (in *Ingestor) verifyAndDecode(ev *nostr.Event) (res Ingested, rej *RejectE
 	}
 	if derr != nil {
 		if re, ok := derr.(*RejectError); ok {
-			return Ingested{}, re, true
+			return Ingested{}, re
 		}
-		return Ingested{}, rejectErr(ReasonDecode, derr, "decode"), true
+		return Ingested{}, rejectErr(ReasonDecode, derr, "decode")
 	}
-	return res, nil, false
+	return res, nil
 }
 
 // finish runs the checks that depend on now or on lease state (every
@@ -402,11 +524,11 @@ func (in *Ingestor) rejected(ev *nostr.Event, rej *RejectError) error {
 
 // lookup finds id among verified events, cached rejections and events
 // being verified (caller holds mu).
-func (in *Ingestor) lookup(id string) *entry {
-	if e := in.good.lookup(id); e != nil {
+func (in *Ingestor) lookup(id string, now int64) *entry {
+	if e := in.good.lookup(id, now); e != nil {
 		return e
 	}
-	if e := in.bad.lookup(id); e != nil {
+	if e := in.bad.lookup(id, now); e != nil {
 		return e
 	}
 	return in.inflight[id]
@@ -420,36 +542,67 @@ func (in *Ingestor) CacheLen() int {
 	return in.good.len() + in.bad.len()
 }
 
+// RecentLen returns the number of workloads listed by the decoded
+// heartbeats kept for other relays' copies (for tests).
+func (in *Ingestor) RecentLen() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.recent.used
+}
+
 // generations is a bounded map of two generations: inserts go to the current
-// one, which becomes the old one when full (the previous old one is dropped),
-// and a hit in the old one moves to the current one. At most capacity ids are
-// kept, recently used ones survive, and nothing is ever scanned.
+// one, which becomes the old one when full or when it is ttl/2 old (the
+// previous old one is dropped), and a hit in the old one moves to the
+// current one. At most capacity ids are kept, an id not seen again for ttl
+// is forgotten, recently used ones survive, and nothing is ever scanned.
 type generations struct {
 	cur, old map[string]*entry
 	half     int
+	curStart int64 // unix seconds the current generation began
+	rotate   int64 // seconds after which the current generation turns old
 }
 
-func newGenerations(capacity int) *generations {
+func newGenerations(capacity int, ttl int64) *generations {
 	half := max(capacity/2, 1)
-	return &generations{cur: make(map[string]*entry, half), old: map[string]*entry{}, half: half}
+	return &generations{cur: make(map[string]*entry, half), old: map[string]*entry{}, half: half, rotate: max(ttl/2, 1)}
 }
 
-func (g *generations) lookup(id string) *entry {
+// age turns the current generation old once it is rotate seconds old, and
+// drops both once they are older than twice that (nothing was inserted).
+func (g *generations) age(now int64) {
+	switch {
+	case g.curStart == 0:
+		g.curStart = now
+	case now-g.curStart >= 2*g.rotate:
+		clear(g.old)
+		g.old, g.cur = g.cur, make(map[string]*entry, min(len(g.cur), g.half))
+		clear(g.old)
+		g.curStart = now
+	case now-g.curStart >= g.rotate:
+		g.old, g.cur = g.cur, make(map[string]*entry, min(len(g.cur), g.half))
+		g.curStart = now
+	}
+}
+
+func (g *generations) lookup(id string, now int64) *entry {
+	g.age(now)
 	if e, ok := g.cur[id]; ok {
 		return e
 	}
 	if e, ok := g.old[id]; ok {
 		delete(g.old, id)
-		g.insert(id, e)
+		g.insert(id, e, now)
 		return e
 	}
 	return nil
 }
 
-func (g *generations) insert(id string, e *entry) {
+func (g *generations) insert(id string, e *entry, now int64) {
+	g.age(now)
 	if _, ok := g.cur[id]; !ok && len(g.cur) >= g.half {
 		g.old = g.cur
 		g.cur = make(map[string]*entry, g.half)
+		g.curStart = now
 	}
 	delete(g.old, id)
 	g.cur[id] = e
@@ -462,31 +615,73 @@ func (g *generations) remove(id string) {
 
 func (g *generations) len() int { return len(g.cur) + len(g.old) }
 
-func sameEvent(a, b *nostr.Event) bool {
-	if a.ID != b.ID || a.Sig != b.Sig || a.PubKey != b.PubKey || a.CreatedAt != b.CreatedAt ||
-		a.Kind != b.Kind || a.Content != b.Content || len(a.Tags) != len(b.Tags) {
-		return false
-	}
-	for i := range a.Tags {
-		if len(a.Tags[i]) != len(b.Tags[i]) {
-			return false
-		}
-		for j := range a.Tags[i] {
-			if a.Tags[i][j] != b.Tags[i][j] {
-				return false
-			}
-		}
-	}
-	return true
+// recentDecoded keeps decoded heartbeats for a short time so that the
+// other relays' copies of an event are not decoded again: at most budget
+// listed workloads in all and ttl each, evicted oldest first.
+type recentDecoded struct {
+	budget int
+	ttl    time.Duration
+	used   int
+	byID   map[string]*recentItem
+	fifo   []*recentItem
+	head   int
 }
 
-func copyEvent(ev *nostr.Event) nostr.Event {
-	c := *ev
-	c.Tags = make(nostr.Tags, len(ev.Tags))
-	for i, t := range ev.Tags {
-		c.Tags[i] = append(nostr.Tag(nil), t...)
+type recentItem struct {
+	id   string
+	fp   uint64
+	hb   *Heartbeat
+	at   time.Time
+	cost int
+}
+
+func (r *recentDecoded) put(id string, fp uint64, hb *Heartbeat, now time.Time) {
+	cost := len(hb.Workloads) + 1
+	if r.ttl <= 0 || cost > r.budget {
+		return
 	}
-	return c
+	r.expire(now)
+	for r.used+cost > r.budget && r.head < len(r.fifo) {
+		r.drop()
+	}
+	it := &recentItem{id: id, fp: fp, hb: hb, at: now, cost: cost}
+	if old := r.byID[id]; old != nil {
+		r.used -= old.cost
+		old.cost = 0
+		old.hb = nil
+	}
+	r.byID[id] = it
+	r.fifo = append(r.fifo, it)
+	r.used += cost
+}
+
+func (r *recentDecoded) get(id string, fp uint64, now time.Time) *Heartbeat {
+	r.expire(now)
+	if it := r.byID[id]; it != nil && it.fp == fp {
+		return it.hb
+	}
+	return nil
+}
+
+func (r *recentDecoded) expire(now time.Time) {
+	for r.head < len(r.fifo) && now.Sub(r.fifo[r.head].at) > r.ttl {
+		r.drop()
+	}
+}
+
+// drop evicts the oldest item.
+func (r *recentDecoded) drop() {
+	it := r.fifo[r.head]
+	r.fifo[r.head] = nil
+	r.head++
+	if cur := r.byID[it.id]; cur == it {
+		delete(r.byID, it.id)
+	}
+	r.used -= it.cost
+	if r.head > 64 && r.head*2 > len(r.fifo) {
+		r.fifo = append(r.fifo[:0], r.fifo[r.head:]...)
+		r.head = 0
+	}
 }
 
 func isLowerHex(s string) bool {

@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -482,5 +483,109 @@ func TestIngestJunkDoesNotEvictVerified(t *testing.T) {
 	}
 	if n := in.CacheLen(); n > cfg.CacheSize+max(cfg.CacheSize/4, 8) {
 		t.Fatalf("CacheLen() = %d, want bounded", n)
+	}
+}
+
+// TestIngestCacheAgesOut: an id the relays stopped delivering is forgotten
+// after CacheTTL (the next delivery is verified again), while one delivered
+// within the TTL stays a duplicate. Against the cache before issue 10 (no
+// age-out, only a size cap) the late delivery is still a duplicate.
+func TestIngestCacheAgesOut(t *testing.T) {
+	p := testKeys(t, "p")
+	cfg := DefaultConfig()
+	cfg.HeartbeatMaxAge = time.Hour // keep the heartbeat fresh for the test
+	cfg.CacheTTL = 10 * time.Second
+	in, _ := newTestIngestor(t, cfg, newFakePolicy())
+	ctx := context.Background()
+	ev, err := BuildHeartbeat(p, HeartbeatParams{At: t0}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Ingest(ctx, t0, ev); err != nil {
+		t.Fatal(err)
+	}
+	c := copyEvent(ev)
+	if res, err := in.Ingest(ctx, t0.Add(4*time.Second), &c); err != nil || !res.Duplicate {
+		t.Fatalf("Ingest(+4s) = %+v, %v, want a duplicate", res, err)
+	}
+	// Other events keep the cache busy meanwhile.
+	for i := 1; i <= 30; i++ {
+		other, err := BuildHeartbeat(p, HeartbeatParams{At: t0.Add(time.Duration(i) * time.Second)}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := in.Ingest(ctx, t0.Add(time.Duration(i)*time.Second), other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c2 := copyEvent(ev)
+	res, err := in.Ingest(ctx, t0.Add(30*time.Second), &c2)
+	if err != nil || res.Duplicate {
+		t.Fatalf("Ingest(+30s, TTL 10s) = %+v, %v, want a fresh verification", res, err)
+	}
+	if n := in.CacheLen(); n > 20 {
+		t.Fatalf("CacheLen() = %d after 30 s of one event a second with a 10 s TTL, want the last TTL's worth", n)
+	}
+}
+
+// TestIngestKeepsIDsNotEvents: the cache holds no decoded heartbeat beyond
+// RecentTTL and RecentWorkloads: a copy delivered after RecentTTL is decoded
+// again (an equal, separate value; no signature check), and a heartbeat
+// listing more workloads than RecentWorkloads is never kept decoded.
+// Against the cache before issue 10 (decoded events kept with the id) the
+// late copy returns the cached pointer and RecentLen would not drop.
+func TestIngestKeepsIDsNotEvents(t *testing.T) {
+	p := testKeys(t, "p")
+	cfg := DefaultConfig()
+	cfg.RecentTTL = 2 * time.Second
+	cfg.RecentWorkloads = 100
+	in, _ := newTestIngestor(t, cfg, newFakePolicy())
+	ctx := context.Background()
+	list := func(n int) []WorkloadEpoch {
+		out := make([]WorkloadEpoch, n)
+		for i := range out {
+			out[i] = WorkloadEpoch{ID: fmt.Sprintf("w-%04d", i), Epoch: 1}
+		}
+		return out
+	}
+	small, err := BuildHeartbeat(p, HeartbeatParams{At: t0, Workloads: list(10)}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := in.Ingest(ctx, t0, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := copyEvent(small)
+	soon, err := in.Ingest(ctx, t0.Add(time.Second), &c)
+	if err != nil || !soon.Duplicate || soon.Heartbeat != first.Heartbeat {
+		t.Fatalf("Ingest(copy within RecentTTL) = %+v, %v, want the decoded value kept for it", soon, err)
+	}
+	c2 := copyEvent(small)
+	late, err := in.Ingest(ctx, t0.Add(5*time.Second), &c2)
+	if err != nil || !late.Duplicate {
+		t.Fatalf("Ingest(copy after RecentTTL) = %+v, %v, want a duplicate", late, err)
+	}
+	if late.Heartbeat == first.Heartbeat {
+		t.Fatalf("copy after RecentTTL got the kept decoded value, want it decoded again")
+	}
+	if len(late.Heartbeat.Workloads) != 10 || late.Heartbeat.Workloads[9] != first.Heartbeat.Workloads[9] {
+		t.Fatalf("copy decoded again = %+v, want the same list", late.Heartbeat.Workloads)
+	}
+	if n := in.RecentLen(); n != 0 {
+		t.Fatalf("RecentLen() = %d after RecentTTL, want 0", n)
+	}
+	big, err := BuildHeartbeat(p, HeartbeatParams{At: t0.Add(6 * time.Second), Workloads: list(500)}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Ingest(ctx, t0.Add(6*time.Second), big); err != nil {
+		t.Fatal(err)
+	}
+	if n := in.RecentLen(); n > cfg.RecentWorkloads {
+		t.Fatalf("RecentLen() = %d, want at most RecentWorkloads %d", n, cfg.RecentWorkloads)
+	}
+	if got := testutil.ToFloat64(in.m.sigChecks); got != 2 {
+		t.Fatalf("signature checks = %v, want 2 (one per distinct event)", got)
 	}
 }
