@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"testing"
@@ -80,6 +81,25 @@ func TestBuildBeatFitsRelays(t *testing.T) {
 	for i, ev := range tight.Stored {
 		if len(ev.Content) > 2000 {
 			t.Fatalf("shard %d content is %d bytes, limit 2000", i, len(ev.Content))
+		}
+	}
+}
+
+// TestEntrySizeMatchesEncoding: the sizes BuildBeat computes without
+// encoding agree with encoding/json and the event's escaping for every kind
+// of id (plain, and with the characters JSON encoders escape).
+func TestEntrySizeMatchesEncoding(t *testing.T) {
+	for _, we := range []WorkloadEpoch{
+		{ID: "a", Epoch: 1}, {ID: "workload-0000000000000000000000000000001", Epoch: 9},
+		{ID: "x", Epoch: 10}, {ID: "y", Epoch: 18446744073709551615}, {ID: `q"uote`, Epoch: 2},
+		{ID: `back\slash`, Epoch: 3}, {ID: "<tag>&", Epoch: 4}, {ID: "~!#$%^*()_+=-{}[]|:;',.?/`", Epoch: 5},
+	} {
+		raw, _ := json.Marshal(we)
+		quoted, _ := json.Marshal(string(raw))
+		wantEvent, wantContent := len(quoted)-2+1, len(raw)+1
+		gotEvent, gotContent, err := entrySize(we)
+		if err != nil || gotEvent != wantEvent || gotContent != wantContent {
+			t.Errorf("entrySize(%q) = %d, %d, %v, want %d, %d", we.ID, gotEvent, gotContent, err, wantEvent, wantContent)
 		}
 	}
 }

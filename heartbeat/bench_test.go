@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -112,4 +113,26 @@ func BenchmarkIngest(b *testing.B) {
 	b.ReportMetric(verifyNs, "ns/verify")
 	b.ReportMetric(uniqueNs/verifyNs, "unique/verify")
 	b.ReportMetric(100*dupNs/verifyNs, "dup%ofverify")
+}
+
+// BenchmarkBuildBeat: one op is one beat of 100,000 held workloads with
+// 40-character ids (about 100 shard events of at most 60 KiB, each signed).
+// It reports ms/beat and the events per beat.
+func BenchmarkBuildBeat(b *testing.B) {
+	k := testKeys(b, "bench")
+	held := make([]WorkloadEpoch, 100_000)
+	for i := range held {
+		held[i] = WorkloadEpoch{ID: fmt.Sprintf("workload-%031d", i), Epoch: 1}
+	}
+	b.ResetTimer()
+	var events int
+	for i := 0; i < b.N; i++ {
+		beat, err := BuildBeat(k, HeartbeatParams{At: t0, Workloads: held})
+		if err != nil {
+			b.Fatal(err)
+		}
+		events = len(beat.Stored)
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/beat")
+	b.ReportMetric(float64(events), "events/beat")
 }
