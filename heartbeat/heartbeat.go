@@ -119,23 +119,23 @@ const DefaultMaxEventBytes = 60 * 1024
 // ProviderNpub holds the lowercase hex public key, as Paygress writes it
 // (get_service_public_key is to_hex), despite the field's name.
 type heartbeatWire struct {
-	ProviderNpub      string          `json:"provider_npub"`
-	Timestamp         uint64          `json:"timestamp"`
-	ActiveWorkloads   uint32          `json:"active_workloads"`
-	AvailableCapacity Capacity        `json:"available_capacity"`
-	Version           uint8           `json:"version"`
-	Workloads         workloadList    `json:"workloads"`
-	Shards            int             `json:"shards,omitempty"`
+	ProviderNpub      string       `json:"provider_npub"`
+	Timestamp         uint64       `json:"timestamp"`
+	ActiveWorkloads   uint32       `json:"active_workloads"`
+	AvailableCapacity Capacity     `json:"available_capacity"`
+	Version           uint8        `json:"version"`
+	Workloads         workloadList `json:"workloads"`
+	Shards            int          `json:"shards,omitempty"`
 }
 
 // shardWire is the content of a KindHeartbeatShard event.
 type shardWire struct {
-	ProviderNpub string          `json:"provider_npub"`
-	Timestamp    uint64          `json:"timestamp"`
-	Version      uint8           `json:"version"`
-	Shard        int             `json:"shard"`
-	Shards       int             `json:"shards"`
-	Workloads    workloadList    `json:"workloads"`
+	ProviderNpub string       `json:"provider_npub"`
+	Timestamp    uint64       `json:"timestamp"`
+	Version      uint8        `json:"version"`
+	Shard        int          `json:"shard"`
+	Shards       int          `json:"shards"`
+	Workloads    workloadList `json:"workloads"`
 }
 
 // workloadList encodes a held list as encoding/json would, without
