@@ -46,6 +46,23 @@ type Config struct {
 	MaxMessageSize int64
 	// ReceiveBuffer is the capacity of the Received channel (default 256).
 	ReceiveBuffer int
+	// QuerySlots is how many queries may run at once on one relay
+	// connection (default 4); more wait for a slot. The subscription keeps
+	// its REQs within the relay's max_subscriptions less these and one
+	// catch-up page.
+	QuerySlots int
+	// AssumedMaxSubscriptions is the subscription limit assumed for a relay
+	// whose NIP-11 document gives none (default 20: @nostr-relay/core keeps
+	// 20 per connection and silently evicts the oldest beyond).
+	AssumedMaxSubscriptions int
+	// AssumedMaxMessageLength bounds REQ frames sent to a relay whose NIP-11
+	// document gives no max_message_length (default 65536).
+	AssumedMaxMessageLength int
+	// PageLimit is the limit set on filters that have none when the relay
+	// advertises no max_limit (default 500, strfry's): a filter that
+	// returns that many stored events is read again page by page (until
+	// the oldest one returned) before the relay counts as synced.
+	PageLimit int
 }
 
 // DefaultConfig returns the documented defaults, with no URLs.
@@ -62,6 +79,11 @@ func DefaultConfig() Config {
 		PublishTimeout: 10 * time.Second,
 		MaxMessageSize: 1 << 20,
 		ReceiveBuffer:  256,
+
+		QuerySlots:              4,
+		AssumedMaxSubscriptions: 20,
+		AssumedMaxMessageLength: 65536,
+		PageLimit:               500,
 	}
 }
 
@@ -103,6 +125,18 @@ func (c Config) Validate() error {
 	}
 	if c.ReceiveBuffer < 0 {
 		return fmt.Errorf("%w: ReceiveBuffer = %d, want >= 0", ErrInvalidConfig, c.ReceiveBuffer)
+	}
+	if c.QuerySlots < 1 {
+		return fmt.Errorf("%w: QuerySlots = %d, want >= 1", ErrInvalidConfig, c.QuerySlots)
+	}
+	if c.AssumedMaxSubscriptions < c.QuerySlots+2 {
+		return fmt.Errorf("%w: AssumedMaxSubscriptions = %d, want >= QuerySlots+2 (%d)", ErrInvalidConfig, c.AssumedMaxSubscriptions, c.QuerySlots+2)
+	}
+	if c.AssumedMaxMessageLength < 1024 {
+		return fmt.Errorf("%w: AssumedMaxMessageLength = %d, want >= 1024", ErrInvalidConfig, c.AssumedMaxMessageLength)
+	}
+	if c.PageLimit < 1 {
+		return fmt.Errorf("%w: PageLimit = %d, want >= 1", ErrInvalidConfig, c.PageLimit)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ type metrics struct {
 	publish   *prometheus.CounterVec
 	closed    *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
+	pages     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -42,11 +43,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "relay_frames_dropped_total",
 			Help: "Frames ignored: unparsable, or for a subscription that is no longer current.",
 		}, []string{"relay", "reason"}),
+		pages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_catchup_pages_total",
+			Help: "Pages read because a filter returned the relay's limit of stored events (subscription catch-up and queries).",
+		}, []string{"relay"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.reconnect, m.received, m.publish, m.closed, m.dropped} {
+	for _, c := range []prometheus.Collector{m.connected, m.reconnect, m.received, m.publish, m.closed, m.dropped, m.pages} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

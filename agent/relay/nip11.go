@@ -18,8 +18,13 @@ type Limits struct {
 	MaxSubscriptions int `json:"max_subscriptions,omitempty"`
 	// MaxFilters: a subscription's filters are split into REQs of at most this many.
 	MaxFilters int `json:"max_filters,omitempty"`
-	// MaxLimit: filter limits are clamped to it.
+	// MaxLimit: filter limits are clamped to it, and filters without a
+	// limit get it (the catch-up then reads the rest page by page).
 	MaxLimit int `json:"max_limit,omitempty"`
+	// MaxContentLength and MaxEventTags bound the events the relay accepts
+	// (the agent sizes its heartbeat shards with them).
+	MaxContentLength int `json:"max_content_length,omitempty"`
+	MaxEventTags     int `json:"max_event_tags,omitempty"`
 	// AuthRequired is informational.
 	AuthRequired bool `json:"auth_required,omitempty"`
 }
@@ -81,6 +86,12 @@ func parseLimits(r io.Reader) (Limits, error) {
 	}
 	if l.MaxLimit < 1 {
 		l.MaxLimit = 0
+	}
+	if l.MaxContentLength < 256 {
+		l.MaxContentLength = 0
+	}
+	if l.MaxEventTags < 1 {
+		l.MaxEventTags = 0
 	}
 	return l, nil
 }

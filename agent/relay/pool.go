@@ -32,9 +32,19 @@ var (
 
 // Options are the Pool's collaborators and subscription; all are optional.
 type Options struct {
-	// Filters are subscribed on every relay (none: publish/query only).
-	// SetFilters replaces them later.
+	// Filters are subscribed on every relay (none: publish/query only), as
+	// one Interest. SetFilters replaces them later.
 	Filters []nostr.Filter
+	// Interests, when set, replace Filters: each relay subscribes, per
+	// interest, the narrowest alternative that fits its limits (see
+	// Interest). SetInterests replaces them later.
+	Interests []Interest
+	// Known, when set, is asked for the id of every event frame of the
+	// subscription after its catch-up (EOSE): when it returns true the
+	// event is not parsed and arrives as a Received with only ID set (the
+	// consumer knows the event: one it published itself). Called from the
+	// relays' read goroutines; it must be cheap and safe for concurrent use.
+	Known func(id string) bool
 	// Since returns the persisted cursor; it is called on every
 	// (re)subscription and set as since on every filter that has none
 	// (0: no since). Reconnects therefore resume from the cursor.
@@ -65,8 +75,12 @@ type Received struct {
 	// At is the local receive time (Options.Now).
 	At time.Time
 	// Event is the event as received: NOT verified (heartbeat/ does that).
-	// Nil when EOSE is set.
+	// Nil when EOSE is set, or when ID is.
 	Event *nostr.Event
+	// ID is set instead of Event for an event Options.Known knew: the
+	// frame's event id, unparsed and unverified (a relay that lies about it
+	// could as well have served the real event).
+	ID string
 	// EOSE reports that the relay has sent all its stored events for the
 	// current subscription (after each (re)subscription).
 	EOSE bool
@@ -88,7 +102,7 @@ type Pool struct {
 	infoHTTP *http.Client
 
 	filtersMu sync.Mutex
-	filters   []nostr.Filter
+	interests []Interest
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -133,8 +147,11 @@ func New(cfg Config, opts Options) (*Pool, error) {
 		byURL:    make(map[string]*supervisor),
 		dialHTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 		infoHTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
-		filters:  cloneFilters(opts.Filters),
 		cancel:   cancel,
+	}
+	p.interests = cloneInterests(opts.Interests)
+	if len(opts.Interests) == 0 {
+		p.interests = interestsOf(cloneFilters(opts.Filters))
 	}
 	for _, u := range cfg.normalizedURLs() {
 		s := newSupervisor(p, u)
@@ -180,11 +197,17 @@ func (p *Pool) URLs() []string {
 	return out
 }
 
-// SetFilters replaces the subscription's filters; every connected relay is
-// resubscribed (since from Options.Since).
-func (p *Pool) SetFilters(filters []nostr.Filter) {
+// SetFilters replaces the subscription's filters with one interest (see
+// SetInterests).
+func (p *Pool) SetFilters(filters []nostr.Filter) { p.SetInterests(interestsOf(cloneFilters(filters))) }
+
+// SetInterests replaces the subscription. Every connected relay keeps the
+// REQs whose filters did not change, sends the new ones (since from
+// Options.SinceFor or Since) and only then closes the old ones, so no
+// stored event matching both is missed in between.
+func (p *Pool) SetInterests(interests []Interest) {
 	p.filtersMu.Lock()
-	p.filters = cloneFilters(filters)
+	p.interests = cloneInterests(interests)
 	p.filtersMu.Unlock()
 	for _, s := range p.sups {
 		select {
@@ -194,10 +217,10 @@ func (p *Pool) SetFilters(filters []nostr.Filter) {
 	}
 }
 
-func (p *Pool) currentFilters() []nostr.Filter {
+func (p *Pool) currentInterests() []Interest {
 	p.filtersMu.Lock()
 	defer p.filtersMu.Unlock()
-	return cloneFilters(p.filters)
+	return p.interests // replaced, never modified in place
 }
 
 // Status returns a snapshot of every relay's state, in configuration order.

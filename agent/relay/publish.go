@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -305,19 +306,31 @@ type QueryResult struct {
 // Complete reports whether the relay answered fully (EOSE, no error).
 func (r QueryResult) Complete() bool { return r.EOSE && r.Err == nil && r.ClosedReason == "" }
 
-// Query reads the stored events matching filter from every relay until
-// each one's EOSE (or CLOSED, error, or ctx's end), concurrently, and
-// returns one result per relay in configuration order. A relay that is
-// disconnected, or whose connection drops mid-query, is waited for and read
-// again from scratch on its next connection until ctx ends.
+// Query reads the stored events matching filter from every relay; see
+// QueryFilters.
 func (p *Pool) Query(ctx context.Context, filter nostr.Filter) []QueryResult {
+	return p.QueryFilters(ctx, []nostr.Filter{filter})
+}
+
+// QueryFilters reads the stored events matching any of filters from every
+// relay, concurrently, and returns one result per relay in configuration
+// order. On each relay the filters are packed into as few REQs as its
+// limits allow (max_filters, max_message_length), read one after the other
+// within one of Config.QuerySlots query slots, and a filter that returned
+// the relay's limit of events is read again page by page (until the oldest
+// event returned) until it returns fewer: so a relay's cut never hides
+// events. A relay counts as complete (EOSE) only when every REQ and page
+// reached its EOSE. A relay that is disconnected, or whose connection drops
+// mid-query, is waited for and read again from scratch on its next
+// connection until ctx ends.
+func (p *Pool) QueryFilters(ctx context.Context, filters []nostr.Filter) []QueryResult {
 	out := make([]QueryResult, len(p.sups))
 	var wg sync.WaitGroup
 	for i, s := range p.sups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = s.query(ctx, filter)
+			out[i] = s.query(ctx, filters)
 		}()
 	}
 	wg.Wait()
@@ -358,70 +371,41 @@ func (c *conn) query(id string) *querySink {
 	return c.queries[id]
 }
 
-func (s *supervisor) query(ctx context.Context, filter nostr.Filter) QueryResult {
+// errQueryAgain says a query must be read again on the next connection.
+var errQueryAgain = errors.New("query: connection lost")
+
+func (s *supervisor) query(ctx context.Context, filters []nostr.Filter) QueryResult {
 	triedAuth := false
 	var lost error // the last connection loss, reported if no later connection answers
 	for {
-		res := QueryResult{Relay: s.url}
 		c, err := s.waitConn(ctx)
 		if err != nil {
 			if lost != nil {
 				err = fmt.Errorf("%w (earlier: %v)", err, lost)
 			}
-			res.Err = err
-			return res
+			return QueryResult{Relay: s.url, Err: err}
 		}
-		l := s.limits()
-		if l.MaxSubscriptions > 0 && 1+c.activeQueries() >= l.MaxSubscriptions {
-			res.Err = fmt.Errorf("%w (max_subscriptions %d)", ErrSubscriptionLimit, l.MaxSubscriptions)
-			return res
+		release, err := c.acquireQuery(ctx, s.p.cfg.QuerySlots)
+		if errors.Is(err, ErrConnectionLost) {
+			lost = err
+			continue
 		}
-		groups := prepareFilters([]nostr.Filter{uncached(filter, s.p.opts.Now(), s.p.opts.Rand())}, nil, l)
-		id := c.nextID("pa-query-")
-		q := &querySink{done: make(chan struct{})}
-		c.mu.Lock()
-		c.queries[id] = q
-		c.mu.Unlock()
-		remove := func() {
-			c.mu.Lock()
-			delete(c.queries, id)
-			c.mu.Unlock()
+		if err != nil {
+			return QueryResult{Relay: s.url, Err: err}
 		}
-		if err := c.write(nostr.ReqEnvelope{SubscriptionID: id, Filters: groups[0]}); err != nil {
-			remove()
-			lost = fmt.Errorf("%w: %w", ErrConnectionLost, err)
+		res, err := s.queryOn(ctx, c, filters)
+		release()
+		switch {
+		case errors.Is(err, errQueryAgain) && ctx.Err() == nil:
+			lost = ErrConnectionLost
 			if !waitClosed(ctx, c) {
-				res.Err = lost
-				return res
+				return QueryResult{Relay: s.url, Err: lost}
 			}
-			continue // on the next connection
-		}
-		select {
-		case <-q.done:
-		case <-c.closed:
-		case <-ctx.Done():
-		}
-		remove()
-		q.finish(false, "") // no-op when the relay already ended it
-		q.mu.Lock()
-		res.Events, res.EOSE, res.ClosedReason = q.events, q.eose, q.reason
-		q.mu.Unlock()
-		if !res.EOSE && res.ClosedReason == "" {
-			select {
-			case <-c.closed:
-				if ctx.Err() == nil {
-					lost = ErrConnectionLost
-					continue // read everything again on the next connection
-				}
-				res.Err = ErrConnectionLost
-			default:
-				res.Err = ctx.Err()
-				_ = c.write(nostr.CloseEnvelope(id))
-			}
-			return res
-		}
-		if res.EOSE {
-			_ = c.write(nostr.CloseEnvelope(id))
+			continue // read everything again on the next connection
+		case errors.Is(err, errQueryAgain):
+			res.Err = ErrConnectionLost
+		case err != nil:
+			res.Err = err
 		}
 		if reasonPrefix(res.ClosedReason) == PrefixAuthRequired && s.p.opts.SecretKey != "" && !triedAuth {
 			triedAuth = true
@@ -434,5 +418,132 @@ func (s *supervisor) query(ctx context.Context, filter nostr.Filter) QueryResult
 			continue
 		}
 		return res
+	}
+}
+
+// queryOn runs a query on connection c: its filters packed into REQs, each
+// read to EOSE and paged through. errQueryAgain: the connection dropped.
+func (s *supervisor) queryOn(ctx context.Context, c *conn, filters []nostr.Filter) (QueryResult, error) {
+	res := QueryResult{Relay: s.url}
+	l := s.limits()
+	fs := make(nostr.Filters, len(filters))
+	for i, f := range filters {
+		fs[i] = uncached(f, s.p.opts.Now(), s.p.opts.Rand())
+	}
+	fs, pageable := withLimits(fs, l, s.p.cfg.pageLimit(l))
+	// Pack the pageable filters apart from the others, so a page never
+	// repeats a filter the caller limited.
+	var paged, unpaged nostr.Filters
+	for i, f := range fs {
+		if pageable[i] {
+			paged = append(paged, f)
+		} else {
+			unpaged = append(unpaged, f)
+		}
+	}
+	type group struct {
+		fs       nostr.Filters
+		pageable bool
+	}
+	var groups []group
+	for _, g := range packFilters(paged, l.MaxFilters, s.p.cfg.frameBudget(l)) {
+		groups = append(groups, group{g, true})
+	}
+	for _, g := range packFilters(unpaged, l.MaxFilters, s.p.cfg.frameBudget(l)) {
+		groups = append(groups, group{g, false})
+	}
+	seen := map[string]bool{}
+	for _, g := range groups {
+		for pending := g.fs; len(pending) > 0; {
+			evs, eose, reason, err := s.runREQ(ctx, c, pending)
+			if err != nil {
+				return res, err
+			}
+			if !eose {
+				res.ClosedReason = reason
+				return res, nil
+			}
+			counts, oldest := make([]int, len(pending)), make([]nostr.Timestamp, len(pending))
+			for i := range evs {
+				countStored(pending, counts, oldest, &evs[i])
+				if !seen[evs[i].ID] {
+					seen[evs[i].ID] = true
+					res.Events = append(res.Events, evs[i])
+				}
+			}
+			if !g.pageable {
+				break
+			}
+			var stuck int
+			pending, stuck = nextPages(pending, allTrue(len(pending)), counts, oldest)
+			if stuck > 0 {
+				s.log.Warn("relay returned its limit of stored events within one second: a query cannot page further", "filters", stuck)
+			}
+			if len(pending) > 0 {
+				s.p.m.pages.WithLabelValues(s.url).Inc()
+			}
+		}
+	}
+	res.EOSE = true
+	return res, nil
+}
+
+// runREQ sends one REQ and collects its events until EOSE, CLOSED (reason),
+// the connection's end (errQueryAgain) or ctx's end.
+func (s *supervisor) runREQ(ctx context.Context, c *conn, filters nostr.Filters) (evs []nostr.Event, eose bool, reason string, err error) {
+	id := c.nextID("pa-query-")
+	q := &querySink{done: make(chan struct{})}
+	c.mu.Lock()
+	c.queries[id] = q
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.queries, id)
+		c.mu.Unlock()
+	}()
+	if err := c.write(nostr.ReqEnvelope{SubscriptionID: id, Filters: filters}); err != nil {
+		return nil, false, "", errQueryAgain
+	}
+	select {
+	case <-q.done:
+	case <-c.closed:
+	case <-ctx.Done():
+	}
+	q.finish(false, "") // no-op when the relay already ended it
+	q.mu.Lock()
+	evs, eose, reason = q.events, q.eose, q.reason
+	q.mu.Unlock()
+	if eose {
+		_ = c.write(nostr.CloseEnvelope(id))
+		return evs, true, "", nil
+	}
+	if reason != "" {
+		return evs, false, reason, nil
+	}
+	select {
+	case <-c.closed:
+		return nil, false, "", errQueryAgain
+	default:
+		_ = c.write(nostr.CloseEnvelope(id))
+		return nil, false, "", ctx.Err()
+	}
+}
+
+// acquireQuery takes one of the connection's query slots, waiting until
+// one is free or ctx ends; release gives it back.
+func (c *conn) acquireQuery(ctx context.Context, slots int) (release func(), err error) {
+	c.mu.Lock()
+	if c.qslots == nil {
+		c.qslots = make(chan struct{}, slots)
+	}
+	ch := c.qslots
+	c.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for a query slot: %w", ErrSubscriptionLimit, ctx.Err())
+	case <-c.closed:
+		return nil, ErrConnectionLost
 	}
 }

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,6 +57,10 @@ type Status struct {
 	// PublishBackoffUntil is set while the relay's last answer to a publish
 	// was "rate-limited:": publishes to it wait until then.
 	PublishBackoffUntil time.Time
+	// REQs is the number of REQs the subscription holds open on the current
+	// connection, and Choices the alternative each interest got (Interest).
+	REQs    int
+	Choices []Choice
 }
 
 // Rejection is one refusal of an event we published: an OK false (other
@@ -298,6 +303,7 @@ type conn struct {
 	mu         sync.Mutex
 	pending    map[string][]*okWaiter
 	queries    map[string]*querySink
+	qslots     chan struct{} // query slots (Config.QuerySlots), made on first use
 	authed     chan struct{} // closed when AUTH succeeded
 	authBad    chan struct{} // closed when AUTH failed
 	authFailed bool
@@ -447,12 +453,6 @@ func (c *conn) isAuthed() bool {
 	}
 }
 
-func (c *conn) activeQueries() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.queries)
-}
-
 type subState int
 
 const (
@@ -465,17 +465,34 @@ const (
 // mainSub is one REQ of the pool's subscription on one connection.
 type mainSub struct {
 	id         string
+	key        string        // filtersKey(base)
 	base       nostr.Filters // without since
+	sent       nostr.Filters // as last sent (since and limit applied)
+	pageable   []bool        // per sent filter (nextPages)
+	counts     []int         // stored events per sent filter, before the REQ's EOSE
+	oldest     []nostr.Timestamp
 	sentAuthed bool
 	sentAt     time.Time // when the current REQ was sent (Options.Now)
-	eose       bool
+	gotEOSE    bool      // the REQ's own EOSE came (catch-up pages may follow)
+	eose       bool      // caught up: EOSE, and every catch-up page read
 	state      subState
 	attempt    int // resubscribe backoff; reset only when a REQ lasted StableAfter
 	retryAt    time.Time
 }
 
+// pageSub is one catch-up page of a mainSub: the filters that returned
+// their limit, until the oldest event they returned.
+type pageSub struct {
+	id     string
+	parent *mainSub
+	sent   nostr.Filters
+	counts []int
+	oldest []nostr.Timestamp
+}
+
 // session runs one connection: the subscription, AUTH, and routing of
-// frames. Its fields are touched only by the serve goroutine.
+// frames. Its fields are touched only by the serve goroutine, but for
+// live, which the reader consults.
 type session struct {
 	s            *supervisor
 	c            *conn
@@ -485,13 +502,43 @@ type session struct {
 	authOK       chan nostr.OKEnvelope
 	authID       string
 	retry        *time.Timer
+
+	page      *pageSub   // the catch-up page in flight (one at a time)
+	pageQueue []*mainSub // subs waiting to page
+
+	liveMu sync.Mutex
+	live   map[string]bool // ids of caught-up REQs (Options.Known applies)
 }
 
-// frame is one parsed relay frame handed from the reader to the session;
+// frame is one relay frame handed from the reader to the session: parsed
+// (env), or, for an event Options.Known knew on a caught-up REQ, only its
+// ids (known, sub) with the raw bytes in case the REQ changed meanwhile.
 // attached is, for a NOTICE, how many waiting publishes it was attached to.
 type frame struct {
 	env      nostr.Envelope
+	known    string
+	sub      string
+	raw      []byte
 	attached int
+}
+
+func (ss *session) setLive(id string, live bool) {
+	ss.liveMu.Lock()
+	defer ss.liveMu.Unlock()
+	if ss.live == nil {
+		ss.live = map[string]bool{}
+	}
+	if live {
+		ss.live[id] = true
+	} else {
+		delete(ss.live, id)
+	}
+}
+
+func (ss *session) isLive(id string) bool {
+	ss.liveMu.Lock()
+	defer ss.liveMu.Unlock()
+	return ss.live[id]
 }
 
 func (ss *session) serve(ctx context.Context) error {
@@ -554,9 +601,11 @@ func (ss *session) serve(ctx context.Context) error {
 }
 
 // read parses frames; OKs and query frames are handled here so that a slow
-// consumer of the subscription never delays a publish or a query.
+// consumer of the subscription never delays a publish or a query. An event
+// of a caught-up REQ that Options.Known knows is not parsed at all.
 func (ss *session) read(ctx context.Context, frames chan<- frame) error {
 	parser := nostr.NewMessageParser()
+	known := ss.s.p.opts.Known
 	for {
 		_, b, err := ss.c.ws.Read(ctx)
 		if err != nil {
@@ -566,19 +615,27 @@ func (ss *session) read(ctx context.Context, frames chan<- frame) error {
 		ss.s.mu.Lock()
 		ss.s.st.LastMessageAt = ss.s.p.opts.Now()
 		ss.s.mu.Unlock()
-		env, err := parseFrame(parser, b)
-		if err != nil {
-			ss.s.p.m.dropped.WithLabelValues(ss.s.url, "unparsable").Inc()
-			ss.s.log.Debug("unparsable frame", "err", err)
-			continue
+		var f frame
+		if known != nil {
+			if sub, id, ok := peekEvent(b); ok && ss.isLive(sub) && known(id) {
+				f = frame{known: id, sub: sub, raw: b}
+			}
 		}
-		if ss.routeDirect(env) {
-			continue
-		}
-		f := frame{env: env}
-		if n, ok := env.(*nostr.NoticeEnvelope); ok {
-			// Attached here, in arrival order before any later OK.
-			f.attached = ss.c.attachNotice(string(*n))
+		if f.known == "" {
+			env, err := parseFrame(parser, b)
+			if err != nil {
+				ss.s.p.m.dropped.WithLabelValues(ss.s.url, "unparsable").Inc()
+				ss.s.log.Debug("unparsable frame", "err", err)
+				continue
+			}
+			if ss.routeDirect(env) {
+				continue
+			}
+			f = frame{env: env}
+			if n, ok := env.(*nostr.NoticeEnvelope); ok {
+				// Attached here, in arrival order before any later OK.
+				f.attached = ss.c.attachNotice(string(*n))
+			}
 		}
 		select {
 		case frames <- f:
@@ -586,6 +643,36 @@ func (ss *session) read(ctx context.Context, frames chan<- frame) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// peekEvent reads the subscription id and the event id of an EVENT frame
+// without parsing it (["EVENT","<sub>",{..."id":"<64 hex>"...}]). Inside
+// JSON strings every quote is escaped, so `"id":"` can only be the event's
+// id key. ok is false for any other shape (the frame is then parsed).
+func peekEvent(b []byte) (sub, id string, ok bool) {
+	const head = `["EVENT","`
+	if !bytes.HasPrefix(b, []byte(head)) {
+		return "", "", false
+	}
+	rest := b[len(head):]
+	i := bytes.IndexByte(rest, '"')
+	if i <= 0 || i > 64 || bytes.IndexByte(rest[:i], '\\') >= 0 {
+		return "", "", false
+	}
+	k := bytes.Index(rest[i:], []byte(`"id":"`))
+	if k < 0 {
+		return "", "", false
+	}
+	start := i + k + len(`"id":"`)
+	if len(rest) < start+65 || rest[start+64] != '"' {
+		return "", "", false
+	}
+	for _, c := range rest[start : start+64] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return "", "", false
+		}
+	}
+	return string(rest[:i]), string(rest[start : start+64]), true
 }
 
 // parseFrame parses one relay frame into a go-nostr envelope; it never
@@ -655,25 +742,62 @@ func (ss *session) ping(ctx context.Context) {
 }
 
 func (ss *session) handle(ctx context.Context, f frame) error {
-	switch e := f.env.(type) {
-	case *nostr.EventEnvelope:
-		sub := ss.byID[*e.SubscriptionID]
-		if sub == nil || sub.state != subActive {
-			ss.s.p.m.dropped.WithLabelValues(ss.s.url, "stale_subscription").Inc()
+	if f.known != "" {
+		sub := ss.byID[f.sub]
+		if sub != nil && sub.state == subActive && sub.eose {
+			if !ss.s.p.deliver(ctx, Received{Relay: ss.s.url, At: ss.s.p.opts.Now(), ID: f.known}) {
+				return ctx.Err()
+			}
 			return nil
 		}
+		// The REQ changed since the reader looked: parse it after all.
+		env, err := parseFrame(nostr.NewMessageParser(), f.raw)
+		if err != nil {
+			return nil
+		}
+		f = frame{env: env}
+	}
+	switch e := f.env.(type) {
+	case *nostr.EventEnvelope:
+		id := *e.SubscriptionID
 		ev := e.Event
+		if pg := ss.page; pg != nil && pg.id == id {
+			countStored(pg.sent, pg.counts, pg.oldest, &ev)
+		} else {
+			sub := ss.byID[id]
+			if sub == nil || sub.state != subActive {
+				ss.s.p.m.dropped.WithLabelValues(ss.s.url, "stale_subscription").Inc()
+				return nil
+			}
+			if !sub.gotEOSE {
+				countStored(sub.sent, sub.counts, sub.oldest, &ev)
+			}
+		}
 		if !ss.s.p.deliver(ctx, Received{Relay: ss.s.url, At: ss.s.p.opts.Now(), Event: &ev}) {
 			return ctx.Err()
 		}
 	case *nostr.EOSEEnvelope:
+		if pg := ss.page; pg != nil && pg.id == string(*e) {
+			return ss.pageDone(ctx, true)
+		}
 		sub := ss.byID[string(*e)]
-		if sub == nil {
+		if sub == nil || sub.gotEOSE {
 			return nil
 		}
-		sub.eose = true
-		return ss.maybeEOSE(ctx)
+		sub.gotEOSE = true
+		pages, stuck := nextPages(sub.sent, sub.pageable, sub.counts, sub.oldest)
+		ss.noteStuck(stuck)
+		if len(pages) > 0 {
+			ss.pageQueue = append(ss.pageQueue, sub)
+			return ss.nextPage(ctx)
+		}
+		return ss.caughtUp(ctx, sub)
 	case *nostr.ClosedEnvelope:
+		if pg := ss.page; pg != nil && pg.id == e.SubscriptionID {
+			ss.s.log.Warn("relay closed a catch-up page: events older than it may be missing", "reason", e.Reason)
+			ss.page = nil
+			return ss.pageDone(ctx, false)
+		}
 		sub := ss.byID[e.SubscriptionID]
 		if sub == nil {
 			return nil
@@ -688,6 +812,76 @@ func (ss *session) handle(ctx context.Context, f frame) error {
 		ss.s.logNotice(string(*e), f.attached)
 	}
 	return nil
+}
+
+// caughtUp marks sub as having delivered every stored event (its EOSE,
+// and every page), so live events of Options.Known may skip parsing.
+func (ss *session) caughtUp(ctx context.Context, sub *mainSub) error {
+	sub.eose = true
+	ss.setLive(sub.id, true)
+	return ss.maybeEOSE(ctx)
+}
+
+// nextPage starts the catch-up page of the first queued sub, unless one is
+// in flight. A sub whose REQ was sent again since it queued is skipped.
+func (ss *session) nextPage(ctx context.Context) error {
+	for ss.page == nil && len(ss.pageQueue) > 0 {
+		sub := ss.pageQueue[0]
+		ss.pageQueue = ss.pageQueue[1:]
+		if ss.byID[sub.id] != sub || sub.state != subActive || !sub.gotEOSE || sub.eose {
+			continue
+		}
+		pages, _ := nextPages(sub.sent, sub.pageable, sub.counts, sub.oldest)
+		if len(pages) == 0 {
+			if err := ss.caughtUp(ctx, sub); err != nil {
+				return err
+			}
+			continue
+		}
+		return ss.sendPage(sub, pages)
+	}
+	return nil
+}
+
+func (ss *session) sendPage(parent *mainSub, filters nostr.Filters) error {
+	pg := &pageSub{id: ss.c.nextID("pa-page-"), parent: parent, sent: filters,
+		counts: make([]int, len(filters)), oldest: make([]nostr.Timestamp, len(filters))}
+	ss.page = pg
+	ss.s.p.m.pages.WithLabelValues(ss.s.url).Inc()
+	return ss.c.write(nostr.ReqEnvelope{SubscriptionID: pg.id, Filters: filters})
+}
+
+// pageDone ends the page in flight (complete: its EOSE came): the next page
+// of the same sub if some filter returned its limit again, else the sub is
+// caught up; then the next queued sub pages.
+func (ss *session) pageDone(ctx context.Context, complete bool) error {
+	pg := ss.page
+	if pg != nil {
+		ss.page = nil
+		if complete {
+			if err := ss.c.write(nostr.CloseEnvelope(pg.id)); err != nil {
+				return err
+			}
+		}
+		parent := pg.parent
+		if ss.byID[parent.id] == parent && parent.state == subActive {
+			pages, stuck := nextPages(pg.sent, allTrue(len(pg.sent)), pg.counts, pg.oldest)
+			ss.noteStuck(stuck)
+			if complete && len(pages) > 0 {
+				return ss.sendPage(parent, pages)
+			}
+			if err := ss.caughtUp(ctx, parent); err != nil {
+				return err
+			}
+		}
+	}
+	return ss.nextPage(ctx)
+}
+
+func (ss *session) noteStuck(n int) {
+	if n > 0 {
+		ss.s.log.Warn("relay returned its limit of stored events within one second: older ones of that second cannot be paged", "filters", n)
+	}
 }
 
 func (ss *session) maybeEOSE(ctx context.Context) error {
@@ -717,50 +911,108 @@ func (ss *session) maybeEOSE(ctx context.Context) error {
 	return nil
 }
 
-// subscribeAll replaces the current subscription with the pool's filters.
+// subscribeAll brings the connection's REQs in line with the pool's
+// interests: REQs whose filters did not change stay as they are, new ones
+// are sent (before the old ones are closed when the relay's subscription
+// budget allows both at once, so nothing stored in between is missed), and
+// the others are closed.
 func (ss *session) subscribeAll() error {
+	planned, choices := plan(ss.s.p.currentInterests(), ss.s.limits(), ss.s.p.cfg)
+	old := make(map[string]*mainSub, len(ss.subs))
 	for _, sub := range ss.subs {
-		if sub.state == subActive {
-			if err := ss.c.write(nostr.CloseEnvelope(sub.id)); err != nil {
-				return err
-			}
+		if _, dup := old[sub.key]; !dup {
+			old[sub.key] = sub
+		} else {
+			old[sub.key+"\x00"+sub.id] = sub
 		}
 	}
-	ss.subs = nil
-	clear(ss.byID)
-	ss.eoseReported = false
-	base := ss.s.p.currentFilters()
-	if len(base) == 0 {
+	var next, fresh []*mainSub
+	for _, pr := range planned {
+		if sub, ok := old[pr.key]; ok {
+			delete(old, pr.key)
+			next = append(next, sub)
+			continue
+		}
+		sub := &mainSub{base: pr.base, key: pr.key}
+		next = append(next, sub)
+		fresh = append(fresh, sub)
+	}
+	ss.subs = next
+	closeOld := func() error {
+		for _, sub := range old {
+			delete(ss.byID, sub.id)
+			ss.setLive(sub.id, false)
+			if sub.state == subActive {
+				if err := ss.c.write(nostr.CloseEnvelope(sub.id)); err != nil {
+					return err
+				}
+			}
+		}
 		return nil
 	}
-	groups := prepareFilters(base, nil, ss.s.limits())
-	for _, g := range groups {
-		sub := &mainSub{base: g}
-		ss.subs = append(ss.subs, sub)
+	overlap := len(next)+len(old) <= ss.s.p.cfg.mainBudget(ss.s.limits())
+	if !overlap {
+		if err := closeOld(); err != nil {
+			return err
+		}
+	}
+	if len(fresh) > 0 {
+		ss.eoseReported = false
+	}
+	for _, sub := range fresh {
 		if err := ss.send(sub); err != nil {
 			return err
 		}
 	}
-	return nil
+	if overlap {
+		if err := closeOld(); err != nil {
+			return err
+		}
+	}
+	ss.s.mu.Lock()
+	ss.s.st.REQs = len(next)
+	ss.s.st.Choices = choices
+	ss.s.mu.Unlock()
+	for _, c := range choices {
+		if !c.Fits {
+			ss.s.log.Warn("relay limits leave too few subscriptions: part of an interest is not subscribed",
+				"interest", c.Interest, "reqs", c.REQs)
+		}
+	}
+	if len(ss.subs) == 0 {
+		return nil
+	}
+	return ss.maybeEOSE(ss.c.ctx)
 }
 
-// send (re)sends sub's REQ under a fresh id, with since from the cursor.
+// send (re)sends sub's REQ under a fresh id, with since from the cursor and
+// a limit on every filter without one (so that a relay's cut is seen and
+// paged through).
 func (ss *session) send(sub *mainSub) error {
 	if sub.id != "" {
 		delete(ss.byID, sub.id)
+		ss.setLive(sub.id, false)
+		if ss.page != nil && ss.page.parent == sub {
+			_ = ss.c.write(nostr.CloseEnvelope(ss.page.id))
+			ss.page = nil
+		}
 	}
 	sub.id = ss.c.nextID("pa-sub-")
 	ss.byID[sub.id] = sub
-	sub.eose = false
+	sub.eose, sub.gotEOSE = false, false
 	ss.eoseReported = false
 	sub.state = subActive
 	sub.sentAuthed = ss.c.isAuthed()
 	sub.sentAt = ss.s.p.opts.Now()
-	filters := prepareFilters(sub.base, ss.s.p.opts.sinceOf(), ss.s.limits())
+	l := ss.s.limits()
 	var fs nostr.Filters
-	for _, g := range filters {
+	for _, g := range prepareFilters(sub.base, ss.s.p.opts.sinceOf(), Limits{}) {
 		fs = append(fs, g...)
 	}
+	fs, sub.pageable = withLimits(fs, l, ss.s.p.cfg.pageLimit(l))
+	sub.sent = fs
+	sub.counts = make([]int, len(fs))
+	sub.oldest = make([]nostr.Timestamp, len(fs))
 	return ss.c.write(nostr.ReqEnvelope{SubscriptionID: sub.id, Filters: fs})
 }
 

@@ -188,6 +188,8 @@ func TestParseLimits(t *testing.T) {
 			Limits{MaxMessageLength: 65536, MaxSubscriptions: 20, MaxFilters: 10, MaxLimit: 500, AuthRequired: true}, false},
 		{`{"limitation":{"max_message_length":-5,"max_subscriptions":0,"max_filters":-1,"max_limit":-3}}`, Limits{}, false},
 		{`{"limitation":{"max_message_length":10}}`, Limits{}, false},
+		{`{"limitation":{"max_content_length":102400,"max_event_tags":2000}}`, Limits{MaxContentLength: 102400, MaxEventTags: 2000}, false},
+		{`{"limitation":{"max_content_length":5,"max_event_tags":-1}}`, Limits{}, false},
 		{`not json`, Limits{}, true},
 		{`{"limitation":{"max_limit":"many"}}`, Limits{}, true},
 	}

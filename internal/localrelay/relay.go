@@ -175,6 +175,12 @@ type Stats struct {
 	Closed int `json:"closed"`
 	// Held is the number of EVENTs waiting for their OK (HoldOK, WriteDelay).
 	Held int `json:"held"`
+	// Refusals counts what the strfry emulation refused, by its words with
+	// every number replaced by N ("OK invalid: event too large: N",
+	// "NOTICE ERROR: too many concurrent REQs", "CLOSED ERROR: bad req:
+	// error parsing #d: filter item too large"); "duplicate:" and other
+	// acceptances are not refusals. At most maxRefusalKinds kinds.
+	Refusals map[string]int `json:"refusals,omitempty"`
 }
 
 type subKey struct {
@@ -201,6 +207,7 @@ type Relay struct {
 	subs     map[subKey]bool // subscriptions seen by the CLOSED fault
 	closed   int
 	held     int
+	refusals map[string]int            // Stats.Refusals
 	replayTo map[subKey][]nostr.Filter // subscriptions the replay fault serves
 
 	shutdownOnce sync.Once
@@ -372,8 +379,15 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 func (r *Relay) Stats() Stats {
 	r.mu.Lock()
 	st, closed, held := r.store, r.closed, r.held
+	var refusals map[string]int
+	if len(r.refusals) > 0 {
+		refusals = make(map[string]int, len(r.refusals))
+		for k, v := range r.refusals {
+			refusals[k] = v
+		}
+	}
 	r.mu.Unlock()
-	s := Stats{Closed: closed, Held: held}
+	s := Stats{Closed: closed, Held: held, Refusals: refusals}
 	if st != nil {
 		s.Events = st.count()
 	}

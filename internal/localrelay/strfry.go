@@ -240,13 +240,20 @@ func (c *strfryConn) toBackend(b []byte) {
 	_ = c.backend.Write(ctx, websocket.MessageText, b)
 }
 
-func (c *strfryConn) notice(msg string) { c.send(nostr.NoticeEnvelope("ERROR: " + msg)) }
+func (c *strfryConn) notice(msg string) {
+	c.f.r.noteRefusal("NOTICE ERROR: " + msg)
+	c.send(nostr.NoticeEnvelope("ERROR: " + msg))
+}
 
 func (c *strfryConn) closedError(sub, msg string) {
+	c.f.r.noteRefusal("CLOSED ERROR: " + msg)
 	c.send(nostr.ClosedEnvelope{SubscriptionID: sub, Reason: "ERROR: " + msg})
 }
 
 func (c *strfryConn) ok(id string, written bool, msg string) {
+	if !written {
+		c.f.r.noteRefusal("OK " + msg)
+	}
 	c.send(nostr.OKEnvelope{EventID: id, OK: written, Reason: msg})
 }
 
@@ -644,4 +651,35 @@ func taoStringLen(s string) int {
 
 func newChallenge() string {
 	return nostr.GeneratePrivateKey()[:32]
+}
+
+// maxRefusalKinds bounds Stats.Refusals.
+const maxRefusalKinds = 64
+
+// noteRefusal counts one refusal in Stats.Refusals, its numbers replaced
+// by N so that sizes and counts do not make new kinds.
+func (r *Relay) noteRefusal(msg string) {
+	var b strings.Builder
+	digits := false
+	for _, c := range msg {
+		if c >= '0' && c <= '9' {
+			if !digits {
+				b.WriteByte('N')
+			}
+			digits = true
+			continue
+		}
+		digits = false
+		b.WriteRune(c)
+	}
+	key := b.String()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refusals == nil {
+		r.refusals = map[string]int{}
+	}
+	if _, ok := r.refusals[key]; !ok && len(r.refusals) >= maxRefusalKinds {
+		key = "other"
+	}
+	r.refusals[key]++
 }

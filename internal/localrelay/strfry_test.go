@@ -120,6 +120,20 @@ func TestStrfryLimitsAndMessages(t *testing.T) {
 		}
 	})
 
+	t.Run("refusals counted", func(t *testing.T) {
+		// The subtests above each drew one refusal, counted by its words.
+		got := r.Stats().Refusals
+		for _, k := range []string{
+			"OK invalid: event too large: N",
+			"NOTICE ERROR: too many concurrent REQs",
+			"CLOSED ERROR: bad req: error parsing #d: filter item too large",
+		} {
+			if got[k] < 1 {
+				t.Errorf("Stats().Refusals[%q] = %d, want at least 1 (all: %v)", k, got[k], got)
+			}
+		}
+	})
+
 	t.Run("ephemeral accepted without listeners, older addressable replaced", func(t *testing.T) {
 		c := relaytest.Dial(t, r.URL())
 		if ok := publish(t, c, signed(t, testKey, 20384, "hb", time.Now())); !ok.OK || ok.Reason != "" {
