@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -104,9 +105,10 @@ func DefaultConfig() Config {
 	// due again after ClaimTimeout: keep it short, above ForwardTimeout.
 	c.ClaimTimeout = 30 * time.Second
 	ing := heartbeat.DefaultConfig()
-	// A heartbeat lists every workload held: 10,000 workloads take about
-	// 300 KB, under the common relay message limit of 512,000 bytes.
-	ing.MaxEventBytes, ing.MaxContentBytes = 512000, 512000
+	// Heartbeats are split into events of at most 60 KiB
+	// (heartbeat.BuildBeat); nothing larger passes strfry (65,536 bytes
+	// per event) on the way to us either.
+	ing.MaxEventBytes, ing.MaxContentBytes = 64<<10, 64<<10
 	return Config{
 		Lease:              lease.DefaultConfig(),
 		Listen:             "127.0.0.1:9464",
@@ -259,22 +261,34 @@ type Agent struct {
 	uploadInterval time.Duration
 
 	inputs chan input
-	raw    chan RelayEvent
+	// beats carries heartbeat inputs, which the machine loop takes before
+	// the others: bulk work (claims of a mass failover, grants) never
+	// delays this provider's view of quorum.
+	beats chan input
+	// received is what the relay layer delivers; routeLoop feeds copies of
+	// our own heartbeats to beats at once and queues the rest for ingest
+	// in raw, so that a backlog of events to verify never delays them.
+	received chan RelayEvent
+	routed   atomic.Int64 // events routeLoop holds for ingest
+	raw      chan RelayEvent
 	// restoredDone is closed once the restored machine's effects were
 	// performed; the outbox starts sending only then (rule 7 across a crash).
 	restoredDone chan struct{}
 
-	held       atomic.Pointer[[]heartbeat.WorkloadEpoch]
-	lastStep   atomic.Int64           // a.now() of the machine loop's last step, unix ns; 0 before Run
-	writeErr   atomic.Pointer[string] // the last database write's error; nil when it succeeded
-	statusMu   sync.Mutex
-	status     Status
-	synced     map[string]bool
-	hadQuorum  bool      // own relay quorum at the last tick
-	everQuorum bool      // own quorum was reached since start
-	noRelays   bool      // no relay was connected at the last check
-	loopStart  time.Time // the machine loop began (machine goroutine only)
-	lastStat   time.Time
+	held         atomic.Pointer[[]heartbeat.WorkloadEpoch]
+	lastStep     atomic.Int64           // a.now() of the machine loop's last step, unix ns; 0 before Run
+	writeErr     atomic.Pointer[string] // the last database write's error; nil when it succeeded
+	statusMu     sync.Mutex
+	status       Status
+	statusIdx    map[string]int      // workload id -> row in status.Workloads (under statusMu)
+	statusBuilt  time.Time           // last full rebuild of the rows
+	statusCounts map[lease.State]int // by state, at the last refresh
+	synced       map[string]bool
+	hadQuorum    bool      // own relay quorum at the last tick
+	everQuorum   bool      // own quorum was reached since start
+	noRelays     bool      // no relay was connected at the last check
+	loopStart    time.Time // the machine loop began (machine goroutine only)
+	lastStat     time.Time
 	// statusDirty: a transition happened since the last status refresh.
 	statusDirty bool
 	saved       map[string]uint64 // workload id -> hash of the last saved snapshot, to skip unchanged rows
@@ -290,6 +304,19 @@ type Agent struct {
 	attempted map[string]bool // revocation event ids whose first attempt was reported
 
 	ingestLog ingestLog // which refused events are worth a WARN (ingestlog.go)
+
+	own        *ownBeats     // our recent heartbeat events (ownbeats.go)
+	subs       subscriptions // the relay subscription's sets (machine goroutine; subs.go)
+	reads      claimReads    // claim reads waiting to be batched (claimreads.go)
+	claimSem   chan struct{} // bounds the claim publishes in flight
+	bl         backlog       // pieces of big steps not committed yet (backlog.go)
+	dirty      dirtySet      // workloads an input may have changed since saveMeta (persist.go)
+	rivalWatch dirtySet      // workloads with claims seen: Tick may adopt a rival (persist.go)
+	statusIDs  dirtySet      // workloads whose status row changed since refreshStatus
+	heldDirty  bool          // the held list changed since publishHeld (machine goroutine)
+	stepMax    atomic.Int64  // longest machine step since ResetStepMax, ns (benchmarks)
+	cmdsMore   bool          // operator commands wait beyond the last batch (machine goroutine)
+	tagsWarned atomic.Bool   // a relay's max_event_tags was reported
 }
 
 // New builds an agent: it migrates the agent and courier tables, restores
@@ -310,8 +337,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		cfg: cfg, db: deps.DB, logger: deps.Logger, keys: keys, self: keys.PublicKey(),
 		now: deps.Now, onEvent: deps.OnEvent, reg: deps.Registerer, gatherer: deps.Gatherer,
 		backend: deps.Backend, pool: deps.Pool, uploader: deps.Uploader, uploadInterval: deps.UploadInterval,
-		inputs: make(chan input, 1024), raw: make(chan RelayEvent, 256), restoredDone: make(chan struct{}),
+		inputs: make(chan input, 1024), beats: make(chan input, 1024), raw: make(chan RelayEvent, 256),
+		received: make(chan RelayEvent, 256), restoredDone: make(chan struct{}),
 		synced: map[string]bool{}, saved: map[string]uint64{}, attempted: map[string]bool{},
+		own: newOwnBeats(), claimSem: make(chan struct{}, maxClaimPublishes), reads: claimReads{kick: make(chan struct{}, 1)},
 	}
 	if a.logger == nil {
 		a.logger = slog.New(slog.DiscardHandler)
@@ -356,6 +385,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	}
 	a.policy = newSignerPolicy(cfg.TrustedIssuers)
 	a.refreshPolicy(a.m.IDs())
+	a.subs.refresh(a)
 	icfg := cfg.Ingest
 	icfg.MaxSkew = cfg.Lease.MaxSkew
 	icfg.HeartbeatMaxAge = cfg.Lease.Stale
@@ -411,10 +441,9 @@ func (a *Agent) newPool() (RelayPool, error) {
 	rc.DialAddrs = dial
 	rc.PublishTimeout = a.cfg.PublishTimeout
 	rc.BackoffMax = min(rc.BackoffMax, 5*time.Second)
-	// A heartbeat list of 10,000 workloads is about 300 KB.
-	rc.MaxMessageSize = max(rc.MaxMessageSize, 1<<20)
 	return newRelayPool(rc, relay.Options{
-		Filters: a.poolFilters(), SinceFor: a.sinceFor, SecretKey: secret, Logger: a.logger, Registerer: a.reg, Now: a.now,
+		Interests: a.subs.interests(a), SinceFor: a.sinceFor, SecretKey: secret, Logger: a.logger, Registerer: a.reg, Now: a.now,
+		Known: a.own.known,
 	})
 }
 
@@ -476,7 +505,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.http != nil {
 		goLoop("http", a.http.serve)
 	}
-	goLoop("relays", func(ctx context.Context) error { return a.pool.Run(ctx, a.raw) })
+	goLoop("relays", func(ctx context.Context) error { return a.pool.Run(ctx, a.received) })
+	goLoop("route", a.routeLoop)
 	for range 2 {
 		goLoop("ingest", a.ingestLoop)
 	}
@@ -492,6 +522,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	})
 	goLoop("heartbeat", a.heartbeatLoop)
+	goLoop("claim-reads", a.claimReadLoop)
 	goLoop("backend-exits", a.exitLoop)
 	goLoop("clock-check", a.clockCheckLoop)
 	if a.uploader != nil {
@@ -547,37 +578,6 @@ func (a *Agent) exitLoop(ctx context.Context) error {
 			a.send(ctx, input{exit: &ex})
 		}
 	}
-}
-
-// poolFilters are agent/relay's subscription: stored heartbeats read back
-// one stale window on every (re)subscription, ephemeral heartbeats live only,
-// and revocations, claims and grants since the cursor (see sinceFor).
-//
-// The stored-heartbeat catch-up matters for safety, not only for speed: a
-// standby whose connection to a relay drops for less than a heartbeat
-// interval keeps its own unbroken run of heartbeats there (its publishes are
-// re-sent on the next connection) but would otherwise never see the holder's
-// heartbeats stored during the outage, and could count the holder's silence
-// on that relay towards a takeover.
-func (a *Agent) poolFilters() []nostr.Filter {
-	return []nostr.Filter{
-		{Kinds: []int{heartbeat.KindHeartbeat}},
-		{Kinds: []int{heartbeat.KindHeartbeatEphemeral}, LimitZero: true},
-		{Kinds: []int{heartbeat.KindRevocation, heartbeat.KindPromotion, heartbeat.KindLeaseGrant}},
-	}
-}
-
-// sinceFor is the since of each poolFilters filter at a (re)subscription:
-// now minus stale for stored heartbeats (older ones can no longer count),
-// none for ephemeral ones, the cursor for everything else.
-func (a *Agent) sinceFor(f nostr.Filter) nostr.Timestamp {
-	switch {
-	case slices.Contains(f.Kinds, heartbeat.KindHeartbeat):
-		return nostr.Timestamp(a.now().Add(-a.cfg.Lease.Stale).Unix())
-	case slices.Contains(f.Kinds, heartbeat.KindHeartbeatEphemeral):
-		return 0
-	}
-	return a.since()
 }
 
 // since is the cursor, clamped to now, minus a margin for signers' clock
@@ -641,7 +641,12 @@ func (a *Agent) noteWrite(err error) {
 func (a *Agent) Status() Status {
 	a.statusMu.Lock()
 	s := a.status
+	// The rows are updated in place by refreshStatus: copy them.
+	s.Workloads = slices.Clone(s.Workloads)
 	a.statusMu.Unlock()
+	for i := range s.Workloads {
+		s.Workloads[i].Running = a.backend.Running(s.Workloads[i].ID)
+	}
 	s.Relays = a.pool.Status()
 	synced := 0
 	for _, r := range s.Relays {
@@ -655,37 +660,74 @@ func (a *Agent) Status() Status {
 }
 
 // publishHeld publishes the (workload, epoch) pairs held, for heartbeats.
+// The machine goroutine calls it on ticks after transitions (heldDirty),
+// so a mass transition rebuilds the list a few times a second at most.
 func (a *Agent) publishHeld() {
-	held := a.m.Held(nil)
-	out := make([]heartbeat.WorkloadEpoch, len(held))
-	for i, h := range held {
-		out[i] = heartbeat.WorkloadEpoch{ID: h.ID, Epoch: h.Epoch}
-	}
-	a.held.Store(&out)
+	a.heldDirty = false
+	held := a.m.Held(nil) // a new slice: readers keep the one they loaded
+	a.held.Store(&held)
 }
 
-// refreshStatus rebuilds the status document and the gauges (machine
-// goroutine only).
+// statusRebuildEvery is how often refreshStatus rebuilds every row of the
+// status document; between rebuilds it updates the rows of workloads that
+// changed state (a standby's followed epoch may lag this long).
+const statusRebuildEvery = 30 * time.Second
+
+// refreshStatus updates the status document and the gauges (machine
+// goroutine only): the rows of the workloads that changed state since the
+// last refresh, every row every statusRebuildEvery.
 func (a *Agent) refreshStatus(now time.Time) {
 	a.lastStat, a.statusDirty = now, false
-	ids := a.m.IDs()
-	ws := make([]WorkloadStatus, 0, len(ids))
 	counts := a.m.StateCounts(nil)
-	for _, id := range ids {
-		w, ok := a.m.Workload(id)
-		if !ok {
-			continue
-		}
-		ws = append(ws, WorkloadView(w, a.self, a.backend.Running(id)))
-	}
 	for _, s := range lease.States {
 		a.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
+	row := func(id string) (WorkloadStatus, bool) {
+		w, ok := a.m.Workload(id)
+		if !ok {
+			return WorkloadStatus{}, false
+		}
+		return WorkloadView(w, a.self, a.backend.Running(id)), true
+	}
+	sus, why := a.m.ClockSuspect()
+	a.statusMu.Lock()
+	ws := a.status.Workloads
+	rebuild := a.statusIdx == nil || now.Sub(a.statusBuilt) >= statusRebuildEvery
+	for id := range a.statusIDs {
+		_, listed := a.statusIdx[id]
+		if _, tracked := a.m.State(id); listed != tracked {
+			rebuild = true // a new or removed workload: rebuild the list
+			break
+		}
+	}
+	if rebuild {
+		ids := a.m.IDs()
+		ws = make([]WorkloadStatus, 0, len(ids))
+		a.statusIdx = make(map[string]int, len(ids))
+		for _, id := range ids {
+			if r, ok := row(id); ok {
+				a.statusIdx[id] = len(ws)
+				ws = append(ws, r)
+			}
+		}
+		a.statusBuilt = now
+	} else {
+		for id := range a.statusIDs {
+			if r, ok := row(id); ok {
+				ws[a.statusIdx[id]] = r
+			}
+		}
+	}
+	clear(a.statusIDs)
+	a.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.m.AwaitingSync(), Workloads: ws,
+		ClockSuspect: sus, ClockWhy: why}
+	a.statusCounts = counts
 	// Quorum of this provider and of every holder it watches.
 	providers := map[string]bool{a.self: true}
-	for _, w := range ws {
-		providers[w.Primary] = true
+	for i := range ws {
+		providers[ws[i].Primary] = true
 	}
+	a.statusMu.Unlock()
 	for p := range providers {
 		q := 0.0
 		if a.m.HasQuorum(now, p) {
@@ -693,11 +735,13 @@ func (a *Agent) refreshStatus(now time.Time) {
 		}
 		a.met.quorum.WithLabelValues(p).Set(q)
 	}
+}
+
+// stateCounts are the workloads by state at the last status refresh.
+func (a *Agent) stateCounts() map[lease.State]int {
 	a.statusMu.Lock()
-	sus, why := a.m.ClockSuspect()
-	a.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.m.AwaitingSync(), Workloads: ws,
-		ClockSuspect: sus, ClockWhy: why}
-	a.statusMu.Unlock()
+	defer a.statusMu.Unlock()
+	return maps.Clone(a.statusCounts)
 }
 
 // Track adds a lease grant directly (tests and the demo; operators use
@@ -707,11 +751,12 @@ func (a *Agent) Track(ctx context.Context, spec lease.Spec) {
 	a.send(ctx, input{grant: &s})
 }
 
-// held returns the current heartbeat list.
+// heldList returns the current heartbeat list (read only: publishHeld
+// stores a new slice each time).
 func (a *Agent) heldList() []heartbeat.WorkloadEpoch {
 	p := a.held.Load()
 	if p == nil {
 		return nil
 	}
-	return slices.Clone(*p)
+	return *p
 }

@@ -49,6 +49,12 @@ func (l *eventLog) find(pred func(Event) bool) (Event, bool) {
 	return Event{}, false
 }
 
+func (l *eventLog) snapshot() []Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Event(nil), l.evs...)
+}
+
 func (l *eventLog) dump(t testing.TB, who string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

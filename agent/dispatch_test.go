@@ -20,7 +20,7 @@ func TestAgentPerformsEveryEffectByItsClass(t *testing.T) {
 		if effectType(e) == "other" {
 			t.Errorf("effectType(%T) = other: the agent does not know this effect", e)
 		}
-		_, _, err := a.outboxEvent(e, time.Unix(1_800_000_000, 0))
+		_, _, err := a.outboxEvent(e, time.Unix(1_800_000_000, 0), "")
 		if outbox := lease.DurabilityOf(e) == lease.Outbox; (err == nil) != outbox {
 			t.Errorf("outboxEvent(%T) error = %v, want an outbox event exactly when DurabilityOf is outbox (%v)", e, err, lease.DurabilityOf(e))
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
@@ -42,6 +43,41 @@ type NostrForwarder struct {
 	OnAck func(ev *nostr.Event, res PublishResult)
 	// OnAttempt is called after every publish attempt, successful or not.
 	OnAttempt func(ev *nostr.Event, res PublishResult)
+
+	verified verifiedIDs // bundles whose signature was checked (retries skip it)
+}
+
+// verifiedIDs remembers the ids of events whose signature checked out, so
+// that the retries of an undeliverable event (thousands of revocations of
+// a provider cut off from its relays) do not check it again each time:
+// the id commits to the content, and the signature is compared too.
+type verifiedIDs struct {
+	mu   sync.Mutex
+	sigs map[string]string // id -> signature
+	old  map[string]string
+}
+
+const verifiedIDsHalf = 8192
+
+func (v *verifiedIDs) ok(ev *nostr.Event) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if s, found := v.sigs[ev.ID]; found && s == ev.Sig {
+		return true
+	}
+	if s, found := v.old[ev.ID]; found && s == ev.Sig {
+		return true
+	}
+	return false
+}
+
+func (v *verifiedIDs) add(ev *nostr.Event) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.sigs == nil || len(v.sigs) >= verifiedIDsHalf {
+		v.old, v.sigs = v.sigs, make(map[string]string, verifiedIDsHalf)
+	}
+	v.sigs[ev.ID] = ev.Sig
 }
 
 var _ courier.Forwarder = (*NostrForwarder)(nil)
@@ -57,8 +93,11 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 	if err := json.Unmarshal(d.Bundle, &ev); err != nil {
 		return courier.ClientError(fmt.Errorf("nostr forwarder: bundle is not an event: %w", err))
 	}
-	if ok, err := ev.CheckSignature(); !ok || err != nil {
-		return courier.ClientError(fmt.Errorf("nostr forwarder: bundle event %s has a bad signature", ev.ID))
+	if !f.verified.ok(&ev) || !ev.CheckID() {
+		if ok, err := ev.CheckSignature(); !ok || err != nil {
+			return courier.ClientError(fmt.Errorf("nostr forwarder: bundle event %s has a bad signature", ev.ID))
+		}
+		f.verified.add(&ev)
 	}
 	if f.Gate != nil {
 		if w := ev.Tags.GetFirst([]string{"workload", ""}); w != nil && len(*w) > 1 && isRevocation(ev.Kind) && !f.Gate.Fenced((*w)[1]) {
@@ -68,6 +107,14 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 	timeout := f.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
+	}
+	if up := connectedRelays(f.Pool); up < f.Quorum {
+		// Cut off from the quorum: this attempt cannot be acknowledged, but
+		// it reaches the relays still connected (a standby reads the
+		// revocation there) without holding a delivery worker for the
+		// whole timeout, so thousands of revocations of a mass eviction
+		// all leave at once; the courier retries each for the quorum.
+		timeout = min(timeout, cutOffTimeout)
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	var res PublishResult
@@ -91,6 +138,20 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 }
 
 func isRevocation(kind int) bool { return kind == heartbeat.KindRevocation }
+
+// cutOffTimeout bounds a publish attempt while fewer than quorum relays are
+// connected.
+const cutOffTimeout = 500 * time.Millisecond
+
+func connectedRelays(p RelayPool) int {
+	n := 0
+	for _, r := range p.Status() {
+		if r.Connected {
+			n++
+		}
+	}
+	return n
+}
 
 // fenceRecheck is how soon a revocation deferred for its fence is due again.
 const fenceRecheck = 100 * time.Millisecond

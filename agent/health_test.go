@@ -11,6 +11,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent/relay"
 	"provideragent/internal/sqlitedb"
 )
 
@@ -24,6 +25,10 @@ func (p *upPool) Query(context.Context, nostr.Filter) ([]RelayEvent, int) {
 	return nil, 0
 }
 func (p *upPool) EOSECount() int { return int(p.up.Load()) }
+func (p *upPool) QueryFilters(context.Context, []nostr.Filter) ([]RelayEvent, int) {
+	return nil, 0
+}
+func (p *upPool) SetInterests([]relay.Interest) {}
 func (p *upPool) Status() []RelayStatus {
 	up := int(p.up.Load())
 	out := make([]RelayStatus, len(stepRelays))

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"provideragent/agent/relay"
 )
 
 // Status is the JSON document served at /status and printed by
@@ -78,6 +80,13 @@ type RelayStatus struct {
 	// PublishBackoffUntil is set while the relay asked us to slow down
 	// (rate-limited:): our publishes to it wait until then.
 	PublishBackoffUntil time.Time `json:"publish_backoff_until,omitzero"`
+	// Limits are the relay's NIP-11 limits (nil: it advertises none).
+	Limits *relay.Limits `json:"limits,omitempty"`
+	// REQs is how many REQs the subscription holds open on the relay, and
+	// Interests which alternative each part of it got there (narrowest
+	// first: 0 is the narrow filter).
+	REQs      int            `json:"reqs,omitempty"`
+	Interests []relay.Choice `json:"interests,omitempty"`
 }
 
 // httpServer serves /metrics, /healthz (200 "ok", or 503 naming the failed

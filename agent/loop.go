@@ -1,13 +1,15 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/maphash"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
@@ -19,14 +21,18 @@ import (
 	"provideragent/lease"
 )
 
-// saveSeed seeds the hashes that detect unchanged workload rows.
-var saveSeed = maphash.MakeSeed()
-
 // maxBatch bounds how many inputs one machine step folds into one commit.
 const maxBatch = 256
 
+// closedChan is always ready: a select case on it competes fairly with the
+// others (the backlog's turns between inputs and ticks).
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // machineLoop owns the lease machine: it feeds inputs, ticks, persists each
 // step with its outbox rows in one transaction, then performs the effects.
+// Bulk work takes turns with inputs and ticks (a Go select picks among the
+// ready cases at random): the backlog of a big step one commitBatch at a
+// time, operator commands one cmdBatch at a time.
 func (a *Agent) machineLoop(ctx context.Context) error {
 	if len(a.restored) > 0 {
 		// Restore's effects first (a StopWorkload for every workload not
@@ -53,53 +59,123 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 		// holdInputs (tests only) stops feeding inputs while ticks, saves
 		// and shutdown go on: inputs then wait in their channel, ingested
 		// but not applied.
-		inputs := a.inputs
+		inputs, beats := a.inputs, a.beats
 		if a.holdInputs.Load() {
-			inputs = nil
+			inputs, beats = nil, nil
 		}
+		var backlogTurn, cmdsTurn <-chan struct{}
+		if !a.bl.empty() {
+			backlogTurn = closedChan
+		}
+		if a.cmdsMore {
+			cmdsTurn = closedChan
+		}
+		var began time.Time
+		kind := ""
 		select {
 		case <-ctx.Done():
 			return a.saveMetaRun(context.WithoutCancel(ctx), false)
+		case in := <-beats:
+			began = time.Now()
+			kind = "beats"
+			a.step(ctx, in, false)
 		case in := <-inputs:
-			now := a.now()
-			var effs []lease.Effect
-			var cursors []store.Token
-			effs, cursors = a.feed(now, in, effs, cursors)
-		drain:
-			for i := 1; i < maxBatch; i++ {
-				select {
-				case in = <-a.inputs:
-					effs, cursors = a.feed(now, in, effs, cursors)
-				default:
-					break drain
-				}
-			}
-			// Errors are logged and counted by commitStep; the step is held
-			// and retried, its cursor tokens finished only once persisted.
-			_ = a.commitStep(ctx, now, effs, cursors, nil, true)
-			a.lastStep.Store(now.UnixNano())
-			if a.statusDirty && now.Sub(a.lastStat) >= 100*time.Millisecond {
-				a.refreshStatus(now)
-			}
+			began = time.Now()
+			kind = "inputs"
+			a.step(ctx, in, false)
+		case <-backlogTurn:
+			began = time.Now()
+			kind = "backlog"
+			_ = a.drainBacklog(ctx, true)
+			a.lastStep.Store(a.now().UnixNano())
 		case <-tick.C:
+			began = time.Now()
+			kind = "tick"
+			// The heartbeats that arrived during a long turn count before
+			// the tick judges quorum (they carry their arrival times).
+			for len(a.beats) > 0 {
+				a.step(ctx, <-a.beats, true)
+			}
 			now := a.now()
 			effs := a.syncRelays(now)
 			effs = append(effs, a.m.Tick(now)...)
 			_ = a.commit(ctx, now, effs, nil)
 			a.lastStep.Store(now.UnixNano())
 			a.watchQuorum(now)
-			if now.Sub(a.lastStat) >= time.Second || (a.statusDirty && now.Sub(a.lastStat) >= 100*time.Millisecond) {
+			if a.heldDirty {
+				a.publishHeld()
+			}
+			a.updateSubs(now)
+			if now.Sub(a.lastStat) >= time.Second || (a.statusDirty && now.Sub(a.lastStat) >= statusEvery) {
 				a.refreshStatus(now)
 			}
 		case <-cmds.C:
+			began = time.Now()
+			kind = "cmds"
+			a.applyCommands(ctx)
+		case <-cmdsTurn:
+			began = time.Now()
+			kind = "cmdsTurn"
 			a.applyCommands(ctx)
 		case <-save.C:
+			began = time.Now()
+			kind = "save"
 			if err := a.saveMeta(ctx); err != nil {
 				a.logger.Error("save machine", "err", err)
 			}
 		}
+		if d := int64(time.Since(began)); d > a.stepMax.Load() {
+			a.stepMax.Store(d)
+		}
+		if d := time.Since(began); d > 300*time.Millisecond {
+			a.logger.Info("DEBUG slow step", "kind", kind, "took", d, "backlog", a.bl.len())
+		}
 	}
 }
+
+// step feeds in and the inputs waiting after it, heartbeats first (only
+// heartbeats when beatsOnly), up to maxBatch, as one step, and commits it.
+func (a *Agent) step(ctx context.Context, in input, beatsOnly bool) {
+	now := a.now()
+	var effs []lease.Effect
+	var cursors []store.Token
+	effs, cursors = a.feed(now, in, effs, cursors)
+drain:
+	for i := 1; i < maxBatch; i++ {
+		select {
+		case in = <-a.beats:
+		default:
+			if beatsOnly {
+				break drain
+			}
+			select {
+			case in = <-a.inputs:
+			default:
+				break drain
+			}
+		}
+		effs, cursors = a.feed(now, in, effs, cursors)
+	}
+	// Errors are logged and counted by commitStep; the step is held and
+	// retried, its cursor tokens finished only once persisted.
+	_ = a.commitStep(ctx, now, effs, cursors, nil, true)
+	a.lastStep.Store(now.UnixNano())
+	if a.statusDirty && now.Sub(a.lastStat) >= statusEvery {
+		a.refreshStatus(now)
+	}
+}
+
+// statusEvery is how often at most the status document is rebuilt while
+// transitions happen.
+const statusEvery = 100 * time.Millisecond
+
+// StepMax returns the longest turn of the machine loop (a step with its
+// commit, a backlog batch, a tick, a save) since the last ResetStepMax:
+// how long inputs waited at worst (the mass-evict-step-ms benchmark).
+func (a *Agent) StepMax() time.Duration { return time.Duration(a.stepMax.Load()) }
+
+// ResetStepMax starts a new StepMax window.
+func (a *Agent) ResetStepMax() { a.stepMax.Store(0) }
 
 // feed applies one input to the machine and appends its effects.
 func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []store.Token) ([]lease.Effect, []store.Token) {
@@ -109,7 +185,23 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 	switch {
 	case in.hb != nil:
 		effs = append(effs, a.m.ObserveHeartbeat(now, *in.hb)...)
+		if in.hb.Provider != a.self {
+			// A holder's heartbeat refreshes the claim times of what it
+			// lists (saveMeta writes those rows).
+			for _, we := range in.hb.Workloads {
+				if _, ok := a.m.State(we.ID); ok {
+					a.dirty.add(we.ID)
+					if i, ok := a.statusIdx[we.ID]; ok && a.status.Workloads[i].Epoch != we.Epoch {
+						a.statusIDs.add(we.ID) // a standby learns the epoch held
+						a.statusDirty = true
+					}
+				}
+			}
+		}
 	case in.rev != nil:
+		a.dirty.add(in.rev.WorkloadID)
+		a.statusIDs.add(in.rev.WorkloadID)
+		a.statusDirty = true
 		w, _ := a.m.Workload(in.rev.WorkloadID)
 		r := heartbeat.RevocationInput(in.rev, w)
 		a.met.revocations.WithLabelValues("received").Inc()
@@ -118,6 +210,8 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 		}
 		effs = append(effs, a.m.ObserveRevocation(now, r)...)
 	case in.grant != nil:
+		a.dirty.add(in.grant.ID)
+		a.subs.dirty = true
 		e, err := a.m.Track(now, *in.grant)
 		if err != nil {
 			a.logger.Warn("lease grant refused", "workload", in.grant.ID, "err", err)
@@ -126,11 +220,14 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 		}
 		effs = append(effs, e...)
 	case in.exit != nil:
+		a.dirty.add(in.exit.ID)
 		effs = append(effs, a.m.ProcessExited(now, lease.ProcessExit{Workload: in.exit.ID, Epoch: in.exit.Epoch, Reason: in.exit.Reason})...)
 	case in.respawn != nil:
+		a.dirty.add(in.respawn.Workload)
 		a.met.respawns.Inc()
 		effs = append(effs, a.m.RespawnDone(now, *in.respawn)...)
 	case in.claimAck != nil:
+		a.dirty.add(in.claimAck.Workload)
 		effs = append(effs, a.m.ClaimPublished(now, *in.claimAck)...)
 	case in.clock != nil:
 		effs = append(effs, a.clockVerdict(now, *in.clock)...)
@@ -144,12 +241,17 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 		// (EpochUnknown) counts as, and records one that competes as a
 		// rival, which ClaimsRead sees; Competing counts epoch claims.
 		c := heartbeat.ClaimInput(pr.p, pr.relay)
+		a.dirty.add(c.Workload)
+		a.statusIDs.add(c.Workload)
+		a.statusDirty = true
+		a.rivalWatch.add(c.Workload) // a rival may be adopted by a later Tick
 		effs = append(effs, a.m.ObserveClaim(now, c)...)
 		if r := in.claimRead; r != nil && c.Workload == r.Workload && c.Claimer != a.self && c.Active && c.Epoch >= r.Epoch {
 			rivals[c.Claimer] = true
 		}
 	}
 	if in.claimRead != nil {
+		a.dirty.add(in.claimRead.Workload)
 		r := *in.claimRead
 		r.Competing = len(rivals)
 		a.emit("read", r.Workload, "read claims for epoch %d on %d relays: %d competing", r.Epoch, r.Relays, r.Competing)
@@ -168,7 +270,7 @@ type relayClaim struct {
 // syncRelays reports relays that delivered EOSE (rule 10), once the events
 // they delivered before it have been fed.
 func (a *Agent) syncRelays(now time.Time) []lease.Effect {
-	if !a.m.AwaitingSync() || len(a.raw) > 0 || len(a.inputs) > 0 {
+	if !a.m.AwaitingSync() || len(a.received) > 0 || a.routed.Load() > 0 || len(a.raw) > 0 || len(a.inputs) > 0 || len(a.beats) > 0 {
 		return nil
 	}
 	var out []lease.Effect
@@ -268,11 +370,45 @@ func (a *Agent) commitStep(ctx context.Context, now time.Time, effs []lease.Effe
 		a.finish(toks)
 		return nil
 	}
-	start := time.Now()
 	a.performEarly(ctx, now, effs)
-	ids := effectIDs(effs)
-	a.refreshPolicy(ids)
-	rows := a.outboxRows(ctx, now, effs)
+	a.refreshPolicy(effectIDs(effs))
+	pieces, g := a.bl.split(now, effs, toks)
+	if len(pieces) > commitBatch {
+		// The rest waits in the backlog, committed one batch per turn of
+		// the machine loop (backlog.go).
+		a.bl.push(pieces[commitBatch:])
+		pieces = pieces[:commitBatch]
+	}
+	var early []store.Token
+	if len(pieces) == 0 {
+		early = g.toks // no piece: the step's tokens go with this commit
+	}
+	return a.commitPieces(ctx, now, pieces, early, extra, run)
+}
+
+// drainBacklog commits the next batch of the backlog (machine goroutine).
+func (a *Agent) drainBacklog(ctx context.Context, run bool) error {
+	return a.commitPieces(ctx, a.now(), a.bl.next(commitBatch), nil, nil, run)
+}
+
+// commitPieces persists pieces of steps (and extra), then performs their
+// deferred effects: the second half of commitStep. toks are tokens to
+// finish with the commit besides those of the steps the pieces complete.
+func (a *Agent) commitPieces(ctx context.Context, now time.Time, pieces []*piece, toks []store.Token, extra func(tx *sql.Tx) error, run bool) error {
+	if len(pieces) == 0 && extra == nil && a.pend.empty() {
+		a.finish(toks)
+		return nil
+	}
+	start := time.Now()
+	timed, effs, ids := flatten(pieces)
+	rows := a.outboxRows(ctx, timed)
+	tRows := time.Since(start)
+	defer func() {
+		if d := time.Since(start); d > 200*time.Millisecond {
+			a.logger.Info("DEBUG slow commit", "pieces", len(pieces), "effects", len(effs), "rows", len(rows), "sign", tRows, "took", d)
+		}
+	}()
+	toks = append(toks, done(pieces)...)
 
 	held := !a.pend.empty()
 	if held {
@@ -331,11 +467,17 @@ const commitRetryEvery = time.Second
 // transaction that waits at most CommitWait for the database; once it
 // committed it performs later when run is set.
 func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows []outRow, later []lease.Effect, extra func(tx *sql.Tx) error, run bool) error {
-	ws := make([]lease.WorkloadSnapshot, 0, len(ids))
+	wrows := make([]workloadRow, 0, len(ids))
 	for _, id := range ids {
-		if w, ok := a.m.Workload(id); ok {
-			ws = append(ws, w)
+		w, ok := a.m.Workload(id)
+		if !ok {
+			continue
 		}
+		r, err := rowOf(&w)
+		if err != nil {
+			return err
+		}
+		wrows = append(wrows, r)
 	}
 	wctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
 	defer cancel()
@@ -366,8 +508,14 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 			stamped = append(stamped, id)
 		}
 	}
+	tTx := time.Now()
+	defer func() {
+		if d := time.Since(tTx); d > 100*time.Millisecond {
+			a.logger.Info("DEBUG slow persist", "rows", len(wrows), "outbox", len(rows), "later", len(later), "took", d)
+		}
+	}()
 	err := sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error {
-		if err := saveWorkloads(ctx, a.st, tx, ws); err != nil {
+		if err := saveWorkloadRows(ctx, a.st, tx, wrows); err != nil {
 			return err
 		}
 		if err := a.claimTimes.save(ctx, a.st, tx, stamped); err != nil {
@@ -386,6 +534,10 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 	})
 	if err != nil {
 		return err
+	}
+	for _, r := range wrows {
+		a.saved[r.id] = r.hash
+		a.dirty.remove(r.id)
 	}
 	if run {
 		a.perform(ctx, now, later, stamps)
@@ -433,34 +585,84 @@ func (a *Agent) performEarly(ctx context.Context, now time.Time, effs []lease.Ef
 // workload whose claim time the commit must save. An event that cannot be
 // built is logged and left out: for a revocation, the standby's takeover
 // covers one that never comes.
-func (a *Agent) outboxRows(ctx context.Context, now time.Time, effs []lease.Effect) []outRow {
-	var rows []outRow
-	for _, e := range effs {
+func (a *Agent) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
+	// What needs the machine or the database is gathered here, on the
+	// machine goroutine; signing, the costly part, runs on every core.
+	type job struct {
+		e         lease.Effect
+		at        time.Time
+		stateURI  string
+		claimTime string
+	}
+	var jobs []job
+	for _, te := range effs {
+		e, now := te.e, te.at
 		if lease.DurabilityOf(e) != lease.Outbox {
 			continue
 		}
-		at, claimTime := now, ""
-		if w, ok := e.(lease.WithdrawClaim); ok {
+		j := job{e: e, at: now}
+		switch e := e.(type) {
+		case lease.WithdrawClaim:
 			tctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
-			t, err := a.claimTimes.next(tctx, a.st, w.ID, now)
+			t, err := a.claimTimes.next(tctx, a.st, e.ID, now)
 			cancel()
 			if err != nil {
 				a.met.stepErrors.Inc()
-				a.logger.Error("withdrawn marker", "workload", w.ID, "epoch", w.Epoch, "err", err)
+				a.logger.Error("withdrawn marker", "workload", e.ID, "epoch", e.Epoch, "err", err)
 				continue
 			}
-			at, claimTime = t, w.ID
+			j.at, j.claimTime = t, e.ID
+		case lease.PublishRevocation:
+			w, _ := a.m.Workload(e.ID)
+			e.Reason = a.fenceReason(e.Reason, now)
+			j.e, j.stateURI = e, w.Spec.StateURI
 		}
-		ev, key, err := a.outboxEvent(e, at)
+		jobs = append(jobs, j)
+	}
+	built := make([]*outRow, len(jobs))
+	errs := make([]error, len(jobs))
+	build := func(i int) {
+		j := jobs[i]
+		ev, key, err := a.outboxEvent(j.e, j.at, j.stateURI)
 		if err == nil {
 			var b []byte
 			if b, err = json.Marshal(ev); err == nil {
-				rows = append(rows, outRow{bundle: b, key: key, claimTime: claimTime})
-				continue
+				built[i] = &outRow{bundle: b, key: key, claimTime: j.claimTime}
+				return
 			}
 		}
-		a.met.stepErrors.Inc()
-		a.logger.Error("build outbox event", "effect", e.String(), "err", err)
+		errs[i] = err
+	}
+	if workers := min(runtime.GOMAXPROCS(0), len(jobs)/8); workers > 1 {
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					build(i)
+				}
+			}()
+		}
+		for i := range jobs {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+	} else {
+		for i := range jobs {
+			build(i)
+		}
+	}
+	rows := make([]outRow, 0, len(jobs))
+	for i, r := range built {
+		if r == nil {
+			a.met.stepErrors.Inc()
+			a.logger.Error("build outbox event", "effect", jobs[i].e.String(), "err", errs[i])
+			continue
+		}
+		rows = append(rows, *r)
 	}
 	return rows
 }
@@ -485,6 +687,10 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect,
 			}
 			a.met.transitions.WithLabelValues(from, string(e.To)).Inc()
 			a.logger.Info("workload state", "workload", e.ID, "from", from, "to", e.To, "epoch", e.Epoch)
+			a.statusIDs.add(e.ID)
+			if e.From == "" || e.To.Terminal() {
+				a.subs.dirty = true
+			}
 			if a.onEvent != nil {
 				a.onEvent(Event{Time: a.now(), Agent: a.name, Kind: "state", Workload: e.ID,
 					Detail: fmt.Sprintf("%s -> %s (epoch %d)", from, e.To, e.Epoch), State: string(e.To), Epoch: e.Epoch})
@@ -509,7 +715,15 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect,
 			a.emit("revocation", e.ID, "revocation of epoch %d queued in the outbox (successor %s): %s", e.Epoch, short(e.Successor), e.Reason)
 		case lease.PublishClaim:
 			a.met.promotions.WithLabelValues("claimed").Inc()
-			a.goFeedback(ctx, func(ctx context.Context) { a.publishClaim(ctx, e, at) })
+			a.goFeedback(ctx, func(ctx context.Context) {
+				select {
+				case a.claimSem <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				defer func() { <-a.claimSem }()
+				a.publishClaim(ctx, e, at)
+			})
 		case lease.WithdrawClaim:
 			a.met.promotions.WithLabelValues("withdrawn").Inc()
 			a.emit("claim", e.ID, "claim for epoch %d withdrawn: the withdrawn marker is queued in the outbox", e.Epoch)
@@ -517,7 +731,7 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect,
 			a.met.promotions.WithLabelValues("announced").Inc()
 			a.emit("claim", e.ID, "claim for epoch %d won: the Paygress-form announcement is queued in the outbox", e.Epoch)
 		case lease.ReadClaims:
-			a.goFeedback(ctx, func(ctx context.Context) { a.readClaims(ctx, e) })
+			a.reads.add(e) // batched with the other reads due (claimreads.go)
 		case lease.AttemptRespawn:
 			w, _ := a.m.Workload(e.ID)
 			a.emit("respawn", e.ID, "respawn attempt %d (due %s)", e.Attempt, e.At.Format(time.TimeOnly))
@@ -531,7 +745,7 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect,
 		}
 	}
 	if heldChanged {
-		a.publishHeld()
+		a.heldDirty = true // publishHeld on the next tick
 		a.statusDirty = true
 	}
 }
@@ -573,16 +787,16 @@ func (a *Agent) goFeedback(ctx context.Context, f func(context.Context)) {
 }
 
 // outboxEvent signs the event an Outbox effect (lease.DurabilityOf) queues,
-// created at at, and the idempotency key of its outbox row.
-func (a *Agent) outboxEvent(e lease.Effect, at time.Time) (*nostr.Event, string, error) {
+// created at at, and the idempotency key of its outbox row; a revocation's
+// reason is final (fenceReason) and stateURI its workload's. It touches
+// neither the machine nor the database, so it may run on any goroutine.
+func (a *Agent) outboxEvent(e lease.Effect, at time.Time, stateURI string) (*nostr.Event, string, error) {
 	var ev *nostr.Event
 	var key string
 	var err error
 	switch e := e.(type) {
 	case lease.PublishRevocation:
-		w, _ := a.m.Workload(e.ID)
-		e.Reason = a.fenceReason(e.Reason, at)
-		ev, err = heartbeat.BuildRevocationFor(a.keys, e, at, w.Spec.StateURI)
+		ev, err = heartbeat.BuildRevocationFor(a.keys, e, at, stateURI)
 		key = fmt.Sprintf("revocation:%s:%d", e.ID, e.Epoch)
 	case lease.WithdrawClaim:
 		ev, err = heartbeat.BuildWithdrawFor(a.keys, e, at)
@@ -610,8 +824,12 @@ func (a *Agent) publishClaim(ctx context.Context, e lease.PublishClaim, at time.
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, a.claimIOTimeout())
+	t0 := time.Now()
 	res := a.pool.Publish(pctx, ev)
 	cancel()
+	if d := time.Since(t0); d > 500*time.Millisecond {
+		a.logger.Info("DEBUG slow claim publish", "workload", e.ID, "took", d, "accepted", len(res.Accepted), "timedout", res.TimedOut)
+	}
 	a.emit("claim", e.ID, "promotion claim for epoch %d accepted by %d of %d relays", e.Epoch, len(res.Accepted), a.cfg.Lease.N)
 	a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: e.ID, Epoch: e.Epoch, Accepted: len(res.Accepted)}})
 }
@@ -624,29 +842,75 @@ func (a *Agent) claimIOTimeout() time.Duration {
 	return min(a.cfg.PublishTimeout, a.cfg.Lease.ClaimTimeout/2)
 }
 
-// readClaims waits until r.At, reads the workload's promotion claims from the
-// relays, feeds each and reports the read.
-func (a *Agent) readClaims(ctx context.Context, r lease.ReadClaims) {
-	if !sleepCtx(ctx, r.At.Sub(a.now())) {
-		return
-	}
-	qctx, cancel := context.WithTimeout(ctx, a.claimIOTimeout())
-	evs, eose := a.pool.Query(qctx, nostr.Filter{
-		Kinds: []int{heartbeat.KindPromotion},
-		Tags:  nostr.TagMap{"d": []string{heartbeat.ClaimDTag(r.ID), heartbeat.PromotionDTag(r.ID)}},
-	})
-	cancel()
-	now := a.now()
-	var claims []relayClaim
-	for _, re := range evs {
-		got, err := a.ingestor.Ingest(ctx, now, re.Event)
-		if err != nil || got.Promotion == nil || got.Promotion.WorkloadID != r.ID {
-			continue
+// routeQueueBytes bounds the events routeLoop holds for ingest (their
+// content and tags); beyond it the relays' reads wait.
+const routeQueueBytes = 32 << 20
+
+// routeLoop takes what the relay layer delivers: copies of our own
+// heartbeat events (ownbeats.go) go to the machine at once, counted from
+// when they arrived; everything else is queued for the ingest goroutines,
+// up to routeQueueBytes, so that the relays' reads (and with them our own
+// heartbeats and the OKs of our publishes) never wait behind events being
+// verified.
+func (a *Agent) routeLoop(ctx context.Context) error {
+	var queue []RelayEvent
+	var head, bytes int
+	for {
+		in := a.received
+		if bytes >= routeQueueBytes {
+			in = nil // full: let the relays wait
 		}
-		claims = append(claims, relayClaim{p: got.Promotion, relay: re.Relay})
+		var out chan<- RelayEvent
+		var next RelayEvent
+		if head < len(queue) {
+			out, next = a.raw, queue[head]
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case re := <-in:
+			if re.Event == nil {
+				at := re.At
+				if at.IsZero() {
+					at = a.now()
+				}
+				// One pruned meanwhile is too old to count.
+				if hb, ok := a.own.input(a.self, re.ID, re.Relay, at); ok {
+					select {
+					case a.beats <- input{hb: &hb}:
+					case <-ctx.Done():
+						return nil
+					}
+				}
+				continue
+			}
+			queue = append(queue, re)
+			bytes += eventBytes(re.Event)
+			a.routed.Store(int64(len(queue) - head))
+		case out <- next:
+			queue[head] = RelayEvent{}
+			head++
+			bytes -= eventBytes(next.Event)
+			a.routed.Store(int64(len(queue) - head))
+			if head == len(queue) {
+				queue, head = queue[:0], 0
+			} else if head > 1024 && head*2 > len(queue) {
+				queue = append(queue[:0], queue[head:]...)
+				head = 0
+			}
+		}
 	}
-	// feed converts the claims and counts the competing ones.
-	a.send(ctx, input{claims: claims, claimRead: &lease.ClaimRead{Workload: r.ID, Epoch: r.Epoch, Relays: eose}})
+}
+
+// eventBytes approximates the memory an event holds.
+func eventBytes(ev *nostr.Event) int {
+	n := 512 + len(ev.Content)
+	for _, t := range ev.Tags {
+		for _, v := range t {
+			n += len(v) + 16
+		}
+	}
+	return n
 }
 
 // ingestLoop verifies and decodes relay events and feeds machine inputs.
@@ -667,7 +931,7 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 		// dropped without moving it. Its token is finished by the machine
 		// loop once the input's step is persisted.
 		var tok store.Token
-		tracked := re.Event.Kind != heartbeat.KindHeartbeat && re.Event.Kind != heartbeat.KindHeartbeatEphemeral
+		tracked := !isHeartbeat(re.Event.Kind)
 		if tracked {
 			tok = a.cursor.Reserve(int64(re.Event.CreatedAt))
 		}
@@ -682,15 +946,35 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 			a.cursor.Accept(tok)
 		}
 		in.cursorTok, in.hasTok = tok, tracked
+		ch := a.inputs
+		if in.hb != nil {
+			ch = a.beats // heartbeats never wait behind bulk inputs
+		}
 		select {
-		case a.inputs <- in:
+		case ch <- in:
 		case <-ctx.Done():
 			return nil
 		}
 	}
 }
 
+func isHeartbeat(kind int) bool {
+	return kind == heartbeat.KindHeartbeat || kind == heartbeat.KindHeartbeatEphemeral || kind == heartbeat.KindHeartbeatShard
+}
+
 func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input, bool) {
+	if hb, ok := a.own.input(a.self, re.Event.ID, re.Relay, cmp.Or(re.At, now)); ok {
+		// One of our own heartbeat events, parsed by a relay layer that
+		// could not skip it: nothing to verify or decode (ownbeats.go).
+		return input{hb: &hb}, true
+	}
+	if re.Event.PubKey == a.self && (re.Event.Kind == heartbeat.KindRevocation || re.Event.Kind == heartbeat.KindPromotion) {
+		// Our own revocations, claims and announcements coming back: the
+		// machine ignores its own (lease: ObserveRevocation, ObserveClaim),
+		// so they are not worth a signature check. A forgery in our name
+		// is dropped the same way.
+		return input{}, false
+	}
 	if a.ownGrant(re.Event) {
 		// A grant we published ourselves (ingestlog.go): not a rejection.
 		return input{}, false
@@ -706,7 +990,11 @@ func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input
 	case got.Heartbeat != nil:
 		// Expiry (NIP-40), age and skew were enforced by the ingestor.
 		a.met.eventsAccepted.WithLabelValues("heartbeat").Inc()
-		hb := heartbeat.HeartbeatInput(got.Heartbeat, re.Relay, now)
+		at := now
+		if !re.At.IsZero() && re.At.Before(now) {
+			at = re.At // counted from its arrival, not from the ingest backlog
+		}
+		hb := heartbeat.HeartbeatInput(got.Heartbeat, re.Relay, at)
 		return input{hb: &hb}, true
 	case got.Duplicate:
 		return input{}, false
@@ -743,7 +1031,9 @@ func (a *Agent) specFromGrant(g *heartbeat.LeaseGrant) lease.Spec {
 	return s
 }
 
-// heartbeatLoop publishes our heartbeats (both kinds) every interval.
+// heartbeatLoop publishes our heartbeats every interval: one beat of
+// heartbeat.BuildBeat, the held list dealt over shard events that fit every
+// relay (beatBudget), the stored events and the ephemeral copy of the first.
 func (a *Agent) heartbeatLoop(ctx context.Context) error {
 	t := time.NewTicker(a.cfg.Lease.HeartbeatInterval)
 	defer t.Stop()
@@ -762,23 +1052,31 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 		}
 	}
 	for {
+		now := a.now()
 		held := a.heldList()
-		stored, eph, err := heartbeat.BuildHeartbeats(a.keys, heartbeat.HeartbeatParams{At: a.now(), Workloads: held, TTL: ttl})
+		maxEvent, maxContent := a.beatBudget()
+		beat, err := heartbeat.BuildBeat(a.keys, heartbeat.HeartbeatParams{
+			At: now, Workloads: held, TTL: ttl, MaxEventBytes: maxEvent, MaxContentBytes: maxContent,
+		})
 		if err != nil {
 			a.logger.Error("build heartbeat", "err", err)
 		} else {
-			timeout := min(a.cfg.PublishTimeout, a.cfg.Lease.HeartbeatInterval)
-			pctx, cancel := context.WithTimeout(ctx, timeout)
-			done := make(chan PublishResult, 1)
-			go func() { done <- a.pool.Publish(pctx, eph) }()
-			res := a.pool.Publish(pctx, stored)
-			<-done
-			cancel()
-			ids := make([]string, len(held))
-			for i, h := range held {
-				ids[i] = fmt.Sprintf("%s@%d", h.ID, h.Epoch)
+			a.own.add(beat)
+			a.own.prune(now.Add(-a.cfg.Lease.Stale - a.cfg.Lease.MaxSkew))
+			a.met.beatBytes.Set(float64(beat.MaxSize()))
+			a.met.beatEvents.Set(float64(len(beat.Stored) + 1))
+			all := a.publishBeat(ctx, beat)
+			if a.onEvent != nil {
+				listing := fmt.Sprintf("%d workloads in %d events", len(held), len(beat.Stored)+1)
+				if len(held) <= 20 {
+					ids := make([]string, len(held))
+					for i, h := range held {
+						ids[i] = fmt.Sprintf("%s@%d", h.ID, h.Epoch)
+					}
+					listing = "[" + strings.Join(ids, " ") + "]"
+				}
+				a.emit("heartbeat", "", "heartbeat published, accepted by %d of %d relays, listing %s", all, a.cfg.Lease.N, listing)
 			}
-			a.emit("heartbeat", "", "heartbeat published, accepted by %d of %d relays, listing [%s]", len(res.Accepted), a.cfg.Lease.N, strings.Join(ids, " "))
 		}
 		select {
 		case <-ctx.Done():
@@ -786,6 +1084,85 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// beatPublishes bounds the events of one beat published at once.
+const beatPublishes = 8
+
+// publishBeat publishes every event of a beat, at most beatPublishes at
+// once, within one heartbeat interval (or PublishTimeout), and returns how
+// many relays accepted all of them.
+func (a *Agent) publishBeat(ctx context.Context, beat heartbeat.Beat) int {
+	timeout := min(a.cfg.PublishTimeout, a.cfg.Lease.HeartbeatInterval)
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	evs := beat.Events()
+	var mu sync.Mutex
+	accepted := map[string]int{}
+	sem := make(chan struct{}, beatPublishes)
+	var wg sync.WaitGroup
+	for _, ev := range evs {
+		select {
+		case sem <- struct{}{}:
+		case <-pctx.Done():
+		}
+		if pctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			res := a.pool.Publish(pctx, ev)
+			mu.Lock()
+			for _, r := range res.Accepted {
+				accepted[r]++
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	all := 0
+	for _, n := range accepted {
+		if n == len(evs) {
+			all++
+		}
+	}
+	return all
+}
+
+// eventFrameOverhead is what an EVENT frame adds to its event's JSON:
+// ["EVENT", and the closing bracket.
+const eventFrameOverhead = len(`["EVENT",]`)
+
+// beatTags is the most tags an event of a beat carries.
+const beatTags = 5
+
+// beatBudget is the size bound of every event of a beat: 60 KiB
+// (heartbeat.DefaultMaxEventBytes, under strfry's 65,536-byte events, which
+// it does not advertise), and within every relay's NIP-11 max_message_length
+// (less the frame) and max_content_length (0: none). A relay whose
+// max_event_tags is below a beat's tags cannot take our heartbeats at all:
+// that is logged.
+func (a *Agent) beatBudget() (event, content int) {
+	event = heartbeat.DefaultMaxEventBytes
+	for _, r := range a.pool.Status() {
+		l := r.Limits
+		if l == nil {
+			continue
+		}
+		if l.MaxMessageLength > 0 {
+			event = min(event, l.MaxMessageLength-eventFrameOverhead)
+		}
+		if l.MaxContentLength > 0 && (content == 0 || l.MaxContentLength < content) {
+			content = l.MaxContentLength
+		}
+		if l.MaxEventTags > 0 && l.MaxEventTags < beatTags && a.tagsWarned.CompareAndSwap(false, true) {
+			a.logger.Warn("relay takes fewer tags per event than a heartbeat has: it will refuse our heartbeats",
+				"relay", r.URL, "max_event_tags", l.MaxEventTags, "heartbeat_tags", beatTags)
+		}
+	}
+	return event, content
 }
 
 // onOutboxAttempt is called after every publish attempt of the outbox.
@@ -820,18 +1197,28 @@ func (a *Agent) onOutboxAck(ev *nostr.Event, res PublishResult) {
 	}
 }
 
-// saveMeta persists the machine's relay tables, every workload whose
-// snapshot changed since the last save, and the cursor (clamped to now).
-// Only the changed rows are kept in memory (10,000 unchanged workloads cost
-// a marshal each, not a copy), and they count as saved only once the
-// transaction committed. Held (unpersisted) steps are committed first; while
-// they cannot be, nothing is saved (ErrUnpersisted): the snapshot would
-// record their state without their outbox rows.
+// saveMeta persists the machine's relay tables, the workloads an input may
+// have changed without an effect since the last save (dirty: a holder's
+// heartbeats refresh a standby's claim times; claims add rivals, which a
+// later Tick may adopt), and the cursor (clamped to now). Workloads whose
+// effects were committed with their step are written then, not here; no
+// other row is encoded, however many workloads are tracked. A row counts
+// as saved only once the transaction committed. Held (unpersisted) steps
+// are committed first; while they cannot be, nothing is saved
+// (ErrUnpersisted): the snapshot would record their state without their
+// outbox rows. Rows of workloads in the backlog wait for their batch.
 func (a *Agent) saveMeta(ctx context.Context) error { return a.saveMetaRun(ctx, true) }
 
-// saveMetaRun is saveMeta; run=false (shutdown) commits held steps without
-// performing their deferred effects.
+// saveMetaRun is saveMeta; run=false (shutdown) commits the backlog and
+// held steps without performing their deferred effects.
 func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
+	if !run {
+		for !a.bl.empty() {
+			if err := a.drainBacklog(ctx, false); err != nil {
+				return fmt.Errorf("save machine: %w", err)
+			}
+		}
+	}
 	now := a.now()
 	if !a.pend.empty() {
 		a.pend.retryAt = time.Time{}
@@ -839,25 +1226,31 @@ func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
 			return fmt.Errorf("save machine: %w: %w", ErrUnpersisted, err)
 		}
 	}
-	snap := a.m.Snapshot()
 	var changed []workloadRow
-	hashes := map[string]uint64{}
-	for i := range snap.Workloads {
-		w := &snap.Workloads[i]
-		b, err := json.Marshal(w)
-		if err != nil {
-			return fmt.Errorf("save machine: %w", err)
-		}
-		h := maphash.Bytes(saveSeed, b)
-		if a.saved[w.Spec.ID] != h {
-			r, err := rowOf(w)
-			if err != nil {
-				return err
+	var seen []string
+	for _, set := range []dirtySet{a.dirty, a.rivalWatch} {
+		for id := range set {
+			if a.bl.has(id) {
+				continue
 			}
-			changed = append(changed, r)
-			hashes[w.Spec.ID] = h
+			seen = append(seen, id)
+			w, ok := a.m.Workload(id)
+			if !ok {
+				continue
+			}
+			r, err := rowOf(&w)
+			if err != nil {
+				return fmt.Errorf("save machine: %w", err)
+			}
+			if a.saved[id] != r.hash {
+				changed = append(changed, r)
+			}
+			if len(w.Rivals) == 0 {
+				a.rivalWatch.remove(id)
+			}
 		}
 	}
+	snap := a.m.Snapshot()
 	snap.Workloads = nil
 	cursor := min(a.cursor.Cursor(), now.Unix())
 	err := sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error {
@@ -876,37 +1269,62 @@ func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
 	if err != nil {
 		return fmt.Errorf("save machine: %w", err)
 	}
-	for id, h := range hashes {
-		a.saved[id] = h
+	for _, r := range changed {
+		a.saved[r.id] = r.hash
 	}
+	for _, id := range seen {
+		a.dirty.remove(id)
+	}
+	a.met.savedRows.Add(float64(len(changed)))
 	return nil
 }
 
-// applyCommands applies operator commands queued in the database.
+// cmdBatch bounds the operator commands applied in one step (one commit);
+// more wait for the loop's next turn, after inputs and ticks had theirs.
+const cmdBatch = 256
+
+// applyCommands applies up to cmdBatch operator commands queued in the
+// database in one step; a release ends the batch (it removes the workload
+// from the machine once committed). cmdsMore says whether more wait.
 func (a *Agent) applyCommands(ctx context.Context) {
 	lctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
-	cmds, err := ListCommands(lctx, a.db, true)
+	cmds, err := listPendingCommands(lctx, a.db, cmdBatch+1)
 	cancel()
+	a.cmdsMore = false
 	if err != nil {
 		a.logger.Error("read operator commands", "err", err)
 		return
 	}
-	for _, c := range cmds {
-		now := a.now()
-		var effs []lease.Effect
+	if len(cmds) > cmdBatch {
+		a.cmdsMore = true
+		cmds = cmds[:cmdBatch]
+	}
+	if len(cmds) == 0 {
+		return
+	}
+	now := a.now()
+	var effs []lease.Effect
+	type applied struct {
+		seq    int64
+		result string
+	}
+	var marks []applied
+	var release string
+	for i, c := range cmds {
 		result := "ok"
-		var release string
 		switch c.Action {
 		case "grant":
 			if c.Spec == nil {
 				result = "error: no spec"
 				break
 			}
+			a.dirty.add(c.Spec.ID)
 			e, err := a.m.Track(now, *c.Spec)
 			if err != nil {
 				result = "error: " + err.Error()
 			}
-			effs = e
+			effs = append(effs, e...)
+			a.subs.dirty = true
 			a.emit("grant", c.Workload, "local operator grant applied: %s", result)
 		case "release":
 			w, ok := a.m.Workload(c.Workload)
@@ -919,28 +1337,41 @@ func (a *Agent) applyCommands(ctx context.Context) {
 			}
 			release = c.Workload
 		}
-		seq := c.Seq
-		err := a.commit(ctx, now, effs, func(tx *sql.Tx) error {
-			if release != "" {
-				if err := a.st.DeleteWorkload(ctx, tx, release); err != nil {
-					return fmt.Errorf("delete workload %s: %w", release, err)
-				}
-				if err := a.claimTimes.forget(ctx, a.st, tx, release); err != nil {
-					return err
-				}
-			}
-			return markCommand(ctx, tx, seq, now, result)
-		})
-		if err != nil {
-			a.logger.Error("apply operator command", "seq", c.Seq, "err", err)
-			return
-		}
+		marks = append(marks, applied{seq: c.Seq, result: result})
 		if release != "" {
-			a.m.Remove(release)
-			delete(a.saved, release)
-			a.publishHeld()
-			a.refreshPolicy([]string{release})
+			a.cmdsMore = a.cmdsMore || i < len(cmds)-1
+			break
 		}
+	}
+	err = a.commit(ctx, now, effs, func(tx *sql.Tx) error {
+		if release != "" {
+			if err := a.st.DeleteWorkload(ctx, tx, release); err != nil {
+				return fmt.Errorf("delete workload %s: %w", release, err)
+			}
+			if err := a.claimTimes.forget(ctx, a.st, tx, release); err != nil {
+				return err
+			}
+		}
+		for _, m := range marks {
+			if err := markCommand(ctx, tx, m.seq, now, m.result); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		a.logger.Error("apply operator commands", "first_seq", cmds[0].Seq, "commands", len(marks), "err", err)
+		a.cmdsMore = false // retried with the next second's turn
+		return
+	}
+	if release != "" {
+		a.m.Remove(release)
+		delete(a.saved, release)
+		a.dirty.remove(release)
+		a.rivalWatch.remove(release)
+		a.heldDirty, a.statusDirty, a.subs.dirty = true, true, true
+		a.statusIDs.add(release)
+		a.refreshPolicy([]string{release})
 	}
 }
 

@@ -24,6 +24,10 @@ type metrics struct {
 	stepSeconds    prometheus.Histogram
 	clockOffset    prometheus.Gauge // relays' clock minus ours, seconds (median)
 	clockSuspect   prometheus.Gauge // 1 while the clock is outside the bound
+	savedRows      prometheus.Counter
+	beatBytes      prometheus.Gauge // largest event of the last beat
+	beatEvents     prometheus.Gauge // events of the last beat
+	backlog        prometheus.Gauge // workloads waiting for their commit
 }
 
 // The bounded label values of the agent_* metrics (exported at 0 from the
@@ -83,10 +87,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		clockSuspect: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "agent_clock_suspect", Help: "1 while this node's clock is outside the bound (max_skew/2) of the relays': no takeover, held workloads with a standby fenced.",
 		}),
+		savedRows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agent_saved_rows_total", Help: "Workload rows the periodic save wrote (changed by inputs without an effect; rows of steps are written with their step).",
+		}),
+		beatBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "agent_heartbeat_event_bytes", Help: "Largest event of the last heartbeat beat (NIP-01 JSON bytes, at most a few over).",
+		}),
+		beatEvents: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "agent_heartbeat_events", Help: "Events of the last heartbeat beat: its shards and the ephemeral copy.",
+		}),
+		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "agent_backlog_workloads", Help: "Workloads of big machine steps waiting for their batch to be committed.",
+		}),
 	}
 	for _, c := range []prometheus.Collector{
 		m.workloads, m.transitions, m.quorum, m.eventsAccepted, m.eventsRejected, m.revocations,
 		m.promotions, m.respawns, m.effects, m.stepErrors, m.stepSeconds, m.clockOffset, m.clockSuspect,
+		m.savedRows, m.beatBytes, m.beatEvents, m.backlog,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"time"
 
 	"provideragent/agent/store"
@@ -29,14 +30,19 @@ const (
 	cursorKey = "*"
 )
 
-// workloadRow is one marshalled workload snapshot.
+// workloadRow is one marshalled workload snapshot; hash identifies its
+// JSON (saveMeta skips a row whose hash was saved).
 type workloadRow struct {
 	id    string
 	state string
 	epoch uint64
 	spec  []byte
 	json  []byte
+	hash  uint64
 }
+
+// saveSeed seeds the hashes that detect unchanged workload rows.
+var saveSeed = maphash.MakeSeed()
 
 func rowOf(w *lease.WorkloadSnapshot) (workloadRow, error) {
 	b, err := json.Marshal(w)
@@ -47,21 +53,23 @@ func rowOf(w *lease.WorkloadSnapshot) (workloadRow, error) {
 	if err != nil {
 		return workloadRow{}, fmt.Errorf("save workload %s: %w", w.Spec.ID, err)
 	}
-	return workloadRow{id: w.Spec.ID, state: string(w.State), epoch: w.Epoch, spec: spec, json: b}, nil
+	return workloadRow{id: w.Spec.ID, state: string(w.State), epoch: w.Epoch, spec: spec, json: b, hash: maphash.Bytes(saveSeed, b)}, nil
 }
 
-// saveWorkloads upserts workload snapshots inside tx.
-func saveWorkloads(ctx context.Context, st *store.Store, tx *sql.Tx, ws []lease.WorkloadSnapshot) error {
-	rows := make([]workloadRow, 0, len(ws))
-	for i := range ws {
-		r, err := rowOf(&ws[i])
-		if err != nil {
-			return err
-		}
-		rows = append(rows, r)
+// dirtySet holds the workloads whose state an input may have changed
+// without an effect (a holder's heartbeat refreshing a standby's claim
+// times, a claim adding a rival), for saveMeta: it encodes these, not the
+// whole table (machine goroutine only).
+type dirtySet map[string]struct{}
+
+func (d *dirtySet) add(id string) {
+	if *d == nil {
+		*d = dirtySet{}
 	}
-	return saveWorkloadRows(ctx, st, tx, rows)
+	(*d)[id] = struct{}{}
 }
+
+func (d dirtySet) remove(id string) { delete(d, id) }
 
 // saveWorkloadRows upserts marshalled workload snapshots inside tx.
 func saveWorkloadRows(ctx context.Context, st *store.Store, tx *sql.Tx, rows []workloadRow) error {
@@ -178,6 +186,15 @@ type Command struct {
 
 // QueueGrant queues a local operator lease grant for the agent.
 func QueueGrant(ctx context.Context, db *sql.DB, spec lease.Spec, now time.Time) (int64, error) {
+	return queueGrant(ctx, db, spec, now)
+}
+
+// execer is a *sql.DB or a *sql.Tx.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func queueGrant(ctx context.Context, db execer, spec lease.Spec, now time.Time) (int64, error) {
 	if err := spec.Validate(); err != nil {
 		return 0, fmt.Errorf("queue grant: %w", err)
 	}
@@ -211,9 +228,17 @@ func ListCommands(ctx context.Context, db *sql.DB, pendingOnly bool) ([]Command,
 		q += ` WHERE applied_at IS NULL`
 	}
 	q += ` ORDER BY seq`
-	rows, err := db.QueryContext(ctx, q)
+	cmds, err := queryCommands(ctx, db, q)
 	if err != nil {
 		return nil, fmt.Errorf("list commands: %w", err)
+	}
+	return cmds, nil
+}
+
+func queryCommands(ctx context.Context, db *sql.DB, q string, args ...any) ([]Command, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []Command
@@ -222,7 +247,7 @@ func ListCommands(ctx context.Context, db *sql.DB, pendingOnly bool) ([]Command,
 		var spec string
 		var created, applied int64
 		if err := rows.Scan(&c.Seq, &c.Action, &c.Workload, &spec, &created, &applied, &c.Result); err != nil {
-			return nil, fmt.Errorf("list commands: %w", err)
+			return nil, err
 		}
 		c.CreatedAt = time.UnixMilli(created).UTC()
 		if applied != 0 {
@@ -231,13 +256,24 @@ func ListCommands(ctx context.Context, db *sql.DB, pendingOnly bool) ([]Command,
 		if spec != "" {
 			var s lease.Spec
 			if err := json.Unmarshal([]byte(spec), &s); err != nil {
-				return nil, fmt.Errorf("list commands: command %d: %w", c.Seq, err)
+				return nil, fmt.Errorf("command %d: %w", c.Seq, err)
 			}
 			c.Spec = &s
 		}
 		out = append(out, c)
 	}
 	return out, rows.Err()
+}
+
+// listPendingCommands returns up to limit commands not applied yet, oldest
+// first.
+func listPendingCommands(ctx context.Context, db *sql.DB, limit int) ([]Command, error) {
+	cmds, err := queryCommands(ctx, db, `SELECT seq, action, workload, spec, created_at, COALESCE(applied_at, 0), result
+		FROM agent_commands WHERE applied_at IS NULL ORDER BY seq LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list commands: %w", err)
+	}
+	return cmds, nil
 }
 
 func markCommand(ctx context.Context, tx *sql.Tx, seq int64, now time.Time, result string) error {

@@ -18,9 +18,23 @@ type signerPolicy struct {
 type policyEntry struct {
 	holder  string
 	members []string
+	done    bool // the workload is in a terminal state
 }
 
-var _ heartbeat.SignerPolicy = (*signerPolicy)(nil)
+var (
+	_ heartbeat.SignerPolicy = (*signerPolicy)(nil)
+	_ heartbeat.Tracker      = (*signerPolicy)(nil)
+)
+
+// Tracks reports whether revocations and claims for the workload can still
+// matter: it is tracked and not in a terminal state (the machine ignores
+// them then), so the ingest refuses them before any signature check.
+func (p *signerPolicy) Tracks(id string) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	e, ok := p.workloads[id]
+	return ok && !e.done
+}
 
 func newSignerPolicy(issuers []string) *signerPolicy {
 	p := &signerPolicy{issuers: map[string]bool{}, workloads: map[string]policyEntry{}}
@@ -66,6 +80,6 @@ func (a *Agent) refreshPolicy(ids []string) {
 			continue
 		}
 		members := append([]string{w.Spec.Primary}, w.Spec.Standbys...)
-		a.policy.workloads[id] = policyEntry{holder: w.Holder, members: members}
+		a.policy.workloads[id] = policyEntry{holder: w.Holder, members: members, done: w.State.Terminal()}
 	}
 }

@@ -15,6 +15,13 @@ import (
 type RelayEvent struct {
 	Relay string
 	Event *nostr.Event
+	// ID is set instead of Event for a copy of one of our own heartbeat
+	// events, which the relay layer did not parse (relay.Options.Known).
+	ID string
+	// At is when the relay layer received it (zero: unknown, use the time
+	// it is processed). Heartbeats count from it, so a backlog in ingest
+	// never makes them late.
+	At time.Time
 }
 
 // PublishResult says how each relay answered one publish. Only an OK true
@@ -46,6 +53,13 @@ type RelayPool interface {
 	// each relay served before its EOSE (or ctx's end), and how many relays
 	// answered with EOSE.
 	Query(ctx context.Context, f nostr.Filter) ([]RelayEvent, int)
+	// QueryFilters is Query for several filters read together (packed
+	// into few REQs per relay, paged through relay limits); a relay counts
+	// when it answered all of them.
+	QueryFilters(ctx context.Context, fs []nostr.Filter) ([]RelayEvent, int)
+	// SetInterests replaces the subscription (agent/relay.Interest): the
+	// agent narrows it to its leases as they come and go.
+	SetInterests(in []relay.Interest)
 	// Status reports each relay connection.
 	Status() []RelayStatus
 	// EOSECount is how many relays sent EOSE for the live subscription on
@@ -89,11 +103,11 @@ func (r *relayPool) Run(ctx context.Context, out chan<- RelayEvent) error {
 			if !ok {
 				return nil
 			}
-			if rec.EOSE || rec.Event == nil {
+			if rec.EOSE || (rec.Event == nil && rec.ID == "") {
 				continue
 			}
 			select {
-			case out <- RelayEvent{Relay: rec.Relay, Event: rec.Event}:
+			case out <- RelayEvent{Relay: rec.Relay, Event: rec.Event, ID: rec.ID, At: rec.At}:
 			case <-ctx.Done():
 				return nil
 			}
@@ -159,6 +173,11 @@ func (r *relayPool) Status() []RelayStatus {
 		out[i] = RelayStatus{
 			URL: s.URL, Connected: s.Connected, EOSE: s.EOSESeen, Reconnects: s.Reconnects,
 			LastMessage: s.LastMessageAt, LastError: s.LastError, PublishBackoffUntil: s.PublishBackoffUntil,
+			REQs: s.REQs, Interests: s.Choices,
+		}
+		if s.Limits != (relay.Limits{}) {
+			l := s.Limits
+			out[i].Limits = &l
 		}
 		if s.ClosedPermanently {
 			out[i].LastError = "subscription closed: " + s.ClosedReason
@@ -171,3 +190,22 @@ func (r *relayPool) Status() []RelayStatus {
 }
 
 func (r *relayPool) EOSECount() int { return len(r.p.Synced()) }
+
+// SetInterests replaces the subscription.
+func (r *relayPool) SetInterests(in []relay.Interest) { r.p.SetInterests(in) }
+
+// QueryFilters runs one query of several filters on every relay: events of
+// all relays, and how many relays answered it completely.
+func (r *relayPool) QueryFilters(ctx context.Context, fs []nostr.Filter) ([]RelayEvent, int) {
+	var out []RelayEvent
+	n := 0
+	for _, q := range r.p.QueryFilters(ctx, fs) {
+		if q.Complete() {
+			n++
+		}
+		for i := range q.Events {
+			out = append(out, RelayEvent{Relay: q.Relay, Event: &q.Events[i]})
+		}
+	}
+	return out, n
+}

@@ -20,6 +20,20 @@ import (
 type Beat struct {
 	Stored    []*nostr.Event
 	Ephemeral *nostr.Event
+	// Sizes[i] bounds the NIP-01 JSON size of Stored[i] and EphemeralSize
+	// that of Ephemeral, as relays measure them (computed while building,
+	// with room for the widest shard numbers: at most a few bytes over).
+	Sizes         []int
+	EphemeralSize int
+}
+
+// MaxSize is the largest event of the beat, in bytes of NIP-01 JSON.
+func (b Beat) MaxSize() int {
+	m := b.EphemeralSize
+	for _, s := range b.Sizes {
+		m = max(m, s)
+	}
+	return m
 }
 
 // Events returns every event of the beat, the ephemeral one last.
@@ -64,6 +78,7 @@ func BuildBeat(k *Keys, p HeartbeatParams) (Beat, error) {
 		return Beat{}, err
 	}
 	var parts [][]WorkloadEpoch
+	var sizes []int
 	start, event, content := 0, base0, content0
 	for i, we := range p.Workloads {
 		addEvent, addContent, err := entrySize(we)
@@ -73,6 +88,7 @@ func BuildBeat(k *Keys, p HeartbeatParams) (Beat, error) {
 		if event+addEvent > maxEvent || content+addContent > maxContent {
 			if i > start {
 				parts = append(parts, p.Workloads[start:i])
+				sizes = append(sizes, event)
 				start, event, content = i, baseN, contentN
 			}
 			if event+addEvent > maxEvent || content+addContent > maxContent {
@@ -83,6 +99,7 @@ func BuildBeat(k *Keys, p HeartbeatParams) (Beat, error) {
 		content += addContent
 	}
 	parts = append(parts, p.Workloads[start:])
+	sizes = append(sizes, event)
 	if len(parts) > lease.MaxShards {
 		return Beat{}, fmt.Errorf("build heartbeat: %d workloads need %d events of at most %d bytes, max %d", len(p.Workloads), len(parts), maxEvent, lease.MaxShards)
 	}
@@ -110,6 +127,8 @@ func BuildBeat(k *Keys, p HeartbeatParams) (Beat, error) {
 		return Beat{}, fmt.Errorf("build heartbeat: %w", err)
 	}
 	b.Ephemeral = eph
+	b.Sizes = sizes
+	b.EphemeralSize = len(eph.String())
 	return b, nil
 }
 

@@ -35,8 +35,16 @@ func TestBuildBeatFitsRelays(t *testing.T) {
 	}
 	var got []WorkloadEpoch
 	for i, ev := range b.Events() {
-		if n := len(ev.String()); n > DefaultMaxEventBytes {
+		n := len(ev.String())
+		if n > DefaultMaxEventBytes {
 			t.Fatalf("event %d (kind %d) is %d bytes, want at most %d", i, ev.Kind, n, DefaultMaxEventBytes)
+		}
+		size := b.EphemeralSize
+		if i < len(b.Sizes) {
+			size = b.Sizes[i]
+		}
+		if size < n || size > n+16 {
+			t.Fatalf("event %d: Sizes says %d bytes, it is %d, want a bound within 16 bytes", i, size, n)
 		}
 		raw, _ := ev.MarshalJSON()
 		res, err := in.IngestRaw(context.Background(), t0, raw)

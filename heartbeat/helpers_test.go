@@ -30,10 +30,18 @@ type fakePolicy struct {
 	primary map[string]string          // workload -> hex
 	members map[string]map[string]bool // workload -> hex -> member
 	issuers map[string]bool
+	done    map[string]bool // finished workloads (Tracker)
+}
+
+// Tracks implements Tracker.
+func (p *fakePolicy) Tracks(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.done[id]
 }
 
 func newFakePolicy() *fakePolicy {
-	return &fakePolicy{primary: map[string]string{}, members: map[string]map[string]bool{}, issuers: map[string]bool{}}
+	return &fakePolicy{primary: map[string]string{}, members: map[string]map[string]bool{}, issuers: map[string]bool{}, done: map[string]bool{}}
 }
 
 func (p *fakePolicy) setWorkload(id, primary string, standbys ...string) {

@@ -438,19 +438,68 @@ func (in *Ingestor) verifyAndDecode(ev *nostr.Event) (res Ingested, rej *RejectE
 	if !ev.CheckID() {
 		return res, reject(ReasonBadID, "id is not the hash of the event"), false
 	}
-	in.m.sigChecks.Inc()
-	ok, err := ev.CheckSignature()
-	if err != nil {
-		return res, rejectErr(ReasonBadSig, err, "signature check failed"), true
-	}
-	if !ok {
-		return res, reject(ReasonBadSig, "signature does not verify"), true
-	}
+	// Decoding and the signer rules cost far less than a signature check,
+	// and refuse whatever the signature: an event they refuse (another
+	// provider's claim, a revocation for a workload not tracked or
+	// finished here) is never verified. The decoders take any input (they
+	// are fuzzed).
 	res, rej = decodeKind(ev)
 	if rej != nil {
 		return Ingested{}, rej, true
 	}
+	if rej := in.signerRules(res); rej != nil {
+		return Ingested{}, rej, false
+	}
+	in.m.sigChecks.Inc()
+	ok, err := ev.CheckSignature()
+	if err != nil {
+		return Ingested{}, rejectErr(ReasonBadSig, err, "signature check failed"), true
+	}
+	if !ok {
+		return Ingested{}, reject(ReasonBadSig, "signature does not verify"), true
+	}
 	return res, nil, false
+}
+
+// Tracker is optionally implemented by a SignerPolicy: Tracks reports
+// whether revocations and promotion claims for the workload still matter
+// (it is tracked and not finished). Those that do not are refused
+// (unknown_workload) before any signature check.
+type Tracker interface {
+	Tracks(workloadID string) bool
+}
+
+// signerRules applies the signer rules that depend on lease state (before
+// the signature check, and again on every delivery in finish).
+func (in *Ingestor) signerRules(res Ingested) *RejectError {
+	tracks := func(id string) bool {
+		t, ok := in.policy.(Tracker)
+		return !ok || t.Tracks(id)
+	}
+	switch {
+	case res.Revocation != nil:
+		r := res.Revocation
+		primary, ok := in.policy.CurrentPrimary(r.WorkloadID)
+		if !ok || !tracks(r.WorkloadID) {
+			return reject(ReasonUnknownWorkload, "revocation for unknown or finished workload %.64q", r.WorkloadID)
+		}
+		if primary != r.Signer {
+			return reject(ReasonWrongSigner, "revocation of %.64q not signed by its current primary", r.WorkloadID)
+		}
+	case res.Promotion != nil:
+		p := res.Promotion
+		if !in.policy.IsMember(p.WorkloadID, p.Signer) {
+			return reject(ReasonWrongSigner, "promotion of %.64q signed by a non-member", p.WorkloadID)
+		}
+		if !tracks(p.WorkloadID) {
+			return reject(ReasonUnknownWorkload, "promotion of finished workload %.64q", p.WorkloadID)
+		}
+	case res.LeaseGrant != nil:
+		if !in.policy.AllowedIssuer(res.LeaseGrant.Issuer) {
+			return reject(ReasonWrongSigner, "lease grant from an issuer that is not allowed")
+		}
+	}
+	return nil
 }
 
 // decodeKind decodes a verified event of a protocol kind.
@@ -478,26 +527,10 @@ func decodeKind(ev *nostr.Event) (res Ingested, rej *RejectError) {
 // finish runs the checks that depend on now or on lease state (every
 // delivery) and counts the acceptance.
 func (in *Ingestor) finish(now time.Time, res Ingested) (Ingested, error) {
-	switch {
-	case res.Revocation != nil:
-		r := res.Revocation
-		primary, ok := in.policy.CurrentPrimary(r.WorkloadID)
-		if !ok {
-			return Ingested{}, in.rejected(res.Event, reject(ReasonUnknownWorkload, "revocation for unknown workload %.64q", r.WorkloadID))
-		}
-		if primary != r.Signer {
-			return Ingested{}, in.rejected(res.Event, reject(ReasonWrongSigner, "revocation of %.64q not signed by its current primary", r.WorkloadID))
-		}
-	case res.Promotion != nil:
-		p := res.Promotion
-		if !in.policy.IsMember(p.WorkloadID, p.Signer) {
-			return Ingested{}, in.rejected(res.Event, reject(ReasonWrongSigner, "promotion of %.64q signed by a non-member", p.WorkloadID))
-		}
-	case res.LeaseGrant != nil:
-		g := res.LeaseGrant
-		if !in.policy.AllowedIssuer(g.Issuer) {
-			return Ingested{}, in.rejected(res.Event, reject(ReasonWrongSigner, "lease grant from an issuer that is not allowed"))
-		}
+	if rej := in.signerRules(res); rej != nil {
+		return Ingested{}, in.rejected(res.Event, rej)
+	}
+	if g := res.LeaseGrant; g != nil {
 		if exp := g.Spec.ExpiresAt; !exp.IsZero() && !now.Before(exp) {
 			return Ingested{}, in.rejected(res.Event, reject(ReasonExpired, "lease of %.64q expired at %d", g.Spec.ID, exp.Unix()))
 		}

@@ -589,3 +589,57 @@ func TestIngestKeepsIDsNotEvents(t *testing.T) {
 		t.Fatalf("signature checks = %v, want 2 (one per distinct event)", got)
 	}
 }
+
+// TestIngestSignerRulesBeforeSignature: events the signer rules refuse (a
+// claim by a provider the lease does not name, a revocation by another key
+// than the primary, a claim or revocation for a finished workload) are
+// refused without a signature check: at volume (a mass failover, a public
+// relay's traffic) those checks are the agent's largest cost. Against the
+// ingest before issue 10 every one costs a signature check.
+func TestIngestSignerRulesBeforeSignature(t *testing.T) {
+	p, s, stranger := testKeys(t, "p"), testKeys(t, "s"), testKeys(t, "x")
+	pol := newFakePolicy()
+	pol.setWorkload("w1", p.PublicKey(), s.PublicKey())
+	pol.setWorkload("w2", p.PublicKey(), s.PublicKey())
+	pol.done["w2"] = true
+	in, _ := newTestIngestor(t, DefaultConfig(), pol)
+	ctx := context.Background()
+	claim := func(k *Keys, id string) *nostr.Event {
+		ev, err := BuildPromotion(k, PromotionParams{WorkloadID: id, At: t0, Epoch: 2, Status: ClaimActive})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	rev := func(k *Keys, id string) *nostr.Event {
+		ev, err := BuildRevocation(k, RevocationParams{WorkloadID: id, At: t0, Epoch: 1, Standbys: []string{s.PublicKey()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	for _, tc := range []struct {
+		name string
+		ev   *nostr.Event
+		want RejectReason
+	}{
+		{"claim by a stranger", claim(stranger, "w1"), ReasonWrongSigner},
+		{"revocation by a standby", rev(s, "w1"), ReasonWrongSigner},
+		{"claim for a finished workload", claim(s, "w2"), ReasonUnknownWorkload},
+		{"revocation for a finished workload", rev(p, "w2"), ReasonUnknownWorkload},
+		{"revocation for an unknown workload", rev(p, "w3"), ReasonUnknownWorkload},
+	} {
+		if _, err := in.Ingest(ctx, t0, tc.ev); ReasonOf(err) != tc.want {
+			t.Errorf("Ingest(%s) = %v, want %s", tc.name, err, tc.want)
+		}
+	}
+	if got := testutil.ToFloat64(in.m.sigChecks); got != 0 {
+		t.Fatalf("signature checks = %v, want 0 (refused by the signer rules first)", got)
+	}
+	if _, err := in.Ingest(ctx, t0, claim(s, "w1")); err != nil {
+		t.Fatalf("Ingest(member's claim) = %v, want accepted", err)
+	}
+	if got := testutil.ToFloat64(in.m.sigChecks); got != 1 {
+		t.Fatalf("signature checks = %v, want 1", got)
+	}
+}

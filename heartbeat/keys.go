@@ -208,6 +208,7 @@ type Keys struct {
 	secret string
 	public string
 	npub   string
+	signer signer
 }
 
 // NewKeys parses a secret key given as hex or nsec.
@@ -234,13 +235,7 @@ func (k *Keys) PublicKey() string { return k.public }
 func (k *Keys) Npub() string { return k.npub }
 
 // Sign sets ev's PubKey, ID and Sig (e.g. for a NIP-42 AUTH event).
-func (k *Keys) Sign(ev *nostr.Event) error {
-	if err := ev.Sign(k.secret); err != nil {
-		// go-nostr's message may quote the key: do not wrap it.
-		return errors.New("sign event: signing failed")
-	}
-	return nil
-}
+func (k *Keys) Sign(ev *nostr.Event) error { return k.sign(ev) }
 
 // String returns "Keys(<npub>)".
 func (k *Keys) String() string { return "Keys(" + k.npub + ")" }

@@ -332,7 +332,7 @@ func (c *strfryConn) handleEvent(raw []byte, ev *nostr.Event) {
 			return
 		}
 	}
-	if st := c.f.r.store; st != nil && len(st.query(nostr.Filter{IDs: []string{ev.ID}})) > 0 {
+	if st := c.f.r.store; st != nil && st.has(ev.ID) {
 		c.ok(ev.ID, true, "duplicate: have this event")
 		return
 	}

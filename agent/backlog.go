@@ -1,0 +1,152 @@
+package agent
+
+import (
+	"time"
+
+	"provideragent/agent/store"
+	"provideragent/lease"
+)
+
+// Bulk work never starves the loop (issue 10 items 3 and 5). A step that
+// concerns more than commitBatch workloads (a quorum loss evicting 10,000
+// workloads at once, a restart's sync resuming them all) is committed in
+// pieces: its stops and reports are performed at once, as for any step
+// (fencing never waits), then the first commitBatch workloads are committed
+// with it and the rest wait in the backlog, one batch per turn of the
+// machine loop between inputs and ticks. Each workload's effects stay whole
+// and in order within one commit, with its outbox rows (signed when its
+// batch is committed, not all at once); a later step that concerns a
+// workload still in the backlog takes its piece along, so a row is never
+// written without the outbox rows of the transitions it records. The
+// cursor tokens of a step finish only when its last piece is committed, and
+// saveMeta writes no row of a workload in the backlog.
+const commitBatch = 256
+
+// timedEffect is an effect with the time of the step that made it (the
+// created_at of its outbox event).
+type timedEffect struct {
+	e  lease.Effect
+	at time.Time
+}
+
+// tokGroup holds a step's cursor tokens until all its pieces are committed.
+type tokGroup struct {
+	toks []store.Token
+	left int
+}
+
+// piece is one workload's effects of one or more steps, committed together.
+type piece struct {
+	id     string
+	effs   []timedEffect
+	groups []*tokGroup
+	taken  bool // merged into a later step's piece: skip it in the queue
+}
+
+// backlog is the queue of pieces waiting for their commit (machine
+// goroutine only).
+type backlog struct {
+	queue []*piece
+	head  int
+	byID  map[string]*piece
+}
+
+func (b *backlog) len() int { return len(b.byID) }
+
+func (b *backlog) empty() bool { return len(b.byID) == 0 }
+
+// has reports whether workload id waits in the backlog.
+func (b *backlog) has(id string) bool {
+	_, ok := b.byID[id]
+	return ok
+}
+
+// split cuts a step's effects into one piece per workload, in first-seen
+// order, each taking along the backlog's piece of the same workload (which
+// must commit with it). The step's tokens finish with its last piece.
+func (b *backlog) split(now time.Time, effs []lease.Effect, toks []store.Token) ([]*piece, *tokGroup) {
+	g := &tokGroup{toks: toks}
+	var out []*piece
+	idx := map[string]*piece{}
+	for _, e := range effs {
+		id := e.Workload()
+		p := idx[id]
+		if p == nil {
+			p = &piece{id: id, groups: []*tokGroup{g}}
+			if old := b.byID[id]; old != nil {
+				delete(b.byID, id)
+				old.taken = true
+				p.effs = append(p.effs, old.effs...)
+				p.groups = append(old.groups, g)
+			}
+			idx[id] = p
+			out = append(out, p)
+			g.left++
+		}
+		p.effs = append(p.effs, timedEffect{e: e, at: now})
+	}
+	return out, g
+}
+
+// push queues pieces for later commits.
+func (b *backlog) push(ps []*piece) {
+	if b.byID == nil {
+		b.byID = map[string]*piece{}
+	}
+	for _, p := range ps {
+		b.byID[p.id] = p
+		b.queue = append(b.queue, p)
+	}
+}
+
+// next takes up to n pieces from the front of the queue.
+func (b *backlog) next(n int) []*piece {
+	var out []*piece
+	for b.head < len(b.queue) && len(out) < n {
+		p := b.queue[b.head]
+		b.queue[b.head] = nil
+		b.head++
+		if p.taken {
+			continue
+		}
+		delete(b.byID, p.id)
+		out = append(out, p)
+	}
+	if b.head == len(b.queue) {
+		b.queue, b.head = b.queue[:0], 0
+	} else if b.head > 1024 && b.head*2 > len(b.queue) {
+		b.queue = append(b.queue[:0], b.queue[b.head:]...)
+		b.head = 0
+	}
+	return out
+}
+
+// done counts pieces as committed and returns the tokens of the steps
+// whose last piece they were.
+func done(ps []*piece) []store.Token {
+	var out []store.Token
+	for _, p := range ps {
+		for _, g := range p.groups {
+			g.left--
+			if g.left == 0 {
+				out = append(out, g.toks...)
+			}
+		}
+	}
+	return out
+}
+
+// flatten lists the pieces' effects in order, with and without their times.
+func flatten(ps []*piece) ([]timedEffect, []lease.Effect, []string) {
+	var timed []timedEffect
+	var plain []lease.Effect
+	ids := make([]string, 0, len(ps))
+	for _, p := range ps {
+		ids = append(ids, p.id)
+		timed = append(timed, p.effs...)
+		for _, te := range p.effs {
+			plain = append(plain, te.e)
+		}
+	}
+	return timed, plain, ids
+}
