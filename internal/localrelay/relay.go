@@ -623,12 +623,14 @@ func (r *Relay) injecting() bool {
 func (r *Relay) variants(ev *nostr.Event) []*nostr.Event {
 	var out []*nostr.Event
 	if r.opts.Forge {
+		// The forgery is an extra tag, so the copy still decodes and only
+		// the id or signature check can refuse it.
 		idMismatch := cloneEvent(ev)
-		idMismatch.Content += " (forged)"
+		idMismatch.Tags = append(idMismatch.Tags, nostr.Tag{"forged", "1"})
 		out = append(out, idMismatch)
 
 		badSig := cloneEvent(ev)
-		badSig.Content += " (forged)"
+		badSig.Tags = append(badSig.Tags, nostr.Tag{"forged", "1"})
 		badSig.ID = badSig.GetID()
 		out = append(out, badSig)
 	}
