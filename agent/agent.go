@@ -315,8 +315,12 @@ type Agent struct {
 	statusIDs  dirtySet      // workloads whose status row changed since refreshStatus
 	heldDirty  bool          // the held list changed since publishHeld (machine goroutine)
 	stepMax    atomic.Int64  // longest machine step since ResetStepMax, ns (benchmarks)
-	cmdsMore   bool          // operator commands wait beyond the last batch (machine goroutine)
-	tagsWarned atomic.Bool   // a relay's max_event_tags was reported
+	// slowTurns counts machine-loop turns over slowTurn since the last
+	// WARN, logged at slowTurnLogged (machine goroutine only).
+	slowTurns      int
+	slowTurnLogged time.Time
+	cmdsMore       bool        // operator commands wait beyond the last batch (machine goroutine)
+	tagsWarned     atomic.Bool // a relay's max_event_tags was reported
 }
 
 // New builds an agent: it migrates the agent and courier tables, restores

@@ -124,12 +124,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 				a.logger.Error("save machine", "err", err)
 			}
 		}
-		if d := int64(time.Since(began)); d > a.stepMax.Load() {
-			a.stepMax.Store(d)
-		}
-		if d := time.Since(began); d > 300*time.Millisecond {
-			a.logger.Info("DEBUG slow step", "kind", kind, "took", d, "backlog", a.bl.len())
-		}
+		a.noteTurn(kind, time.Since(began))
 	}
 }
 
@@ -162,6 +157,31 @@ drain:
 	a.lastStep.Store(now.UnixNano())
 	if a.statusDirty && now.Sub(a.lastStat) >= statusEvery {
 		a.refreshStatus(now)
+	}
+}
+
+// slowTurn is the longest a turn of the machine loop may take before
+// inputs are late (issue 10's bound for a mass transition): a longer one
+// is a WARN, at most once per slowTurnLogEvery.
+const (
+	slowTurn         = 250 * time.Millisecond
+	slowTurnLogEvery = 10 * time.Second
+)
+
+// noteTurn records how long a turn of the machine loop took (StepMax) and
+// warns, rate-limited, when it kept inputs waiting longer than slowTurn.
+func (a *Agent) noteTurn(kind string, d time.Duration) {
+	if int64(d) > a.stepMax.Load() {
+		a.stepMax.Store(int64(d))
+	}
+	if d <= slowTurn {
+		return
+	}
+	a.slowTurns++
+	if now := time.Now(); now.Sub(a.slowTurnLogged) >= slowTurnLogEvery {
+		a.logger.Warn("machine loop turn slow: inputs waited", "kind", kind, "took", d.Round(time.Millisecond),
+			"slow_turns", a.slowTurns, "backlog", a.bl.len())
+		a.slowTurnLogged, a.slowTurns = now, 0
 	}
 }
 
@@ -402,12 +422,9 @@ func (a *Agent) commitPieces(ctx context.Context, now time.Time, pieces []*piece
 	start := time.Now()
 	timed, effs, ids := flatten(pieces)
 	rows := a.outboxRows(ctx, timed)
-	tRows := time.Since(start)
-	defer func() {
-		if d := time.Since(start); d > 200*time.Millisecond {
-			a.logger.Info("DEBUG slow commit", "pieces", len(pieces), "effects", len(effs), "rows", len(rows), "sign", tRows, "took", d)
-		}
-	}()
+	if d := time.Since(start); d > slowTurn {
+		a.logger.Debug("outbox events built slowly", "pieces", len(pieces), "effects", len(effs), "rows", len(rows), "took", d)
+	}
 	toks = append(toks, done(pieces)...)
 
 	held := !a.pend.empty()
@@ -510,8 +527,8 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 	}
 	tTx := time.Now()
 	defer func() {
-		if d := time.Since(tTx); d > 100*time.Millisecond {
-			a.logger.Info("DEBUG slow persist", "rows", len(wrows), "outbox", len(rows), "later", len(later), "took", d)
+		if d := time.Since(tTx); d > slowTurn {
+			a.logger.Debug("step commit slow", "rows", len(wrows), "outbox", len(rows), "later", len(later), "took", d)
 		}
 	}()
 	err := sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error {
@@ -824,12 +841,8 @@ func (a *Agent) publishClaim(ctx context.Context, e lease.PublishClaim, at time.
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, a.claimIOTimeout())
-	t0 := time.Now()
 	res := a.pool.Publish(pctx, ev)
 	cancel()
-	if d := time.Since(t0); d > 500*time.Millisecond {
-		a.logger.Info("DEBUG slow claim publish", "workload", e.ID, "took", d, "accepted", len(res.Accepted), "timedout", res.TimedOut)
-	}
 	a.emit("claim", e.ID, "promotion claim for epoch %d accepted by %d of %d relays", e.Epoch, len(res.Accepted), a.cfg.Lease.N)
 	a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: e.ID, Epoch: e.Epoch, Accepted: len(res.Accepted)}})
 }
