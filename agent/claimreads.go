@@ -166,4 +166,3 @@ func (a *Agent) readClaimBatch(ctx context.Context, batch []lease.ReadClaims) {
 		a.send(ctx, input{claims: byID[r.ID], claimRead: &lease.ClaimRead{Workload: r.ID, Epoch: r.Epoch, Relays: relays}})
 	}
 }
-
