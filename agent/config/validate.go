@@ -244,10 +244,12 @@ func checkHostPort(s string) error {
 	return nil
 }
 
-// NormalizeRelayURL checks that s is a ws:// or wss:// URL with a host and no
-// credentials or fragment, and returns it in the form go-nostr uses for
-// lease.NormalizeRelayURL form the machine compares relays in (lower-case
-// scheme and host, no default port, no trailing slash).
+// NormalizeRelayURL checks that s is a ws:// or wss:// URL with a host, a
+// valid port and no credentials, fragment or white space (a config is held
+// to more than a grant from the wire), and returns it in
+// lease.NormalizeRelayURL's canonical form, the one form the whole agent
+// compares relays in (lower-case scheme and host, no default port, no
+// trailing slash).
 func NormalizeRelayURL(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	p, err := url.Parse(s)

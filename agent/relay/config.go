@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/nbd-wtf/go-nostr"
+	"provideragent/lease"
 )
 
 // ErrInvalidConfig is wrapped by Config.Validate.
@@ -14,8 +14,9 @@ var ErrInvalidConfig = errors.New("invalid relay config")
 
 // Config configures a Pool. Start from DefaultConfig.
 type Config struct {
-	// URLs are the relays, ws:// or wss://; normalised with
-	// nostr.NormalizeURL and deduplicated. At least one is required.
+	// URLs are the relays, ws:// or wss://; put in lease.NormalizeRelayURL's
+	// canonical form (the one the lease machine counts quorum in) and
+	// deduplicated. At least one is required.
 	URLs []string
 	// DialAddrs maps a relay URL (as in URLs) to the websocket URL actually
 	// dialled, e.g. through a test proxy; labels, results and metrics keep
@@ -93,9 +94,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: URLs is empty, want at least one relay", ErrInvalidConfig)
 	}
 	for _, u := range c.URLs {
-		pu, err := url.Parse(u)
-		if err != nil || (pu.Scheme != "ws" && pu.Scheme != "wss") || pu.Host == "" {
-			return fmt.Errorf("%w: URLs entry %q, want ws://host or wss://host", ErrInvalidConfig, u)
+		if _, err := lease.NormalizeRelayURL(u); err != nil {
+			return fmt.Errorf("%w: URLs entry %q, want ws://host or wss://host: %v", ErrInvalidConfig, u, err)
 		}
 	}
 	for u, d := range c.DialAddrs {
@@ -146,7 +146,7 @@ func (c Config) normalizedURLs() []string {
 	seen := make(map[string]bool, len(c.URLs))
 	out := make([]string, 0, len(c.URLs))
 	for _, u := range c.URLs {
-		n := NormalizeURL(u)
+		n := canonicalURL(u)
 		if !seen[n] {
 			seen[n] = true
 			out = append(out, n)
@@ -158,13 +158,20 @@ func (c Config) normalizedURLs() []string {
 // dialAddr returns the websocket URL to dial for the normalised relay URL u.
 func (c Config) dialAddr(u string) string {
 	for k, d := range c.DialAddrs {
-		if NormalizeURL(k) == u && d != "" {
+		if canonicalURL(k) == u && d != "" {
 			return d
 		}
 	}
 	return u
 }
 
-// NormalizeURL is the relay URL form used for every label and key in this
-// package (go-nostr's normalisation: lower-case host, no trailing slash).
-func NormalizeURL(u string) string { return nostr.NormalizeURL(u) }
+// canonicalURL is the relay URL form used for every label and key in this
+// package: lease.NormalizeRelayURL's, the one form the whole agent compares
+// relays in (Validate refuses a URL it rejects; such a URL is kept as
+// given).
+func canonicalURL(u string) string {
+	if n, err := lease.NormalizeRelayURL(u); err == nil {
+		return n
+	}
+	return u
+}
