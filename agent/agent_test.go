@@ -494,7 +494,7 @@ func TestBadEventsChangeNothing(t *testing.T) {
 	spec := warmSpec("w1", primaryPub, standby.pub, urls)
 	standby.a.Track(context.Background(), spec)
 	standby.waitState("w1", lease.StateStandby, 1, 10*time.Second)
-	waitFor(t, 10*time.Second, "standby connected", func() bool { return standby.a.pool.EOSECount() == 3 })
+	waitFor(t, 10*time.Second, "standby connected", func() bool { return eoseCount(standby.a.pool) == 3 })
 
 	keys, err := heartbeat.NewKeys(primaryKey)
 	if err != nil {
@@ -567,7 +567,7 @@ func TestLeaseGrantFromTrustedIssuer(t *testing.T) {
 	issuer, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
 	stranger, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
 	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg, issuers: []string{issuer.PublicKey()}})
-	waitFor(t, 10*time.Second, "agent connected", func() bool { return ta.a.pool.EOSECount() == 3 })
+	waitFor(t, 10*time.Second, "agent connected", func() bool { return eoseCount(ta.a.pool) == 3 })
 	grant := func(k *heartbeat.Keys, id string) nostr.Event {
 		ev, err := heartbeat.BuildLeaseGrant(k, heartbeat.LeaseGrantParams{
 			WorkloadID: id, Primary: ta.pub, Relays: urls, Quorum: 2, Replication: lease.ReplicationNone,

@@ -31,7 +31,7 @@ func TestStoredHeartbeatsReadBackAfterReconnect(t *testing.T) {
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg, dial: dial})
 	standby.a.Track(context.Background(), warmSpec("w1", holder.PublicKey(), standby.pub, urls))
 	standby.waitState("w1", lease.StateStandby, 1, 10*time.Second)
-	waitFor(t, 10*time.Second, "standby connected", func() bool { return standby.a.pool.EOSECount() == 3 })
+	waitFor(t, 10*time.Second, "standby connected", func() bool { return eoseCount(standby.a.pool) == 3 })
 
 	holderQuorum := func() float64 {
 		return testutil.ToFloat64(standby.a.met.quorum.WithLabelValues(holder.PublicKey()))
@@ -39,7 +39,7 @@ func TestStoredHeartbeatsReadBackAfterReconnect(t *testing.T) {
 	for _, p := range proxies {
 		p.Cut()
 	}
-	waitFor(t, 10*time.Second, "standby disconnected", func() bool { return standby.a.pool.EOSECount() == 0 })
+	waitFor(t, 10*time.Second, "standby disconnected", func() bool { return eoseCount(standby.a.pool) == 0 })
 
 	ev, err := heartbeat.BuildHeartbeat(holder, heartbeat.HeartbeatParams{
 		At: time.Now(), Workloads: []heartbeat.WorkloadEpoch{{ID: "w1", Epoch: 1}},

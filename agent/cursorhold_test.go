@@ -40,7 +40,7 @@ func TestCursorNeverPassesAnUnappliedEvent(t *testing.T) {
 		standby.a.Track(ctx, spec)
 		standby.waitState(id, lease.StateStandby, 1, 10*time.Second)
 	}
-	waitFor(t, 10*time.Second, "standby subscribed on 3 relays", func() bool { return standby.a.pool.EOSECount() == 3 })
+	waitFor(t, 10*time.Second, "standby subscribed on 3 relays", func() bool { return eoseCount(standby.a.pool) == 3 })
 
 	holdMachineInputs(t, standby.a)
 	now := time.Now()

@@ -226,7 +226,7 @@ func TestForgedFutureEventDoesNotBlindTheAgent(t *testing.T) {
 		standby.a.Track(ctx, warmSpec(id, primaryKeys.PublicKey(), standby.pub, urls))
 		standby.waitState(id, lease.StateStandby, 1, 10*time.Second)
 	}
-	waitFor(t, 10*time.Second, "standby subscribed on 3 relays", func() bool { return standby.a.pool.EOSECount() == 3 })
+	waitFor(t, 10*time.Second, "standby subscribed on 3 relays", func() bool { return eoseCount(standby.a.pool) == 3 })
 
 	revocation := func(k *heartbeat.Keys, id string, at time.Time) nostr.Event {
 		return buildRevocation(t, k, id, standby.pub, at)
@@ -251,13 +251,13 @@ func TestForgedFutureEventDoesNotBlindTheAgent(t *testing.T) {
 	for _, p := range proxies {
 		p.Cut()
 	}
-	waitFor(t, 10*time.Second, "standby disconnected", func() bool { return standby.a.pool.EOSECount() == 0 })
+	waitFor(t, 10*time.Second, "standby disconnected", func() bool { return eoseCount(standby.a.pool) == 0 })
 	for _, p := range proxies {
 		if err := p.Restore(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 15*time.Second, "standby resubscribed on 3 relays", func() bool { return standby.a.pool.EOSECount() == 3 })
+	waitFor(t, 15*time.Second, "standby resubscribed on 3 relays", func() bool { return eoseCount(standby.a.pool) == 3 })
 	received := receivedRevocation
 	real1 := revocation(primaryKeys, "w1", time.Now())
 	for _, r := range rs {
@@ -268,7 +268,7 @@ func TestForgedFutureEventDoesNotBlindTheAgent(t *testing.T) {
 	// And after a restart, from the persisted cursor.
 	standby.stop()
 	restarted := startAgent(t, agentOpts{name: "standby", key: standby.key, dbPath: standby.dbPath, lcfg: lcfg, dial: dial})
-	waitFor(t, 15*time.Second, "restarted standby subscribed on 3 relays", func() bool { return restarted.a.pool.EOSECount() == 3 })
+	waitFor(t, 15*time.Second, "restarted standby subscribed on 3 relays", func() bool { return eoseCount(restarted.a.pool) == 3 })
 	if s := int64(restarted.a.since()); s > time.Now().Unix() {
 		t.Fatalf("since() after the restart = %d, want <= now", s)
 	}

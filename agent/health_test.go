@@ -24,7 +24,6 @@ func (p *upPool) Publish(context.Context, *nostr.Event) PublishResult { return P
 func (p *upPool) Query(context.Context, nostr.Filter) ([]RelayEvent, int) {
 	return nil, 0
 }
-func (p *upPool) EOSECount() int { return int(p.up.Load()) }
 func (p *upPool) QueryFilters(context.Context, []nostr.Filter) ([]RelayEvent, int) {
 	return nil, 0
 }

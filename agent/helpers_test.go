@@ -55,3 +55,15 @@ func newStepAgent(tb testing.TB, o stepOpts) *Agent {
 	tb.Cleanup(func() { _ = a.outbox.Close() })
 	return a
 }
+
+// eoseCount is how many relays sent EOSE for the live subscription on their
+// current connection.
+func eoseCount(p RelayPool) int {
+	n := 0
+	for _, r := range p.Status() {
+		if r.EOSE {
+			n++
+		}
+	}
+	return n
+}

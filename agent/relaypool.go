@@ -62,9 +62,6 @@ type RelayPool interface {
 	SetInterests(in []relay.Interest)
 	// Status reports each relay connection.
 	Status() []RelayStatus
-	// EOSECount is how many relays sent EOSE for the live subscription on
-	// their current connection.
-	EOSECount() int
 }
 
 // relayPool adapts agent/relay's Pool (supervised websockets with pings,
@@ -79,8 +76,9 @@ var (
 )
 
 // NewRelayPool starts agent/relay supervisors for the given config and
-// options and returns them as a RelayPool. Run forwards their events and
-// closes the pool when its context ends.
+// options and returns them as a RelayPool (the courier's --relays
+// forwarder uses it). Run forwards their events and closes the pool when
+// its context ends.
 func NewRelayPool(cfg relay.Config, opts relay.Options) (RelayPool, error) {
 	return newRelayPool(cfg, opts)
 }
@@ -188,8 +186,6 @@ func (r *relayPool) Status() []RelayStatus {
 	}
 	return out
 }
-
-func (r *relayPool) EOSECount() int { return len(r.p.Synced()) }
 
 // SetInterests replaces the subscription.
 func (r *relayPool) SetInterests(in []relay.Interest) { r.p.SetInterests(in) }

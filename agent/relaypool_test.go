@@ -52,7 +52,7 @@ func TestRelayPoolPublishSubscribeAndCut(t *testing.T) {
 	go func() { defer wg.Done(); _ = rc.Run(ctx, out) }()
 	defer func() { cancel(); wg.Wait() }()
 
-	waitFor(t, 10*time.Second, "3 relays EOSE", func() bool { return rc.EOSECount() == 3 })
+	waitFor(t, 10*time.Second, "3 relays EOSE", func() bool { return eoseCount(rc) == 3 })
 
 	sk := nostr.GeneratePrivateKey()
 	ev := signedNote(t, sk, "hello")
@@ -107,7 +107,7 @@ func TestRelayPoolPublishSubscribeAndCut(t *testing.T) {
 	if err := proxy.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "reconnect after restore", func() bool { return rc.EOSECount() == 3 })
+	waitFor(t, 10*time.Second, "reconnect after restore", func() bool { return eoseCount(rc) == 3 })
 }
 
 // waitFor polls cond (for conditions driven by real sockets, not timers).

@@ -81,7 +81,7 @@ func failoverOn(t *testing.T, kind relaytest.Kind) {
 	// Connect and sync over AUTH.
 	waitFor(t, 30*time.Second, "every agent authenticated and synced with 3 relays", func() bool {
 		for _, ta := range all {
-			if ta.a.pool.EOSECount() != 3 {
+			if eoseCount(ta.a.pool) != 3 {
 				return false
 			}
 		}

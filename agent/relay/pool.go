@@ -24,10 +24,6 @@ var (
 	ErrConnectionLost = errors.New("relay connection lost")
 	// ErrSubscriptionLimit: the relay's NIP-11 max_subscriptions is reached.
 	ErrSubscriptionLimit = errors.New("relay subscription limit reached")
-	// ErrClosed: the pool is closed.
-	ErrClosed = errors.New("relay pool closed")
-	// ErrUnknownRelay: a URL that is not in the pool.
-	ErrUnknownRelay = errors.New("unknown relay")
 )
 
 // Options are the Pool's collaborators and subscription; all are optional.
