@@ -125,7 +125,7 @@ func TestSendIdempotencyKeyDedupes(t *testing.T) {
 	if err := e.db.QueryRow(`SELECT COUNT(*) FROM courier_receipts`).Scan(&n); err != nil || n != 2 {
 		t.Errorf("rows = %d, %v, want 2", n, err)
 	}
-	// Without a key the seed behaviour holds: two sends, two receipts.
+	// Without a key every send is stored: two sends, two receipts.
 	r1, r2 := e.send(t, "same"), e.send(t, "same")
 	if r1.ID == r2.ID || r1.BundleHash != r2.BundleHash {
 		t.Errorf("Send twice without key = %s/%s, want two ids with one hash", r1.ID, r2.ID)

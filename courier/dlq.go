@@ -231,8 +231,8 @@ func (c *Courier) replayOne(ctx context.Context, fwd Forwarder, id ID, res *Repl
 	return nil
 }
 
-// DLQEntry is one element of ExportDLQ's JSON array, in the seed DLQ's
-// format: the receipt (with its bundle, base64), failed_at and attempts.
+// DLQEntry is one element of ExportDLQ's JSON array (what `courier dlq
+// export` writes): the receipt (with its bundle, base64), failed_at and attempts.
 type DLQEntry struct {
 	Receipt  Receipt   `json:"receipt"`
 	FailedAt time.Time `json:"failed_at"`

@@ -61,11 +61,12 @@ func oursTick(m *Machine, hbs []Heartbeat, now time.Time) int {
 }
 
 // BenchmarkTick measures one Tick over all workloads after one heartbeat
-// per provider per relay (the heartbeats are fed inside the op, as the seed's
-// tick took them as input). "warm" is the steady state, where Tick skips
+// per provider per relay (the heartbeats are fed inside the op, as the first
+// version's tick took them as input). "warm" is the steady state, where Tick skips
 // workloads whose next deadline lies ahead; "cold" forces every workload to
 // be evaluated (O(workloads*N)), the cost after a restore or when every
-// deadline is due. For workloads <= 10000 the seed's algorithm is measured in
+// deadline is due. For workloads <= 10000 the first version's algorithm (a
+// full scan per tick, seedOp) is measured in
 // the same run and the ratio reported as x-baseline (best of 3 each, which
 // resists noise on a shared machine).
 func BenchmarkTick(b *testing.B) {
@@ -122,7 +123,8 @@ func bestOf(k int, op func()) time.Duration {
 	return best
 }
 
-// seedOp returns one op of the seed's algorithm over n workloads.
+// seedOp returns one op of the first version's algorithm (every workload
+// scanned on every tick) over n workloads: the baseline of BenchmarkTick.
 func seedOp(n int) func() {
 	sm, obs := seedSetup(n)
 	now := uint64(t0.Unix())

@@ -132,7 +132,7 @@ func TestEveryFault(t *testing.T) {
 // TestRestartProtocolRegressions replays, as fixed schedules, the restart
 // and respawn defects TestMidStepCrash and TestProcessExits found (their
 // rapid seeds stop replaying once the code is fixed: a fixed run needs more
-// random data than the seed holds).
+// random data than the failing rapid seed holds).
 func TestRestartProtocolRegressions(t *testing.T) {
 	evictedAt := func(s *sim.Sim) time.Duration {
 		for _, e := range s.Timeline() {

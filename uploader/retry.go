@@ -9,8 +9,7 @@ import (
 )
 
 // RetryUploader decorates an Uploader with a bounded in-call retry loop on
-// partial outcomes and a per-tile attempt budget (the seed's
-// IdempotentRetryTileUploader, AC-1 to AC-13). Success and failure pass
+// partial outcomes and a per-tile attempt budget. Success and failure pass
 // through; errors propagate at once without sleeping; after a partial
 // outcome every rejected tile's upload_attempts is incremented, tiles that
 // reach MaxPerTileAttempts are given up (one audit row, one ERROR log, one

@@ -270,7 +270,7 @@ func (s *Store) MarkUploaded(ctx context.Context, id int64) error {
 		s.nowMillis(), id)
 }
 
-// UpdateStatus sets a tile's status (the seed's update_voting_status).
+// UpdateStatus sets a tile's status (one of the Status constants).
 func (s *Store) UpdateStatus(ctx context.Context, id int64, st Status) error {
 	if !st.Valid() {
 		return fmt.Errorf("update status of tile %d: %q: %w", id, st, ErrBadStatus)

@@ -6,8 +6,7 @@ import (
 	"time"
 )
 
-// Uploader uploads a store's pending tiles (the seed's TileUploader
-// protocol). The Blossom uploader and the RetryUploader decorator both
+// Uploader uploads a store's pending tiles. The Blossom uploader and the RetryUploader decorator both
 // implement it, so either can be used where the other is expected.
 type Uploader interface {
 	// UploadPending uploads the pending tiles the request selects, marks the
@@ -16,8 +15,8 @@ type Uploader interface {
 	UploadPending(ctx context.Context, req Request) (Report, error)
 	// EnumeratePending lists the pending tiles of workload ("" = all).
 	EnumeratePending(ctx context.Context, workload string) ([]Tile, error)
-	// ConfirmState checks that uploading is possible now (the seed's
-	// confirm_flight_state): the store answers and enough servers respond.
+	// ConfirmState checks that uploading is possible now: the store
+	// answers and enough servers respond.
 	ConfirmState(ctx context.Context) error
 }
 
@@ -54,7 +53,7 @@ const (
 	VerdictRejected Verdict = "rejected"
 )
 
-// TileResult is the per-tile status of an upload (the seed's PerTileStatus).
+// TileResult is the per-tile status of an upload.
 type TileResult struct {
 	TileID  int64
 	SHA256  string
@@ -66,7 +65,8 @@ type TileResult struct {
 	Code int
 }
 
-// Report is the result of UploadPending (the seed's UploadBatchReport).
+// Report is the result of UploadPending: a verdict per tile and the
+// batch's outcome.
 type Report struct {
 	Outcome  Outcome
 	Tiles    []TileResult // final verdict per tile, in tile id order

@@ -100,7 +100,7 @@ func TestCourierCLIWorkflow(t *testing.T) {
 			t.Errorf("courier show = %d %q, want it to contain %q", code, out, want)
 		}
 	}
-	// Export in the seed format.
+	// Export in the DLQ export format.
 	exportPath := filepath.Join(dir, "dlq.json")
 	if code, _, errs := courierCLI(t, "courier", "dlq", "export", "--out", exportPath); code != 0 {
 		t.Fatalf("courier dlq export = %d (%s), want 0", code, errs)
