@@ -661,7 +661,7 @@ func (n *LeaseNode) enqueue(env Env, now time.Time, ev Event) {
 	n.outbox = append(n.outbox, e)
 }
 
-// apply is the agent's step commit (agent/loop.go commitStep): the stops
+// apply is the agent's step commit (agent/commit.go commitStep): the stops
 // and reports first (lease.BeforeCommit), then "persist" (see Crash), then
 // the rest (lease.AfterCommit); while commits fail, the rest is held.
 func (n *LeaseNode) apply(env Env, now time.Time, effs []lease.Effect) {

@@ -1,0 +1,108 @@
+package agent
+
+// Operator commands (grants and releases queued in the database) applied
+// in bounded batches between the machine's other work.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"provideragent/lease"
+)
+
+// cmdBatch bounds the operator commands applied in one step (one commit);
+// more wait for the loop's next turn, after inputs and ticks had theirs.
+const cmdBatch = 256
+
+// applyCommands applies up to cmdBatch operator commands queued in the
+// database in one step; a release ends the batch (it removes the workload
+// from the machine once committed). cmdsMore says whether more wait.
+func (a *Agent) applyCommands(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
+	cmds, err := listPendingCommands(lctx, a.db, cmdBatch+1)
+	cancel()
+	a.cmdsMore = false
+	if err != nil {
+		a.logger.Error("read operator commands", "err", err)
+		return
+	}
+	if len(cmds) > cmdBatch {
+		a.cmdsMore = true
+		cmds = cmds[:cmdBatch]
+	}
+	if len(cmds) == 0 {
+		return
+	}
+	now := a.now()
+	var effs []lease.Effect
+	type applied struct {
+		seq    int64
+		result string
+	}
+	var marks []applied
+	var release string
+	for i, c := range cmds {
+		result := "ok"
+		switch c.Action {
+		case "grant":
+			if c.Spec == nil {
+				result = "error: no spec"
+				break
+			}
+			a.dirty.add(c.Spec.ID)
+			e, err := a.m.Track(now, *c.Spec)
+			if err != nil {
+				result = "error: " + err.Error()
+			}
+			effs = append(effs, e...)
+			a.subs.dirty = true
+			a.emit("grant", c.Workload, "local operator grant applied: %s", result)
+		case "release":
+			w, ok := a.m.Workload(c.Workload)
+			if !ok {
+				result = "error: workload not tracked"
+				break
+			}
+			if w.State.Holding() {
+				effs = append(effs, lease.StopWorkload{ID: c.Workload, Epoch: w.Epoch, Reason: "released by operator"})
+			}
+			release = c.Workload
+		}
+		marks = append(marks, applied{seq: c.Seq, result: result})
+		if release != "" {
+			a.cmdsMore = a.cmdsMore || i < len(cmds)-1
+			break
+		}
+	}
+	err = a.commit(ctx, now, effs, func(tx *sql.Tx) error {
+		if release != "" {
+			if err := a.st.DeleteWorkload(ctx, tx, release); err != nil {
+				return fmt.Errorf("delete workload %s: %w", release, err)
+			}
+			if err := a.claimTimes.forget(ctx, a.st, tx, release); err != nil {
+				return err
+			}
+		}
+		for _, m := range marks {
+			if err := markCommand(ctx, tx, m.seq, now, m.result); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		a.logger.Error("apply operator commands", "first_seq", cmds[0].Seq, "commands", len(marks), "err", err)
+		a.cmdsMore = false // retried with the next second's turn
+		return
+	}
+	if release != "" {
+		a.m.Remove(release)
+		delete(a.saved, release)
+		a.dirty.remove(release)
+		a.rivalWatch.remove(release)
+		a.heldDirty, a.statusDirty, a.subs.dirty = true, true, true
+		a.statusIDs.add(release)
+		a.refreshPolicy([]string{release})
+	}
+}

@@ -1,0 +1,206 @@
+package agent
+
+// Ingest: relay events routed by kind, checked by heartbeat's Ingestor and
+// turned into machine inputs.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/agent/store"
+	"provideragent/heartbeat"
+	"provideragent/lease"
+)
+
+// routeQueueBytes bounds the events routeLoop holds for ingest (their
+// content and tags); beyond it the relays' reads wait.
+const routeQueueBytes = 32 << 20
+
+// routeLoop takes what the relay layer delivers: copies of our own
+// heartbeat events (ownbeats.go) go to the machine at once, counted from
+// when they arrived; everything else is queued for the ingest goroutines,
+// up to routeQueueBytes, so that the relays' reads (and with them our own
+// heartbeats and the OKs of our publishes) never wait behind events being
+// verified.
+func (a *Agent) routeLoop(ctx context.Context) error {
+	var queue []RelayEvent
+	var head, bytes int
+	for {
+		in := a.received
+		if bytes >= routeQueueBytes {
+			in = nil // full: let the relays wait
+		}
+		var out chan<- RelayEvent
+		var next RelayEvent
+		if head < len(queue) {
+			out, next = a.raw, queue[head]
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case re := <-in:
+			if re.Event == nil {
+				at := re.At
+				if at.IsZero() {
+					at = a.now()
+				}
+				// One pruned meanwhile is too old to count.
+				if hb, ok := a.own.input(a.self, re.ID, re.Relay, at); ok {
+					select {
+					case a.beats <- input{hb: &hb}:
+					case <-ctx.Done():
+						return nil
+					}
+				}
+				continue
+			}
+			queue = append(queue, re)
+			bytes += eventBytes(re.Event)
+			a.routed.Store(int64(len(queue) - head))
+		case out <- next:
+			queue[head] = RelayEvent{}
+			head++
+			bytes -= eventBytes(next.Event)
+			a.routed.Store(int64(len(queue) - head))
+			if head == len(queue) {
+				queue, head = queue[:0], 0
+			} else if head > 1024 && head*2 > len(queue) {
+				queue = append(queue[:0], queue[head:]...)
+				head = 0
+			}
+		}
+	}
+}
+
+// eventBytes approximates the memory an event holds.
+func eventBytes(ev *nostr.Event) int {
+	n := 512 + len(ev.Content)
+	for _, t := range ev.Tags {
+		for _, v := range t {
+			n += len(v) + 16
+		}
+	}
+	return n
+}
+
+// ingestLoop verifies and decodes relay events and feeds machine inputs.
+func (a *Agent) ingestLoop(ctx context.Context) error {
+	for {
+		var re RelayEvent
+		select {
+		case <-ctx.Done():
+			return nil
+		case re = <-a.raw:
+		}
+		now := a.now()
+		// The event holds the cursor back from before it is verified (so a
+		// later event finished meanwhile cannot carry the cursor past it),
+		// but moves it only once it passed every check: signature, signer
+		// rules, and created_at at most max_skew ahead (the ingestor's).
+		// A rejected event - a forgery, a stranger's, one dated 2100 - is
+		// dropped without moving it. Its token is finished by the machine
+		// loop once the input's step is persisted.
+		var tok store.Token
+		tracked := !isHeartbeat(re.Event.Kind)
+		if tracked {
+			tok = a.cursor.Reserve(int64(re.Event.CreatedAt))
+		}
+		in, ok := a.decode(ctx, now, re)
+		if !ok {
+			if tracked {
+				a.cursor.Done(tok)
+			}
+			continue
+		}
+		if tracked {
+			a.cursor.Accept(tok)
+		}
+		in.cursorTok, in.hasTok = tok, tracked
+		ch := a.inputs
+		if in.hb != nil {
+			ch = a.beats // heartbeats never wait behind bulk inputs
+		}
+		select {
+		case ch <- in:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func isHeartbeat(kind int) bool {
+	return kind == heartbeat.KindHeartbeat || kind == heartbeat.KindHeartbeatEphemeral || kind == heartbeat.KindHeartbeatShard
+}
+
+func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input, bool) {
+	if hb, ok := a.own.input(a.self, re.Event.ID, re.Relay, cmp.Or(re.At, now)); ok {
+		// One of our own heartbeat events, parsed by a relay layer that
+		// could not skip it: nothing to verify or decode (ownbeats.go).
+		return input{hb: &hb}, true
+	}
+	if re.Event.PubKey == a.self && (re.Event.Kind == heartbeat.KindRevocation || re.Event.Kind == heartbeat.KindPromotion) {
+		// Our own revocations, claims and announcements coming back: the
+		// machine ignores its own (lease: ObserveRevocation, ObserveClaim),
+		// so they are not worth a signature check. A forgery in our name
+		// is dropped the same way.
+		return input{}, false
+	}
+	if a.ownGrant(re.Event) {
+		// A grant we published ourselves (ingestlog.go): not a rejection.
+		return input{}, false
+	}
+	got, err := a.ingestor.Ingest(ctx, now, re.Event)
+	if err != nil {
+		reason := string(heartbeat.ReasonOf(err))
+		a.met.eventsRejected.WithLabelValues(reason).Inc()
+		a.logRejected(re, now, err)
+		return input{}, false
+	}
+	switch {
+	case got.Heartbeat != nil:
+		// Expiry (NIP-40), age and skew were enforced by the ingestor.
+		a.met.eventsAccepted.WithLabelValues("heartbeat").Inc()
+		at := now
+		if !re.At.IsZero() && re.At.Before(now) {
+			at = re.At // counted from its arrival, not from the ingest backlog
+		}
+		hb := heartbeat.HeartbeatInput(got.Heartbeat, re.Relay, at)
+		return input{hb: &hb}, true
+	case got.Duplicate:
+		return input{}, false
+	case got.Revocation != nil:
+		// Converted in feed: a Paygress revocation takes the machine's epoch.
+		a.met.eventsAccepted.WithLabelValues("revocation").Inc()
+		return input{rev: got.Revocation}, true
+	case got.Promotion != nil:
+		p := got.Promotion
+		a.met.eventsAccepted.WithLabelValues("promotion").Inc()
+		if p.Signer != a.self {
+			epoch := fmt.Sprint(p.Epoch)
+			if !p.HasEpoch {
+				epoch = "(none: Paygress announcement)"
+			}
+			a.emit("received", p.WorkloadID, "promotion claim (%s) for epoch %s from %s", p.Status, epoch, short(p.Signer))
+		}
+		return input{claims: []relayClaim{{p: p, relay: re.Relay}}}, true
+	case got.LeaseGrant != nil:
+		a.met.eventsAccepted.WithLabelValues("lease_grant").Inc()
+		spec := a.specFromGrant(got.LeaseGrant)
+		return input{grant: &spec}, true
+	}
+	return input{}, false
+}
+
+// specFromGrant is the lease spec of a grant from the relays. An on-failure
+// restart policy without a count gets Config.RestartMaxAttempts.
+func (a *Agent) specFromGrant(g *heartbeat.LeaseGrant) lease.Spec {
+	s := heartbeat.SpecOf(g)
+	if s.RestartPolicy.Policy == lease.RestartOnFailure && s.RestartPolicy.MaxAttempts == 0 {
+		s.RestartPolicy.MaxAttempts = a.cfg.RestartMaxAttempts
+	}
+	return s
+}

@@ -1,0 +1,324 @@
+package agent
+
+// Performing a step's effects: stops before the commit, the rest after it;
+// the outbox events a step commits, and the claim step's publishes.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/heartbeat"
+	"provideragent/lease"
+)
+
+// performEarly performs the effects of effs that do not wait for the commit.
+func (a *Agent) performEarly(ctx context.Context, now time.Time, effs []lease.Effect) {
+	var early []lease.Effect
+	for _, e := range effs {
+		if lease.BeforeCommit(e) {
+			early = append(early, e)
+		}
+	}
+	if len(early) > 0 {
+		a.perform(ctx, now, early, nil)
+	}
+}
+
+// outboxRows signs the step's outbox effects (lease.DurabilityOf: the
+// revocations, withdrawn markers and announcements) for the outbox, before
+// the transaction (no I/O inside it but SQL). A withdrawn marker takes its
+// created_at from claimTimes (after its claim's) and the row carries the
+// workload whose claim time the commit must save. An event that cannot be
+// built is logged and left out: for a revocation, the standby's takeover
+// covers one that never comes.
+func (a *Agent) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
+	// What needs the machine or the database is gathered here, on the
+	// machine goroutine; signing, the costly part, runs on every core.
+	type job struct {
+		e         lease.Effect
+		at        time.Time
+		stateURI  string
+		claimTime string
+	}
+	var jobs []job
+	for _, te := range effs {
+		e, now := te.e, te.at
+		if lease.DurabilityOf(e) != lease.Outbox {
+			continue
+		}
+		j := job{e: e, at: now}
+		switch e := e.(type) {
+		case lease.WithdrawClaim:
+			tctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
+			t, err := a.claimTimes.next(tctx, a.st, e.ID, now)
+			cancel()
+			if err != nil {
+				a.met.stepErrors.Inc()
+				a.logger.Error("withdrawn marker", "workload", e.ID, "epoch", e.Epoch, "err", err)
+				continue
+			}
+			j.at, j.claimTime = t, e.ID
+		case lease.PublishRevocation:
+			w, _ := a.m.Workload(e.ID)
+			e.Reason = a.fenceReason(e.Reason, now)
+			j.e, j.stateURI = e, w.Spec.StateURI
+		}
+		jobs = append(jobs, j)
+	}
+	built := make([]*outRow, len(jobs))
+	errs := make([]error, len(jobs))
+	build := func(i int) {
+		j := jobs[i]
+		ev, key, err := a.outboxEvent(j.e, j.at, j.stateURI)
+		if err == nil {
+			var b []byte
+			if b, err = json.Marshal(ev); err == nil {
+				built[i] = &outRow{bundle: b, key: key, claimTime: j.claimTime}
+				return
+			}
+		}
+		errs[i] = err
+	}
+	if workers := min(runtime.GOMAXPROCS(0), len(jobs)/8); workers > 1 {
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					build(i)
+				}
+			}()
+		}
+		for i := range jobs {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+	} else {
+		for i := range jobs {
+			build(i)
+		}
+	}
+	rows := make([]outRow, 0, len(jobs))
+	for i, r := range built {
+		if r == nil {
+			a.met.stepErrors.Inc()
+			a.logger.Error("build outbox event", "effect", jobs[i].e.String(), "err", errs[i])
+			continue
+		}
+		rows = append(rows, *r)
+	}
+	return rows
+}
+
+// perform runs effects in order; backend work and network waits go to
+// owned goroutines that report back as inputs. stamps[i] is the created_at
+// commit assigned to claim effect i (nil or zero: now).
+func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect, stamps []time.Time) {
+	heldChanged := false
+	for i, e := range effs {
+		at := now
+		if i < len(stamps) && !stamps[i].IsZero() {
+			at = stamps[i]
+		}
+		a.met.effects.WithLabelValues(effectType(e)).Inc()
+		a.logger.Debug("effect", "effect", e.String())
+		switch e := e.(type) {
+		case lease.EnteredState:
+			from := string(e.From)
+			if from == "" {
+				from = "new"
+			}
+			a.met.transitions.WithLabelValues(from, string(e.To)).Inc()
+			a.logger.Info("workload state", "workload", e.ID, "from", from, "to", e.To, "epoch", e.Epoch)
+			a.statusIDs.add(e.ID)
+			if e.From == "" || e.To.Terminal() {
+				a.subs.dirty = true
+			}
+			if a.onEvent != nil {
+				a.onEvent(Event{Time: a.now(), Agent: a.name, Kind: "state", Workload: e.ID,
+					Detail: fmt.Sprintf("%s -> %s (epoch %d)", from, e.To, e.Epoch), State: string(e.To), Epoch: e.Epoch})
+			}
+			heldChanged = true
+		case lease.StartWorkload:
+			w, _ := a.m.Workload(e.ID)
+			a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
+			a.act.enqueue(ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command})
+		case lease.StopWorkload:
+			if a.act.Fenced(e.ID) {
+				// Repeated stops (Restore re-issues one for every workload
+				// not held here) are no-ops: nothing runs or is queued.
+				a.logger.Debug("stop workload: not running here", "workload", e.ID, "epoch", e.Epoch)
+				break
+			}
+			reason := a.fenceReason(e.Reason, now)
+			a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, reason)
+			a.act.enqueue(ctx, e.ID, op{kind: opStop, epoch: e.Epoch, reason: reason})
+		case lease.PublishRevocation:
+			a.met.revocations.WithLabelValues("queued").Inc()
+			a.emit("revocation", e.ID, "revocation of epoch %d queued in the outbox (successor %s): %s", e.Epoch, short(e.Successor), e.Reason)
+		case lease.PublishClaim:
+			a.met.promotions.WithLabelValues("claimed").Inc()
+			a.goFeedback(ctx, func(ctx context.Context) {
+				select {
+				case a.claimSem <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				defer func() { <-a.claimSem }()
+				a.publishClaim(ctx, e, at)
+			})
+		case lease.WithdrawClaim:
+			a.met.promotions.WithLabelValues("withdrawn").Inc()
+			a.emit("claim", e.ID, "claim for epoch %d withdrawn: the withdrawn marker is queued in the outbox", e.Epoch)
+		case lease.AnnouncePromotion:
+			a.met.promotions.WithLabelValues("announced").Inc()
+			a.emit("claim", e.ID, "claim for epoch %d won: the Paygress-form announcement is queued in the outbox", e.Epoch)
+		case lease.ReadClaims:
+			a.reads.add(e) // batched with the other reads due (claimreads.go)
+		case lease.AttemptRespawn:
+			w, _ := a.m.Workload(e.ID)
+			a.emit("respawn", e.ID, "respawn attempt %d (due %s)", e.Attempt, e.At.Format(time.TimeOnly))
+			a.act.enqueue(ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt})
+		case lease.Failed:
+			a.logger.Error("workload failed", "workload", e.ID, "epoch", e.Epoch, "reason", e.Reason)
+			a.emit("failed", e.ID, "failed at epoch %d: %s", e.Epoch, e.Reason)
+		case lease.QuorumReport:
+			a.logger.Warn("workload without standby lacks relay quorum; it keeps running", "workload", e.ID, "since", e.LostAt)
+			a.emit("quorum", e.ID, "no quorum since %s; no standby, keeps running", e.LostAt.Format(time.TimeOnly))
+		}
+	}
+	if heldChanged {
+		a.heldDirty = true // publishHeld on the next tick
+		a.statusDirty = true
+	}
+}
+
+func effectType(e lease.Effect) string {
+	switch e.(type) {
+	case lease.EnteredState:
+		return "entered_state"
+	case lease.StartWorkload:
+		return "start"
+	case lease.StopWorkload:
+		return "stop"
+	case lease.PublishRevocation:
+		return "publish_revocation"
+	case lease.PublishClaim:
+		return "publish_claim"
+	case lease.WithdrawClaim:
+		return "withdraw_claim"
+	case lease.ReadClaims:
+		return "read_claims"
+	case lease.AnnouncePromotion:
+		return "announce_promotion"
+	case lease.AttemptRespawn:
+		return "attempt_respawn"
+	case lease.Failed:
+		return "failed"
+	case lease.QuorumReport:
+		return "quorum_report"
+	}
+	return "other"
+}
+
+func (a *Agent) goFeedback(ctx context.Context, f func(context.Context)) {
+	a.fgWG.Add(1)
+	go func() {
+		defer a.fgWG.Done()
+		f(ctx)
+	}()
+}
+
+// outboxEvent signs the event an Outbox effect (lease.DurabilityOf) queues,
+// created at at, and the idempotency key of its outbox row; a revocation's
+// reason is final (fenceReason) and stateURI its workload's. It touches
+// neither the machine nor the database, so it may run on any goroutine.
+func (a *Agent) outboxEvent(e lease.Effect, at time.Time, stateURI string) (*nostr.Event, string, error) {
+	var ev *nostr.Event
+	var key string
+	var err error
+	switch e := e.(type) {
+	case lease.PublishRevocation:
+		ev, err = heartbeat.BuildRevocationFor(a.keys, e, at, stateURI)
+		key = fmt.Sprintf("revocation:%s:%d", e.ID, e.Epoch)
+	case lease.WithdrawClaim:
+		ev, err = heartbeat.BuildWithdrawFor(a.keys, e, at)
+		key = fmt.Sprintf("withdraw:%s:%d:%d", e.ID, e.Epoch, at.Unix())
+	case lease.AnnouncePromotion:
+		ev, err = heartbeat.BuildAnnouncementFor(a.keys, e, at)
+		key = fmt.Sprintf("announcement:%s:%d", e.ID, e.Epoch)
+	default:
+		return nil, "", fmt.Errorf("%s is not an outbox effect", e)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("build %s: %w", e, err)
+	}
+	return ev, key, nil
+}
+
+// publishClaim publishes the active promotion claim of a PublishClaim
+// effect, created at at, and reports how many relays accepted it (the
+// claim step's feedback; withdrawn markers go through the outbox).
+func (a *Agent) publishClaim(ctx context.Context, e lease.PublishClaim, at time.Time) {
+	ev, err := heartbeat.BuildClaimFor(a.keys, e, at)
+	if err != nil {
+		a.logger.Error("build promotion claim", "workload", e.ID, "err", err)
+		a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: e.ID, Epoch: e.Epoch}})
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, a.claimIOTimeout())
+	res := a.pool.Publish(pctx, ev)
+	cancel()
+	a.emit("claim", e.ID, "promotion claim for epoch %d accepted by %d of %d relays", e.Epoch, len(res.Accepted), a.cfg.Lease.N)
+	a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: e.ID, Epoch: e.Epoch, Accepted: len(res.Accepted)}})
+}
+
+// claimIOTimeout bounds one claim publish or claim read: PublishTimeout,
+// but at most half of the lease's ClaimTimeout, so that each round's report
+// reaches the machine before the round can time out and a later round
+// begins (lease/doc.go: a report never outlives its round).
+func (a *Agent) claimIOTimeout() time.Duration {
+	return min(a.cfg.PublishTimeout, a.cfg.Lease.ClaimTimeout/2)
+}
+
+// onOutboxAttempt is called after every publish attempt of the outbox.
+func (a *Agent) onOutboxAttempt(ev *nostr.Event, res PublishResult) {
+	if ev.Kind != heartbeat.KindRevocation || len(res.Accepted) >= a.cfg.Lease.M {
+		return
+	}
+	// Once per event: the outbox may retry many times.
+	a.attemptMu.Lock()
+	seen := a.attempted[ev.ID]
+	a.attempted[ev.ID] = true
+	a.attemptMu.Unlock()
+	if seen {
+		return
+	}
+	a.emit("revocation", tagValue(ev, "workload"), "revocation published: accepted by %d relays (%s), below quorum %d: the outbox retries",
+		len(res.Accepted), strings.Join(res.Accepted, " "), a.cfg.Lease.M)
+}
+
+func tagValue(ev *nostr.Event, name string) string {
+	if t := ev.Tags.GetFirst([]string{name, ""}); t != nil && len(*t) > 1 {
+		return (*t)[1]
+	}
+	return ""
+}
+
+// onOutboxAck is called when the courier delivered an event to quorum.
+func (a *Agent) onOutboxAck(ev *nostr.Event, res PublishResult) {
+	if ev.Kind == heartbeat.KindRevocation {
+		a.met.revocations.WithLabelValues("sent").Inc()
+		a.emit("revocation", tagValue(ev, "workload"), "revocation delivered: accepted by %d relays (%s)", len(res.Accepted), strings.Join(res.Accepted, " "))
+	}
+}
