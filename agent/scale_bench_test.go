@@ -394,7 +394,7 @@ func BenchmarkForeignTraffic(b *testing.B) {
 			})
 		}
 		waitFor(b, time.Minute, "the agent's workloads Live", func() bool { return sa.count(lease.StateLive) == workloads })
-		waitFor(b, 30*time.Second, "the agent subscribed on every relay", func() bool { return sa.a.pool.EOSECount() == len(urls) })
+		waitFor(b, 30*time.Second, "the agent subscribed on every relay", func() bool { return eoseCount(sa.a.pool) == len(urls) })
 
 		pubr := startForeignPublisher(b, urls, providers, window)
 		time.Sleep(2 * time.Second) // settle after the publisher connected
