@@ -65,6 +65,7 @@ func (a *Agent) commitStep(ctx context.Context, now time.Time, effs []lease.Effe
 		// The rest waits in the backlog, committed one batch per turn of
 		// the machine loop (backlog.go).
 		a.bl.push(pieces[commitBatch:])
+		a.met.backlog.Set(float64(a.bl.len()))
 		pieces = pieces[:commitBatch]
 	}
 	var early []store.Token
@@ -76,7 +77,9 @@ func (a *Agent) commitStep(ctx context.Context, now time.Time, effs []lease.Effe
 
 // drainBacklog commits the next batch of the backlog (machine goroutine).
 func (a *Agent) drainBacklog(ctx context.Context, run bool) error {
-	return a.commitPieces(ctx, a.now(), a.bl.next(commitBatch), nil, nil, run)
+	pieces := a.bl.next(commitBatch)
+	a.met.backlog.Set(float64(a.bl.len()))
+	return a.commitPieces(ctx, a.now(), pieces, nil, nil, run)
 }
 
 // commitPieces persists pieces of steps (and extra), then performs their
@@ -266,7 +269,11 @@ func (a *Agent) saveMeta(ctx context.Context) error { return a.saveMetaRun(ctx, 
 // held steps without performing their deferred effects.
 func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
 	if !run {
+		// At shutdown: the step in flight when the context ended may have
+		// failed on it and be held for a retry later; retry it now, with
+		// this context, rather than give up on the backlog behind it.
 		for !a.bl.empty() {
+			a.pend.retryAt = time.Time{}
 			if err := a.drainBacklog(ctx, false); err != nil {
 				return fmt.Errorf("save machine: %w", err)
 			}
@@ -303,8 +310,7 @@ func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
 			}
 		}
 	}
-	snap := a.m.Snapshot()
-	snap.Workloads = nil
+	snap := a.m.MetaSnapshot()
 	cursor := min(a.cursor.Cursor(), now.Unix())
 	err := sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error {
 		if err := saveWorkloadRows(ctx, a.st, tx, changed); err != nil {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,20 +14,6 @@ import (
 	"provideragent/heartbeat"
 	"provideragent/lease"
 )
-
-// setWritable makes the agent's database refuse every write (a full disk,
-// as far as the agent can tell: SQLite's query_only on its one connection)
-// or accept them again.
-func setWritable(t *testing.T, a *Agent, ok bool) {
-	t.Helper()
-	q := "PRAGMA query_only = 1"
-	if ok {
-		q = "PRAGMA query_only = 0"
-	}
-	if _, err := a.db.ExecContext(context.Background(), q); err != nil {
-		t.Fatalf("PRAGMA query_only: %v", err)
-	}
-}
 
 // rowState is the persisted state of workload id ("" when no row).
 func rowState(t *testing.T, a *Agent, id string) string {
@@ -91,7 +78,7 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "w1 running", func() bool { return b.Running("w1") })
 
-	setWritable(t, a, false)
+	refuseWrites(t, a, true)
 	// w2 and w3 are granted (as if from the relays, with cursor tokens)
 	// while the disk is full: their starts wait.
 	for _, id := range []string{"w2", "w3"} {
@@ -129,7 +116,7 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 		t.Fatalf("saveMeta() with held steps and writes failing = %v, want ErrUnpersisted", err)
 	}
 
-	setWritable(t, a, true)
+	refuseWrites(t, a, false)
 	if err := a.commitStep(ctx, t0.Add(2*commitRetryEvery), nil, nil, nil, true); err != nil {
 		t.Fatalf("commitStep(retry) once writable = %v, want nil", err)
 	}
@@ -168,11 +155,11 @@ func TestSaveMetaMarksRowsSavedAfterCommit(t *testing.T) {
 	// The grant changed w1 as an input without effects would: saveMeta
 	// writes what inputs marked, not the whole table (issue 10 item 5).
 	a.dirty.add(spec.ID)
-	setWritable(t, a, false)
+	refuseWrites(t, a, true)
 	if err := a.saveMeta(ctx); err == nil {
 		t.Fatalf("saveMeta() with writes failing = nil, want an error")
 	}
-	setWritable(t, a, true)
+	refuseWrites(t, a, false)
 	if err := a.saveMeta(ctx); err != nil {
 		t.Fatalf("saveMeta() = %v, want nil", err)
 	}
@@ -213,5 +200,47 @@ func TestFutureCursorHealedAtStart(t *testing.T) {
 	}
 	if got, err := a.st.Cursor(ctx, cursorKey); err != nil || got > now {
 		t.Fatalf("persisted cursor after start = %d, %v, want <= now %d", got, err, now)
+	}
+}
+
+// TestShutdownCommitsTheBacklog: a step of more than commitBatch workloads
+// whose first batch failed to commit (the context ended under it, or the
+// disk was full) leaves a held step and a backlog. The shutdown save must
+// retry the held step at once and commit the whole backlog; it used to
+// return ErrUnpersisted because the held step's retry time lay ahead.
+func TestShutdownCommitsTheBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := nostr.GeneratePrivateKey()
+	self, _ := heartbeat.NewKeys(key)
+	standby := newTestKeys(t)
+	a := newStepAgent(t, stepOpts{key: key})
+	defer a.act.wait()
+	t0 := time.Now()
+	n := 2*commitBatch + 10
+	var effs []lease.Effect
+	for i := range n {
+		s := stepSpec(self.PublicKey(), standby.PublicKey())
+		s.ID = fmt.Sprintf("w%04d", i)
+		effs, _ = a.feed(t0, input{grant: &s}, effs, nil)
+	}
+	refuseWrites(t, a, true)
+	if err := a.commitStep(ctx, t0, effs, nil, nil, true); err == nil {
+		t.Fatalf("commitStep(%d grants) with writes failing = nil, want an error", n)
+	}
+	if a.bl.empty() || a.pend.empty() {
+		t.Fatalf("backlog empty %v, held steps empty %v: want both non-empty", a.bl.empty(), a.pend.empty())
+	}
+	refuseWrites(t, a, false)
+	if err := a.saveMetaRun(ctx, false); err != nil {
+		t.Fatalf("shutdown save = %v, want nil (the held step retried and the backlog committed)", err)
+	}
+	if !a.bl.empty() || !a.pend.empty() {
+		t.Fatalf("after the shutdown save: backlog %d, held steps empty %v; want both empty", a.bl.len(), a.pend.empty())
+	}
+	for _, id := range []string{"w0000", fmt.Sprintf("w%04d", n-1)} {
+		if got := rowState(t, a, id); got == "" {
+			t.Errorf("persisted %s: no row, want one", id)
+		}
 	}
 }

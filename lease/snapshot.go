@@ -179,6 +179,18 @@ func (p *ProviderSnapshot) copy() ProviderSnapshot {
 
 // Snapshot returns a deep copy of the machine's state.
 func (m *Machine) Snapshot() Snapshot {
+	s := m.MetaSnapshot()
+	s.Workloads = make([]WorkloadSnapshot, len(m.list))
+	for i, w := range m.list {
+		s.Workloads[i] = w.public()
+	}
+	return s
+}
+
+// MetaSnapshot is Snapshot without the workloads (Workloads nil): what a
+// driver that persists each workload's row on its own saves besides them,
+// without copying every workload.
+func (m *Machine) MetaSnapshot() Snapshot {
 	s := Snapshot{
 		Version:      SnapshotVersion,
 		Self:         m.self,
@@ -188,16 +200,12 @@ func (m *Machine) Snapshot() Snapshot {
 		ClockSuspect: m.clockSuspect,
 		ClockWhy:     m.clockWhy,
 		Providers:    make([]ProviderSnapshot, len(m.provs)),
-		Workloads:    make([]WorkloadSnapshot, len(m.list)),
 	}
 	if m.awaitingSync {
 		s.Synced = append([]bool(nil), m.synced...)
 	}
 	for i := range m.provs {
 		s.Providers[i] = m.provs[i].copy()
-	}
-	for i, w := range m.list {
-		s.Workloads[i] = w.public()
 	}
 	return s
 }
