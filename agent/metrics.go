@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"provideragent/heartbeat"
+	"provideragent/internal/promreg"
 	"provideragent/lease"
 )
 
@@ -46,68 +47,63 @@ var (
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	f, registered := promreg.Factory(reg)
 	m := &metrics{
-		workloads: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		workloads: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "agent_workloads", Help: "Workloads tracked by this agent, by lease state.",
 		}, []string{"state"}),
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		transitions: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_transitions_total", Help: "Workload state transitions, by from and to state.",
 		}, []string{"from", "to"}),
-		quorum: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		quorum: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "agent_provider_quorum", Help: "1 when the provider (this agent or a holder it watches) has relay quorum now, else 0.",
 		}, []string{"provider"}),
-		eventsAccepted: prometheus.NewCounterVec(prometheus.CounterOpts{
+		eventsAccepted: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_events_accepted_total", Help: "Events that passed every check and were fed to the lease machine, by kind.",
 		}, []string{"kind"}),
-		eventsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+		eventsRejected: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_events_rejected_total", Help: "Events rejected by ingest, by reason.",
 		}, []string{"reason"}),
-		revocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+		revocations: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_revocations_total", Help: "Lease revocations, by direction (queued in our outbox, sent to quorum, received).",
 		}, []string{"direction"}),
-		promotions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		promotions: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_promotions_total", Help: "Promotion claims, by outcome (claimed, withdrawn, announced).",
 		}, []string{"outcome"}),
-		respawns: prometheus.NewCounter(prometheus.CounterOpts{
+		respawns: f.NewCounter(prometheus.CounterOpts{
 			Name: "agent_respawns_total", Help: "Workload process respawn attempts.",
 		}),
-		effects: prometheus.NewCounterVec(prometheus.CounterOpts{
+		effects: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_effects_total", Help: "Lease machine effects performed, by type.",
 		}, []string{"type"}),
-		stepErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		stepErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "agent_step_errors_total", Help: "Machine steps whose persistence or effects failed.",
 		}),
-		stepSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+		stepSeconds: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "agent_step_seconds", Help: "Time to persist one machine step and run its effects.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
-		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+		clockOffset: f.NewGauge(prometheus.GaugeOpts{
 			Name: "agent_clock_offset_seconds", Help: "The relays' clock minus this node's (median over the relays that answered the last clock check); positive: this clock is slow.",
 		}),
-		clockSuspect: prometheus.NewGauge(prometheus.GaugeOpts{
+		clockSuspect: f.NewGauge(prometheus.GaugeOpts{
 			Name: "agent_clock_suspect", Help: "1 while this node's clock is outside the bound (max_skew/2) of the relays': no takeover, held workloads with a standby fenced.",
 		}),
-		savedRows: prometheus.NewCounter(prometheus.CounterOpts{
+		savedRows: f.NewCounter(prometheus.CounterOpts{
 			Name: "agent_saved_rows_total", Help: "Workload rows the periodic save wrote (changed by inputs without an effect; rows of steps are written with their step).",
 		}),
-		beatBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+		beatBytes: f.NewGauge(prometheus.GaugeOpts{
 			Name: "agent_heartbeat_event_bytes", Help: "Largest event of the last heartbeat beat (NIP-01 JSON bytes, at most a few over).",
 		}),
-		beatEvents: prometheus.NewGauge(prometheus.GaugeOpts{
+		beatEvents: f.NewGauge(prometheus.GaugeOpts{
 			Name: "agent_heartbeat_events", Help: "Events of the last heartbeat beat: its shards and the ephemeral copy.",
 		}),
-		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
+		backlog: f.NewGauge(prometheus.GaugeOpts{
 			Name: "agent_backlog_workloads", Help: "Workloads of big machine steps waiting for their batch to be committed.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{
-		m.workloads, m.transitions, m.quorum, m.eventsAccepted, m.eventsRejected, m.revocations,
-		m.promotions, m.respawns, m.effects, m.stepErrors, m.stepSeconds, m.clockOffset, m.clockSuspect,
-		m.savedRows, m.beatBytes, m.beatEvents, m.backlog,
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := registered(); err != nil {
+		return nil, err
 	}
 	m.exportBoundedLabels()
 	return m, nil

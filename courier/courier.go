@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zeebo/blake3"
 
+	"provideragent/internal/promreg"
 	"provideragent/internal/sqlitedb"
 )
 
@@ -537,19 +538,20 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	f, registered := promreg.Factory(reg)
 	m := &metrics{
-		flushAttempts: prometheus.NewCounter(prometheus.CounterOpts{
+		flushAttempts: f.NewCounter(prometheus.CounterOpts{
 			Name: "courier_flush_attempt_total", Help: "Deliveries attempted by Flush."}),
-		flushFailures: prometheus.NewCounter(prometheus.CounterOpts{
+		flushFailures: f.NewCounter(prometheus.CounterOpts{
 			Name: "courier_flush_failure_total", Help: "Deliveries that failed (any class)."}),
-		receipts: prometheus.NewCounterVec(prometheus.CounterOpts{
+		receipts: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "courier_receipts_total", Help: "Delivery outcomes by status (acknowledged or error class) and success."},
 			[]string{"status", "success"}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{
+		retries: f.NewCounter(prometheus.CounterOpts{
 			Name: "courier_receipt_retries_total", Help: "Receipts rescheduled for another attempt."}),
-		dlqSize: prometheus.NewGauge(prometheus.GaugeOpts{
+		dlqSize: f.NewGauge(prometheus.GaugeOpts{
 			Name: "courier_dead_letter_queue_size", Help: "Receipts in the dead-letter queue."}),
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+		pending: f.NewGauge(prometheus.GaugeOpts{
 			Name: "courier_pending", Help: "Receipts waiting for delivery."}),
 	}
 	// Every status/success pair from the start, at 0.
@@ -557,13 +559,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, class := range []ErrorClass{ClassClient, ClassRateLimited, ClassServer, ClassTransport} {
 		m.receipts.WithLabelValues(string(class), "false")
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.flushAttempts, m.flushFailures, m.receipts, m.retries, m.dlqSize, m.pending} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register metrics: %w", err)
-		}
+	if err := registered(); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	return m, nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"provideragent/internal/promreg"
 )
 
 // kinds in metric label order.
@@ -28,19 +30,20 @@ type metrics struct {
 // newMetrics creates the counters, resolved per label up front so the hot
 // path does no label lookup, and registers them when reg is not nil.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	accepted := prometheus.NewCounterVec(prometheus.CounterOpts{
+	f, registered := promreg.Factory(reg)
+	accepted := f.NewCounterVec(prometheus.CounterOpts{
 		Name: "heartbeat_events_accepted_total",
 		Help: "Distinct events accepted (signature checked, decoded, signer rule passed), by kind.",
 	}, []string{"kind"})
-	duplicate := prometheus.NewCounterVec(prometheus.CounterOpts{
+	duplicate := f.NewCounterVec(prometheus.CounterOpts{
 		Name: "heartbeat_events_duplicate_total",
 		Help: "Repeated deliveries of an already accepted event (no signature check), by kind.",
 	}, []string{"kind"})
-	rejected := prometheus.NewCounterVec(prometheus.CounterOpts{
+	rejected := f.NewCounterVec(prometheus.CounterOpts{
 		Name: "heartbeat_events_rejected_total",
 		Help: "Deliveries rejected, by reason.",
 	}, []string{"reason"})
-	sigChecks := prometheus.NewCounter(prometheus.CounterOpts{
+	sigChecks := f.NewCounter(prometheus.CounterOpts{
 		Name: "heartbeat_signature_checks_total",
 		Help: "Schnorr signature verifications performed.",
 	})
@@ -52,12 +55,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range AllReasons {
 		m.rejected[r] = rejected.WithLabelValues(string(r))
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{accepted, duplicate, rejected, sigChecks} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("register metrics: %w", err)
-			}
-		}
+	if err := registered(); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	return m, nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"provideragent/internal/promreg"
 )
 
 // Metrics are the uploader's Prometheus counters. One Metrics is shared by
@@ -25,24 +27,25 @@ type Metrics struct {
 // NewMetrics creates the counters and registers them with reg (nil: not
 // registered). Registering twice on the same registry returns an error.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	f, registered := promreg.Factory(reg)
 	m := &Metrics{
-		Uploads: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Uploads: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "uploader_uploads_total",
 			Help: "UploadPending calls of the Blossom uploader by outcome (success, partial, failure, error).",
 		}, []string{"outcome"}),
-		TileRejections: prometheus.NewCounter(prometheus.CounterOpts{
+		TileRejections: f.NewCounter(prometheus.CounterOpts{
 			Name: "uploader_tile_rejections_total",
 			Help: "Tiles rejected by the Blossom servers (per tile per attempt).",
 		}),
-		Giveups: prometheus.NewCounter(prometheus.CounterOpts{
+		Giveups: f.NewCounter(prometheus.CounterOpts{
 			Name: "uploader_giveups_total",
 			Help: "Tiles moved to upload_giveup after using up their attempt budget.",
 		}),
-		Retries: prometheus.NewCounter(prometheus.CounterOpts{
+		Retries: f.NewCounter(prometheus.CounterOpts{
 			Name: "uploader_retries_total",
 			Help: "In-call retries of partial uploads made by the retry decorator.",
 		}),
-		BytesUploaded: prometheus.NewCounter(prometheus.CounterOpts{
+		BytesUploaded: f.NewCounter(prometheus.CounterOpts{
 			Name: "uploader_bytes_uploaded_total",
 			Help: "Bytes of tiles accepted by Blossom servers, summed over servers.",
 		}),
@@ -50,13 +53,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, o := range []string{string(OutcomeSuccess), string(OutcomePartial), string(OutcomeFailure), "error"} {
 		m.Uploads.WithLabelValues(o) // export every outcome from the start, at 0
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.Uploads, m.TileRejections, m.Giveups, m.Retries, m.BytesUploaded} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register uploader metrics: %w", err)
-		}
+	if err := registered(); err != nil {
+		return nil, fmt.Errorf("register uploader metrics: %w", err)
 	}
 	return m, nil
 }
