@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"provideragent/internal/backoff"
 )
 
 // Config tunes a Courier. Start from DefaultConfig and change what you need;
@@ -123,11 +125,7 @@ func (b Backoff) Ceiling(attempt int) time.Duration {
 	if attempt < 1 {
 		attempt = 1
 	}
-	d := float64(b.Initial) * math.Pow(b.Factor, float64(attempt-1))
-	if math.IsNaN(d) || math.IsInf(d, 0) || d > float64(b.Max) {
-		return b.Max
-	}
-	return time.Duration(d)
+	return backoff.Exponential{Base: b.Initial, Factor: b.Factor, Max: b.Max}.Ceiling(attempt - 1)
 }
 
 // NextAttemptAt is when to try again after the attempt-th failure, given a
@@ -135,13 +133,7 @@ func (b Backoff) Ceiling(attempt int) time.Duration {
 // least 1 ms after now, so a retry never lands in the same instant (one
 // Flush forwards each receipt at most once).
 func (b Backoff) NextAttemptAt(now time.Time, attempt int, rnd float64) time.Time {
-	if math.IsNaN(rnd) || rnd < 0 {
-		rnd = 0
-	}
-	if rnd >= 1 {
-		rnd = math.Nextafter(1, 0)
-	}
-	d := time.Duration(rnd * float64(b.Ceiling(attempt)))
+	d := backoff.Full(b.Ceiling(attempt), rnd)
 	if d < time.Millisecond {
 		d = time.Millisecond
 	}

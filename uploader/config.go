@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"provideragent/internal/backoff"
 )
 
 // Config configures the uploader; the agent reads it from its TOML file
@@ -126,11 +128,7 @@ func (c Config) Backoff(retry int) time.Duration {
 	if retry < 1 {
 		retry = 1
 	}
-	secs := math.Pow(c.BackoffBase, float64(retry))
-	if math.IsInf(secs, 0) || math.IsNaN(secs) || secs >= c.BackoffCap.Seconds() {
-		return c.BackoffCap
-	}
-	return time.Duration(secs * float64(time.Second))
+	return backoff.Exponential{Base: time.Second, Factor: c.BackoffBase, Max: c.BackoffCap}.Ceiling(retry)
 }
 
 // NextRetryAt is the operator hint returned when the in-call budget runs out:

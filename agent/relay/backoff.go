@@ -1,6 +1,10 @@
 package relay
 
-import "time"
+import (
+	"time"
+
+	"provideragent/internal/backoff"
+)
 
 // Backoff computes jittered exponential delays: attempt 0 waits about
 // Initial, each further attempt doubles it up to Max. The jitter ("equal
@@ -13,19 +17,5 @@ type Backoff struct {
 
 // Delay returns the wait before attempt (0-based), given r uniform in [0, 1).
 func (b Backoff) Delay(attempt int, r float64) time.Duration {
-	d := b.Initial
-	for i := 0; i < attempt && d < b.Max; i++ {
-		d *= 2
-	}
-	if d > b.Max {
-		d = b.Max
-	}
-	if r < 0 {
-		r = 0
-	}
-	if r >= 1 {
-		r = 0.999999
-	}
-	half := d / 2
-	return half + time.Duration(float64(d-half)*r)
+	return backoff.Equal(backoff.Exponential{Base: b.Initial, Factor: 2, Max: b.Max}.Ceiling(attempt), r)
 }
