@@ -94,12 +94,25 @@ type Config struct {
 	ClockCheckInterval time.Duration
 }
 
+// The daemon's defaults, one owner each: DefaultConfig and the config file's
+// defaults (agent/config) are built from them.
+const (
+	DefaultListen             = "127.0.0.1:9464"
+	DefaultTickInterval       = 250 * time.Millisecond
+	DefaultPublishTimeout     = 5 * time.Second
+	DefaultMaxStepAge         = 30 * time.Second
+	DefaultRestartMaxAttempts = 5
+	// The outbox of revocations: courier's defaults except these (its
+	// backoff cap, flush interval and retention are courier's).
+	DefaultCourierMaxAttempts    = 10
+	DefaultCourierInitialBackoff = time.Second
+)
+
 // DefaultConfig returns the defaults; set SecretKey and Lease.Relays.
 func DefaultConfig() Config {
 	c := courier.DefaultConfig()
-	c.MaxAttempts = 20
-	c.InitialBackoff = 200 * time.Millisecond
-	c.MaxBackoff = time.Minute
+	c.MaxAttempts = DefaultCourierMaxAttempts
+	c.InitialBackoff = DefaultCourierInitialBackoff
 	c.ForwardTimeout = 20 * time.Second
 	// A receipt claimed by a flush that died with the process (kill -9) is
 	// due again after ClaimTimeout: keep it short, above ForwardTimeout.
@@ -111,12 +124,12 @@ func DefaultConfig() Config {
 	ing.MaxEventBytes, ing.MaxContentBytes = 64<<10, 64<<10
 	return Config{
 		Lease:              lease.DefaultConfig(),
-		Listen:             "127.0.0.1:9464",
-		TickInterval:       250 * time.Millisecond,
-		PublishTimeout:     5 * time.Second,
-		MaxStepAge:         30 * time.Second,
+		Listen:             DefaultListen,
+		TickInterval:       DefaultTickInterval,
+		PublishTimeout:     DefaultPublishTimeout,
+		MaxStepAge:         DefaultMaxStepAge,
 		CommitWait:         time.Second,
-		RestartMaxAttempts: 5,
+		RestartMaxAttempts: DefaultRestartMaxAttempts,
 		ClockCheckInterval: time.Minute,
 		Ingest:             ing,
 		Courier:            c,

@@ -43,6 +43,8 @@ func DemoConfig(relays []string, secretKey, name string) Config {
 	c.Listen = ""
 	c.PublishTimeout = 2 * time.Second
 	c.StopWorkloadsOnExit = true
+	c.Courier.MaxAttempts = 20
+	c.Courier.InitialBackoff = 200 * time.Millisecond
 	c.Courier.MaxBackoff = time.Second
 	c.Courier.ForwardTimeout = 5 * time.Second
 	c.Courier.ClaimTimeout = 6 * time.Second

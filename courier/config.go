@@ -48,22 +48,33 @@ type Config struct {
 	ReplayRate float64
 }
 
+// The defaults of DefaultConfig, owned here. The agent starts from
+// DefaultConfig and sets its own MaxAttempts and InitialBackoff
+// (agent.DefaultCourierMaxAttempts, agent.DefaultCourierInitialBackoff).
+const (
+	DefaultMaxAttempts    = 5
+	DefaultInitialBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff     = 5 * time.Minute
+	DefaultFlushInterval  = time.Second
+	DefaultRetention      = 7 * 24 * time.Hour
+)
+
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
 		MaxBundleBytes: 1 << 20,
-		MaxAttempts:    5,
-		InitialBackoff: 100 * time.Millisecond,
+		MaxAttempts:    DefaultMaxAttempts,
+		InitialBackoff: DefaultInitialBackoff,
 		BackoffFactor:  2,
-		MaxBackoff:     5 * time.Minute,
+		MaxBackoff:     DefaultMaxBackoff,
 		MaxRetryAfter:  time.Hour,
 		Concurrency:    16,
 		ClaimBatch:     256,
 		ClaimTimeout:   2 * time.Minute,
 		ForwardTimeout: 30 * time.Second,
-		FlushInterval:  time.Second,
+		FlushInterval:  DefaultFlushInterval,
 		SendBatch:      256,
-		Retention:      7 * 24 * time.Hour,
+		Retention:      DefaultRetention,
 		ReplayRate:     10,
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"provideragent/agent"
 	"provideragent/heartbeat"
 	"provideragent/lease"
 	"provideragent/uploader"
@@ -210,15 +211,16 @@ type LogSection struct {
 // uploader.DefaultConfig. The default relays are three public
 // relays: set your own in production.
 func Default() Config {
+	ad := agent.DefaultConfig()
 	lc := lease.DefaultConfig()
 	ud := uploader.DefaultConfig()
 	return Config{
 		Agent: AgentSection{
 			DataDir:        "provider-agent-data",
-			Listen:         "127.0.0.1:9464",
-			TickInterval:   250 * time.Millisecond,
-			PublishTimeout: 5 * time.Second,
-			MaxStepAge:     30 * time.Second,
+			Listen:         ad.Listen,
+			TickInterval:   ad.TickInterval,
+			PublishTimeout: ad.PublishTimeout,
+			MaxStepAge:     ad.MaxStepAge,
 		},
 		Lease: LeaseSection{
 			Relays:                   append([]string(nil), lc.Relays...),
@@ -234,7 +236,7 @@ func Default() Config {
 			RestartBackoffInitial:    lc.RestartInitial,
 			RestartBackoffMax:        lc.RestartMax,
 			RestartBackoffResetAfter: lc.RestartResetAfter,
-			RestartMaxAttempts:       5,
+			RestartMaxAttempts:       ad.RestartMaxAttempts,
 			EvictWithoutStandby:      lc.EvictWithoutStandby,
 			ClaimRetryBase:           lc.ClaimRetryBase,
 			ClaimRetryMax:            lc.ClaimRetryMax,
@@ -243,11 +245,11 @@ func Default() Config {
 		Heartbeat: HeartbeatSection{Interval: lc.HeartbeatInterval, TTL: heartbeat.DefaultHeartbeatTTL},
 		Backend:   BackendSection{Kind: "process", StopGrace: 10 * time.Second},
 		Courier: CourierSection{
-			MaxAttempts:    10,
-			BackoffInitial: time.Second,
-			BackoffCap:     5 * time.Minute,
-			FlushInterval:  time.Second,
-			Retention:      168 * time.Hour,
+			MaxAttempts:    ad.Courier.MaxAttempts,
+			BackoffInitial: ad.Courier.InitialBackoff,
+			BackoffCap:     ad.Courier.MaxBackoff,
+			FlushInterval:  ad.Courier.FlushInterval,
+			Retention:      ad.Courier.Retention,
 		},
 		Uploader: UploaderSection{
 			Servers:            ud.Servers,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"provideragent/agent"
 	"provideragent/lease"
 )
 
@@ -434,4 +435,19 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Validate() = %v, want ErrInvalid", err)
 		}
 	})
+}
+
+// TestDefaultsAreTheAgents: the file's defaults come from agent.DefaultConfig
+// (one owner per default), so mapping them back changes nothing.
+func TestDefaultsAreTheAgents(t *testing.T) {
+	got, want := Default().AgentConfig(""), agent.DefaultConfig()
+	if got.Listen != want.Listen || got.TickInterval != want.TickInterval || got.PublishTimeout != want.PublishTimeout ||
+		got.MaxStepAge != want.MaxStepAge || got.RestartMaxAttempts != want.RestartMaxAttempts {
+		t.Errorf("Default().AgentConfig() = listen %q tick %v publish %v step age %v restarts %d, want agent.DefaultConfig's %q %v %v %v %d",
+			got.Listen, got.TickInterval, got.PublishTimeout, got.MaxStepAge, got.RestartMaxAttempts,
+			want.Listen, want.TickInterval, want.PublishTimeout, want.MaxStepAge, want.RestartMaxAttempts)
+	}
+	if got.Courier != want.Courier {
+		t.Errorf("Default().AgentConfig().Courier = %+v, want agent.DefaultConfig's %+v", got.Courier, want.Courier)
+	}
 }

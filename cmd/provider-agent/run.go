@@ -136,7 +136,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		_ = proc.Close(context.Background())
 		return err
 	}
-	a, err := agent.New(ctx, agentConfig(cfg, secret), agent.Deps{
+	a, err := agent.New(ctx, cfg.AgentConfig(secret), agent.Deps{
 		DB: db, Logger: logger, Backend: agent.AdaptBackend(proc), Registerer: reg, Gatherer: reg, Uploader: up,
 		Listener: ln, UploadInterval: uploadInterval,
 	})
@@ -218,27 +218,6 @@ func buildUploader(ctx context.Context, cfg config.Config, db *sql.DB, secret st
 		return nil, fmt.Errorf("uploader: %w", err)
 	}
 	return up, nil
-}
-
-// agentConfig maps the validated file config onto the agent's.
-func agentConfig(cfg config.Config, secret string) agent.Config {
-	c := agent.DefaultConfig()
-	c.Lease = cfg.LeaseConfig()
-	c.SecretKey = secret
-	c.TrustedIssuers = cfg.Agent.TrustedIssuers
-	c.Listen = cfg.Agent.Listen
-	c.TickInterval = cfg.Agent.TickInterval
-	c.PublishTimeout = cfg.Agent.PublishTimeout
-	c.MaxStepAge = cfg.Agent.MaxStepAge
-	c.HeartbeatTTL = cfg.Heartbeat.TTL
-	c.DialAddrs = cfg.Lease.DialAddrs
-	c.RestartMaxAttempts = cfg.Lease.RestartMaxAttempts
-	c.Courier.MaxAttempts = cfg.Courier.MaxAttempts
-	c.Courier.InitialBackoff = cfg.Courier.BackoffInitial
-	c.Courier.MaxBackoff = cfg.Courier.BackoffCap
-	c.Courier.FlushInterval = cfg.Courier.FlushInterval
-	c.Courier.Retention = cfg.Courier.Retention
-	return c
 }
 
 func newLogger(l config.LogSection, w io.Writer) (*slog.Logger, error) {

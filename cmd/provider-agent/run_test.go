@@ -91,10 +91,10 @@ func TestAgentConfigMapsSettings(t *testing.T) {
 	if err := base.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	def, want := agentConfig(base, key), agent.DefaultConfig()
+	def, want := base.AgentConfig(key), agent.DefaultConfig()
 	if def.TickInterval != want.TickInterval || def.PublishTimeout != want.PublishTimeout ||
 		def.MaxStepAge != want.MaxStepAge || def.RestartMaxAttempts != want.RestartMaxAttempts {
-		t.Errorf("agentConfig(defaults) = tick %v publish %v step age %v restarts %d, want agent.DefaultConfig's %v %v %v %d",
+		t.Errorf("AgentConfig(defaults) = tick %v publish %v step age %v restarts %d, want agent.DefaultConfig's %v %v %v %d",
 			def.TickInterval, def.PublishTimeout, def.MaxStepAge, def.RestartMaxAttempts,
 			want.TickInterval, want.PublishTimeout, want.MaxStepAge, want.RestartMaxAttempts)
 	}
@@ -109,12 +109,12 @@ func TestAgentConfigMapsSettings(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	got := agentConfig(c, key)
+	got := c.AgentConfig(key)
 	if got.TickInterval != 100*time.Millisecond || got.PublishTimeout != 7*time.Second || got.MaxStepAge != time.Minute ||
 		got.RestartMaxAttempts != 2 || got.DialAddrs["wss://b.example"] != "ws://127.0.0.1:7000" || got.HeartbeatTTL != 48*time.Hour {
-		t.Errorf("agentConfig() = %+v, want the file's tick_interval, publish_timeout, max_step_age, restart_max_attempts, dial_addrs, heartbeat.ttl", got)
+		t.Errorf("AgentConfig() = %+v, want the file's tick_interval, publish_timeout, max_step_age, restart_max_attempts, dial_addrs, heartbeat.ttl", got)
 	}
 	if err := got.Validate(); err != nil {
-		t.Errorf("agentConfig().Validate() = %v, want nil", err)
+		t.Errorf("AgentConfig().Validate() = %v, want nil", err)
 	}
 }
