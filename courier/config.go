@@ -14,10 +14,11 @@ type Config struct {
 	// MaxBundleBytes is the largest bundle Send accepts. Default 1 MiB.
 	MaxBundleBytes int
 	// MaxAttempts is how many failed deliveries dead-letter a receipt.
-	// Default 5 (the seed's limit).
+	// Default DefaultMaxAttempts (5): the courier CLI's outbox; the agent's own
+	// outbox uses agent.DefaultCourierMaxAttempts.
 	MaxAttempts int
 	// InitialBackoff is the backoff ceiling after the first failure.
-	// Default 100 ms (the seed's first delay).
+	// Default DefaultInitialBackoff (100 ms).
 	InitialBackoff time.Duration
 	// BackoffFactor multiplies the ceiling after each failure. Default 2.
 	BackoffFactor float64
