@@ -608,15 +608,7 @@ func (a *Agent) since() nostr.Timestamp {
 	return nostr.Timestamp(max(s, 1))
 }
 
-func (a *Agent) connected() int {
-	up := 0
-	for _, r := range a.pool.Status() {
-		if r.Connected {
-			up++
-		}
-	}
-	return up
-}
+func (a *Agent) connected() int { return ConnectedRelays(a.pool) }
 
 // healthy is /healthz: it fails when fewer than M relays are connected,
 // when the machine loop has not completed a step for MaxStepAge (stuck, or

@@ -108,7 +108,7 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	if up := connectedRelays(f.Pool); up < f.Quorum {
+	if up := ConnectedRelays(f.Pool); up < f.Quorum {
 		// Cut off from the quorum: this attempt cannot be acknowledged, but
 		// it reaches the relays still connected (a standby reads the
 		// revocation there) without holding a delivery worker for the
@@ -143,7 +143,8 @@ func isRevocation(kind int) bool { return kind == heartbeat.KindRevocation }
 // connected.
 const cutOffTimeout = 500 * time.Millisecond
 
-func connectedRelays(p RelayPool) int {
+// ConnectedRelays is how many of p's relays have an open connection now.
+func ConnectedRelays(p RelayPool) int {
 	n := 0
 	for _, r := range p.Status() {
 		if r.Connected {

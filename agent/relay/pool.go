@@ -228,6 +228,17 @@ func (p *Pool) Status() []Status {
 	return out
 }
 
+// Connected is how many relays have an open connection now.
+func (p *Pool) Connected() int {
+	n := 0
+	for _, s := range p.sups {
+		if s.status().Connected {
+			n++
+		}
+	}
+	return n
+}
+
 // Close stops every supervisor, closes every websocket, waits for all the
 // pool's goroutines and then closes the Received channel. It is idempotent.
 func (p *Pool) Close() error {

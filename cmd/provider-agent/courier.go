@@ -479,21 +479,7 @@ func nostrForwarder(ctx context.Context, files *agentFiles, timeout time.Duratio
 	// Give the connections a moment to come up, as 'workloads grant
 	// --publish' does: a publish goes only to connected relays.
 	wait, wcancel := context.WithTimeout(ctx, timeout)
-	for wait.Err() == nil {
-		up := 0
-		for _, s := range pool.Status() {
-			if s.Connected {
-				up++
-			}
-		}
-		if up >= cfg.Lease.Quorum {
-			break
-		}
-		select {
-		case <-wait.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	waitForRelays(wait, cfg.Lease.Quorum, func() int { return agent.ConnectedRelays(pool) })
 	wcancel()
 	return &agent.NostrForwarder{Pool: pool, Quorum: cfg.Lease.Quorum, Timeout: timeout}, closeFn, nil
 }

@@ -327,21 +327,7 @@ func publishGrant(ctx context.Context, cfg config.Config, spec lease.Spec, stdou
 	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	// Give the supervisors a moment to connect before publishing.
-	for pctx.Err() == nil {
-		up := 0
-		for _, s := range pool.Status() {
-			if s.Connected {
-				up++
-			}
-		}
-		if up >= cfg.Lease.Quorum {
-			break
-		}
-		select {
-		case <-pctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	waitForRelays(pctx, cfg.Lease.Quorum, pool.Connected)
 	res := pool.Publish(pctx, *ev)
 	fmt.Fprintf(stdout, "published grant %s (issuer %s): accepted by %d of %d relays\n", ev.ID, keys.Npub(), res.AcceptedCount(), len(cfg.Lease.Relays))
 	if res.AcceptedCount() < cfg.Lease.Quorum {
@@ -398,4 +384,15 @@ func grantSpec(cfg config.Config, id, primary string, standbys []string, command
 		return lease.Spec{}, fmt.Errorf("workloads grant: %w", err)
 	}
 	return spec, nil
+}
+
+// waitForRelays waits until at least need relays are connected or ctx
+// ends: a publish goes only to connected relays.
+func waitForRelays(ctx context.Context, need int, connected func() int) {
+	for ctx.Err() == nil && connected() < need {
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
