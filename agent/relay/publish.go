@@ -446,10 +446,10 @@ func (s *supervisor) queryOn(ctx context.Context, c *conn, filters []nostr.Filte
 		pageable bool
 	}
 	var groups []group
-	for _, g := range packFilters(paged, l.MaxFilters, s.p.cfg.frameBudget(l)) {
+	for _, g := range packPlain(paged, l.MaxFilters, s.p.cfg.frameBudget(l)) {
 		groups = append(groups, group{g, true})
 	}
-	for _, g := range packFilters(unpaged, l.MaxFilters, s.p.cfg.frameBudget(l)) {
+	for _, g := range packPlain(unpaged, l.MaxFilters, s.p.cfg.frameBudget(l)) {
 		groups = append(groups, group{g, false})
 	}
 	seen := map[string]bool{}
