@@ -704,8 +704,8 @@ func (a *Agent) refreshStatus(now time.Time) {
 	rebuild := a.statusIdx == nil || now.Sub(a.statusBuilt) >= statusRebuildEvery
 	for id := range a.statusIDs {
 		_, listed := a.statusIdx[id]
-		if _, tracked := a.m.State(id); listed != tracked {
-			rebuild = true // a new or removed workload: rebuild the list
+		if _, tracked := a.m.State(id); listed && !tracked {
+			rebuild = true // a removed workload: rebuild the list
 			break
 		}
 	}
@@ -721,9 +721,19 @@ func (a *Agent) refreshStatus(now time.Time) {
 		}
 		a.statusBuilt = now
 	} else {
+		// New workloads are appended (the machine lists workloads in the
+		// order they came, as a rebuild does): thousands of grants arriving
+		// used to rebuild the whole list on every refresh.
 		for id := range a.statusIDs {
-			if r, ok := row(id); ok {
-				ws[a.statusIdx[id]] = r
+			r, ok := row(id)
+			if !ok {
+				continue
+			}
+			if i, listed := a.statusIdx[id]; listed {
+				ws[i] = r
+			} else {
+				a.statusIdx[id] = len(ws)
+				ws = append(ws, r)
 			}
 		}
 	}
