@@ -1,0 +1,1 @@
+DROP INDEX agent_commands_pending;
