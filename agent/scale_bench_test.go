@@ -55,6 +55,10 @@ import (
 //     revocation queued in the outbox, which happens once its batch is
 //     committed).
 //
+// Also reported: start-step-ms (the longest machine-loop turn up to all
+// Live) and shutdown-errors (graceful stops whose Run returned an error;
+// logged, not failed, so that the numbers are still reported).
+//
 // Relays, proxies and queued grants are set up outside the timer. Only
 // workloads=1000 runs unless SCALE_BENCH_ALL=1 (10,000 and 100,000 take
 // minutes and gigabytes). Targets: at 10,000 rss-MiB under 100,
