@@ -113,7 +113,9 @@ func TestSoakThousandWorkloads(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak test")
 	}
-	t.Parallel()
+	// Not parallel: it counts the process's goroutines, and other tests
+	// starting and stopping agents meanwhile made it flaky (318 -> 372 in
+	// one of 9 -race runs). Sequential tests run alone.
 	_, urls := startRelays(t, 3)
 	lcfg := DemoLeaseConfig(urls)
 	a, be, stop := startBulkAgent(t, 1000, lcfg, t.TempDir()+"/soak.db")
@@ -133,8 +135,8 @@ func TestSoakThousandWorkloads(t *testing.T) {
 	time.Sleep(8 * time.Second) // 8 heartbeat rounds, 32 ticks, a meta save
 	g1, h1 := sample()
 	t.Logf("goroutines %d -> %d, heap %.1f MiB -> %.1f MiB", g0, g1, float64(h0)/(1<<20), float64(h1)/(1<<20))
-	// Other parallel tests share the process: allow their churn, not growth
-	// per workload.
+	// Allow the relay pool's and the runtime's churn, not growth per
+	// workload.
 	if g1 > g0+50 {
 		t.Fatalf("goroutines grew from %d to %d, want flat", g0, g1)
 	}
