@@ -20,6 +20,9 @@ type scripted struct {
 	srv   *httptest.Server
 	nip11 string
 	junk  []string
+	// answer, when set, answers each REQ instead of a bare EOSE (send
+	// writes one frame).
+	answer func(req nostr.ReqEnvelope, send func(frame string))
 
 	mu    sync.Mutex
 	reqs  []nostr.ReqEnvelope
@@ -70,6 +73,10 @@ func (s *scripted) serve(w http.ResponseWriter, r *http.Request) {
 			s.mu.Lock()
 			s.reqs = append(s.reqs, *req)
 			s.mu.Unlock()
+			if s.answer != nil {
+				s.answer(*req, func(frame string) { _ = c.Write(ctx, websocket.MessageText, []byte(frame)) })
+				continue
+			}
 			_ = c.Write(ctx, websocket.MessageText, []byte(`["EOSE","`+req.SubscriptionID+`"]`))
 		}
 	}

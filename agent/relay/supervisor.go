@@ -791,11 +791,14 @@ func (ss *session) handle(ctx context.Context, f frame) error {
 			ss.pageQueue = append(ss.pageQueue, sub)
 			return ss.nextPage(ctx)
 		}
-		return ss.caughtUp(ctx, sub)
+		if err := ss.caughtUp(ctx, sub); err != nil {
+			return err
+		}
+		// A page dropped by send() leaves the queue waiting: move it on.
+		return ss.nextPage(ctx)
 	case *nostr.ClosedEnvelope:
 		if pg := ss.page; pg != nil && pg.id == e.SubscriptionID {
 			ss.s.log.Warn("relay closed a catch-up page: events older than it may be missing", "reason", e.Reason)
-			ss.page = nil
 			return ss.pageDone(ctx, false)
 		}
 		sub := ss.byID[e.SubscriptionID]
