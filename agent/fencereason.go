@@ -14,7 +14,7 @@ import (
 const quorumLostPrefix = "relay quorum lost"
 
 // heartbeatRefusals names the relays whose last refusal of one of our
-// heartbeats (either kind) is not older than since, with their words:
+// heartbeats (any heartbeat kind, shards included) is not older than since, with their words:
 // "ws://a (invalid: event too large: 65792), ws://b (blocked: spam)". It is
 // "" when no relay refused a heartbeat in that window.
 func heartbeatRefusals(relays []RelayStatus, since time.Time) string {
@@ -24,7 +24,7 @@ func heartbeatRefusals(relays []RelayStatus, since time.Time) string {
 		if lr == nil || lr.At.Before(since) {
 			continue
 		}
-		if lr.Kind != heartbeat.KindHeartbeat && lr.Kind != heartbeat.KindHeartbeatEphemeral {
+		if !heartbeat.IsHeartbeatKind(lr.Kind) {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s (%s)", r.URL, lr.Reason))

@@ -105,7 +105,7 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 		// dropped without moving it. Its token is finished by the machine
 		// loop once the input's step is persisted.
 		var tok store.Token
-		tracked := !isHeartbeat(re.Event.Kind)
+		tracked := !heartbeat.IsHeartbeatKind(re.Event.Kind)
 		if tracked {
 			tok = a.cursor.Reserve(int64(re.Event.CreatedAt))
 		}
@@ -130,10 +130,6 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 			return nil
 		}
 	}
-}
-
-func isHeartbeat(kind int) bool {
-	return kind == heartbeat.KindHeartbeat || kind == heartbeat.KindHeartbeatEphemeral || kind == heartbeat.KindHeartbeatShard
 }
 
 func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input, bool) {

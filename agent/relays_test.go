@@ -332,6 +332,18 @@ func TestFenceReasonNamesRefusingRelays(t *testing.T) {
 	}
 }
 
+// A relay that takes shard 0 of our beats but refuses the big shards
+// (kind 38389) is named too: it costs the quorum as surely.
+func TestFenceReasonNamesShardRefusals(t *testing.T) {
+	now := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	relays := []RelayStatus{
+		{URL: "ws://a", LastRejection: &RelayRejection{At: now.Add(-time.Second), Kind: heartbeat.KindHeartbeatShard, Reason: "invalid: event too large: 65792"}},
+	}
+	if got, want := heartbeatRefusals(relays, now.Add(-time.Minute)), "ws://a (invalid: event too large: 65792)"; got != want {
+		t.Fatalf("heartbeatRefusals() = %q, want %q", got, want)
+	}
+}
+
 // statusPool is a RelayPool that only reports a fixed status.
 type statusPool struct {
 	RelayPool

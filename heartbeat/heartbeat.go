@@ -68,8 +68,9 @@ type Heartbeat struct {
 	Shard, Shards int
 }
 
-// isHeartbeatKind reports whether kind is one of the heartbeat kinds.
-func isHeartbeatKind(kind int) bool {
+// IsHeartbeatKind reports whether kind is one of the heartbeat kinds
+// (stored, ephemeral, shard).
+func IsHeartbeatKind(kind int) bool {
 	return kind == KindHeartbeat || kind == KindHeartbeatEphemeral || kind == KindHeartbeatShard
 }
 
@@ -330,7 +331,7 @@ func BuildHeartbeats(k *Keys, p HeartbeatParams) (stored, ephemeral *nostr.Event
 // that it names its signer. It does not check the id or the signature (the
 // Ingestor does): call it on verified events only.
 func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
-	if !isHeartbeatKind(ev.Kind) {
+	if !IsHeartbeatKind(ev.Kind) {
 		return nil, reject(ReasonBadKind, "kind %d is not a heartbeat", ev.Kind)
 	}
 	tag := tagHeartbeat

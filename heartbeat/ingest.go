@@ -325,7 +325,7 @@ func (in *Ingestor) Ingest(ctx context.Context, now time.Time, ev *nostr.Event) 
 // matched): decoded again, or taken from the recent decoded heartbeats.
 func (in *Ingestor) duplicate(now time.Time, ev *nostr.Event, fp uint64) (Ingested, error) {
 	var res Ingested
-	if isHeartbeatKind(ev.Kind) {
+	if IsHeartbeatKind(ev.Kind) {
 		in.mu.Lock()
 		res.Heartbeat = in.recent.get(ev.ID, fp, now)
 		in.mu.Unlock()
@@ -398,7 +398,7 @@ func (in *Ingestor) cheapChecks(now time.Time, ev *nostr.Event) *RejectError {
 	if created > nowUnix+int64(in.cfg.MaxSkew/time.Second) {
 		return reject(ReasonFuture, "created_at %d is %ds ahead of local time", created, created-nowUnix)
 	}
-	if isHeartbeatKind(ev.Kind) {
+	if IsHeartbeatKind(ev.Kind) {
 		if created < nowUnix-int64(in.cfg.HeartbeatMaxAge/time.Second) {
 			return reject(ReasonStale, "heartbeat created_at %d is %ds old", created, nowUnix-created)
 		}
