@@ -33,7 +33,7 @@ func heartbeatRefusals(relays []RelayStatus, since time.Time) string {
 	return strings.Join(parts, ", ")
 }
 
-// fenceReason is the wording of a fence (the stop's and the revocation's
+// fenceWording words a fence (the stop's and the revocation's
 // reason): lease's reason, and when it is a quorum loss while relays were
 // refusing our heartbeats, which relays and their words, e.g.
 //
@@ -44,13 +44,24 @@ func heartbeatRefusals(relays []RelayStatus, since time.Time) string {
 // (a heartbeat stops counting) plus t1 and t2 (the debounce and the grace
 // before the fence). The agent's effect code calls it on a StopWorkload's
 // and a PublishRevocation's Reason.
-func (a *Agent) fenceReason(reason string, now time.Time) string {
-	if !strings.HasPrefix(reason, quorumLostPrefix) || a.pool == nil {
+//
+// It is made once per step: the relays' refusals are read once, at the
+// first quorum-loss reason (a mass eviction words thousands of stops and
+// revocations).
+func (a *Agent) fenceWording(now time.Time) func(reason string) string {
+	var refusals *string
+	return func(reason string) string {
+		if !strings.HasPrefix(reason, quorumLostPrefix) || a.pool == nil {
+			return reason
+		}
+		if refusals == nil {
+			window := a.cfg.Lease.Stale + a.cfg.Lease.T1 + a.cfg.Lease.T2
+			r := heartbeatRefusals(a.pool.Status(), now.Add(-window))
+			refusals = &r
+		}
+		if *refusals != "" {
+			return reason + ": relays refused our heartbeats: " + *refusals
+		}
 		return reason
 	}
-	window := a.cfg.Lease.Stale + a.cfg.Lease.T1 + a.cfg.Lease.T2
-	if r := heartbeatRefusals(a.pool.Status(), now.Add(-window)); r != "" {
-		return reason + ": relays refused our heartbeats: " + r
-	}
-	return reason
 }

@@ -48,6 +48,8 @@ func (a *Agent) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
 		claimTime string
 	}
 	var jobs []job
+	var word func(string) string // fence wording, per step time
+	var wordAt time.Time
 	for _, te := range effs {
 		e, now := te.e, te.at
 		if lease.DurabilityOf(e) != lease.Outbox {
@@ -67,7 +69,10 @@ func (a *Agent) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
 			j.at, j.claimTime = t, e.ID
 		case lease.PublishRevocation:
 			w, _ := a.m.Workload(e.ID)
-			e.Reason = a.fenceReason(e.Reason, now)
+			if word == nil || !now.Equal(wordAt) {
+				word, wordAt = a.fenceWording(now), now
+			}
+			e.Reason = word(e.Reason)
 			j.e, j.stateURI = e, w.Spec.StateURI
 		}
 		jobs = append(jobs, j)
@@ -125,6 +130,7 @@ func (a *Agent) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
 // commit assigned to claim effect i (nil or zero: now).
 func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect, stamps []time.Time) {
 	heldChanged := false
+	word := a.fenceWording(now)
 	for i, e := range effs {
 		at := now
 		if i < len(stamps) && !stamps[i].IsZero() {
@@ -160,7 +166,7 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect,
 				a.logger.Debug("stop workload: not running here", "workload", e.ID, "epoch", e.Epoch)
 				break
 			}
-			reason := a.fenceReason(e.Reason, now)
+			reason := word(e.Reason)
 			a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, reason)
 			a.act.enqueue(ctx, e.ID, op{kind: opStop, epoch: e.Epoch, reason: reason})
 		case lease.PublishRevocation:

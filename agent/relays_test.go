@@ -324,10 +324,10 @@ func TestFenceReasonNamesRefusingRelays(t *testing.T) {
 	a := newStepAgent(t, stepOpts{pool: &statusPool{relays: relays}})
 	a.cfg.Lease.Stale, a.cfg.Lease.T1, a.cfg.Lease.T2 = 30*time.Second, 20*time.Second, 10*time.Second
 	reason := "relay quorum lost at " + now.Add(-time.Second).Format(time.RFC3339)
-	if got := a.fenceReason(reason, now); got != reason+": relays refused our heartbeats: "+want {
+	if got := a.fenceWording(now)(reason); got != reason+": relays refused our heartbeats: "+want {
 		t.Fatalf("fenceReason(%q) = %q", reason, got)
 	}
-	if got := a.fenceReason("released by operator", now); got != "released by operator" {
+	if got := a.fenceWording(now)("released by operator"); got != "released by operator" {
 		t.Fatalf("fenceReason(other) = %q, want it unchanged", got)
 	}
 }
