@@ -288,11 +288,13 @@ func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
 	}
 	var changed []workloadRow
 	var seen []string
+	encoded := map[string]bool{} // a workload may be in both sets
 	for _, set := range []dirtySet{a.dirty, a.rivalWatch} {
 		for id := range set {
-			if a.bl.has(id) {
+			if a.bl.has(id) || encoded[id] {
 				continue
 			}
+			encoded[id] = true
 			seen = append(seen, id)
 			w, ok := a.m.Workload(id)
 			if !ok {

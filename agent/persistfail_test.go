@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/agent/store"
 	"provideragent/heartbeat"
@@ -242,5 +243,41 @@ func TestShutdownCommitsTheBacklog(t *testing.T) {
 		if got := rowState(t, a, id); got == "" {
 			t.Errorf("persisted %s: no row, want one", id)
 		}
+	}
+}
+
+// A workload both changed (dirty) and watched for rivals is written once by
+// the periodic save, and counted once.
+func TestSaveMetaWritesARowOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := nostr.GeneratePrivateKey()
+	self, _ := heartbeat.NewKeys(key)
+	standby := newTestKeys(t)
+	a := newStepAgent(t, stepOpts{key: key})
+	defer a.act.wait()
+	primary := newTestKeys(t)
+	s := stepSpec(primary.PublicKey(), self.PublicKey())
+	s.Standbys = append(s.Standbys, standby.PublicKey())
+	now := time.Now()
+	if err := a.commit(ctx, now, feedInput(a, now, input{grant: &s}), nil); err != nil {
+		t.Fatalf("commit(grant) = %v, want nil", err)
+	}
+	// The other standby's claim: a rival this agent watches.
+	if err := a.commit(ctx, now, feedInput(a, now, claimInput(t, a, now, standby, s.ID, 2)), nil); err != nil {
+		t.Fatalf("commit(claim) = %v, want nil", err)
+	}
+	if w, _ := a.m.Workload(s.ID); len(w.Rivals) == 0 {
+		t.Fatalf("workload %s has no rivals after another standby's claim: the test needs one", s.ID)
+	}
+	a.saved[s.ID] = 0 // as if its row changed since
+	a.dirty.add(s.ID)
+	a.rivalWatch.add(s.ID)
+	before := testutil.ToFloat64(a.met.savedRows)
+	if err := a.saveMeta(ctx); err != nil {
+		t.Fatalf("saveMeta() = %v, want nil", err)
+	}
+	if got := testutil.ToFloat64(a.met.savedRows) - before; got != 1 {
+		t.Fatalf("agent_saved_rows_total grew by %v, want 1 (one row, written once)", got)
 	}
 }
