@@ -460,10 +460,7 @@ func nostrForwarder(ctx context.Context, files *agentFiles, timeout time.Duratio
 		lock.Close()
 		return nil, nil, fmt.Errorf("%s --relays: the agent's key answers NIP-42 AUTH: %w", cmd, err)
 	}
-	rc := relay.DefaultConfig()
-	rc.URLs = cfg.Lease.Relays
-	rc.DialAddrs = cfg.Lease.DialAddrs
-	pool, err := agent.NewRelayPool(rc, relay.Options{SecretKey: secret, Logger: logger})
+	pool, err := agent.NewRelayPool(relayConfig(cfg), relay.Options{SecretKey: secret, Logger: logger})
 	if err != nil {
 		lock.Close()
 		return nil, nil, fmt.Errorf("%s --relays: %w", cmd, err)

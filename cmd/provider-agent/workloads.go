@@ -317,9 +317,7 @@ func publishGrant(ctx context.Context, cfg config.Config, spec lease.Spec, stdou
 	if err != nil {
 		return fmt.Errorf("workloads grant --publish: %w", err)
 	}
-	rc := relay.DefaultConfig()
-	rc.URLs = cfg.Lease.Relays
-	pool, err := relay.New(rc, relay.Options{SecretKey: secret})
+	pool, err := relay.New(relayConfig(cfg), relay.Options{SecretKey: secret})
 	if err != nil {
 		return fmt.Errorf("workloads grant --publish: %w", err)
 	}
@@ -395,4 +393,13 @@ func waitForRelays(ctx context.Context, need int, connected func() int) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// relayConfig is the relay pool of a CLI command that publishes for the
+// agent: the lease's relays, dialled as lease.dial_addrs says.
+func relayConfig(cfg config.Config) relay.Config {
+	rc := relay.DefaultConfig()
+	rc.URLs = cfg.Lease.Relays
+	rc.DialAddrs = cfg.Lease.DialAddrs
+	return rc
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -103,5 +105,32 @@ func TestWorkloadsGrantPublish(t *testing.T) {
 	g, err := heartbeat.DecodeLeaseGrant(&ev.Event)
 	if err != nil || g.Spec.ID != "pub-1" {
 		t.Fatalf("DecodeLeaseGrant() = %+v, %v; want workload pub-1", g, err)
+	}
+}
+
+// TestWorkloadsGrantPublishThroughDialAddrs: the lease's relays are names
+// this machine cannot resolve, reached through lease.dial_addrs (a tunnel):
+// --publish dials those addresses, as run and the courier's --relays do.
+func TestWorkloadsGrantPublishThroughDialAddrs(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, errs := run(t, "keygen", "--out", filepath.Join(dir, "identity.key")); code != 0 {
+		t.Fatalf("keygen = exit %d %q", code, errs)
+	}
+	var names, dials []string
+	for i := range 2 {
+		r := relaytest.Start(t)
+		name := fmt.Sprintf("ws://relay-%d.invalid", i)
+		names = append(names, fmt.Sprintf("%q", name))
+		dials = append(dials, fmt.Sprintf("%q = %q", name, r.URL()))
+	}
+	cfgFile := filepath.Join(dir, "agent.toml")
+	toml := fmt.Sprintf("[agent]\ndata_dir = %q\n\n[lease]\nrelays = [%s]\nquorum = 2\ndial_addrs = {%s}\n",
+		dir, strings.Join(names, ", "), strings.Join(dials, ", "))
+	if err := os.WriteFile(cfgFile, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, "workloads", "grant", "--config", cfgFile, "--id", "pub-2", "--command", "sleep 100", "--publish")
+	if code != 0 || !strings.Contains(out, "accepted by 2 of 2 relays") {
+		t.Fatalf("workloads grant --publish through dial_addrs = exit %d %q %q, want 2 of 2 accepted", code, out, errs)
 	}
 }
