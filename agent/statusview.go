@@ -1,12 +1,9 @@
 package agent
 
 import (
-	"bytes"
-	"io"
-	"os"
 	"slices"
-	"strings"
 
+	"provideragent/agent/backend"
 	"provideragent/lease"
 )
 
@@ -55,13 +52,13 @@ func (a *Agent) withReasons(ws []WorkloadStatus) []WorkloadStatus {
 	}
 	var out []WorkloadStatus
 	for i, w := range ws {
-		if !needsReason(w.State) {
+		if !NeedsReason(lease.State(w.State)) {
 			continue
 		}
 		if out == nil {
 			out = slices.Clone(ws)
 		}
-		out[i].Reason = ExitReason(lp.LogPath(w.ID))
+		out[i].Reason = backend.ExitReason(lp.LogPath(w.ID))
 	}
 	if out == nil {
 		return ws
@@ -69,78 +66,9 @@ func (a *Agent) withReasons(ws []WorkloadStatus) []WorkloadStatus {
 	return out
 }
 
-// needsReason reports whether a workload in state st is shown with the
-// reason its process last ended: it failed, or it is being respawned.
-func needsReason(st string) bool {
-	return st == string(lease.StateFailed) || st == string(lease.StateRespawning)
-}
-
-// reasonTail bounds how much of a workload's log ExitReason reads.
-const reasonTail = 16 << 10
-
-// logMarker starts the lines the process backend appends to a workload's
-// log (agent/backend: "=== provider-agent: <id> ended: exit 127",
-// "=== provider-agent: start failed: ...").
-const logMarker = "=== provider-agent: "
-
-// ExitReason reads the end of a workload's log file and says why its last
-// run ended: the backend's line about it, with the shell's meaning of exit
-// statuses 126 and 127, and the workload's last line of output before it,
-// e.g. `exit 127 (command not found): sh: 1: no-such-tool: not found`. It
-// returns "" when the file does not exist or holds no such line.
-func ExitReason(logPath string) string {
-	if logPath == "" {
-		return ""
-	}
-	f, err := os.Open(logPath)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > reasonTail {
-		if _, err := f.Seek(-reasonTail, io.SeekEnd); err != nil {
-			return ""
-		}
-	}
-	data, err := io.ReadAll(io.LimitReader(f, reasonTail))
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(string(bytes.ToValidUTF8(data, []byte("?"))), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		l := strings.TrimSpace(lines[i])
-		if !strings.HasPrefix(l, logMarker) {
-			continue
-		}
-		what := strings.TrimPrefix(l, logMarker)
-		if _, after, ok := strings.Cut(what, " ended: "); ok {
-			what = after
-		}
-		switch {
-		case strings.HasPrefix(what, "exit 127"):
-			what += " (command not found)"
-		case strings.HasPrefix(what, "exit 126"):
-			what += " (command not executable)"
-		}
-		for j := i - 1; j >= 0; j-- {
-			out := strings.TrimSpace(lines[j])
-			if strings.HasPrefix(out, logMarker) {
-				break // the previous run's end: this run printed nothing
-			}
-			if out != "" {
-				return what + ": " + oneLine(out, 300)
-			}
-		}
-		return what
-	}
-	return ""
-}
-
-// oneLine folds white space and truncates s to n bytes.
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		s = s[:n] + "..."
-	}
-	return s
+// NeedsReason reports whether a workload in state st is shown with the
+// reason its process last ended (backend.ExitReason): it failed, or it is
+// being respawned.
+func NeedsReason(st lease.State) bool {
+	return st == lease.StateFailed || st == lease.StateRespawning
 }

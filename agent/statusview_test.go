@@ -1,57 +1,11 @@
 package agent
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"provideragent/lease"
 )
-
-func TestExitReason(t *testing.T) {
-	dir := t.TempDir()
-	tests := []struct {
-		name, log, want string
-	}{
-		{"missing command", "sh: 1: no-such-tool: not found\n=== provider-agent: w ended: exit 127\n",
-			"exit 127 (command not found): sh: 1: no-such-tool: not found"},
-		{"not executable", "sh: 1: ./tool: Permission denied\n=== provider-agent: w ended: exit 126\n",
-			"exit 126 (command not executable): sh: 1: ./tool: Permission denied"},
-		{"signal, no output", "=== provider-agent: w ended: exit 0 (stopped: x)\n=== provider-agent: w ended: signal SIGKILL\n",
-			"signal SIGKILL"},
-		{"start failed", "=== provider-agent: start failed: exec: \"tool\": executable file not found in $PATH\n",
-			"start failed: exec: \"tool\": executable file not found in $PATH"},
-		{"last run only", "old output\n=== provider-agent: w ended: exit 3\nnew   output\n\n=== provider-agent: w ended: exit 1\n",
-			"exit 1: new output"},
-		{"no end line", "still running\n", ""},
-		{"empty", "", ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "_")+".log")
-			if err := os.WriteFile(p, []byte(tt.log), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if got := ExitReason(p); got != tt.want {
-				t.Errorf("ExitReason(%q) = %q, want %q", tt.log, got, tt.want)
-			}
-		})
-	}
-	if got := ExitReason(filepath.Join(dir, "absent.log")); got != "" {
-		t.Errorf("ExitReason(missing file) = %q, want empty", got)
-	}
-	// Only the tail of a long log is read.
-	long := strings.Repeat("noise line\n", 20000) + "boom\n=== provider-agent: w ended: exit 2\n"
-	p := filepath.Join(dir, "long.log")
-	if err := os.WriteFile(p, []byte(long), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if got := ExitReason(p); got != "exit 2: boom" {
-		t.Errorf("ExitReason(long log) = %q, want %q", got, "exit 2: boom")
-	}
-}
 
 func TestWorkloadView(t *testing.T) {
 	const a, b, c = "aaaa", "bbbb", "cccc"

@@ -274,7 +274,7 @@ func (b *Process) Start(ctx context.Context, spec StartSpec) error {
 func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd, int, error) {
 	fail := func(err error) (*exec.Cmd, int, error) {
 		if p.log != "" {
-			appendLog(p.log, fmt.Sprintf("=== provider-agent: start failed: %v\n", err))
+			appendLog(p.log, fmt.Sprintf(logMarker+"start failed: %v\n", err))
 		}
 		return nil, 0, fmt.Errorf("start %s: %w", spec.WorkloadID, err)
 	}
@@ -329,7 +329,7 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 			hsW.Close()
 			return nil, 0, fmt.Errorf("start %s: open log: %w", spec.WorkloadID, err)
 		}
-		fmt.Fprintf(f, "=== provider-agent: start %s epoch %d at %s: %q\n",
+		fmt.Fprintf(f, logMarker+"start %s epoch %d at %s: %q\n",
 			spec.WorkloadID, spec.Epoch, b.cfg.Now().UTC().Format(time.RFC3339), spec.Command)
 		cmd.Stdout, cmd.Stderr = f, f
 		// The child has its own copy: do not hold one descriptor per
@@ -425,7 +425,7 @@ func (b *Process) wait(p *proc) {
 	}
 	b.mu.Unlock()
 	if p.log != "" {
-		appendLog(p.log, fmt.Sprintf("=== provider-agent: %s ended: %s\n", p.id, e))
+		appendLog(p.log, fmt.Sprintf(logMarker+"%s ended: %s\n", p.id, e))
 	}
 	close(p.done)
 	level := slog.LevelInfo

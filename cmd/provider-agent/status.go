@@ -16,7 +16,6 @@ import (
 	"provideragent/agent"
 	"provideragent/agent/backend"
 	"provideragent/agent/config"
-	"provideragent/lease"
 )
 
 func init() {
@@ -146,18 +145,12 @@ func statusFromDB(ctx context.Context, db *sql.DB, cfg config.Config) (agent.Sta
 	st := agent.Status{Source: "database", Now: time.Now().UTC()}
 	for _, w := range ws {
 		v := agent.WorkloadView(w, "", false)
-		if needsReason(w.State) {
-			v.Reason = agent.ExitReason(backend.LogFile(cfg.BackendLogDir(), w.Spec.ID))
+		if agent.NeedsReason(w.State) {
+			v.Reason = backend.ExitReason(backend.LogFile(cfg.BackendLogDir(), w.Spec.ID))
 		}
 		st.Workloads = append(st.Workloads, v)
 	}
 	return st, nil
-}
-
-// needsReason: a failed or respawning workload is shown with why its
-// process last ended.
-func needsReason(s lease.State) bool {
-	return s == lease.StateFailed || s == lease.StateRespawning
 }
 
 func printStatus(w io.Writer, st agent.Status) {

@@ -197,8 +197,8 @@ func runWorkloadsShow(ctx context.Context, files *agentFiles, args []string, std
 		view := agent.WorkloadView(w, "", false)
 		out := workloadShow{WorkloadSnapshot: w, StandbysLeft: view.Standbys, NoStandby: view.NoStandby,
 			Log: backend.LogFile(cfg.BackendLogDir(), w.Spec.ID)}
-		if needsReason(w.State) {
-			out.Reason = agent.ExitReason(out.Log)
+		if agent.NeedsReason(w.State) {
+			out.Reason = backend.ExitReason(out.Log)
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
