@@ -47,6 +47,8 @@ func ExitReason(logPath string) string {
 		what := strings.TrimPrefix(l, logMarker)
 		if _, after, ok := strings.Cut(what, " ended: "); ok {
 			what = after
+		} else if !strings.HasPrefix(what, "start failed:") {
+			continue // a run's start line: its end, if any, is after it
 		}
 		switch {
 		case strings.HasPrefix(what, "exit 127"):

@@ -23,6 +23,8 @@ func TestExitReason(t *testing.T) {
 		{"last run only", "old output\n=== provider-agent: w ended: exit 3\nnew   output\n\n=== provider-agent: w ended: exit 1\n",
 			"exit 1: new output"},
 		{"no end line", "still running\n", ""},
+		{"respawn started", "boom\n=== provider-agent: w ended: exit 1\n=== provider-agent: start w epoch 2 at 2026-11-23T09:00:00Z: [\"sh\" \"-c\" \"x\"]\n",
+			"exit 1: boom"},
 		{"empty", "", ""},
 	}
 	for _, tt := range tests {
