@@ -19,8 +19,10 @@
 
 const http = require('http');
 const { WebSocketServer } = require('ws');
-const { NostrRelay, createOutgoingNoticeMessage } = require('@nostr-relay/core');
-const { LogLevel } = require('@nostr-relay/common');
+const { NostrRelay } = require('@nostr-relay/core');
+// createOutgoingNoticeMessage lives in common, not core (core's export is
+// undefined: the first refused message killed the relay).
+const { LogLevel, createOutgoingNoticeMessage } = require('@nostr-relay/common');
 const { EventRepositorySqlite } = require('@nostr-relay/event-repository-sqlite');
 const { Validator } = require('@nostr-relay/validator');
 
