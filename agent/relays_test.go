@@ -17,6 +17,7 @@ import (
 
 	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/internal/localrelay"
 	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
@@ -351,3 +352,35 @@ type statusPool struct {
 }
 
 func (p *statusPool) Status() []RelayStatus { return p.relays }
+
+// A relay that refuses our heartbeats is shown in /status with its last
+// refusal: when, which kind and event, and the relay's words.
+func TestStatusShowsARelaysLastRejection(t *testing.T) {
+	t.Parallel()
+	_, urls := startRelays(t, 2)
+	refusing := relaytest.Start(t, "--reject-writes")
+	urls = append(urls, refusing.URL())
+	lcfg := DemoLeaseConfig(urls)
+	ta := startAgent(t, agentOpts{name: "refused", lcfg: lcfg})
+	ta.a.Track(context.Background(), soloSpec("w1", ta.pub))
+	ta.waitState("w1", lease.StateLive, 1, 15*time.Second)
+	var lr *RelayRejection
+	waitFor(t, 10*time.Second, "the refusing relay's last rejection in /status", func() bool {
+		for _, r := range ta.a.Status().Relays {
+			if r.URL == refusing.URL() && r.LastRejection != nil {
+				lr = r.LastRejection
+				return true
+			}
+		}
+		return false
+	})
+	if !heartbeat.IsHeartbeatKind(lr.Kind) || lr.EventID == "" || lr.At.IsZero() || lr.Outcome != "rejected" ||
+		lr.Reason != localrelay.DefaultRejectReason {
+		t.Fatalf("last_rejection = %+v, want a heartbeat rejected with %q", lr, localrelay.DefaultRejectReason)
+	}
+	for _, r := range ta.a.Status().Relays {
+		if r.URL != refusing.URL() && r.LastRejection != nil {
+			t.Fatalf("relay %s shows last_rejection %+v, want none: it accepts everything", r.URL, r.LastRejection)
+		}
+	}
+}

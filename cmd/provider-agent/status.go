@@ -173,6 +173,12 @@ func printStatus(w io.Writer, st agent.Status) {
 			fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%s\n", r.URL, r.Connected, r.EOSE, r.Reconnects, dash(r.LastError))
 		}
 		tw.Flush()
+		for _, r := range st.Relays {
+			if lr := r.LastRejection; lr != nil {
+				fmt.Fprintf(w, "%s last refused our event %s at %s (kind %d, %s): %s\n",
+					r.URL, shortKey(lr.EventID), lr.At.UTC().Format(time.RFC3339), lr.Kind, lr.Outcome, oneLine(lr.Reason, 300))
+			}
+		}
 	}
 }
 

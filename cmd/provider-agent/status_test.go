@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"provideragent/agent"
 	"provideragent/internal/relaytest"
 )
 
@@ -96,5 +97,25 @@ func TestRunAndStatusLive(t *testing.T) {
 	code, o, errs := run(t, append([]string{"status"}, common...)...)
 	if code != 0 || !strings.Contains(o, "source: database") || !strings.Contains(o, "svc-1") {
 		t.Fatalf("status after stop = exit %d %q %q, want svc-1 from the database", code, o, errs)
+	}
+}
+
+// The text status names each relay's last refusal of our events: when, the
+// event, its kind, the outcome and the relay's words.
+func TestPrintStatusShowsLastRejection(t *testing.T) {
+	at := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	st := agent.Status{Provider: "p", Source: "agent", Relays: []agent.RelayStatus{
+		{URL: "ws://a", Connected: true},
+		{URL: "ws://b", Connected: true, LastRejection: &agent.RelayRejection{At: at, Kind: 38384,
+			EventID: strings.Repeat("ab", 32), Outcome: "rejected", Reason: "invalid: event too large: 65792"}},
+	}}
+	var b strings.Builder
+	printStatus(&b, st)
+	want := "ws://b last refused our event abababababababab… at 2026-11-23T09:00:00Z (kind 38384, rejected): invalid: event too large: 65792\n"
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("status output:\n%s\nwant the line %q", b.String(), want)
+	}
+	if strings.Contains(b.String(), "ws://a last refused") {
+		t.Fatalf("status output:\n%s\nwant no refusal line for ws://a", b.String())
 	}
 }
