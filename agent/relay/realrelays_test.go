@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nbd-wtf/go-nostr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"provideragent/agent/relay"
 	"provideragent/internal/logcapture"
 	"provideragent/internal/relaytest"
@@ -62,5 +65,24 @@ func TestRejectionsLoggedOncePerClass(t *testing.T) {
 	if w.Level != slog.LevelWarn || w.String("relay") != r.URL() || kind != 1 || w.String("event") != ids[0] ||
 		!strings.Contains(w.String("reason"), "event too large") || w.String("class") != relay.PrefixInvalid {
 		t.Fatalf("WARN = %+v, want relay, kind 1, event %s and strfry's words, class invalid", w, ids[0])
+	}
+}
+
+// A permanent CLOSED of several REQs on one relay is one WARN per class,
+// not one per REQ.
+func TestPermanentClosedWarnsOnce(t *testing.T) {
+	r := relaytest.Start(t, "--send-closed", "blocked: no reads for you")
+	logs := logcapture.New(slog.LevelDebug)
+	h := newPool(t, fastConfig(r.URL()), relay.Options{Logger: slog.New(logs), Interests: []relay.Interest{
+		{Name: "one", Alternatives: [][]nostr.Filter{{{Kinds: []int{1}}}}},
+		{Name: "two", Alternatives: [][]nostr.Filter{{{Kinds: []int{2}}}}},
+	}})
+	eventually(t, "closed permanently", func() bool { return h.status(r.URL()).ClosedPermanently })
+	eventually(t, "both REQs closed", func() bool {
+		return testutil.ToFloat64(mustGauge(t, h.reg, "relay_subscription_closed_total", r.URL())) >= 2
+	})
+	warns := logs.Find("relay closed the subscription permanently: no events from it until it is reconnected")
+	if len(warns) != 1 || warns[0].String("class") != relay.PrefixBlocked || warns[0].String("relay") != r.URL() {
+		t.Fatalf("WARN lines = %+v, want one, class blocked, naming the relay", warns)
 	}
 }
