@@ -126,11 +126,7 @@ func (a *Agent) claimReadLoop(ctx context.Context) error {
 func claimFilters(ids []string) []nostr.Filter {
 	var out []nostr.Filter
 	for ch := range slices.Chunk(ids, claimWorkloads) {
-		ds := make([]string, 0, 2*len(ch))
-		for _, id := range ch {
-			ds = append(ds, heartbeat.ClaimDTag(id), heartbeat.PromotionDTag(id))
-		}
-		out = append(out, nostr.Filter{Kinds: []int{heartbeat.KindPromotion}, Tags: nostr.TagMap{"d": ds}})
+		out = append(out, heartbeat.ClaimsFilter(ch))
 	}
 	return out
 }

@@ -175,11 +175,7 @@ func (s *subscriptions) interests(a *Agent) []relay.Interest {
 	if len(s.workloads.chunks) > 0 {
 		var byD, byAuthor []nostr.Filter
 		for _, ch := range s.workloads.chunks {
-			ds := make([]string, 0, 2*len(ch))
-			for _, id := range ch {
-				ds = append(ds, heartbeat.ClaimDTag(id), heartbeat.PromotionDTag(id))
-			}
-			byD = append(byD, nostr.Filter{Kinds: []int{heartbeat.KindPromotion}, Tags: nostr.TagMap{"d": ds}})
+			byD = append(byD, heartbeat.ClaimsFilter(ch))
 		}
 		for _, ch := range s.providers.chunks {
 			byAuthor = append(byAuthor, nostr.Filter{Kinds: []int{heartbeat.KindPromotion}, Authors: ch})

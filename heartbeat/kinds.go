@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nbd-wtf/go-nostr"
+
 	"provideragent/lease"
 )
 
@@ -155,6 +157,17 @@ func PromotionDTag(workloadID string) string {
 // flight, a losing one or a withdrawn one is never read as a promotion.
 func ClaimDTag(workloadID string) string {
 	return "provider-agent:claim:v1:" + workloadID
+}
+
+// ClaimsFilter is the filter for the promotion claims, withdrawn markers
+// and Paygress announcements (kind 38386) of ids, by both d tags: two tag
+// values per workload, so at most 128 ids keep it within 256 values.
+func ClaimsFilter(ids []string) nostr.Filter {
+	ds := make([]string, 0, 2*len(ids))
+	for _, id := range ids {
+		ds = append(ds, ClaimDTag(id), PromotionDTag(id))
+	}
+	return nostr.Filter{Kinds: []int{KindPromotion}, Tags: nostr.TagMap{"d": ds}}
 }
 
 // LeaseDTag returns the d tag of a lease grant: provider-agent:lease:v1:<workload_id>.
