@@ -288,12 +288,14 @@ type Agent struct {
 	// performed; the outbox starts sending only then (rule 7 across a crash).
 	restoredDone chan struct{}
 
-	held         atomic.Pointer[[]heartbeat.WorkloadEpoch]
-	lastStep     atomic.Int64           // a.now() of the machine loop's last step, unix ns; 0 before Run
-	writeErr     atomic.Pointer[string] // the last database write's error; nil when it succeeded
+	held     atomic.Pointer[[]heartbeat.WorkloadEpoch]
+	lastStep atomic.Int64           // a.now() of the machine loop's last step, unix ns; 0 before Run
+	writeErr atomic.Pointer[string] // the last database write's error; nil when it succeeded
+	// status and its rows are written by the machine goroutine only, under
+	// statusMu; other goroutines read them under it (Status copies the rows).
 	statusMu     sync.Mutex
 	status       Status
-	statusIdx    map[string]int      // workload id -> row in status.Workloads (under statusMu)
+	statusIdx    map[string]int      // workload id -> row in status.Workloads (machine goroutine)
 	statusBuilt  time.Time           // last full rebuild of the rows
 	statusCounts map[lease.State]int // by state, at the last refresh
 	synced       map[string]bool
@@ -664,7 +666,7 @@ func (a *Agent) Status() Status {
 		}
 	}
 	s.Synced = s.Synced && synced >= a.cfg.Lease.M
-	s.Workloads = a.withReasons(s.Workloads)
+	a.fillReasons(s.Workloads)
 	return s
 }
 
@@ -696,7 +698,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 		if !ok {
 			return WorkloadStatus{}, false
 		}
-		return WorkloadView(w, a.self, a.backend.Running(id)), true
+		return WorkloadView(w, a.self, false), true // Status fills Running
 	}
 	sus, why := a.m.ClockSuspect()
 	a.statusMu.Lock()
@@ -741,12 +743,13 @@ func (a *Agent) refreshStatus(now time.Time) {
 	a.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.m.AwaitingSync(), Workloads: ws,
 		ClockSuspect: sus, ClockWhy: why}
 	a.statusCounts = counts
-	// Quorum of this provider and of every holder it watches.
+	a.statusMu.Unlock()
+	// Quorum of this provider and of every holder it watches (ws is written
+	// only here, on the machine goroutine: no lock needed to read it).
 	providers := map[string]bool{a.self: true}
 	for i := range ws {
 		providers[ws[i].Primary] = true
 	}
-	a.statusMu.Unlock()
 	for p := range providers {
 		q := 0.0
 		if a.m.HasQuorum(now, p) {

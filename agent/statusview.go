@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"slices"
-
 	"provideragent/agent/backend"
 	"provideragent/lease"
 )
@@ -42,28 +40,19 @@ func StandbysOf(w lease.WorkloadSnapshot) []string {
 	return out
 }
 
-// withReasons returns ws with the Reason of every failed or respawning
-// workload filled in from its log file, when the backend keeps one (a
-// copy: ws is the shared status document).
-func (a *Agent) withReasons(ws []WorkloadStatus) []WorkloadStatus {
+// fillReasons sets the Reason of every failed or respawning workload of ws
+// (Status' own copy of the rows) from its log file, when the backend keeps
+// one.
+func (a *Agent) fillReasons(ws []WorkloadStatus) {
 	lp, ok := a.backend.(interface{ LogPath(id string) string })
 	if !ok {
-		return ws
+		return
 	}
-	var out []WorkloadStatus
 	for i, w := range ws {
-		if !NeedsReason(lease.State(w.State)) {
-			continue
+		if NeedsReason(lease.State(w.State)) {
+			ws[i].Reason = backend.ExitReason(lp.LogPath(w.ID))
 		}
-		if out == nil {
-			out = slices.Clone(ws)
-		}
-		out[i].Reason = backend.ExitReason(lp.LogPath(w.ID))
 	}
-	if out == nil {
-		return ws
-	}
-	return out
 }
 
 // NeedsReason reports whether a workload in state st is shown with the
