@@ -83,3 +83,21 @@ func (a *Agent) refreshPolicy(ids []string) {
 		a.policy.workloads[id] = policyEntry{holder: w.Holder, members: members, done: w.State.Terminal()}
 	}
 }
+
+// tracked returns the workloads that are not in a terminal state and the
+// providers their leases name (the subscription's sets).
+func (p *signerPolicy) tracked() (workloads, providers map[string]bool) {
+	workloads, providers = map[string]bool{}, map[string]bool{}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for id, e := range p.workloads {
+		if e.done {
+			continue
+		}
+		workloads[id] = true
+		for _, m := range e.members {
+			providers[m] = true
+		}
+	}
+	return workloads, providers
+}

@@ -128,19 +128,8 @@ func (s *subscriptions) refresh(a *Agent) bool {
 	if s.workloads.size == 0 {
 		s.workloads.size, s.providers.size = claimWorkloads, filterValues
 	}
-	ws := map[string]bool{}
-	ps := map[string]bool{a.self: true}
-	a.policy.mu.RLock()
-	for id, e := range a.policy.workloads {
-		if st, ok := a.m.State(id); !ok || st.Terminal() {
-			continue
-		}
-		ws[id] = true
-		for _, m := range e.members {
-			ps[m] = true
-		}
-	}
-	a.policy.mu.RUnlock()
+	ws, ps := a.policy.tracked()
+	ps[a.self] = true
 	w := s.workloads.sync(ws)
 	p := s.providers.sync(ps)
 	s.dirty = false
