@@ -59,8 +59,12 @@ func (a *Agent) commitStep(ctx context.Context, now time.Time, effs []lease.Effe
 		return nil
 	}
 	a.performEarly(ctx, now, effs)
-	a.refreshPolicy(effectIDs(effs))
 	pieces, g := a.bl.split(now, effs, toks)
+	ids := make([]string, len(pieces))
+	for i, p := range pieces {
+		ids[i] = p.id
+	}
+	a.refreshPolicy(ids)
 	if len(pieces) > commitBatch {
 		// The rest waits in the backlog, committed one batch per turn of
 		// the machine loop (backlog.go).
@@ -238,19 +242,6 @@ func (a *Agent) finish(toks []store.Token) {
 	for _, t := range toks {
 		a.cursor.Done(t)
 	}
-}
-
-// effectIDs are the workloads effs concern, in first-seen order.
-func effectIDs(effs []lease.Effect) []string {
-	var ids []string
-	seen := map[string]bool{}
-	for _, e := range effs {
-		if id := e.Workload(); !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
-	}
-	return ids
 }
 
 // saveMeta persists the machine's relay tables, the workloads an input may
