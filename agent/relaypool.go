@@ -138,17 +138,7 @@ func (r *relayPool) PublishQuorum(ctx context.Context, ev *nostr.Event, need int
 }
 
 func (r *relayPool) Query(ctx context.Context, f nostr.Filter) ([]RelayEvent, int) {
-	var out []RelayEvent
-	n := 0
-	for _, q := range r.p.Query(ctx, f) {
-		if q.EOSE {
-			n++
-		}
-		for i := range q.Events {
-			out = append(out, RelayEvent{Relay: q.Relay, Event: &q.Events[i]})
-		}
-	}
-	return out, n
+	return r.QueryFilters(ctx, []nostr.Filter{f})
 }
 
 // RelayRejection is one refusal of an event we published: the relay's OK
