@@ -97,9 +97,6 @@ func (a *Agent) commitPieces(ctx context.Context, now time.Time, pieces []*piece
 	start := time.Now()
 	timed, effs, ids := flatten(pieces)
 	rows := a.outboxRows(ctx, timed)
-	if d := time.Since(start); d > slowTurn {
-		a.logger.Debug("outbox events built slowly", "pieces", len(pieces), "effects", len(effs), "rows", len(rows), "took", d)
-	}
 	toks = append(toks, done(pieces)...)
 
 	held := !a.pend.empty()
@@ -200,12 +197,6 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 			stamped = append(stamped, id)
 		}
 	}
-	tTx := time.Now()
-	defer func() {
-		if d := time.Since(tTx); d > slowTurn {
-			a.logger.Debug("step commit slow", "rows", len(wrows), "outbox", len(rows), "later", len(later), "took", d)
-		}
-	}()
 	err := sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error {
 		if err := saveWorkloadRows(ctx, a.st, tx, wrows); err != nil {
 			return err

@@ -94,10 +94,3 @@ func (o *ownBeats) prune(cutoff time.Time) {
 		o.head = 0
 	}
 }
-
-// len is the number of events remembered (tests).
-func (o *ownBeats) len() int {
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	return len(o.byID)
-}

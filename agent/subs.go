@@ -49,7 +49,6 @@ type subscriptions struct {
 	providers chunker // the providers their leases name, and this one
 	dirty     bool    // the tracked set may have changed since the last update
 	lastSet   time.Time
-	updates   int // subscription changes sent (tests)
 }
 
 // chunker keeps a set of strings in chunks of at most size, in insertion
@@ -112,14 +111,6 @@ func (c *chunker) sync(want map[string]bool) bool {
 		c.where[item] = last
 	}
 	return changed
-}
-
-func (c *chunker) all() []string {
-	var out []string
-	for _, ch := range c.chunks {
-		out = append(out, ch...)
-	}
-	return out
 }
 
 // refresh recomputes the tracked sets from the lease table (machine
@@ -186,7 +177,6 @@ func (a *Agent) updateSubs(now time.Time) {
 	if !a.subs.refresh(a) {
 		return
 	}
-	a.subs.updates++
 	a.pool.SetInterests(a.subs.interests(a))
 	a.logger.Debug("subscription updated", "workloads", len(a.subs.workloads.where), "providers", len(a.subs.providers.where))
 }
