@@ -4,7 +4,6 @@ package agent
 // turned into machine inputs.
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -44,12 +43,8 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 			return nil
 		case re := <-in:
 			if re.Event == nil {
-				at := re.At
-				if at.IsZero() {
-					at = a.now()
-				}
 				// One pruned meanwhile is too old to count.
-				if hb, ok := a.own.input(a.self, re.ID, re.Relay, at); ok {
+				if hb, ok := a.own.input(a.self, re.ID, re.Relay, arrivedAt(re, a.now())); ok {
 					select {
 					case a.beats <- input{hb: &hb}:
 					case <-ctx.Done():
@@ -74,6 +69,16 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// arrivedAt is when re came from its relay (a heartbeat counts from its
+// arrival, not from the ingest backlog): its receive time, or now when it
+// has none or one in the future.
+func arrivedAt(re RelayEvent, now time.Time) time.Time {
+	if !re.At.IsZero() && re.At.Before(now) {
+		return re.At
+	}
+	return now
 }
 
 // eventBytes approximates the memory an event holds.
@@ -133,7 +138,7 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 }
 
 func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input, bool) {
-	if hb, ok := a.own.input(a.self, re.Event.ID, re.Relay, cmp.Or(re.At, now)); ok {
+	if hb, ok := a.own.input(a.self, re.Event.ID, re.Relay, arrivedAt(re, now)); ok {
 		// One of our own heartbeat events, parsed by a relay layer that
 		// could not skip it: nothing to verify or decode (ownbeats.go).
 		return input{hb: &hb}, true
@@ -160,11 +165,7 @@ func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input
 	case got.Heartbeat != nil:
 		// Expiry (NIP-40), age and skew were enforced by the ingestor.
 		a.met.eventsAccepted.WithLabelValues("heartbeat").Inc()
-		at := now
-		if !re.At.IsZero() && re.At.Before(now) {
-			at = re.At // counted from its arrival, not from the ingest backlog
-		}
-		hb := heartbeat.HeartbeatInput(got.Heartbeat, re.Relay, at)
+		hb := heartbeat.HeartbeatInput(got.Heartbeat, re.Relay, arrivedAt(re, now))
 		return input{hb: &hb}, true
 	case got.Duplicate:
 		return input{}, false
