@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"provideragent/agent/store"
+	"provideragent/internal/fifo"
 	"provideragent/lease"
 )
 
@@ -46,8 +47,7 @@ type piece struct {
 // backlog is the queue of pieces waiting for their commit (machine
 // goroutine only).
 type backlog struct {
-	queue []*piece
-	head  int
+	queue fifo.Queue[*piece]
 	byID  map[string]*piece
 }
 
@@ -95,28 +95,23 @@ func (b *backlog) push(ps []*piece) {
 	}
 	for _, p := range ps {
 		b.byID[p.id] = p
-		b.queue = append(b.queue, p)
+		b.queue.Push(p)
 	}
 }
 
 // next takes up to n pieces from the front of the queue.
 func (b *backlog) next(n int) []*piece {
 	var out []*piece
-	for b.head < len(b.queue) && len(out) < n {
-		p := b.queue[b.head]
-		b.queue[b.head] = nil
-		b.head++
+	for len(out) < n {
+		p, ok := b.queue.Pop()
+		if !ok {
+			break
+		}
 		if p.taken {
 			continue
 		}
 		delete(b.byID, p.id)
 		out = append(out, p)
-	}
-	if b.head == len(b.queue) {
-		b.queue, b.head = b.queue[:0], 0
-	} else if b.head > 1024 && b.head*2 > len(b.queue) {
-		b.queue = append(b.queue[:0], b.queue[b.head:]...)
-		b.head = 0
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 
 	"provideragent/agent/store"
 	"provideragent/heartbeat"
+	"provideragent/internal/fifo"
 	"provideragent/lease"
 )
 
@@ -26,17 +27,17 @@ const routeQueueBytes = 32 << 20
 // heartbeats and the OKs of our publishes) never wait behind events being
 // verified.
 func (a *Agent) routeLoop(ctx context.Context) error {
-	var queue []RelayEvent
-	var head, bytes int
+	var queue fifo.Queue[RelayEvent]
+	var bytes int
 	for {
 		in := a.received
 		if bytes >= routeQueueBytes {
 			in = nil // full: let the relays wait
 		}
 		var out chan<- RelayEvent
-		var next RelayEvent
-		if head < len(queue) {
-			out, next = a.raw, queue[head]
+		next, ok := queue.Front()
+		if ok {
+			out = a.raw
 		}
 		select {
 		case <-ctx.Done():
@@ -53,20 +54,13 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 				}
 				continue
 			}
-			queue = append(queue, re)
+			queue.Push(re)
 			bytes += eventBytes(re.Event)
-			a.routed.Store(int64(len(queue) - head))
+			a.routed.Store(int64(queue.Len()))
 		case out <- next:
-			queue[head] = RelayEvent{}
-			head++
+			queue.Pop()
 			bytes -= eventBytes(next.Event)
-			a.routed.Store(int64(len(queue) - head))
-			if head == len(queue) {
-				queue, head = queue[:0], 0
-			} else if head > 1024 && head*2 > len(queue) {
-				queue = append(queue[:0], queue[head:]...)
-				head = 0
-			}
+			a.routed.Store(int64(queue.Len()))
 		}
 	}
 }

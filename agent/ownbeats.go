@@ -7,6 +7,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/heartbeat"
+	"provideragent/internal/fifo"
 	"provideragent/lease"
 )
 
@@ -21,8 +22,7 @@ import (
 type ownBeats struct {
 	mu    sync.RWMutex
 	byID  map[string]ownBeat
-	order []ownEntry // oldest first, for pruning
-	head  int
+	order fifo.Queue[ownEntry] // oldest first, for pruning
 }
 
 type ownBeat struct {
@@ -53,7 +53,7 @@ func (o *ownBeats) add(b heartbeat.Beat) {
 func (o *ownBeats) put(ev *nostr.Event, shard, shards int) {
 	created := time.Unix(int64(ev.CreatedAt), 0).UTC()
 	o.byID[ev.ID] = ownBeat{created: created, shard: shard, shards: shards}
-	o.order = append(o.order, ownEntry{id: ev.ID, created: created})
+	o.order.Push(ownEntry{id: ev.ID, created: created})
 }
 
 // known reports whether id is one of our recent heartbeat events
@@ -84,13 +84,8 @@ func (o *ownBeats) input(self, id, relay string, now time.Time) (lease.Heartbeat
 func (o *ownBeats) prune(cutoff time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for o.head < len(o.order) && o.order[o.head].created.Before(cutoff) {
-		delete(o.byID, o.order[o.head].id)
-		o.order[o.head] = ownEntry{}
-		o.head++
-	}
-	if o.head > 1024 && o.head*2 > len(o.order) {
-		o.order = append(o.order[:0], o.order[o.head:]...)
-		o.head = 0
+	for e, ok := o.order.Front(); ok && e.created.Before(cutoff); e, ok = o.order.Front() {
+		delete(o.byID, e.id)
+		o.order.Pop()
 	}
 }

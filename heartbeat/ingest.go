@@ -13,6 +13,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"provideragent/internal/fifo"
 	"provideragent/lease"
 )
 
@@ -656,8 +657,7 @@ type recentDecoded struct {
 	ttl    time.Duration
 	used   int
 	byID   map[string]*recentItem
-	fifo   []*recentItem
-	head   int
+	fifo   fifo.Queue[*recentItem]
 }
 
 type recentItem struct {
@@ -674,7 +674,7 @@ func (r *recentDecoded) put(id string, fp uint64, hb *Heartbeat, now time.Time) 
 		return
 	}
 	r.expire(now)
-	for r.used+cost > r.budget && r.head < len(r.fifo) {
+	for r.used+cost > r.budget && r.fifo.Len() > 0 {
 		r.drop()
 	}
 	it := &recentItem{id: id, fp: fp, hb: hb, at: now, cost: cost}
@@ -684,7 +684,7 @@ func (r *recentDecoded) put(id string, fp uint64, hb *Heartbeat, now time.Time) 
 		old.hb = nil
 	}
 	r.byID[id] = it
-	r.fifo = append(r.fifo, it)
+	r.fifo.Push(it)
 	r.used += cost
 }
 
@@ -697,24 +697,18 @@ func (r *recentDecoded) get(id string, fp uint64, now time.Time) *Heartbeat {
 }
 
 func (r *recentDecoded) expire(now time.Time) {
-	for r.head < len(r.fifo) && now.Sub(r.fifo[r.head].at) > r.ttl {
+	for it, ok := r.fifo.Front(); ok && now.Sub(it.at) > r.ttl; it, ok = r.fifo.Front() {
 		r.drop()
 	}
 }
 
 // drop evicts the oldest item.
 func (r *recentDecoded) drop() {
-	it := r.fifo[r.head]
-	r.fifo[r.head] = nil
-	r.head++
+	it, _ := r.fifo.Pop()
 	if cur := r.byID[it.id]; cur == it {
 		delete(r.byID, it.id)
 	}
 	r.used -= it.cost
-	if r.head > 64 && r.head*2 > len(r.fifo) {
-		r.fifo = append(r.fifo[:0], r.fifo[r.head:]...)
-		r.head = 0
-	}
 }
 
 func isLowerHex(s string) bool {
