@@ -149,7 +149,6 @@ type Ingestor struct {
 	log    *slog.Logger
 	m      *metrics
 	seed   maphash.Seed
-	ttl    int64 // cache age-out, seconds
 
 	mu       sync.Mutex
 	good     *generations      // verified events
@@ -203,7 +202,6 @@ func NewIngestor(cfg Config, policy SignerPolicy, reg prometheus.Registerer, log
 	return &Ingestor{
 		cfg: cfg, policy: policy, log: logger.With("component", "heartbeat"), m: m,
 		seed:     maphash.MakeSeed(),
-		ttl:      ttlSec,
 		good:     newGenerations(cfg.CacheSize, ttlSec),
 		bad:      newGenerations(max(cfg.CacheSize/4, 8), ttlSec),
 		inflight: map[string]*entry{},
@@ -608,9 +606,9 @@ func (g *generations) age(now int64) {
 	case g.curStart == 0:
 		g.curStart = now
 	case now-g.curStart >= 2*g.rotate:
+		// Nothing in either generation is young enough to keep.
 		clear(g.old)
-		g.old, g.cur = g.cur, make(map[string]*entry, min(len(g.cur), g.half))
-		clear(g.old)
+		clear(g.cur)
 		g.curStart = now
 	case now-g.curStart >= g.rotate:
 		g.old, g.cur = g.cur, make(map[string]*entry, min(len(g.cur), g.half))
