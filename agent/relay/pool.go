@@ -22,7 +22,8 @@ var (
 	ErrNotConnected = errors.New("relay not connected")
 	// ErrConnectionLost: the connection dropped before the relay answered.
 	ErrConnectionLost = errors.New("relay connection lost")
-	// ErrSubscriptionLimit: the relay's NIP-11 max_subscriptions is reached.
+	// ErrSubscriptionLimit: no query slot (Config.QuerySlots, kept within
+	// the relay's max_subscriptions) became free before the context ended.
 	ErrSubscriptionLimit = errors.New("relay subscription limit reached")
 )
 
@@ -97,8 +98,8 @@ type Pool struct {
 	dialHTTP *http.Client
 	infoHTTP *http.Client
 
-	filtersMu sync.Mutex
-	interests []Interest
+	interestsMu sync.Mutex
+	interests   []Interest
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -202,9 +203,9 @@ func (p *Pool) SetFilters(filters []nostr.Filter) { p.SetInterests(interestsOf(c
 // Options.SinceFor or Since) and only then closes the old ones, so no
 // stored event matching both is missed in between.
 func (p *Pool) SetInterests(interests []Interest) {
-	p.filtersMu.Lock()
+	p.interestsMu.Lock()
 	p.interests = cloneInterests(interests)
-	p.filtersMu.Unlock()
+	p.interestsMu.Unlock()
 	for _, s := range p.sups {
 		select {
 		case s.filtersChanged <- struct{}{}:
@@ -214,8 +215,8 @@ func (p *Pool) SetInterests(interests []Interest) {
 }
 
 func (p *Pool) currentInterests() []Interest {
-	p.filtersMu.Lock()
-	defer p.filtersMu.Unlock()
+	p.interestsMu.Lock()
+	defer p.interestsMu.Unlock()
 	return p.interests // replaced, never modified in place
 }
 

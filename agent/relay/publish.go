@@ -371,9 +371,6 @@ func (c *conn) query(id string) *querySink {
 	return c.queries[id]
 }
 
-// errQueryAgain says a query must be read again on the next connection.
-var errQueryAgain = errors.New("query: connection lost")
-
 func (s *supervisor) query(ctx context.Context, filters []nostr.Filter) QueryResult {
 	triedAuth := false
 	var lost error // the last connection loss, reported if no later connection answers
@@ -396,14 +393,12 @@ func (s *supervisor) query(ctx context.Context, filters []nostr.Filter) QueryRes
 		res, err := s.queryOn(ctx, c, filters)
 		release()
 		switch {
-		case errors.Is(err, errQueryAgain) && ctx.Err() == nil:
-			lost = ErrConnectionLost
+		case errors.Is(err, ErrConnectionLost) && ctx.Err() == nil:
+			lost = err
 			if !waitClosed(ctx, c) {
 				return QueryResult{Relay: s.url, Err: lost}
 			}
 			continue // read everything again on the next connection
-		case errors.Is(err, errQueryAgain):
-			res.Err = ErrConnectionLost
 		case err != nil:
 			res.Err = err
 		}
@@ -422,7 +417,7 @@ func (s *supervisor) query(ctx context.Context, filters []nostr.Filter) QueryRes
 }
 
 // queryOn runs a query on connection c: its filters packed into REQs, each
-// read to EOSE and paged through. errQueryAgain: the connection dropped.
+// read to EOSE and paged through. ErrConnectionLost: the connection dropped.
 func (s *supervisor) queryOn(ctx context.Context, c *conn, filters []nostr.Filter) (QueryResult, error) {
 	res := QueryResult{Relay: s.url}
 	l := s.limits()
@@ -489,7 +484,7 @@ func (s *supervisor) queryOn(ctx context.Context, c *conn, filters []nostr.Filte
 }
 
 // runREQ sends one REQ and collects its events until EOSE, CLOSED (reason),
-// the connection's end (errQueryAgain) or ctx's end.
+// the connection's end (ErrConnectionLost) or ctx's end.
 func (s *supervisor) runREQ(ctx context.Context, c *conn, filters nostr.Filters) (evs []nostr.Event, eose bool, reason string, err error) {
 	id := c.nextID("pa-query-")
 	q := &querySink{done: make(chan struct{})}
@@ -502,7 +497,7 @@ func (s *supervisor) runREQ(ctx context.Context, c *conn, filters nostr.Filters)
 		c.mu.Unlock()
 	}()
 	if err := c.write(nostr.ReqEnvelope{SubscriptionID: id, Filters: filters}); err != nil {
-		return nil, false, "", errQueryAgain
+		return nil, false, "", ErrConnectionLost
 	}
 	select {
 	case <-q.done:
@@ -522,7 +517,7 @@ func (s *supervisor) runREQ(ctx context.Context, c *conn, filters nostr.Filters)
 	}
 	select {
 	case <-c.closed:
-		return nil, false, "", errQueryAgain
+		return nil, false, "", ErrConnectionLost
 	default:
 		_ = c.write(nostr.CloseEnvelope(id))
 		return nil, false, "", ctx.Err()
