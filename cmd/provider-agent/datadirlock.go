@@ -38,15 +38,9 @@ func lockDataDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("lock data dir: %w", err)
 	}
 	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder := "unknown"
-		if data, rerr := os.ReadFile(path); rerr == nil {
-			if pid, perr := strconv.Atoi(strings.TrimSpace(string(data))); perr == nil {
-				holder = strconv.Itoa(pid)
-			}
-		}
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, &dataDirLockedError{dir: dir, path: path, holder: holder}
+			return nil, &dataDirLockedError{dir: dir, path: path, holder: lockHolder(path)}
 		}
 		return nil, fmt.Errorf("lock data dir: %s: %w", path, err)
 	}
@@ -76,13 +70,18 @@ func dataDirHeld(dir string) error {
 		}
 		return nil
 	}
-	holder := "unknown"
+	return &dataDirLockedError{dir: dir, path: path, holder: lockHolder(path)}
+}
+
+// lockHolder is the pid the holder of the lock file at path wrote in it
+// ("unknown" when it cannot be read).
+func lockHolder(path string) string {
 	if data, err := os.ReadFile(path); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
-			holder = strconv.Itoa(pid)
+			return strconv.Itoa(pid)
 		}
 	}
-	return &dataDirLockedError{dir: dir, path: path, holder: holder}
+	return "unknown"
 }
 
 // flock applies how to f, retrying when a signal interrupts it.
