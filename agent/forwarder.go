@@ -143,8 +143,13 @@ func isRevocation(kind int) bool { return kind == heartbeat.KindRevocation }
 // connected.
 const cutOffTimeout = 500 * time.Millisecond
 
-// ConnectedRelays is how many of p's relays have an open connection now.
+// ConnectedRelays is how many of p's relays have an open connection now:
+// agent/relay counts them itself (Pool.Connected); another RelayPool is
+// counted from its Status.
 func ConnectedRelays(p RelayPool) int {
+	if c, ok := p.(interface{ Connected() int }); ok {
+		return c.Connected()
+	}
 	n := 0
 	for _, r := range p.Status() {
 		if r.Connected {

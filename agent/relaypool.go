@@ -137,6 +137,10 @@ func (r *relayPool) PublishQuorum(ctx context.Context, ev *nostr.Event, need int
 	return out
 }
 
+// Connected is agent/relay's count of open connections (ConnectedRelays),
+// without building every relay's status.
+func (r *relayPool) Connected() int { return r.p.Connected() }
+
 func (r *relayPool) Query(ctx context.Context, f nostr.Filter) ([]RelayEvent, int) {
 	return r.QueryFilters(ctx, []nostr.Filter{f})
 }
