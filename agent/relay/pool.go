@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -273,8 +272,6 @@ func cloneFilters(fs []nostr.Filter) []nostr.Filter {
 	return out
 }
 
-// prepareFilters applies since (to filters without one) and the relay's
-// max_limit, then splits them into groups of at most max_filters.
 // sinceOf returns the since hook for a (re)subscription: SinceFor, else
 // Since for every filter, else nil (no since).
 func (o Options) sinceOf() func(nostr.Filter) nostr.Timestamp {
@@ -288,7 +285,9 @@ func (o Options) sinceOf() func(nostr.Filter) nostr.Timestamp {
 	return nil
 }
 
-func prepareFilters(base []nostr.Filter, sinceOf func(nostr.Filter) nostr.Timestamp, l Limits) []nostr.Filters {
+// withSince returns copies of base with since applied to the filters
+// without one (sinceOf nil, or returning 0: none).
+func withSince(base []nostr.Filter, sinceOf func(nostr.Filter) nostr.Timestamp) nostr.Filters {
 	fs := make(nostr.Filters, 0, len(base))
 	for _, f := range base {
 		f = f.Clone()
@@ -297,21 +296,7 @@ func prepareFilters(base []nostr.Filter, sinceOf func(nostr.Filter) nostr.Timest
 				f.Since = &s
 			}
 		}
-		if l.MaxLimit > 0 && f.Limit > l.MaxLimit {
-			f.Limit = l.MaxLimit
-		}
 		fs = append(fs, f)
 	}
-	if len(fs) == 0 {
-		return nil
-	}
-	size := len(fs)
-	if l.MaxFilters > 0 && l.MaxFilters < size {
-		size = l.MaxFilters
-	}
-	var groups []nostr.Filters
-	for chunk := range slices.Chunk(fs, size) {
-		groups = append(groups, chunk)
-	}
-	return groups
+	return fs
 }

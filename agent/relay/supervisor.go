@@ -1008,11 +1008,8 @@ func (ss *session) send(sub *mainSub) error {
 	sub.sentAuthed = ss.c.isAuthed()
 	sub.sentAt = ss.s.p.opts.Now()
 	l := ss.s.limits()
-	var fs nostr.Filters
-	for _, g := range prepareFilters(sub.base, ss.s.p.opts.sinceOf(), Limits{}) {
-		fs = append(fs, g...)
-	}
-	fs, sub.pageable = withLimits(fs, l, ss.s.p.cfg.pageLimit(l))
+	fs, pageable := withLimits(withSince(sub.base, ss.s.p.opts.sinceOf()), l, ss.s.p.cfg.pageLimit(l))
+	sub.pageable = pageable
 	sub.sent = fs
 	sub.counts = make([]int, len(fs))
 	sub.oldest = make([]nostr.Timestamp, len(fs))

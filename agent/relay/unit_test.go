@@ -128,28 +128,21 @@ func TestReasonLabelsBounded(t *testing.T) {
 	}
 }
 
-func TestPrepareFilters(t *testing.T) {
+func TestWithSince(t *testing.T) {
 	own := nostr.Timestamp(5)
 	base := []nostr.Filter{
 		{Kinds: []int{1}, Limit: 100},
 		{Kinds: []int{2}, Since: &own},
-		{Kinds: []int{3}},
 	}
-	groups := prepareFilters(base, func(nostr.Filter) nostr.Timestamp { return 42 }, Limits{MaxFilters: 2, MaxLimit: 10})
-	if len(groups) != 2 || len(groups[0]) != 2 || len(groups[1]) != 1 {
-		t.Fatalf("prepareFilters groups = %v, want 2+1", groups)
+	fs := withSince(base, func(nostr.Filter) nostr.Timestamp { return 42 })
+	if g := fs[0]; g.Limit != 100 || g.Since == nil || *g.Since != 42 {
+		t.Errorf("filter 0 = %+v, want limit 100 since 42", g)
 	}
-	if g := groups[0][0]; g.Limit != 10 || g.Since == nil || *g.Since != 42 {
-		t.Errorf("filter 0 = %+v, want limit 10 since 42", g)
-	}
-	if g := groups[0][1]; *g.Since != 5 {
+	if g := fs[1]; *g.Since != 5 {
 		t.Errorf("filter 1 since = %v, want its own 5", *g.Since)
 	}
 	if base[0].Since != nil || base[0].Limit != 100 {
-		t.Errorf("prepareFilters modified its input: %+v", base[0])
-	}
-	if got := prepareFilters(nil, nil, Limits{}); got != nil {
-		t.Errorf("prepareFilters(nil) = %v, want nil", got)
+		t.Errorf("withSince modified its input: %+v", base[0])
 	}
 }
 
@@ -163,16 +156,16 @@ func TestSinceForPerFilter(t *testing.T) {
 			return 0
 		},
 	}
-	groups := prepareFilters([]nostr.Filter{{Kinds: []int{1}}, {Kinds: []int{2}}}, o.sinceOf(), Limits{})
-	if g := groups[0][0]; g.Since == nil || *g.Since != 100 {
+	fs := withSince([]nostr.Filter{{Kinds: []int{1}}, {Kinds: []int{2}}}, o.sinceOf())
+	if g := fs[0]; g.Since == nil || *g.Since != 100 {
 		t.Errorf("kind 1 since = %v, want 100 from SinceFor", g.Since)
 	}
-	if g := groups[0][1]; g.Since != nil {
+	if g := fs[1]; g.Since != nil {
 		t.Errorf("kind 2 since = %v, want none (SinceFor returned 0, Since ignored)", *g.Since)
 	}
 	o.SinceFor = nil
-	groups = prepareFilters([]nostr.Filter{{Kinds: []int{2}}}, o.sinceOf(), Limits{})
-	if g := groups[0][0]; g.Since == nil || *g.Since != 7 {
+	fs = withSince([]nostr.Filter{{Kinds: []int{2}}}, o.sinceOf())
+	if g := fs[0]; g.Since == nil || *g.Since != 7 {
 		t.Errorf("since without SinceFor = %v, want 7 from Since", g.Since)
 	}
 }
