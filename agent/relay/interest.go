@@ -2,7 +2,6 @@ package relay
 
 import (
 	"encoding/json"
-	"slices"
 	"strings"
 
 	"github.com/nbd-wtf/go-nostr"
@@ -284,10 +283,10 @@ func countStored(sent nostr.Filters, counts []int, oldest []nostr.Timestamp, ev 
 }
 
 // interestsOf turns plain filters (Options.Filters, SetFilters) into one
-// interest.
+// interest (not a copy: the pool takes it through cloneInterests).
 func interestsOf(fs []nostr.Filter) []Interest {
 	if len(fs) == 0 {
 		return nil
 	}
-	return []Interest{{Name: "filters", Alternatives: [][]nostr.Filter{slices.Clone(fs)}}}
+	return []Interest{{Name: "filters", Alternatives: [][]nostr.Filter{fs}}}
 }

@@ -145,10 +145,11 @@ func New(cfg Config, opts Options) (*Pool, error) {
 		infoHTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 		cancel:   cancel,
 	}
-	p.interests = cloneInterests(opts.Interests)
-	if len(opts.Interests) == 0 {
-		p.interests = interestsOf(cloneFilters(opts.Filters))
+	interests := opts.Interests
+	if len(interests) == 0 {
+		interests = interestsOf(opts.Filters)
 	}
+	p.interests = cloneInterests(interests)
 	for _, u := range cfg.normalizedURLs() {
 		s := newSupervisor(p, u)
 		p.sups = append(p.sups, s)
@@ -195,7 +196,7 @@ func (p *Pool) URLs() []string {
 
 // SetFilters replaces the subscription's filters with one interest (see
 // SetInterests).
-func (p *Pool) SetFilters(filters []nostr.Filter) { p.SetInterests(interestsOf(cloneFilters(filters))) }
+func (p *Pool) SetFilters(filters []nostr.Filter) { p.SetInterests(interestsOf(filters)) }
 
 // SetInterests replaces the subscription. Every connected relay keeps the
 // REQs whose filters did not change, sends the new ones (since from
