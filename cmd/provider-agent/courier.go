@@ -22,6 +22,7 @@ import (
 	"provideragent/agent/config"
 	"provideragent/agent/relay"
 	"provideragent/courier"
+	"provideragent/internal/atomicfile"
 )
 
 func init() {
@@ -650,7 +651,7 @@ func runCourierExport(ctx context.Context, files *agentFiles, args []string, std
 		return err
 	}
 	var n int
-	if err := writeFileAtomic(*out, func(w io.Writer) (err error) { n, err = c.ExportDLQ(ctx, w); return err }); err != nil {
+	if err := atomicfile.Write(*out, func(w io.Writer) (err error) { n, err = c.ExportDLQ(ctx, w); return err }); err != nil {
 		return fmt.Errorf("courier dlq export: %w", err)
 	}
 	fmt.Fprintf(stderr, "exported %d dead receipts to %s\n", n, *out)

@@ -19,6 +19,7 @@ import (
 
 	"provideragent/agent/config"
 	"provideragent/heartbeat"
+	"provideragent/internal/atomicfile"
 	"provideragent/uploader"
 )
 
@@ -147,7 +148,7 @@ func runTilesAdd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("tiles add: %w", err)
 	}
-	if err := writeFileAtomic(*manifestPath, func(w io.Writer) error { _, err := w.Write(j); return err }); err != nil {
+	if err := atomicfile.Write(*manifestPath, func(w io.Writer) error { _, err := w.Write(j); return err }); err != nil {
 		return fmt.Errorf("tiles add: write manifest: %w", err)
 	}
 	fmt.Fprintf(stdout, "added %s to workload %s: %d tiles (%d new), %d bytes, sha256 %s\nmanifest: %s\n",
@@ -452,7 +453,7 @@ func runTilesRestore(ctx context.Context, args []string, stdout, stderr io.Write
 		return fmt.Errorf("tiles restore: %w", err)
 	}
 	client := &http.Client{Timeout: *timeout}
-	if err := writeFileAtomic(*out, func(w io.Writer) error { return uploader.Restore(ctx, client, m, servers, w) }); err != nil {
+	if err := atomicfile.Write(*out, func(w io.Writer) error { return uploader.Restore(ctx, client, m, servers, w) }); err != nil {
 		return fmt.Errorf("tiles restore: %w", err)
 	}
 	fmt.Fprintf(stdout, "restored %s: %d tiles, %d bytes, sha256 %s verified\n", *out, len(m.Tiles), m.Size, m.SHA256)

@@ -33,6 +33,8 @@ import (
 	"github.com/fiatjaf/khatru"
 	"github.com/fiatjaf/khatru/blossom"
 	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/internal/atomicfile"
 )
 
 // Defaults of Options.
@@ -253,7 +255,7 @@ func (s *Server) rejectDelete(_ context.Context, auth *nostr.Event, sha, _ strin
 
 func (s *Server) storeBlob(_ context.Context, sha, _ string, body []byte) error {
 	if s.opts.Dir != "" {
-		if err := writeAtomic(filepath.Join(s.opts.Dir, sha), body); err != nil {
+		if err := atomicfile.Write(filepath.Join(s.opts.Dir, sha), func(w io.Writer) error { _, err := w.Write(body); return err }); err != nil {
 			s.log.Error("dev-blossom: store blob", "sha256", sha, "err", err)
 			return err
 		}
@@ -302,28 +304,6 @@ func (s *Server) deleteBlob(_ context.Context, sha, _ string) error {
 		}
 	}
 	return nil
-}
-
-// writeAtomic writes data to path through a temporary file renamed into
-// place, so a crash never leaves a partial blob under its hash.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".blob-*")
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }
 
 // index is the BlobIndex of khatru's Blossom handlers over the Server.
