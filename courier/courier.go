@@ -282,8 +282,8 @@ func (c *Courier) prepare(bundle []byte, sender string, opts SendOptions) (sendI
 	if dest == "" {
 		dest = DestinationHTTP
 	}
-	if !dest.Valid() {
-		return sendInput{}, fmt.Errorf("destination %q: want http or nostr: %w", truncate(string(dest), 40), ErrInvalidSend)
+	if _, err := ParseDestination(string(dest)); err != nil {
+		return sendInput{}, err
 	}
 	id, err := NewID()
 	if err != nil {

@@ -23,8 +23,10 @@ func (c *Courier) List(ctx context.Context, opts ListOptions) ([]Receipt, error)
 	if opts.State != "" && !opts.State.Valid() {
 		return nil, fmt.Errorf("courier list: state %q: want pending, acknowledged or dead: %w", opts.State, ErrInvalidSend)
 	}
-	if opts.Destination != "" && !opts.Destination.Valid() {
-		return nil, fmt.Errorf("courier list: destination %q: want http or nostr: %w", opts.Destination, ErrInvalidSend)
+	if opts.Destination != "" {
+		if _, err := ParseDestination(string(opts.Destination)); err != nil {
+			return nil, fmt.Errorf("courier list: %w", err)
+		}
 	}
 	if opts.Limit <= 0 {
 		opts.Limit = 1000
@@ -141,8 +143,8 @@ type ReplayResult struct {
 // last_error updated. It stops early, with ctx's error, when ctx ends.
 func (c *Courier) Replay(ctx context.Context, fwd Forwarder, rate float64) (ReplayResult, error) {
 	dest := fwd.Destination()
-	if !dest.Valid() {
-		return ReplayResult{}, fmt.Errorf("courier replay: forwarder destination %q: want http or nostr: %w", dest, ErrInvalidSend)
+	if _, err := ParseDestination(string(dest)); err != nil {
+		return ReplayResult{}, fmt.Errorf("courier replay: forwarder %w", err)
 	}
 	if !(rate > 0) {
 		rate = c.cfg.ReplayRate

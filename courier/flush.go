@@ -50,8 +50,8 @@ type outcome struct {
 // Flush returns ctx's error with what it had recorded.
 func (c *Courier) Flush(ctx context.Context, fwd Forwarder) (FlushResult, error) {
 	dest := fwd.Destination()
-	if !dest.Valid() {
-		return FlushResult{}, fmt.Errorf("courier flush: forwarder destination %q: want http or nostr: %w", dest, ErrInvalidSend)
+	if _, err := ParseDestination(string(dest)); err != nil {
+		return FlushResult{}, fmt.Errorf("courier flush: forwarder %w", err)
 	}
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()

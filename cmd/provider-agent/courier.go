@@ -214,8 +214,10 @@ func runCourierList(ctx context.Context, files *agentFiles, args []string, stdou
 	if *state != "" && !courier.State(*state).Valid() {
 		return usagef("courier list: --state %q: want pending, acknowledged or dead", *state)
 	}
-	if *dest != "" && !courier.Destination(*dest).Valid() {
-		return usagef("courier list: --destination %q: want nostr or http", *dest)
+	if *dest != "" {
+		if _, err := courier.ParseDestination(*dest); err != nil {
+			return usagef("courier list: --destination %q: want nostr or http", *dest)
+		}
 	}
 	return courierList(ctx, sub, courier.ListOptions{State: courier.State(*state), Destination: courier.Destination(*dest), Limit: *limit}, stdout, stderr)
 }
