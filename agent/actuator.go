@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"provideragent/agent/backend"
 	"provideragent/lease"
 )
 
@@ -14,7 +15,7 @@ import (
 // FenceGate of the Nostr forwarder: a workload is fenced when nothing is
 // queued for it and its process does not run.
 type actuator struct {
-	backend Backend
+	backend backend.Backend
 	logger  *slog.Logger
 	report  func(ctx context.Context, in input)
 
@@ -40,7 +41,7 @@ type op struct {
 	reason  string
 }
 
-func newActuator(b Backend, logger *slog.Logger, report func(ctx context.Context, in input)) *actuator {
+func newActuator(b backend.Backend, logger *slog.Logger, report func(ctx context.Context, in input)) *actuator {
 	return &actuator{backend: b, logger: logger, report: report, queues: map[string][]op{}, busy: map[string]bool{}}
 }
 
@@ -84,14 +85,14 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err := a.backend.Start(ctx, id, o.epoch, o.command); err != nil {
+		if err := a.start(ctx, id, o); err != nil {
 			a.logger.Error("start workload", "workload", id, "epoch", o.epoch, "err", err)
-			a.report(ctx, input{exit: &Exit{ID: id, Epoch: o.epoch, Reason: "start failed: " + err.Error()}})
+			a.report(ctx, input{exit: &lease.ProcessExit{Workload: id, Epoch: o.epoch, Reason: "start failed: " + err.Error()}})
 		}
 	case opStop:
 		// A stop runs even during shutdown: fencing must complete.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		if err := a.backend.Stop(sctx, id); err != nil {
+		if err := a.backend.Stop(sctx, id, stopReasonFenced); err != nil {
 			a.logger.Error("stop workload", "workload", id, "err", err)
 		}
 		cancel()
@@ -100,7 +101,7 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 		if ctx.Err() != nil {
 			return
 		}
-		err := a.backend.Start(ctx, id, o.epoch, o.command)
+		err := a.start(ctx, id, o)
 		res := lease.RespawnResult{Workload: id, Attempt: o.attempt, OK: err == nil}
 		if err != nil {
 			res.Reason = err.Error()
@@ -108,6 +109,17 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 		a.report(ctx, input{respawn: &res})
 	}
 }
+
+func (a *actuator) start(ctx context.Context, id string, o op) error {
+	return a.backend.Start(ctx, backend.StartSpec{WorkloadID: id, Epoch: o.epoch, Command: o.command})
+}
+
+// The reasons the agent gives backend.Stop (they end up in the workload's
+// log and its Exit).
+const (
+	stopReasonFenced   = "fenced by the lease machine"
+	stopReasonShutdown = "agent shutting down (stop_workloads_on_exit)"
+)
 
 // Fenced implements FenceGate.
 func (a *actuator) Fenced(id string) bool {

@@ -193,8 +193,9 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
 	// Backend runs workloads. Default: agent/backend's Process with its
-	// defaults (closed when Run returns).
-	Backend Backend
+	// defaults (closed when Run returns). The agent never closes a Backend
+	// it was given.
+	Backend backend.Backend
 	// Pool is the relay layer. Default: the built-in websocket client over
 	// Lease.Relays and DialAddrs.
 	Pool RelayPool
@@ -232,7 +233,7 @@ type input struct {
 	rev       *heartbeat.Revocation
 	claims    []relayClaim
 	grant     *lease.Spec
-	exit      *Exit
+	exit      *lease.ProcessExit
 	respawn   *lease.RespawnResult
 	claimAck  *lease.ClaimAck
 	claimRead *lease.ClaimRead
@@ -262,7 +263,7 @@ type Agent struct {
 	pool     RelayPool
 	ingestor *heartbeat.Ingestor
 	outbox   *courier.Courier
-	backend  Backend
+	backend  backend.Backend
 	act      *actuator
 	policy   *signerPolicy
 	cursor   *cursorTracker
@@ -391,7 +392,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("new agent: %w", err)
 		}
-		a.ownedProc, a.backend = proc, AdaptBackend(proc)
+		a.ownedProc, a.backend = proc, proc
 	}
 	if err := Migrate(ctx, a.db); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
@@ -556,7 +557,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.StopWorkloadsOnExit {
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 		for _, id := range a.m.IDs() {
-			_ = a.backend.Stop(sctx, id)
+			_ = a.backend.Stop(sctx, id, stopReasonShutdown)
 		}
 		scancel()
 	}
@@ -593,8 +594,15 @@ func (a *Agent) exitLoop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ex := <-a.backend.Exits():
-			a.send(ctx, input{exit: &ex})
+		case ex, ok := <-a.backend.Exits():
+			if !ok { // the backend was closed: nothing more will end
+				<-ctx.Done()
+				return nil
+			}
+			if ex.Stopped { // asked for by a stop: not the machine's ProcessExited
+				continue
+			}
+			a.send(ctx, input{exit: &lease.ProcessExit{Workload: ex.WorkloadID, Epoch: ex.Epoch, Reason: ex.String()}})
 		}
 	}
 }

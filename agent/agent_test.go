@@ -82,7 +82,7 @@ type testAgent struct {
 	pub     string
 	dbPath  string
 	log     *eventLog
-	backend Backend
+	backend backend.Backend
 	proc    *backend.Process
 	reg     *prometheus.Registry
 	cancel  context.CancelFunc
@@ -134,7 +134,7 @@ func startAgent(t testing.TB, o agentOpts) *testAgent {
 		t.Fatal(err)
 	}
 	ta := &testAgent{t: t, key: o.key, pub: pub, dbPath: o.dbPath, log: &eventLog{}, reg: prometheus.NewRegistry(),
-		backend: AdaptBackend(proc), proc: proc, cancel: cancel, done: make(chan error, 1)}
+		backend: proc, proc: proc, cancel: cancel, done: make(chan error, 1)}
 	a, err := New(ctx, cfg, Deps{DB: db, Registerer: ta.reg, Backend: ta.backend, OnEvent: ta.log.add, Logger: o.logger, Now: o.now})
 	if err != nil {
 		cancel()

@@ -77,7 +77,7 @@ func runChild(path string) error {
 	cfg.DialAddrs = cc.Dial
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
-	a, err := New(ctx, cfg, Deps{DB: db, Backend: AdaptBackend(proc), OnEvent: func(e Event) {
+	a, err := New(ctx, cfg, Deps{DB: db, Backend: proc, OnEvent: func(e Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		_ = enc.Encode(e)

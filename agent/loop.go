@@ -228,8 +228,8 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 		}
 		effs = append(effs, e...)
 	case in.exit != nil:
-		a.dirty.add(in.exit.ID)
-		effs = append(effs, a.m.ProcessExited(now, lease.ProcessExit{Workload: in.exit.ID, Epoch: in.exit.Epoch, Reason: in.exit.Reason})...)
+		a.dirty.add(in.exit.Workload)
+		effs = append(effs, a.m.ProcessExited(now, *in.exit)...)
 	case in.respawn != nil:
 		a.dirty.add(in.respawn.Workload)
 		a.met.respawns.Inc()

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"provideragent/agent/backend"
 	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
@@ -63,18 +64,19 @@ type copyBackend struct {
 	c    *copies
 }
 
-func (b *copyBackend) Start(ctx context.Context, id string, epoch uint64, cmd []string) error {
+func (b *copyBackend) Start(ctx context.Context, spec backend.StartSpec) error {
+	id, epoch := spec.WorkloadID, spec.Epoch
 	b.c.mu.Lock()
 	if o := b.c.by[id]; o != "" && o != b.name && len(b.c.violations) < 10 {
 		b.c.violations = append(b.c.violations, fmt.Sprintf("%s started %s at epoch %d while %s ran it", b.name, id, epoch, o))
 	}
 	b.c.by[id] = b.name
 	b.c.mu.Unlock()
-	return b.memBackend.Start(ctx, id, epoch, cmd)
+	return b.memBackend.Start(ctx, spec)
 }
 
-func (b *copyBackend) Stop(ctx context.Context, id string) error {
-	err := b.memBackend.Stop(ctx, id)
+func (b *copyBackend) Stop(ctx context.Context, id, reason string) error {
+	err := b.memBackend.Stop(ctx, id, reason)
 	b.c.mu.Lock()
 	if b.c.by[id] == b.name {
 		delete(b.c.by, id)
@@ -95,7 +97,7 @@ type scaleAgent struct {
 
 // startScaleAgent runs an agent on the in-memory backend (processes are
 // not what the scale tests are about; agent/backend has its own).
-func startScaleAgent(t testing.TB, name, key, dbPath string, lcfg lease.Config, dial map[string]string, be Backend) *scaleAgent {
+func startScaleAgent(t testing.TB, name, key, dbPath string, lcfg lease.Config, dial map[string]string, be backend.Backend) *scaleAgent {
 	t.Helper()
 	pub, _ := nostr.GetPublicKey(key)
 	var logger *slog.Logger

@@ -10,32 +10,33 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent/backend"
 	"provideragent/lease"
 )
 
-// memBackend is an in-memory Backend for tests about the agent itself (the
+// memBackend is an in-memory backend.Backend for tests about the agent itself (the
 // process backend has its own tests).
 type memBackend struct {
 	mu      sync.Mutex
 	running map[string]uint64
 	starts  int // Start calls
 	stops   int // Stop calls
-	exits   chan Exit
+	exits   chan backend.Exit
 }
 
 func newMemBackend() *memBackend {
-	return &memBackend{running: map[string]uint64{}, exits: make(chan Exit, 16)}
+	return &memBackend{running: map[string]uint64{}, exits: make(chan backend.Exit, 16)}
 }
 
-func (b *memBackend) Start(_ context.Context, id string, epoch uint64, _ []string) error {
+func (b *memBackend) Start(_ context.Context, spec backend.StartSpec) error {
 	b.mu.Lock()
-	b.running[id] = epoch
+	b.running[spec.WorkloadID] = spec.Epoch
 	b.starts++
 	b.mu.Unlock()
 	return nil
 }
 
-func (b *memBackend) Stop(_ context.Context, id string) error {
+func (b *memBackend) Stop(_ context.Context, id, _ string) error {
 	b.mu.Lock()
 	delete(b.running, id)
 	b.stops++
@@ -50,7 +51,16 @@ func (b *memBackend) Running(id string) bool {
 	return ok
 }
 
-func (b *memBackend) Exits() <-chan Exit { return b.exits }
+func (b *memBackend) Exits() <-chan backend.Exit { return b.exits }
+
+// Close forgets every workload; the exits channel stays open (the tests
+// that share a memBackend between agent restarts reuse it).
+func (b *memBackend) Close(context.Context) error {
+	b.mu.Lock()
+	clear(b.running)
+	b.mu.Unlock()
+	return nil
+}
 
 func (b *memBackend) count() int {
 	b.mu.Lock()

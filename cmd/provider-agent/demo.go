@@ -227,7 +227,7 @@ func demo(ctx context.Context, stdout, stderr io.Writer, verbose bool) (DemoResu
 			c()
 		}()
 		a, err := agent.New(ctx, cfg, agent.Deps{
-			DB: db, Logger: logger.With("agent", who.name), Backend: agent.AdaptBackend(proc),
+			DB: db, Logger: logger.With("agent", who.name), Backend: proc,
 			OnEvent: onEvent,
 		})
 		if err != nil {

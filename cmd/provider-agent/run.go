@@ -137,7 +137,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	a, err := agent.New(ctx, cfg.AgentConfig(secret), agent.Deps{
-		DB: db, Logger: logger, Backend: agent.AdaptBackend(proc), Registerer: reg, Gatherer: reg, Uploader: up,
+		DB: db, Logger: logger, Backend: proc, Registerer: reg, Gatherer: reg, Uploader: up,
 		Listener: ln, UploadInterval: uploadInterval,
 	})
 	if err != nil {
