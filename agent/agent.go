@@ -282,9 +282,9 @@ type Agent struct {
 	// received is what the relay layer delivers; routeLoop feeds copies of
 	// our own heartbeats to beats at once and queues the rest for ingest
 	// in raw, so that a backlog of events to verify never delays them.
-	received chan RelayEvent
+	received chan relay.Received
 	routed   atomic.Int64 // events routeLoop holds for ingest
-	raw      chan RelayEvent
+	raw      chan relay.Received
 	// restoredDone is closed once the restored machine's effects were
 	// performed; the outbox starts sending only then (rule 7 across a crash).
 	restoredDone chan struct{}
@@ -357,8 +357,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		cfg: cfg, db: deps.DB, logger: deps.Logger, keys: keys, self: keys.PublicKey(),
 		now: deps.Now, onEvent: deps.OnEvent, reg: deps.Registerer, gatherer: deps.Gatherer,
 		backend: deps.Backend, pool: deps.Pool, uploader: deps.Uploader, uploadInterval: deps.UploadInterval,
-		inputs: make(chan input, 1024), beats: make(chan input, 1024), raw: make(chan RelayEvent, 256),
-		received: make(chan RelayEvent, 256), restoredDone: make(chan struct{}),
+		inputs: make(chan input, 1024), beats: make(chan input, 1024), raw: make(chan relay.Received, 256),
+		received: make(chan relay.Received, 256), restoredDone: make(chan struct{}),
 		synced: map[string]bool{}, saved: map[string]uint64{}, attempted: map[string]bool{},
 		own: newOwnBeats(), claimSem: make(chan struct{}, maxClaimPublishes), reads: claimReads{kick: make(chan struct{}, 1)},
 	}

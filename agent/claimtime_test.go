@@ -10,6 +10,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/heartbeat"
 	"provideragent/lease"
@@ -23,11 +24,11 @@ type recPool struct {
 	evs []*nostr.Event
 }
 
-func (p *recPool) Publish(_ context.Context, ev *nostr.Event) PublishResult {
+func (p *recPool) Publish(_ context.Context, ev *nostr.Event) relay.PublishResult {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.evs = append(p.evs, ev)
-	return PublishResult{}
+	return relay.PublishResult{}
 }
 
 func (p *recPool) published(kind int) []*nostr.Event {

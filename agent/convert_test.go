@@ -8,6 +8,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/lease"
 )
@@ -50,7 +51,7 @@ func firstStandby(t *testing.T, t0 time.Time, primary, second *heartbeat.Keys) (
 // machine's effects; extra, when set, edits the input before feeding.
 func step(t *testing.T, a *Agent, now time.Time, ev *nostr.Event, extra func(*input)) []lease.Effect {
 	t.Helper()
-	in, ok := a.decode(context.Background(), now, RelayEvent{Relay: stepRelays[0], Event: ev})
+	in, ok := a.decode(context.Background(), now, relay.Received{Relay: stepRelays[0], Event: ev})
 	if !ok {
 		t.Fatalf("decode(kind %d) rejected the event", ev.Kind)
 	}

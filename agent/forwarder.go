@@ -10,6 +10,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/heartbeat"
 )
@@ -40,9 +41,9 @@ type NostrForwarder struct {
 	Timeout time.Duration // per publish; default 10 s
 	Gate    FenceGate     // nil: no fence check
 	// OnAck is called after an event reached quorum (timeline, metrics).
-	OnAck func(ev *nostr.Event, res PublishResult)
+	OnAck func(ev *nostr.Event, res relay.PublishResult)
 	// OnAttempt is called after every publish attempt, successful or not.
-	OnAttempt func(ev *nostr.Event, res PublishResult)
+	OnAttempt func(ev *nostr.Event, res relay.PublishResult)
 
 	verified verifiedIDs // bundles whose signature was checked (retries skip it)
 }
@@ -117,7 +118,7 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 		timeout = min(timeout, cutOffTimeout)
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
-	var res PublishResult
+	var res relay.PublishResult
 	if qp, ok := f.Pool.(quorumPublisher); ok {
 		res = qp.PublishQuorum(pctx, &ev, f.Quorum)
 	} else {
@@ -128,8 +129,8 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 		f.OnAttempt(&ev, res)
 	}
 	if len(res.Accepted) < f.Quorum {
-		return courier.TransportError(fmt.Errorf("publish kind %d %s: %d of quorum %d accepted (rejected %v, timed out %v): %w",
-			ev.Kind, ev.ID, len(res.Accepted), f.Quorum, res.Rejected, res.TimedOut, ErrNoQuorum))
+		return courier.TransportError(fmt.Errorf("publish kind %d %s: %d of quorum %d accepted (%s): %w",
+			ev.Kind, ev.ID, len(res.Accepted), f.Quorum, res.Refusals(), ErrNoQuorum))
 	}
 	if f.OnAck != nil {
 		f.OnAck(&ev, res)
@@ -165,5 +166,5 @@ const fenceRecheck = 100 * time.Millisecond
 // quorumPublisher is a RelayPool that can stop waiting once need relays
 // accepted (agent/relay's PublishQuorum); the outbox needs only M.
 type quorumPublisher interface {
-	PublishQuorum(ctx context.Context, ev *nostr.Event, need int) PublishResult
+	PublishQuorum(ctx context.Context, ev *nostr.Event, need int) relay.PublishResult
 }

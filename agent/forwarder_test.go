@@ -80,7 +80,7 @@ func TestNostrForwarder(t *testing.T) {
 	t.Run("quorum of OK true", func(t *testing.T) {
 		f := &NostrForwarder{Pool: forwarderPool(t, good1, good2, rejecting), Quorum: 2}
 		var acked bool
-		f.OnAck = func(*nostr.Event, PublishResult) { acked = true }
+		f.OnAck = func(*nostr.Event, relay.PublishResult) { acked = true }
 		if err := f.Forward(ctx, delivery(t, revocation())); err != nil || !acked {
 			t.Fatalf("Forward(2 of 3 accept, quorum 2) = %v (acked %v), want nil and acknowledged", err, acked)
 		}

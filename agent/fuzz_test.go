@@ -8,6 +8,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/lease"
 )
@@ -49,7 +50,7 @@ func FuzzDecode(f *testing.F) {
 		if json.Unmarshal(raw, &ev) != nil {
 			return
 		}
-		in, ok := a.decode(ctx, now, RelayEvent{Relay: relays[0], Event: &ev})
+		in, ok := a.decode(ctx, now, relay.Received{Relay: relays[0], Event: &ev})
 		if !ok {
 			return
 		}

@@ -19,12 +19,14 @@ import (
 // delivers or accepts anything.
 type upPool struct{ up atomic.Int32 }
 
-func (p *upPool) Run(ctx context.Context, _ chan<- RelayEvent) error  { <-ctx.Done(); return nil }
-func (p *upPool) Publish(context.Context, *nostr.Event) PublishResult { return PublishResult{} }
-func (p *upPool) Query(context.Context, nostr.Filter) ([]RelayEvent, int) {
+func (p *upPool) Run(ctx context.Context, _ chan<- relay.Received) error { <-ctx.Done(); return nil }
+func (p *upPool) Publish(context.Context, *nostr.Event) relay.PublishResult {
+	return relay.PublishResult{}
+}
+func (p *upPool) Query(context.Context, nostr.Filter) ([]relay.Received, int) {
 	return nil, 0
 }
-func (p *upPool) QueryFilters(context.Context, []nostr.Filter) ([]RelayEvent, int) {
+func (p *upPool) QueryFilters(context.Context, []nostr.Filter) ([]relay.Received, int) {
 	return nil, 0
 }
 func (p *upPool) SetInterests([]relay.Interest) {}

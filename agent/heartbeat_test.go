@@ -11,6 +11,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/lease"
 )
@@ -19,7 +20,7 @@ import (
 type publishRecord struct {
 	at  time.Time
 	ev  *nostr.Event
-	res PublishResult
+	res relay.PublishResult
 }
 
 // recordingPool is a real RelayPool that also records every publish and
@@ -30,7 +31,7 @@ type recordingPool struct {
 	recs []publishRecord
 }
 
-func (p *recordingPool) Publish(ctx context.Context, ev *nostr.Event) PublishResult {
+func (p *recordingPool) Publish(ctx context.Context, ev *nostr.Event) relay.PublishResult {
 	res := p.RelayPool.Publish(ctx, ev)
 	p.mu.Lock()
 	p.recs = append(p.recs, publishRecord{at: time.Now(), ev: ev, res: res})
@@ -117,8 +118,8 @@ func TestHeartbeatsListLivePairs(t *testing.T) {
 			t.Errorf("heartbeat kind %d expiration = created_at + %v, want + 5m0s", tc.kind, got)
 		}
 		if !tc.ephemeral && len(r.res.Accepted) < lcfg.M {
-			t.Errorf("stored heartbeat accepted by %v (rejected %v, timed out %v), want at least %d relays",
-				r.res.Accepted, r.res.Rejected, r.res.TimedOut, lcfg.M)
+			t.Errorf("stored heartbeat accepted by %v (%s), want at least %d relays",
+				r.res.Accepted, r.res.Refusals(), lcfg.M)
 		}
 	}
 }

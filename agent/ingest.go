@@ -10,6 +10,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent/relay"
 	"provideragent/agent/store"
 	"provideragent/heartbeat"
 	"provideragent/internal/fifo"
@@ -27,14 +28,14 @@ const routeQueueBytes = 32 << 20
 // heartbeats and the OKs of our publishes) never wait behind events being
 // verified.
 func (a *Agent) routeLoop(ctx context.Context) error {
-	var queue fifo.Queue[RelayEvent]
+	var queue fifo.Queue[relay.Received]
 	var bytes int
 	for {
 		in := a.received
 		if bytes >= routeQueueBytes {
 			in = nil // full: let the relays wait
 		}
-		var out chan<- RelayEvent
+		var out chan<- relay.Received
 		next, ok := queue.Front()
 		if ok {
 			out = a.raw
@@ -68,7 +69,7 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 // arrivedAt is when re came from its relay (a heartbeat counts from its
 // arrival, not from the ingest backlog): its receive time, or now when it
 // has none or one in the future.
-func arrivedAt(re RelayEvent, now time.Time) time.Time {
+func arrivedAt(re relay.Received, now time.Time) time.Time {
 	if !re.At.IsZero() && re.At.Before(now) {
 		return re.At
 	}
@@ -89,7 +90,7 @@ func eventBytes(ev *nostr.Event) int {
 // ingestLoop verifies and decodes relay events and feeds machine inputs.
 func (a *Agent) ingestLoop(ctx context.Context) error {
 	for {
-		var re RelayEvent
+		var re relay.Received
 		select {
 		case <-ctx.Done():
 			return nil
@@ -131,7 +132,7 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 	}
 }
 
-func (a *Agent) decode(ctx context.Context, now time.Time, re RelayEvent) (input, bool) {
+func (a *Agent) decode(ctx context.Context, now time.Time, re relay.Received) (input, bool) {
 	if hb, ok := a.own.input(a.self, re.Event.ID, re.Relay, arrivedAt(re, now)); ok {
 		// One of our own heartbeat events, parsed by a relay layer that
 		// could not skip it: nothing to verify or decode (ownbeats.go).

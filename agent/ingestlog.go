@@ -6,6 +6,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 )
 
@@ -67,7 +68,7 @@ func (a *Agent) ownGrant(ev *nostr.Event) bool {
 // logRejected logs an event the ingest refused: at WARN, with the reason,
 // when it is a lease grant from a trusted issuer (so an operator learns why
 // a grant they published is not applied), at DEBUG otherwise.
-func (a *Agent) logRejected(re RelayEvent, now time.Time, err error) {
+func (a *Agent) logRejected(re relay.Received, now time.Time, err error) {
 	reason := heartbeat.ReasonOf(err)
 	ev := re.Event
 	if ev.Kind == heartbeat.KindLeaseGrant && a.policy.AllowedIssuer(ev.PubKey) && reason != heartbeat.ReasonCanceled {

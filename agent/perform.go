@@ -14,6 +14,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/lease"
 )
@@ -298,7 +299,7 @@ func (a *Agent) claimIOTimeout() time.Duration {
 }
 
 // onOutboxAttempt is called after every publish attempt of the outbox.
-func (a *Agent) onOutboxAttempt(ev *nostr.Event, res PublishResult) {
+func (a *Agent) onOutboxAttempt(ev *nostr.Event, res relay.PublishResult) {
 	if ev.Kind != heartbeat.KindRevocation || len(res.Accepted) >= a.cfg.Lease.M {
 		return
 	}
@@ -322,7 +323,7 @@ func tagValue(ev *nostr.Event, name string) string {
 }
 
 // onOutboxAck is called when the courier delivered an event to quorum.
-func (a *Agent) onOutboxAck(ev *nostr.Event, res PublishResult) {
+func (a *Agent) onOutboxAck(ev *nostr.Event, res relay.PublishResult) {
 	if ev.Kind == heartbeat.KindRevocation {
 		a.met.revocations.WithLabelValues("sent").Inc()
 		a.emit("revocation", tagValue(ev, "workload"), "revocation delivered: accepted by %d relays (%s)", len(res.Accepted), strings.Join(res.Accepted, " "))

@@ -11,6 +11,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"provideragent/agent/relay"
 	"provideragent/agent/store"
 	"provideragent/heartbeat"
 	"provideragent/lease"
@@ -37,7 +38,7 @@ func claimInput(t *testing.T, a *Agent, now time.Time, claimer *heartbeat.Keys, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, ok := a.decode(context.Background(), now, RelayEvent{Relay: stepRelays[0], Event: ev})
+	in, ok := a.decode(context.Background(), now, relay.Received{Relay: stepRelays[0], Event: ev})
 	if !ok {
 		t.Fatalf("decode(claim of %s at epoch %d) rejected it", w, epoch)
 	}

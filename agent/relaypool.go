@@ -10,33 +10,6 @@ import (
 	"provideragent/agent/relay"
 )
 
-// RelayEvent is one event as one relay delivered it. Relay is the relay's
-// canonical URL (the one the lease lists), whatever address was dialled.
-type RelayEvent struct {
-	Relay string
-	Event *nostr.Event
-	// ID is set instead of Event for a copy of one of our own heartbeat
-	// events, which the relay layer did not parse (relay.Options.Known).
-	ID string
-	// At is when the relay layer received it (zero: unknown, use the time
-	// it is processed). Heartbeats count from it, so a backlog in ingest
-	// never makes them late.
-	At time.Time
-}
-
-// PublishResult says how each relay answered one publish. Only an OK true
-// counts as accepted; a dropped connection or no answer before the deadline
-// is a timeout.
-type PublishResult struct {
-	Accepted []string
-	// Rejected maps a relay to its words: an OK false, mute:, or the
-	// rate-limited: reason of a publish held back by that relay's backoff.
-	Rejected map[string]string
-	// TimedOut lists relays that gave no OK (a NOTICE meanwhile is in the
-	// relay's Status().LastRejection) or could not be sent to.
-	TimedOut []string
-}
-
 // RelayPool is what the agent needs of the relay layer: supervised
 // connections that deliver events, publish with real OK tracking, one-shot
 // queries, and per-relay state. relayPool implements it on agent/relay;
@@ -45,18 +18,18 @@ type RelayPool interface {
 	// Run connects to every relay, keeps the subscription alive and sends
 	// every received event to out until ctx ends; it returns after closing
 	// every socket.
-	Run(ctx context.Context, out chan<- RelayEvent) error
+	Run(ctx context.Context, out chan<- relay.Received) error
 	// Publish sends ev to every connected relay and waits for their OKs
 	// until ctx ends.
-	Publish(ctx context.Context, ev *nostr.Event) PublishResult
+	Publish(ctx context.Context, ev *nostr.Event) relay.PublishResult
 	// Query runs a one-shot REQ on every connected relay and returns what
 	// each relay served before its EOSE (or ctx's end), and how many relays
 	// answered with EOSE.
-	Query(ctx context.Context, f nostr.Filter) ([]RelayEvent, int)
+	Query(ctx context.Context, f nostr.Filter) ([]relay.Received, int)
 	// QueryFilters is Query for several filters read together (packed
 	// into few REQs per relay, paged through relay limits); a relay counts
 	// when it answered all of them.
-	QueryFilters(ctx context.Context, fs []nostr.Filter) ([]RelayEvent, int)
+	QueryFilters(ctx context.Context, fs []nostr.Filter) ([]relay.Received, int)
 	// SetInterests replaces the subscription (agent/relay.Interest): the
 	// agent narrows it to its leases as they come and go.
 	SetInterests(in []relay.Interest)
@@ -64,8 +37,10 @@ type RelayPool interface {
 	Status() []RelayStatus
 }
 
-// relayPool adapts agent/relay's Pool (supervised websockets with pings,
-// NIP-11 limits, NIP-42 AUTH, OK-tracked publish) to RelayPool.
+// relayPool is agent/relay's Pool (supervised websockets with pings,
+// NIP-11 limits, NIP-42 AUTH, OK-tracked publish) as a RelayPool: it speaks
+// the relay layer's own Received and PublishResult, and turns its Status
+// into the /status view (RelayStatus).
 type relayPool struct {
 	p *relay.Pool
 }
@@ -91,7 +66,7 @@ func newRelayPool(cfg relay.Config, opts relay.Options) (*relayPool, error) {
 	return &relayPool{p: p}, nil
 }
 
-func (r *relayPool) Run(ctx context.Context, out chan<- RelayEvent) error {
+func (r *relayPool) Run(ctx context.Context, out chan<- relay.Received) error {
 	defer r.p.Close()
 	for {
 		select {
@@ -105,7 +80,7 @@ func (r *relayPool) Run(ctx context.Context, out chan<- RelayEvent) error {
 				continue
 			}
 			select {
-			case out <- RelayEvent{Relay: rec.Relay, Event: rec.Event, ID: rec.ID, At: rec.At}:
+			case out <- rec:
 			case <-ctx.Done():
 				return nil
 			}
@@ -113,35 +88,21 @@ func (r *relayPool) Run(ctx context.Context, out chan<- RelayEvent) error {
 	}
 }
 
-func (r *relayPool) Publish(ctx context.Context, ev *nostr.Event) PublishResult {
-	return r.PublishQuorum(ctx, ev, 0)
+func (r *relayPool) Publish(ctx context.Context, ev *nostr.Event) relay.PublishResult {
+	return r.p.Publish(ctx, *ev)
 }
 
 // PublishQuorum returns once need relays accepted (need <= 0: wait for all);
 // relays not waited for appear in no list.
-func (r *relayPool) PublishQuorum(ctx context.Context, ev *nostr.Event, need int) PublishResult {
-	res := r.p.PublishQuorum(ctx, *ev, need)
-	out := PublishResult{Accepted: res.Accepted, Rejected: map[string]string{}}
-	for _, o := range res.Rejected {
-		out.Rejected[o.Relay] = o.Reason
-	}
-	for _, o := range res.Muted {
-		out.Rejected[o.Relay] = o.Reason
-	}
-	for _, o := range res.TimedOut {
-		out.TimedOut = append(out.TimedOut, o.Relay)
-	}
-	for _, o := range res.Failed {
-		out.TimedOut = append(out.TimedOut, o.Relay)
-	}
-	return out
+func (r *relayPool) PublishQuorum(ctx context.Context, ev *nostr.Event, need int) relay.PublishResult {
+	return r.p.PublishQuorum(ctx, *ev, need)
 }
 
 // Connected is agent/relay's count of open connections (ConnectedRelays),
 // without building every relay's status.
 func (r *relayPool) Connected() int { return r.p.Connected() }
 
-func (r *relayPool) Query(ctx context.Context, f nostr.Filter) ([]RelayEvent, int) {
+func (r *relayPool) Query(ctx context.Context, f nostr.Filter) ([]relay.Received, int) {
 	return r.QueryFilters(ctx, []nostr.Filter{f})
 }
 
@@ -186,15 +147,15 @@ func (r *relayPool) SetInterests(in []relay.Interest) { r.p.SetInterests(in) }
 
 // QueryFilters runs one query of several filters on every relay: events of
 // all relays, and how many relays answered it completely.
-func (r *relayPool) QueryFilters(ctx context.Context, fs []nostr.Filter) ([]RelayEvent, int) {
-	var out []RelayEvent
+func (r *relayPool) QueryFilters(ctx context.Context, fs []nostr.Filter) ([]relay.Received, int) {
+	var out []relay.Received
 	n := 0
 	for _, q := range r.p.QueryFilters(ctx, fs) {
 		if q.Complete() {
 			n++
 		}
 		for i := range q.Events {
-			out = append(out, RelayEvent{Relay: q.Relay, Event: &q.Events[i]})
+			out = append(out, relay.Received{Relay: q.Relay, Event: &q.Events[i]})
 		}
 	}
 	return out, n

@@ -46,7 +46,7 @@ func TestRelayPoolPublishSubscribeAndCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	out := make(chan RelayEvent, 64)
+	out := make(chan relay.Received, 64)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = rc.Run(ctx, out) }()
@@ -62,7 +62,7 @@ func TestRelayPoolPublishSubscribeAndCut(t *testing.T) {
 	if len(res.Accepted) != 2 || len(res.Rejected) != 1 {
 		t.Fatalf("Publish() = %+v, want 2 accepted and 1 rejected", res)
 	}
-	if _, ok := res.Rejected[rejecting.URL()]; !ok {
+	if res.Rejected[0].Relay != rejecting.URL() {
 		t.Fatalf("Publish().Rejected = %v, want %s", res.Rejected, rejecting.URL())
 	}
 	got := map[string]bool{}
@@ -101,7 +101,7 @@ func TestRelayPoolPublishSubscribeAndCut(t *testing.T) {
 	pctx, pcancel = context.WithTimeout(ctx, 2*time.Second)
 	res = rc.Publish(pctx, signedNote(t, sk, "after cut"))
 	pcancel()
-	if len(res.Accepted) != 1 || len(res.TimedOut) != 1 || res.TimedOut[0] != viaProxy.URL() {
+	if len(res.Accepted) != 1 || len(res.TimedOut) != 1 || res.TimedOut[0].Relay != viaProxy.URL() {
 		t.Fatalf("Publish() after cut = %+v, want 1 accepted and %s timed out", res, viaProxy.URL())
 	}
 	if err := proxy.Restore(); err != nil {

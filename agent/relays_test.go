@@ -259,7 +259,7 @@ func TestOwnGrantNotCountedAsRejection(t *testing.T) {
 	self, _ := heartbeat.NewKeys(key)
 	ev := grantEvent(t, self, "mine", self.PublicKey())
 	for _, r := range stepRelays {
-		if _, ok := a.decode(context.Background(), time.Now(), RelayEvent{Relay: r, Event: ev}); ok {
+		if _, ok := a.decode(context.Background(), time.Now(), relay.Received{Relay: r, Event: ev}); ok {
 			t.Fatalf("decode(own grant) = ok, want it ignored (not a trusted issuer)")
 		}
 	}
@@ -289,7 +289,7 @@ func TestTrustedIssuerGrantRefusedWarns(t *testing.T) {
 	ev, foreign := broken(issuer, issuerKey), broken(stranger, strangerKey)
 	for _, r := range stepRelays {
 		for _, e := range []*nostr.Event{ev, foreign} {
-			if _, ok := a.decode(context.Background(), time.Now(), RelayEvent{Relay: r, Event: e}); ok {
+			if _, ok := a.decode(context.Background(), time.Now(), relay.Received{Relay: r, Event: e}); ok {
 				t.Fatalf("decode(broken grant) = ok, want refused")
 			}
 		}

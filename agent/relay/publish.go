@@ -1,10 +1,12 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +83,29 @@ type PublishResult struct {
 
 // AcceptedCount is the number of relays whose OK true arrived.
 func (r PublishResult) AcceptedCount() int { return len(r.Accepted) }
+
+// Refusals says, for an error message, which relays did not accept and
+// why: "rejected wss://a (blocked: no), timed out wss://b" ("none" when
+// every relay accepted or was not awaited).
+func (r PublishResult) Refusals() string {
+	var parts []string
+	for _, group := range []struct {
+		name string
+		os   []RelayOutcome
+	}{{"rejected", r.Rejected}, {"muted", r.Muted}, {"timed out", r.TimedOut}, {"failed", r.Failed}} {
+		for _, o := range group.os {
+			s := group.name + " " + o.Relay
+			if why := cmp.Or(o.Reason, o.Notice); why != "" {
+				s += " (" + why + ")"
+			}
+			parts = append(parts, s)
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
 
 // Publish sends ev to every relay and waits, until ctx's deadline (or
 // Config.PublishTimeout when ctx has none), for each relay's OK. A relay

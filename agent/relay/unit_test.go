@@ -286,3 +286,20 @@ func TestUncachedQueryFilter(t *testing.T) {
 		t.Fatalf("uncached replaced the caller's until: %v", *g.Until)
 	}
 }
+
+func TestRefusalsNamesEveryRelayThatDidNotAccept(t *testing.T) {
+	res := PublishResult{
+		Accepted: []string{"wss://a"},
+		Rejected: []RelayOutcome{{Relay: "wss://b", Outcome: OutcomeRejected, Reason: "blocked: no"}},
+		Muted:    []RelayOutcome{{Relay: "wss://c", Outcome: OutcomeMuted, Reason: "mute: no one was listening"}},
+		TimedOut: []RelayOutcome{{Relay: "wss://d", Outcome: OutcomeTimedOut, Notice: "invalid: too large"}, {Relay: "wss://e", Outcome: OutcomeTimedOut}},
+		Failed:   []RelayOutcome{{Relay: "wss://f", Outcome: OutcomeFailed, Reason: "event exceeds max_message_length"}},
+	}
+	want := "rejected wss://b (blocked: no), muted wss://c (mute: no one was listening), timed out wss://d (invalid: too large), timed out wss://e, failed wss://f (event exceeds max_message_length)"
+	if got := res.Refusals(); got != want {
+		t.Errorf("Refusals() =\n %s\nwant\n %s", got, want)
+	}
+	if got := (PublishResult{Accepted: []string{"wss://a"}}).Refusals(); got != "none" {
+		t.Errorf("Refusals() with every relay accepting = %q, want none", got)
+	}
+}

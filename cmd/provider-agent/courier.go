@@ -470,7 +470,7 @@ func nostrForwarder(ctx context.Context, files *agentFiles, timeout time.Duratio
 	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
-	go func() { defer close(done); _ = pool.Run(pctx, make(chan agent.RelayEvent)) }()
+	go func() { defer close(done); _ = pool.Run(pctx, make(chan relay.Received)) }()
 	closeFn := func() {
 		cancel()
 		<-done
