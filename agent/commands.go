@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"fmt"
 
+	"provideragent/agent/store"
 	"provideragent/lease"
 )
 
@@ -20,7 +21,7 @@ const cmdBatch = 256
 // from the machine once committed). cmdsMore says whether more wait.
 func (a *Agent) applyCommands(ctx context.Context) {
 	lctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
-	cmds, err := listPendingCommands(lctx, a.db, cmdBatch+1)
+	cmds, err := listCommands(lctx, a.st, true, cmdBatch+1)
 	cancel()
 	a.cmdsMore = false
 	if err != nil {
@@ -45,7 +46,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 	for i, c := range cmds {
 		result := "ok"
 		switch c.Action {
-		case "grant":
+		case store.ActionGrant:
 			if c.Spec == nil {
 				result = "error: no spec"
 				break
@@ -58,7 +59,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 			effs = append(effs, e...)
 			a.subs.dirty = true
 			a.emit("grant", c.Workload, "local operator grant applied: %s", result)
-		case "release":
+		case store.ActionRelease:
 			w, ok := a.m.Workload(c.Workload)
 			if !ok {
 				result = "error: workload not tracked"
@@ -85,7 +86,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 			}
 		}
 		for _, m := range marks {
-			if err := markCommand(ctx, tx, m.seq, now, m.result); err != nil {
+			if err := a.st.MarkCommand(ctx, tx, m.seq, now, m.result); err != nil {
 				return err
 			}
 		}

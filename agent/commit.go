@@ -7,6 +7,7 @@ package agent
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -198,8 +199,8 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 		}
 	}
 	err := sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error {
-		if err := saveWorkloadRows(ctx, a.st, tx, wrows); err != nil {
-			return err
+		if err := a.st.SaveWorkloads(ctx, tx, storeRows(wrows)...); err != nil {
+			return fmt.Errorf("save workloads: %w", err)
 		}
 		if err := a.claimTimes.save(ctx, a.st, tx, stamped); err != nil {
 			return err
@@ -219,8 +220,8 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 		return err
 	}
 	for _, r := range wrows {
-		a.saved[r.id] = r.hash
-		a.dirty.remove(r.id)
+		a.saved[r.ID] = r.hash
+		a.dirty.remove(r.ID)
 	}
 	if run {
 		a.perform(ctx, now, later, stamps)
@@ -294,26 +295,22 @@ func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
 			}
 		}
 	}
-	snap := a.m.MetaSnapshot()
-	cursor := min(a.cursor.Cursor(), now.Unix())
-	err := sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error {
-		if err := saveWorkloadRows(ctx, a.st, tx, changed); err != nil {
-			return err
-		}
-		if err := saveMachineMeta(ctx, a.st, tx, snap); err != nil {
-			return err
-		}
-		if _, err := a.st.SaveCursor(ctx, tx, cursorKey, max(cursor, 0)); err != nil {
-			return fmt.Errorf("save cursor: %w", err)
-		}
-		return nil
-	})
+	meta, err := json.Marshal(a.m.MetaSnapshot())
+	if err != nil {
+		return fmt.Errorf("save machine: %w", err)
+	}
+	step := store.Step{
+		Workloads: storeRows(changed),
+		KV:        map[string][]byte{kvMachine: meta},
+		Cursors:   map[string]int64{cursorKey: max(min(a.cursor.Cursor(), now.Unix()), 0)},
+	}
+	err = sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error { return a.st.SaveStep(ctx, tx, step) })
 	a.noteWrite(err)
 	if err != nil {
 		return fmt.Errorf("save machine: %w", err)
 	}
 	for _, r := range changed {
-		a.saved[r.id] = r.hash
+		a.saved[r.ID] = r.hash
 	}
 	for _, id := range seen {
 		a.dirty.remove(id)

@@ -33,12 +33,8 @@ const (
 // workloadRow is one marshalled workload snapshot; hash identifies its
 // JSON (saveMeta skips a row whose hash was saved).
 type workloadRow struct {
-	id    string
-	state string
-	epoch uint64
-	spec  []byte
-	json  []byte
-	hash  uint64
+	store.WorkloadRow
+	hash uint64
 }
 
 // saveSeed seeds the hashes that detect unchanged workload rows.
@@ -53,7 +49,10 @@ func rowOf(w *lease.WorkloadSnapshot) (workloadRow, error) {
 	if err != nil {
 		return workloadRow{}, fmt.Errorf("save workload %s: %w", w.Spec.ID, err)
 	}
-	return workloadRow{id: w.Spec.ID, state: string(w.State), epoch: w.Epoch, spec: spec, json: b, hash: maphash.Bytes(saveSeed, b)}, nil
+	return workloadRow{
+		WorkloadRow: store.WorkloadRow{ID: w.Spec.ID, State: string(w.State), Epoch: w.Epoch, Spec: spec, Snapshot: b},
+		hash:        maphash.Bytes(saveSeed, b),
+	}, nil
 }
 
 // dirtySet holds the workloads whose state an input may have changed
@@ -71,32 +70,13 @@ func (d *dirtySet) add(id string) {
 
 func (d dirtySet) remove(id string) { delete(d, id) }
 
-// saveWorkloadRows upserts marshalled workload snapshots inside tx.
-func saveWorkloadRows(ctx context.Context, st *store.Store, tx *sql.Tx, rows []workloadRow) error {
-	if len(rows) == 0 {
-		return nil
-	}
+// storeRows is the store's part of rows.
+func storeRows(rows []workloadRow) []store.WorkloadRow {
 	out := make([]store.WorkloadRow, len(rows))
 	for i, r := range rows {
-		out[i] = store.WorkloadRow{ID: r.id, State: r.state, Epoch: r.epoch, Spec: r.spec, Snapshot: r.json}
+		out[i] = r.WorkloadRow
 	}
-	if err := st.SaveWorkloads(ctx, tx, out...); err != nil {
-		return fmt.Errorf("save workloads: %w", err)
-	}
-	return nil
-}
-
-// saveMachineMeta stores the snapshot's non-workload part.
-func saveMachineMeta(ctx context.Context, st *store.Store, tx *sql.Tx, snap lease.Snapshot) error {
-	snap.Workloads = nil
-	b, err := json.Marshal(snap)
-	if err != nil {
-		return fmt.Errorf("save machine: %w", err)
-	}
-	if err := st.SetKV(ctx, tx, kvMachine, b); err != nil {
-		return fmt.Errorf("save machine: %w", err)
-	}
-	return nil
+	return out
 }
 
 // loadSnapshot reads the persisted machine; ok is false on a fresh database.
@@ -176,7 +156,7 @@ func (a *Agent) loadCursor(ctx context.Context) (int64, error) {
 // pending commands within a second; a stopped one applies them at start.
 type Command struct {
 	Seq       int64
-	Action    string // "grant" or "release"
+	Action    string // store.ActionGrant or store.ActionRelease
 	Workload  string
 	Spec      *lease.Spec // grant only
 	CreatedAt time.Time
@@ -186,15 +166,15 @@ type Command struct {
 
 // QueueGrant queues a local operator lease grant for the agent.
 func QueueGrant(ctx context.Context, db *sql.DB, spec lease.Spec, now time.Time) (int64, error) {
-	return queueGrant(ctx, db, spec, now)
+	st, err := store.Open(ctx, db)
+	if err != nil {
+		return 0, fmt.Errorf("queue grant: %w", err)
+	}
+	return queueGrant(ctx, st, nil, spec, now)
 }
 
-// execer is a *sql.DB or a *sql.Tx.
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-func queueGrant(ctx context.Context, db execer, spec lease.Spec, now time.Time) (int64, error) {
+// queueGrant queues a grant inside tx (nil: its own transaction).
+func queueGrant(ctx context.Context, st *store.Store, tx *sql.Tx, spec lease.Spec, now time.Time) (int64, error) {
 	if err := spec.Validate(); err != nil {
 		return 0, fmt.Errorf("queue grant: %w", err)
 	}
@@ -202,86 +182,46 @@ func queueGrant(ctx context.Context, db execer, spec lease.Spec, now time.Time) 
 	if err != nil {
 		return 0, fmt.Errorf("queue grant: %w", err)
 	}
-	res, err := db.ExecContext(ctx, `INSERT INTO agent_commands (action, workload, spec, created_at) VALUES ('grant', ?, ?, ?)`,
-		spec.ID, string(b), now.UnixMilli())
-	if err != nil {
-		return 0, fmt.Errorf("queue grant: %w", err)
-	}
-	return res.LastInsertId()
+	return st.QueueCommand(ctx, tx, store.ActionGrant, spec.ID, string(b), now)
 }
 
 // QueueRelease queues the release (stop and forget) of a workload.
 func QueueRelease(ctx context.Context, db *sql.DB, workload string, now time.Time) (int64, error) {
-	res, err := db.ExecContext(ctx, `INSERT INTO agent_commands (action, workload, created_at) VALUES ('release', ?, ?)`,
-		workload, now.UnixMilli())
+	st, err := store.Open(ctx, db)
 	if err != nil {
 		return 0, fmt.Errorf("queue release: %w", err)
 	}
-	return res.LastInsertId()
+	return st.QueueCommand(ctx, nil, store.ActionRelease, workload, "", now)
 }
 
 // ListCommands returns queued commands, newest last (pendingOnly: those not
 // applied yet).
 func ListCommands(ctx context.Context, db *sql.DB, pendingOnly bool) ([]Command, error) {
-	q := `SELECT seq, action, workload, spec, created_at, COALESCE(applied_at, 0), result FROM agent_commands`
-	if pendingOnly {
-		q += ` WHERE applied_at IS NULL`
-	}
-	q += ` ORDER BY seq`
-	cmds, err := queryCommands(ctx, db, q)
+	st, err := store.Open(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("list commands: %w", err)
 	}
-	return cmds, nil
+	return listCommands(ctx, st, pendingOnly, 0)
 }
 
-func queryCommands(ctx context.Context, db *sql.DB, q string, args ...any) ([]Command, error) {
-	rows, err := db.QueryContext(ctx, q, args...)
+// listCommands reads commands (limit <= 0: all) with their specs decoded.
+func listCommands(ctx context.Context, st *store.Store, pendingOnly bool, limit int) ([]Command, error) {
+	rows, err := st.Commands(ctx, pendingOnly, limit)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []Command
-	for rows.Next() {
-		var c Command
-		var spec string
-		var created, applied int64
-		if err := rows.Scan(&c.Seq, &c.Action, &c.Workload, &spec, &created, &applied, &c.Result); err != nil {
-			return nil, err
-		}
-		c.CreatedAt = time.UnixMilli(created).UTC()
-		if applied != 0 {
-			c.AppliedAt = time.UnixMilli(applied).UTC()
-		}
-		if spec != "" {
+	out := make([]Command, len(rows))
+	for i, r := range rows {
+		out[i] = Command{Seq: r.Seq, Action: r.Action, Workload: r.Workload, CreatedAt: r.CreatedAt, AppliedAt: r.AppliedAt, Result: r.Result}
+		if r.Spec != "" {
 			var s lease.Spec
-			if err := json.Unmarshal([]byte(spec), &s); err != nil {
-				return nil, fmt.Errorf("command %d: %w", c.Seq, err)
+			if err := json.Unmarshal([]byte(r.Spec), &s); err != nil {
+				return nil, fmt.Errorf("command %d: %w", r.Seq, err)
 			}
-			c.Spec = &s
+			out[i].Spec = &s
 		}
-		out = append(out, c)
 	}
-	return out, rows.Err()
-}
-
-// listPendingCommands returns up to limit commands not applied yet, oldest
-// first.
-func listPendingCommands(ctx context.Context, db *sql.DB, limit int) ([]Command, error) {
-	cmds, err := queryCommands(ctx, db, `SELECT seq, action, workload, spec, created_at, COALESCE(applied_at, 0), result
-		FROM agent_commands WHERE applied_at IS NULL ORDER BY seq LIMIT ?`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list commands: %w", err)
-	}
-	return cmds, nil
-}
-
-func markCommand(ctx context.Context, tx *sql.Tx, seq int64, now time.Time, result string) error {
-	_, err := tx.ExecContext(ctx, `UPDATE agent_commands SET applied_at = ?, result = ? WHERE seq = ?`, now.UnixMilli(), result, seq)
-	if err != nil {
-		return fmt.Errorf("mark command %d: %w", seq, err)
-	}
-	return nil
+	return out, nil
 }
 
 // outRow is one event to queue in the outbox with a machine step (a

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/agent/backend"
+	"provideragent/agent/store"
 	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
@@ -334,7 +335,8 @@ func queueGrants(t testing.TB, path string, specs []lease.Spec) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := Migrate(ctx, db); err != nil {
+	st, err := store.Open(ctx, db)
+	if err != nil {
 		t.Fatal(err)
 	}
 	tx, err := db.BeginTx(ctx, nil)
@@ -342,7 +344,7 @@ func queueGrants(t testing.TB, path string, specs []lease.Spec) {
 		t.Fatal(err)
 	}
 	for _, s := range specs {
-		if _, err := queueGrant(ctx, tx, s, time.Now()); err != nil {
+		if _, err := queueGrant(ctx, st, tx, s, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
