@@ -21,6 +21,7 @@ import (
 	"provideragent/agent/store"
 	"provideragent/courier"
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/lease"
 	"provideragent/uploader"
 )
@@ -144,7 +145,7 @@ func (c Config) Validate() error {
 	if err := c.Lease.Validate(); err != nil {
 		return fmt.Errorf("%w: lease: %w", ErrInvalidConfig, err)
 	}
-	if _, err := heartbeat.NewKeys(c.SecretKey); err != nil {
+	if _, err := identity.NewKeys(c.SecretKey); err != nil {
 		return bad("secret key: %v", err)
 	}
 	for i, k := range c.TrustedIssuers {
@@ -247,7 +248,7 @@ type Agent struct {
 	cfg     Config
 	db      *sql.DB
 	logger  *slog.Logger
-	keys    *heartbeat.Keys
+	keys    *identity.Keys
 	self    string
 	name    string
 	now     func() time.Time
@@ -349,7 +350,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	if deps.DB == nil {
 		return nil, fmt.Errorf("new agent: %w: no database", ErrInvalidConfig)
 	}
-	keys, err := heartbeat.NewKeys(cfg.SecretKey)
+	keys, err := identity.NewKeys(cfg.SecretKey)
 	if err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
@@ -452,7 +453,7 @@ func normaliseKeys(m map[string]string) map[string]string {
 // newPool builds the default relay layer: agent/relay's supervised pool.
 func (a *Agent) newPool() (RelayPool, error) {
 	dial := normaliseKeys(a.cfg.DialAddrs)
-	secret, err := heartbeat.ParseSecretKey(a.cfg.SecretKey)
+	secret, err := identity.ParseSecretKey(a.cfg.SecretKey)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"provideragent/agent/backend"
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
@@ -496,7 +497,7 @@ func TestBadEventsChangeNothing(t *testing.T) {
 	standby.waitState("w1", lease.StateStandby, 1, 10*time.Second)
 	waitFor(t, 10*time.Second, "standby connected", func() bool { return eoseCount(standby.a.pool) == 3 })
 
-	keys, err := heartbeat.NewKeys(primaryKey)
+	keys, err := identity.NewKeys(primaryKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +510,7 @@ func TestBadEventsChangeNothing(t *testing.T) {
 		return *ev
 	}
 	// A forged claim of epoch 5 by a stranger, and a forged revocation.
-	stranger, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
+	stranger, _ := identity.NewKeys(nostr.GeneratePrivateKey())
 	claim, err := heartbeat.BuildPromotion(stranger, heartbeat.PromotionParams{WorkloadID: "w1", At: now, Epoch: 5})
 	if err != nil {
 		t.Fatal(err)
@@ -564,11 +565,11 @@ func TestLeaseGrantFromTrustedIssuer(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
 	lcfg := DemoLeaseConfig(urls)
-	issuer, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
-	stranger, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
+	issuer, _ := identity.NewKeys(nostr.GeneratePrivateKey())
+	stranger, _ := identity.NewKeys(nostr.GeneratePrivateKey())
 	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg, issuers: []string{issuer.PublicKey()}})
 	waitFor(t, 10*time.Second, "agent connected", func() bool { return eoseCount(ta.a.pool) == 3 })
-	grant := func(k *heartbeat.Keys, id string) nostr.Event {
+	grant := func(k *identity.Keys, id string) nostr.Event {
 		ev, err := heartbeat.BuildLeaseGrant(k, heartbeat.LeaseGrantParams{
 			WorkloadID: id, Primary: ta.pub, Relays: urls, Quorum: 2, Replication: lease.ReplicationNone,
 			RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever},

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -24,7 +25,7 @@ func TestStoredHeartbeatsReadBackAfterReconnect(t *testing.T) {
 	lcfg := DemoLeaseConfig(urls)
 	proxies, dial := cutProxies(t, rs, urls, 3)
 	holderKey := nostr.GeneratePrivateKey()
-	holder, err := heartbeat.NewKeys(holderKey)
+	holder, err := identity.NewKeys(holderKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -52,7 +53,7 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 	ctx := context.Background()
 	primary, second := newTestKeys(t), newTestKeys(t)
 	key := nostr.GeneratePrivateKey()
-	self, _ := heartbeat.NewKeys(key)
+	self, _ := identity.NewKeys(key)
 	dbPath := filepath.Join(t.TempDir(), "agent.db")
 	pool := &recPool{}
 	a := newStepAgent(t, stepOpts{key: key, dbPath: dbPath, pool: pool})

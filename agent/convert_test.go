@@ -10,6 +10,7 @@ import (
 
 	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -17,9 +18,9 @@ import (
 // directly with signed events, to check the one wire-to-lease mapping
 // (heartbeat's HeartbeatInput, RevocationInput and ClaimInput) end to end.
 
-func newTestKeys(t *testing.T) *heartbeat.Keys {
+func newTestKeys(t *testing.T) *identity.Keys {
 	t.Helper()
-	k, err := heartbeat.NewKeys(nostr.GeneratePrivateKey())
+	k, err := identity.NewKeys(nostr.GeneratePrivateKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,10 +38,10 @@ func stepSpec(primary string, standbys ...string) lease.Spec {
 
 // firstStandby builds a step agent that is the first standby of "w1"
 // (granted at t0, held by primary, second standby second) and its keys.
-func firstStandby(t *testing.T, t0 time.Time, primary, second *heartbeat.Keys) (*Agent, *heartbeat.Keys) {
+func firstStandby(t *testing.T, t0 time.Time, primary, second *identity.Keys) (*Agent, *identity.Keys) {
 	t.Helper()
 	key := nostr.GeneratePrivateKey()
-	self, _ := heartbeat.NewKeys(key)
+	self, _ := identity.NewKeys(key)
 	a := newStepAgent(t, stepOpts{key: key})
 	spec := stepSpec(primary.PublicKey(), self.PublicKey(), second.PublicKey())
 	feedInput(a, t0, input{grant: &spec})
@@ -77,7 +78,7 @@ func hasEffect[E lease.Effect](effs []lease.Effect) bool {
 }
 
 // signed signs an event with the given kind, time, tags and content.
-func signed(t *testing.T, k *heartbeat.Keys, kind int, at time.Time, tags nostr.Tags, content string) *nostr.Event {
+func signed(t *testing.T, k *identity.Keys, kind int, at time.Time, tags nostr.Tags, content string) *nostr.Event {
 	t.Helper()
 	ev := &nostr.Event{Kind: kind, CreatedAt: nostr.Timestamp(at.Unix()), Tags: tags, Content: content}
 	if err := k.Sign(ev); err != nil {
@@ -89,7 +90,7 @@ func signed(t *testing.T, k *heartbeat.Keys, kind int, at time.Time, tags nostr.
 // paygressRevocation is a revocation as Paygress v1 writes it: its own key as
 // hex in primary_provider_npub and the d tag, no epoch and no successor
 // field (heartbeat/wire_test.go shows the same shape).
-func paygressRevocation(t *testing.T, primary *heartbeat.Keys, at time.Time, standbys ...*heartbeat.Keys) *nostr.Event {
+func paygressRevocation(t *testing.T, primary *identity.Keys, at time.Time, standbys ...*identity.Keys) *nostr.Event {
 	t.Helper()
 	list := ""
 	tags := nostr.Tags{{"t", "paygress"}, {"t", "paygress-revocation"},
@@ -108,7 +109,7 @@ func paygressRevocation(t *testing.T, primary *heartbeat.Keys, at time.Time, sta
 
 // paygressAnnouncement is a promotion announcement as Paygress v1 writes it
 // after starting the workload: new_primary_npub in hex, no epoch, no status.
-func paygressAnnouncement(t *testing.T, k *heartbeat.Keys, at time.Time) *nostr.Event {
+func paygressAnnouncement(t *testing.T, k *identity.Keys, at time.Time) *nostr.Event {
 	t.Helper()
 	tags := nostr.Tags{{"t", "paygress"}, {"t", "paygress-promoted"}, {"d", heartbeat.PromotionDTag("w1")}, {"v", "1"}, {"workload", "w1"}}
 	content := fmt.Sprintf(`{"workload_id":"w1","new_primary_npub":%q,"promoted_at":%d,"version":1}`, k.PublicKey(), at.Unix())
@@ -125,10 +126,10 @@ func TestRevocationSuccessor(t *testing.T) {
 	t0 := time.Now()
 	tests := []struct {
 		name      string
-		build     func(self *heartbeat.Keys) *nostr.Event
+		build     func(self *identity.Keys) *nostr.Event
 		wantClaim bool
 	}{
-		{"ours naming the first standby", func(self *heartbeat.Keys) *nostr.Event {
+		{"ours naming the first standby", func(self *identity.Keys) *nostr.Event {
 			ev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
 				Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1})
 			if err != nil {
@@ -136,7 +137,7 @@ func TestRevocationSuccessor(t *testing.T) {
 			}
 			return ev
 		}, true},
-		{"ours with empty successor", func(self *heartbeat.Keys) *nostr.Event {
+		{"ours with empty successor", func(self *identity.Keys) *nostr.Event {
 			ev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
 				Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Epoch: 1})
 			if err != nil {
@@ -144,7 +145,7 @@ func TestRevocationSuccessor(t *testing.T) {
 			}
 			return ev
 		}, false},
-		{"paygress without successor field", func(self *heartbeat.Keys) *nostr.Event {
+		{"paygress without successor field", func(self *identity.Keys) *nostr.Event {
 			return paygressRevocation(t, primary, t0, self, second)
 		}, true},
 	}

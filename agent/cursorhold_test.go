@@ -8,7 +8,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
 )
@@ -29,7 +29,7 @@ func TestCursorNeverPassesAnUnappliedEvent(t *testing.T) {
 	if err := lcfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	primaryKeys, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
+	primaryKeys, _ := identity.NewKeys(nostr.GeneratePrivateKey())
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
 	for _, id := range []string{"w1", "w2"} {
 		// Granted five minutes ago: the minute-old revocation below belongs

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
 )
@@ -55,7 +56,7 @@ func refuseWrites(t *testing.T, a *Agent, refuse bool) {
 
 // buildRevocation is k's revocation of workload id at epoch 1 created at at,
 // naming successor.
-func buildRevocation(t *testing.T, k *heartbeat.Keys, id, successor string, at time.Time) nostr.Event {
+func buildRevocation(t *testing.T, k *identity.Keys, id, successor string, at time.Time) nostr.Event {
 	t.Helper()
 	ev, err := heartbeat.BuildRevocation(k, heartbeat.RevocationParams{WorkloadID: id, Standbys: []string{successor},
 		Reason: "test", At: at, Successor: successor, Epoch: 1})
@@ -144,7 +145,7 @@ func TestWriteLockHeldElsewhereDoesNotStallFencing(t *testing.T) {
 	ctx := context.Background()
 	rs, urls := startRelays(t, 3)
 	lcfg := DemoLeaseConfig(urls)
-	standbyKeys, err := heartbeat.NewKeys(nostr.GeneratePrivateKey())
+	standbyKeys, err := identity.NewKeys(nostr.GeneratePrivateKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,8 +220,8 @@ func TestForgedFutureEventDoesNotBlindTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxies, dial := cutProxies(t, rs, urls, 3)
-	primaryKeys, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
-	stranger, _ := heartbeat.NewKeys(nostr.GeneratePrivateKey())
+	primaryKeys, _ := identity.NewKeys(nostr.GeneratePrivateKey())
+	stranger, _ := identity.NewKeys(nostr.GeneratePrivateKey())
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg, dial: dial})
 	for _, id := range []string{"w1", "w2"} {
 		standby.a.Track(ctx, warmSpec(id, primaryKeys.PublicKey(), standby.pub, urls))
@@ -228,7 +229,7 @@ func TestForgedFutureEventDoesNotBlindTheAgent(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "standby subscribed on 3 relays", func() bool { return eoseCount(standby.a.pool) == 3 })
 
-	revocation := func(k *heartbeat.Keys, id string, at time.Time) nostr.Event {
+	revocation := func(k *identity.Keys, id string, at time.Time) nostr.Event {
 		return buildRevocation(t, k, id, standby.pub, at)
 	}
 	y2100 := time.Unix(4102444800, 0)

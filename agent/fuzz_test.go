@@ -10,6 +10,7 @@ import (
 
 	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -19,7 +20,7 @@ import (
 // changes a workload.
 func FuzzDecode(f *testing.F) {
 	key := nostr.GeneratePrivateKey()
-	keys, err := heartbeat.NewKeys(key)
+	keys, err := identity.NewKeys(key)
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"provideragent/agent/relay"
 	"provideragent/agent/store"
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -32,7 +33,7 @@ func rowState(t *testing.T, a *Agent, id string) string {
 
 // claimInput is the decoded input of claimer's active claim of w at epoch,
 // with a cursor token reserved and accepted as ingest does.
-func claimInput(t *testing.T, a *Agent, now time.Time, claimer *heartbeat.Keys, w string, epoch uint64) input {
+func claimInput(t *testing.T, a *Agent, now time.Time, claimer *identity.Keys, w string, epoch uint64) input {
 	t.Helper()
 	ev, err := heartbeat.BuildPromotion(claimer, heartbeat.PromotionParams{WorkloadID: w, At: now, Epoch: epoch, Status: heartbeat.ClaimActive})
 	if err != nil {
@@ -57,7 +58,7 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	key := nostr.GeneratePrivateKey()
-	self, _ := heartbeat.NewKeys(key)
+	self, _ := identity.NewKeys(key)
 	standby := newTestKeys(t)
 	a := newStepAgent(t, stepOpts{key: key})
 	b := a.backend.(*memBackend)
@@ -148,7 +149,7 @@ func TestSaveMetaMarksRowsSavedAfterCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	key := nostr.GeneratePrivateKey()
-	self, _ := heartbeat.NewKeys(key)
+	self, _ := identity.NewKeys(key)
 	a := newStepAgent(t, stepOpts{key: key})
 	spec := stepSpec(self.PublicKey(), newTestKeys(t).PublicKey())
 	if _, err := a.m.Track(time.Now(), spec); err != nil { // in memory only
@@ -214,7 +215,7 @@ func TestShutdownCommitsTheBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	key := nostr.GeneratePrivateKey()
-	self, _ := heartbeat.NewKeys(key)
+	self, _ := identity.NewKeys(key)
 	standby := newTestKeys(t)
 	a := newStepAgent(t, stepOpts{key: key})
 	defer a.act.wait()
@@ -253,7 +254,7 @@ func TestSaveMetaWritesARowOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	key := nostr.GeneratePrivateKey()
-	self, _ := heartbeat.NewKeys(key)
+	self, _ := identity.NewKeys(key)
 	standby := newTestKeys(t)
 	a := newStepAgent(t, stepOpts{key: key})
 	defer a.act.wait()

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -19,7 +19,7 @@ func TestOldRevocationAfterRegrantIgnored(t *testing.T) {
 	rs, urls := startRelays(t, 3)
 	lcfg := DemoLeaseConfig(urls)
 	primary, standby := startPair(t, lcfg, nil)
-	keys, err := heartbeat.NewKeys(primary.key)
+	keys, err := identity.NewKeys(primary.key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/internal/localrelay"
 	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
@@ -56,7 +57,7 @@ func failoverOn(t *testing.T, kind relaytest.Kind) {
 	}
 	lcfg := DemoLeaseConfig(urls)
 	issuerKey := nostr.GeneratePrivateKey()
-	issuer, err := heartbeat.NewKeys(issuerKey)
+	issuer, err := identity.NewKeys(issuerKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func newIngestAgent(t *testing.T, key string, issuers []string) (*Agent, *logBuf
 	return a, logs, reg
 }
 
-func grantEvent(t *testing.T, k *heartbeat.Keys, id, primary string) *nostr.Event {
+func grantEvent(t *testing.T, k *identity.Keys, id, primary string) *nostr.Event {
 	t.Helper()
 	ev, err := heartbeat.BuildLeaseGrant(k, heartbeat.LeaseGrantParams{
 		WorkloadID: id, Primary: primary, Relays: stepRelays, Quorum: 2, Replication: lease.ReplicationNone,
@@ -256,7 +257,7 @@ func rejectedTotal(t *testing.T, reg *prometheus.Registry, name, reason string) 
 func TestOwnGrantNotCountedAsRejection(t *testing.T) {
 	key := nostr.GeneratePrivateKey()
 	a, _, reg := newIngestAgent(t, key, nil)
-	self, _ := heartbeat.NewKeys(key)
+	self, _ := identity.NewKeys(key)
 	ev := grantEvent(t, self, "mine", self.PublicKey())
 	for _, r := range stepRelays {
 		if _, ok := a.decode(context.Background(), time.Now(), relay.Received{Relay: r, Event: ev}); ok {
@@ -275,10 +276,10 @@ func TestOwnGrantNotCountedAsRejection(t *testing.T) {
 // refused grant from anyone else stays at DEBUG.
 func TestTrustedIssuerGrantRefusedWarns(t *testing.T) {
 	issuerKey, strangerKey := nostr.GeneratePrivateKey(), nostr.GeneratePrivateKey()
-	issuer, _ := heartbeat.NewKeys(issuerKey)
-	stranger, _ := heartbeat.NewKeys(strangerKey)
+	issuer, _ := identity.NewKeys(issuerKey)
+	stranger, _ := identity.NewKeys(strangerKey)
 	a, logs, _ := newIngestAgent(t, nostr.GeneratePrivateKey(), []string{issuer.PublicKey()})
-	broken := func(k *heartbeat.Keys, secret string) *nostr.Event {
+	broken := func(k *identity.Keys, secret string) *nostr.Event {
 		ev := grantEvent(t, k, "w-broken", a.self)
 		ev.Content = `{"workload_id":"w-broken","quorum":"two"}`
 		if err := ev.Sign(secret); err != nil {

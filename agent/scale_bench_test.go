@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
@@ -532,7 +533,7 @@ func TestForeignPublisherChild(t *testing.T) {
 	beats := make([]beat, n)
 	at := time.Now()
 	for i := range beats {
-		k, err := heartbeat.NewKeys(nostr.GeneratePrivateKey())
+		k, err := identity.NewKeys(nostr.GeneratePrivateKey())
 		if err != nil {
 			t.Fatal(err)
 		}

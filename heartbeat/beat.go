@@ -7,6 +7,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -46,7 +47,7 @@ func (b Beat) Events() []*nostr.Event {
 // (DefaultMaxEventBytes when zero) and p.MaxContentBytes: a list that fits
 // one event gives the same events as BuildHeartbeats. Sizes are the events'
 // NIP-01 JSON, as relays measure them.
-func BuildBeat(k *Keys, p HeartbeatParams) (Beat, error) {
+func BuildBeat(k *identity.Keys, p HeartbeatParams) (Beat, error) {
 	ts, exp, err := checkBeat(k, p)
 	if err != nil {
 		return Beat{}, err

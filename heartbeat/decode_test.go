@@ -7,11 +7,12 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
 // mutate copies ev, applies change to it, and re-signs it with k.
-func mutate(t *testing.T, ev *nostr.Event, k *Keys, change func(ev *nostr.Event)) *nostr.Event {
+func mutate(t *testing.T, ev *nostr.Event, k *identity.Keys, change func(ev *nostr.Event)) *nostr.Event {
 	t.Helper()
 	c := copyEvent(ev)
 	change(&c)
@@ -86,7 +87,7 @@ func TestDecodeRejects(t *testing.T) {
 	tests := []struct {
 		name   string
 		ev     *nostr.Event
-		signer *Keys
+		signer *identity.Keys
 		change func(*nostr.Event)
 		want   RejectReason
 	}{

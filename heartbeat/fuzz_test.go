@@ -14,19 +14,20 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
 // fuzzKeys signs the fuzzers' seed events; decoders see its public key as the
 // signer. Derived once: key derivation would dominate each fuzz iteration.
-func fuzzKeys(t testing.TB) *Keys {
+func fuzzKeys(t testing.TB) *identity.Keys {
 	fuzzKeysOnce.Do(func() { fuzzKeysVal = testKeys(t, "fuzz") })
 	return fuzzKeysVal
 }
 
 var (
 	fuzzKeysOnce sync.Once
-	fuzzKeysVal  *Keys
+	fuzzKeysVal  *identity.Keys
 )
 
 // seedEvents builds one valid event of every kind plus Paygress-shaped ones
@@ -64,7 +65,7 @@ func seedEvents(t testing.TB) []*nostr.Event {
 		tags    nostr.Tags
 		content string
 	}
-	for _, key := range []func(*Keys) string{(*Keys).PublicKey, (*Keys).Npub} {
+	for _, key := range []func(*identity.Keys) string{(*identity.Keys).PublicKey, (*identity.Keys).Npub} {
 		paygress = append(paygress, []struct {
 			kind    int
 			tags    nostr.Tags

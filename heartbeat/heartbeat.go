@@ -8,6 +8,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -211,7 +212,7 @@ type workload1 struct {
 // BuildHeartbeat builds and signs a heartbeat: the stored kind 38384, or the
 // ephemeral kind 20384 when ephemeral is true. It lists every workload in
 // one event, whatever its size: BuildBeat splits long lists.
-func BuildHeartbeat(k *Keys, p HeartbeatParams, ephemeral bool) (*nostr.Event, error) {
+func BuildHeartbeat(k *identity.Keys, p HeartbeatParams, ephemeral bool) (*nostr.Event, error) {
 	ts, exp, err := checkBeat(k, p)
 	if err != nil {
 		return nil, err
@@ -227,7 +228,7 @@ func BuildHeartbeat(k *Keys, p HeartbeatParams, ephemeral bool) (*nostr.Event, e
 }
 
 // checkBeat validates p and returns the beat's created_at and expiration.
-func checkBeat(k *Keys, p HeartbeatParams) (ts int64, exp string, err error) {
+func checkBeat(k *identity.Keys, p HeartbeatParams) (ts int64, exp string, err error) {
 	if k == nil {
 		return 0, "", fmt.Errorf("build heartbeat: nil keys")
 	}
@@ -255,7 +256,7 @@ func checkBeat(k *Keys, p HeartbeatParams) (ts int64, exp string, err error) {
 // beatEvent is shard i of shards of a beat, unsigned: shard 0 is the
 // Paygress-form heartbeat (stored, or ephemeral), the others
 // KindHeartbeatShard events.
-func beatEvent(k *Keys, p HeartbeatParams, ts int64, exp string, list []WorkloadEpoch, i, shards int, ephemeral bool) (*nostr.Event, error) {
+func beatEvent(k *identity.Keys, p HeartbeatParams, ts int64, exp string, list []WorkloadEpoch, i, shards int, ephemeral bool) (*nostr.Event, error) {
 	if list == nil {
 		list = []WorkloadEpoch{}
 	}
@@ -264,13 +265,13 @@ func beatEvent(k *Keys, p HeartbeatParams, ts int64, exp string, list []Workload
 	var err error
 	if i > 0 {
 		content, err = json.Marshal(shardWire{
-			ProviderNpub: k.public, Timestamp: uint64(ts), Version: SchemaVersion, Shard: i, Shards: shards, Workloads: list,
+			ProviderNpub: k.PublicKey(), Timestamp: uint64(ts), Version: SchemaVersion, Shard: i, Shards: shards, Workloads: list,
 		})
 		ev.Kind = KindHeartbeatShard
 		ev.Tags = nostr.Tags{
 			{"t", tagShard},
-			{"p", k.public},
-			{"d", ShardDTag(k.public, uint64(ts), i)},
+			{"p", k.PublicKey()},
+			{"d", ShardDTag(k.PublicKey(), uint64(ts), i)},
 			{"v", versionTag},
 			{"expiration", exp},
 		}
@@ -280,7 +281,7 @@ func beatEvent(k *Keys, p HeartbeatParams, ts int64, exp string, list []Workload
 			active = uint32(len(p.Workloads))
 		}
 		w := heartbeatWire{
-			ProviderNpub: k.public, Timestamp: uint64(ts), ActiveWorkloads: active, AvailableCapacity: p.Capacity,
+			ProviderNpub: k.PublicKey(), Timestamp: uint64(ts), ActiveWorkloads: active, AvailableCapacity: p.Capacity,
 			Version: SchemaVersion, Workloads: list,
 		}
 		if shards > 1 {
@@ -291,7 +292,7 @@ func beatEvent(k *Keys, p HeartbeatParams, ts int64, exp string, list []Workload
 			ev.Kind = KindHeartbeatEphemeral
 			ev.Tags = nostr.Tags{
 				{"t", tagHeartbeat},
-				{"p", k.public},
+				{"p", k.PublicKey()},
 				{"v", versionTag},
 				{"expiration", exp},
 			}
@@ -299,8 +300,8 @@ func beatEvent(k *Keys, p HeartbeatParams, ts int64, exp string, list []Workload
 			ev.Kind = KindHeartbeat
 			ev.Tags = nostr.Tags{
 				{"t", tagHeartbeat},
-				{"p", k.public},
-				{"d", HeartbeatDTag(k.public, uint64(ts))},
+				{"p", k.PublicKey()},
+				{"d", HeartbeatDTag(k.PublicKey(), uint64(ts))},
 				{"v", versionTag},
 				{"expiration", exp},
 			}
@@ -315,7 +316,7 @@ func beatEvent(k *Keys, p HeartbeatParams, ts int64, exp string, list []Workload
 
 // BuildHeartbeats builds the stored and the ephemeral heartbeat for one beat
 // (Paygress publishes both on every beat).
-func BuildHeartbeats(k *Keys, p HeartbeatParams) (stored, ephemeral *nostr.Event, err error) {
+func BuildHeartbeats(k *identity.Keys, p HeartbeatParams) (stored, ephemeral *nostr.Event, err error) {
 	stored, err = BuildHeartbeat(k, p, false)
 	if err != nil {
 		return nil, nil, err
@@ -398,7 +399,7 @@ func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
 	if rej != nil {
 		return nil, rej
 	}
-	provider, err := publicKeyHex(*in.ProviderNpub)
+	provider, err := identity.PublicKeyHex(*in.ProviderNpub)
 	if err != nil {
 		return nil, rejectErr(ReasonDecode, err, "heartbeat content: provider_npub")
 	}

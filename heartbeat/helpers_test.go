@@ -8,15 +8,17 @@ import (
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/identity"
 )
 
 // testKeys returns deterministic keys named by a string.
-func testKeys(t testing.TB, name string) *Keys {
+func testKeys(t testing.TB, name string) *identity.Keys {
 	t.Helper()
 	h := sha256.Sum256([]byte("provider-agent test key " + name))
-	k, err := NewKeys(hex.EncodeToString(h[:]))
+	k, err := identity.NewKeys(hex.EncodeToString(h[:]))
 	if err != nil {
-		t.Fatalf("NewKeys(%s) = %v", name, err)
+		t.Fatalf("identity.NewKeys(%s) = %v", name, err)
 	}
 	return k
 }

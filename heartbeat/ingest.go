@@ -13,6 +13,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"provideragent/identity"
 	"provideragent/internal/fifo"
 	"provideragent/lease"
 )
@@ -431,7 +432,7 @@ func (in *Ingestor) verifyAndDecode(ev *nostr.Event) (res Ingested, rej *RejectE
 	if size > in.cfg.MaxEventBytes {
 		return res, reject(ReasonTooLarge, "event is about %d bytes, max %d", size, in.cfg.MaxEventBytes), false
 	}
-	if !isLowerHex(ev.PubKey) || !isLowerHex(ev.Sig) {
+	if !identity.IsLowerHex(ev.PubKey) || !identity.IsLowerHex(ev.Sig) {
 		return res, reject(ReasonMalformed, "pubkey or sig is not lowercase hex"), false
 	}
 	if !ev.CheckID() {
@@ -707,14 +708,4 @@ func (r *recentDecoded) drop() {
 		delete(r.byID, it.id)
 	}
 	r.used -= it.cost
-}
-
-func isLowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }

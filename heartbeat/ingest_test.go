@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -245,7 +246,7 @@ func TestIngestSignerRules(t *testing.T) {
 	revUnknown, _ := BuildRevocation(p, RevocationParams{WorkloadID: "zz", At: t0, Epoch: 1})
 	promS1, _ := BuildPromotion(s1, PromotionParams{WorkloadID: "a", At: t0, Epoch: 2})
 	promStranger, _ := BuildPromotion(stranger, PromotionParams{WorkloadID: "a", At: t0, Epoch: 9})
-	lease := func(k *Keys, exp time.Time) *nostr.Event {
+	lease := func(k *identity.Keys, exp time.Time) *nostr.Event {
 		ev, err := BuildLeaseGrant(k, LeaseGrantParams{WorkloadID: "a", Primary: p.PublicKey(), Standbys: []string{s1.PublicKey()},
 			Relays: []string{"wss://r1"}, Quorum: 1, Replication: lease.ReplicationWarmStandby, RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure},
 			Command: []string{"run"}, ExpiresAt: exp, At: t0})
@@ -604,14 +605,14 @@ func TestIngestSignerRulesBeforeSignature(t *testing.T) {
 	pol.done["w2"] = true
 	in, _ := newTestIngestor(t, DefaultConfig(), pol)
 	ctx := context.Background()
-	claim := func(k *Keys, id string) *nostr.Event {
+	claim := func(k *identity.Keys, id string) *nostr.Event {
 		ev, err := BuildPromotion(k, PromotionParams{WorkloadID: id, At: t0, Epoch: 2, Status: ClaimActive})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ev
 	}
-	rev := func(k *Keys, id string) *nostr.Event {
+	rev := func(k *identity.Keys, id string) *nostr.Event {
 		ev, err := BuildRevocation(k, RevocationParams{WorkloadID: id, At: t0, Epoch: 1, Standbys: []string{s.PublicKey()}})
 		if err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -140,7 +141,7 @@ func dTagNamesKey(d, written, hexKey string, build func(key string) string) bool
 	if d == build(hexKey) || d == build(written) {
 		return true
 	}
-	npub, err := npubOf(hexKey)
+	npub, err := identity.NpubOfHex(hexKey)
 	return err == nil && d == build(npub)
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -84,7 +85,7 @@ func SpecOf(g *LeaseGrant) lease.Spec {
 // BuildRevocationFor builds the revocation a lease.PublishRevocation effect
 // asks for, signed by k (the fenced primary). stateURI is the latest
 // checkpoint, "" if none.
-func BuildRevocationFor(k *Keys, e lease.PublishRevocation, at time.Time, stateURI string) (*nostr.Event, error) {
+func BuildRevocationFor(k *identity.Keys, e lease.PublishRevocation, at time.Time, stateURI string) (*nostr.Event, error) {
 	ev, err := BuildRevocation(k, RevocationParams{
 		WorkloadID: e.ID,
 		Standbys:   e.Standbys,
@@ -102,7 +103,7 @@ func BuildRevocationFor(k *Keys, e lease.PublishRevocation, at time.Time, stateU
 
 // BuildClaimFor builds the active promotion claim a lease.PublishClaim effect
 // asks for.
-func BuildClaimFor(k *Keys, e lease.PublishClaim, at time.Time) (*nostr.Event, error) {
+func BuildClaimFor(k *identity.Keys, e lease.PublishClaim, at time.Time) (*nostr.Event, error) {
 	ev, err := BuildPromotion(k, PromotionParams{WorkloadID: e.ID, At: at, Epoch: e.Epoch, Status: ClaimActive})
 	if err != nil {
 		return nil, fmt.Errorf("claim for %s: %w", e.ID, err)
@@ -114,7 +115,7 @@ func BuildClaimFor(k *Keys, e lease.PublishClaim, at time.Time) (*nostr.Event, e
 // asks for; it replaces the claim on relays (same kind, author and d tag).
 // at must be later than the claim's created_at (a second later at least) or
 // relays keep the claim.
-func BuildWithdrawFor(k *Keys, e lease.WithdrawClaim, at time.Time) (*nostr.Event, error) {
+func BuildWithdrawFor(k *identity.Keys, e lease.WithdrawClaim, at time.Time) (*nostr.Event, error) {
 	ev, err := BuildPromotion(k, PromotionParams{WorkloadID: e.ID, At: at, Epoch: e.Epoch, Status: ClaimWithdrawn})
 	if err != nil {
 		return nil, fmt.Errorf("withdraw claim for %s: %w", e.ID, err)
@@ -124,7 +125,7 @@ func BuildWithdrawFor(k *Keys, e lease.WithdrawClaim, at time.Time) (*nostr.Even
 
 // BuildAnnouncementFor builds the Paygress-form announcement a
 // lease.AnnouncePromotion effect asks for (the won claim), signed by k.
-func BuildAnnouncementFor(k *Keys, e lease.AnnouncePromotion, at time.Time) (*nostr.Event, error) {
+func BuildAnnouncementFor(k *identity.Keys, e lease.AnnouncePromotion, at time.Time) (*nostr.Event, error) {
 	ev, err := BuildAnnouncement(k, AnnouncementParams{WorkloadID: e.ID, At: at, Epoch: e.Epoch})
 	if err != nil {
 		return nil, fmt.Errorf("announcement for %s: %w", e.ID, err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -28,7 +29,7 @@ func (p machinePolicy) AllowedIssuer(pk string) bool { return p.issuers[pk] }
 
 // side is one provider: keys, machine and ingestor.
 type side struct {
-	k  *Keys
+	k  *identity.Keys
 	m  *lease.Machine
 	in *Ingestor
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -86,7 +87,7 @@ type leaseIn struct {
 }
 
 // BuildLeaseGrant validates p and builds a lease grant signed by k (the issuer).
-func BuildLeaseGrant(k *Keys, p LeaseGrantParams) (*nostr.Event, error) {
+func BuildLeaseGrant(k *identity.Keys, p LeaseGrantParams) (*nostr.Event, error) {
 	if k == nil {
 		return nil, fmt.Errorf("build lease grant: nil keys")
 	}
@@ -220,7 +221,7 @@ func validateLease(in leaseIn, created int64) (*LeaseGrant, error) {
 		ID: *in.WorkloadID, Replication: lease.Replication(*in.Replication), RestartPolicy: *in.RestartPolicy,
 		Epoch: *in.Epoch, StateURI: in.StateURI, Quorum: *in.Quorum, CreatedAt: unixTime(uint64(created)),
 	}
-	primary, err := ParsePublicKey(*in.Primary)
+	primary, err := identity.ParsePublicKey(*in.Primary)
 	if err != nil {
 		return nil, fmt.Errorf("primary: %w", err)
 	}
@@ -229,7 +230,7 @@ func validateLease(in leaseIn, created int64) (*LeaseGrant, error) {
 		return nil, fmt.Errorf("%d standbys, max %d", len(in.Standbys), MaxLeaseStandbys)
 	}
 	for i, sb := range in.Standbys {
-		h, err := ParsePublicKey(sb)
+		h, err := identity.ParsePublicKey(sb)
 		if err != nil {
 			return nil, fmt.Errorf("standbys[%d]: %w", i, err)
 		}

@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/identity"
 )
 
 // pgCapacityInfo mirrors wire.rs CapacityInfo.
@@ -301,7 +303,7 @@ func TestSerdeMirror(t *testing.T) {
 // hashtag, p (PublicKey::parse of provider_npub, written as hex), d (stored
 // kind only, from provider_npub as written) and v.
 func pgHeartbeatTags(c pgHeartbeatContent, stored bool) (nostr.Tags, error) {
-	pk, err := ParsePublicKey(c.ProviderNpub) // publish fails when this fails
+	pk, err := identity.ParsePublicKey(c.ProviderNpub) // publish fails when this fails
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +324,7 @@ func pgRevocationTags(c pgLeaseRevocationContent) nostr.Tags {
 		{"v", strconv.Itoa(int(c.Version))}, {"workload", c.WorkloadID},
 	}
 	for _, s := range c.StandbyProviders {
-		if pk, err := ParsePublicKey(s); err == nil {
+		if pk, err := identity.ParsePublicKey(s); err == nil {
 			tags = append(tags, nostr.Tag{"p", pk})
 		}
 	}
@@ -356,7 +358,7 @@ func checkPaygressTags(t *testing.T, got, want nostr.Tags, extras ...string) {
 // checkHexKey checks a key field is lowercase hex naming want (hex).
 func checkHexKey(t *testing.T, field, got, want string) {
 	t.Helper()
-	if len(got) != 64 || !isLowerHex(got) || got != want {
+	if len(got) != 64 || !identity.IsLowerHex(got) || got != want {
 		t.Fatalf("%s = %q, want the lowercase hex key %s (Paygress writes to_hex() and compares strings)", field, got, want)
 	}
 }
@@ -533,7 +535,7 @@ func TestPaygressReadsEveryEventWePublish(t *testing.T) {
 // pgPublish signs an event as Paygress publishes one: serde_json::to_string
 // of the struct (fields in declaration order, None state_uri skipped) with
 // the tags publish.rs builds.
-func pgPublish(t *testing.T, k *Keys, kind int, content any, tags nostr.Tags) *nostr.Event {
+func pgPublish(t *testing.T, k *identity.Keys, kind int, content any, tags nostr.Tags) *nostr.Event {
 	t.Helper()
 	b, err := json.Marshal(content)
 	if err != nil {

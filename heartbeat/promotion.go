@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/identity"
 )
 
 // ClaimStatus is the status of a promotion claim (ours).
@@ -110,17 +112,17 @@ type AnnouncementParams struct {
 // BuildAnnouncement builds and signs the Paygress v1 promotion announcement
 // of a won claim: kind 38386 under PromotionDTag with Paygress's tags and
 // fields, plus our epoch.
-func BuildAnnouncement(k *Keys, p AnnouncementParams) (*nostr.Event, error) {
+func BuildAnnouncement(k *identity.Keys, p AnnouncementParams) (*nostr.Event, error) {
 	return signPromotion(k, "announcement", p.WorkloadID, p.At, p.Epoch,
 		nostr.Tags{{"t", tagPaygress}, {"t", tagPromoted}, {"d", PromotionDTag(p.WorkloadID)}, {"v", versionTag}, {"workload", p.WorkloadID}},
 		func(ts uint64) any {
-			return announcementWire{WorkloadID: p.WorkloadID, NewPrimaryNpub: k.public, PromotedAt: ts, Version: SchemaVersion, Epoch: p.Epoch}
+			return announcementWire{WorkloadID: p.WorkloadID, NewPrimaryNpub: k.PublicKey(), PromotedAt: ts, Version: SchemaVersion, Epoch: p.Epoch}
 		})
 }
 
 // BuildPromotion builds and signs a promotion claim of the claim step (or,
 // with ClaimWithdrawn, the marker that replaces it), under ClaimDTag.
-func BuildPromotion(k *Keys, p PromotionParams) (*nostr.Event, error) {
+func BuildPromotion(k *identity.Keys, p PromotionParams) (*nostr.Event, error) {
 	status := p.Status
 	if status == "" {
 		status = ClaimActive
@@ -131,13 +133,13 @@ func BuildPromotion(k *Keys, p PromotionParams) (*nostr.Event, error) {
 	return signPromotion(k, "promotion", p.WorkloadID, p.At, p.Epoch,
 		nostr.Tags{{"t", tagClaim}, {"d", ClaimDTag(p.WorkloadID)}, {"v", versionTag}, {"workload", p.WorkloadID}},
 		func(ts uint64) any {
-			return promotionWire{WorkloadID: p.WorkloadID, NewPrimaryNpub: k.public, PromotedAt: ts, Version: SchemaVersion, Epoch: p.Epoch, Status: status}
+			return promotionWire{WorkloadID: p.WorkloadID, NewPrimaryNpub: k.PublicKey(), PromotedAt: ts, Version: SchemaVersion, Epoch: p.Epoch, Status: status}
 		})
 }
 
 // signPromotion checks the inputs of a kind 38386 event (what names it in
 // errors), then builds it with tags and content(created_at) and signs it.
-func signPromotion(k *Keys, what, workloadID string, at time.Time, epoch uint64, tags nostr.Tags, content func(ts uint64) any) (*nostr.Event, error) {
+func signPromotion(k *identity.Keys, what, workloadID string, at time.Time, epoch uint64, tags nostr.Tags, content func(ts uint64) any) (*nostr.Event, error) {
 	if k == nil {
 		return nil, fmt.Errorf("build %s: nil keys", what)
 	}
@@ -203,7 +205,7 @@ func DecodePromotion(ev *nostr.Event) (*Promotion, error) {
 	if rej != nil {
 		return nil, rej
 	}
-	np, err := publicKeyHex(*in.NewPrimaryNpub)
+	np, err := identity.PublicKeyHex(*in.NewPrimaryNpub)
 	if err != nil {
 		return nil, rejectErr(ReasonDecode, err, "promotion content: new_primary_npub")
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/identity"
 )
 
 // Revocation is a decoded lease revocation (kind 38385).
@@ -104,7 +106,7 @@ type revocationIn struct {
 }
 
 // BuildRevocation builds and signs a revocation by k (the primary).
-func BuildRevocation(k *Keys, p RevocationParams) (*nostr.Event, error) {
+func BuildRevocation(k *identity.Keys, p RevocationParams) (*nostr.Event, error) {
 	if k == nil {
 		return nil, fmt.Errorf("build revocation: nil keys")
 	}
@@ -120,7 +122,7 @@ func BuildRevocation(k *Keys, p RevocationParams) (*nostr.Event, error) {
 	}
 	hexes := make([]string, 0, len(p.Standbys))
 	for i, s := range p.Standbys {
-		h, err := ParsePublicKey(s)
+		h, err := identity.ParsePublicKey(s)
 		if err != nil {
 			return nil, fmt.Errorf("build revocation: standbys[%d]: %w", i, err)
 		}
@@ -128,7 +130,7 @@ func BuildRevocation(k *Keys, p RevocationParams) (*nostr.Event, error) {
 	}
 	successor := ""
 	if p.Successor != "" {
-		h, err := ParsePublicKey(p.Successor)
+		h, err := identity.ParsePublicKey(p.Successor)
 		if err != nil {
 			return nil, fmt.Errorf("build revocation: successor: %w", err)
 		}
@@ -139,7 +141,7 @@ func BuildRevocation(k *Keys, p RevocationParams) (*nostr.Event, error) {
 	}
 	content, err := json.Marshal(revocationWire{
 		WorkloadID:          p.WorkloadID,
-		PrimaryProviderNpub: k.public,
+		PrimaryProviderNpub: k.PublicKey(),
 		StandbyProviders:    hexes,
 		Reason:              p.Reason,
 		RevokedAt:           uint64(ts),
@@ -154,7 +156,7 @@ func BuildRevocation(k *Keys, p RevocationParams) (*nostr.Event, error) {
 	tags := nostr.Tags{
 		{"t", tagPaygress},
 		{"t", tagRevocation},
-		{"d", RevocationDTag(k.public, p.WorkloadID)},
+		{"d", RevocationDTag(k.PublicKey(), p.WorkloadID)},
 		{"v", versionTag},
 		{"workload", p.WorkloadID},
 	}
@@ -207,7 +209,7 @@ func DecodeRevocation(ev *nostr.Event) (*Revocation, error) {
 	if rej != nil {
 		return nil, rej
 	}
-	primary, err := publicKeyHex(*in.PrimaryProviderNpub)
+	primary, err := identity.PublicKeyHex(*in.PrimaryProviderNpub)
 	if err != nil {
 		return nil, rejectErr(ReasonDecode, err, "revocation content: primary_provider_npub")
 	}
@@ -238,7 +240,7 @@ func DecodeRevocation(ev *nostr.Event) (*Revocation, error) {
 	}
 	seen := map[string]bool{primary: true}
 	for _, s := range *in.StandbyProviders {
-		h, err := ParsePublicKey(s)
+		h, err := identity.ParsePublicKey(s)
 		if err != nil || seen[h] {
 			continue // Paygress skips unparseable standbys too
 		}
@@ -249,7 +251,7 @@ func DecodeRevocation(ev *nostr.Event) (*Revocation, error) {
 	case in.Successor != nil && *in.Successor == "":
 		r.HasSuccessor = true // explicitly none
 	case in.Successor != nil:
-		h, err := ParsePublicKey(*in.Successor)
+		h, err := identity.ParsePublicKey(*in.Successor)
 		if err != nil {
 			return nil, rejectErr(ReasonDecode, err, "revocation content: successor")
 		}

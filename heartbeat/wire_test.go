@@ -9,6 +9,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -16,7 +17,7 @@ import (
 // Paygress v1 writes them (src/nostr/subscriber/publish.rs, src/nostr/wire.rs):
 // serde field order, keys in *_npub fields and d tags as lowercase hex, no
 // epoch/successor/workloads/status, no expiration tag.
-func paygressEvent(t *testing.T, k *Keys, kind int, created int64, tags nostr.Tags, content string) *nostr.Event {
+func paygressEvent(t *testing.T, k *identity.Keys, kind int, created int64, tags nostr.Tags, content string) *nostr.Event {
 	t.Helper()
 	ev := &nostr.Event{Kind: kind, CreatedAt: nostr.Timestamp(created), Tags: tags, Content: content}
 	if err := k.Sign(ev); err != nil {
@@ -174,7 +175,7 @@ func TestBuiltEventsReadByPaygress(t *testing.T) {
 				t.Fatal(err)
 			}
 			for key, v := range m {
-				if s, ok := v.(string); ok && strings.HasSuffix(key, "_npub") && (len(s) != 64 || !isLowerHex(s)) {
+				if s, ok := v.(string); ok && strings.HasSuffix(key, "_npub") && (len(s) != 64 || !identity.IsLowerHex(s)) {
 					t.Fatalf("%s = %q, want a lowercase hex key", key, s)
 				}
 			}
@@ -189,7 +190,7 @@ func TestBuiltEventsReadByPaygress(t *testing.T) {
 func TestDecodeAcceptsBothKeyForms(t *testing.T) {
 	p, s1, other := testKeys(t, "p"), testKeys(t, "s1"), testKeys(t, "other")
 	ts := t0.Unix()
-	forms := map[string]func(k *Keys) string{"hex": (*Keys).PublicKey, "npub": (*Keys).Npub}
+	forms := map[string]func(k *identity.Keys) string{"hex": (*identity.Keys).PublicKey, "npub": (*identity.Keys).Npub}
 	for _, cf := range []string{"hex", "npub"} {
 		for _, df := range []string{"hex", "npub"} {
 			name := "content " + cf + ", d " + df

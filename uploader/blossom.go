@@ -21,7 +21,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/heartbeat"
+	"provideragent/identity"
 )
 
 // KindBlossomAuth is the Nostr kind of a Blossom authorisation event (BUD-01).
@@ -31,7 +31,7 @@ const KindBlossomAuth = 24242
 const maxResponseBody = 64 << 10
 
 // ErrBadKey means the secret key is neither 64 hex characters nor an nsec of
-// a valid secp256k1 scalar (see heartbeat.ParseSecretKey). The error never
+// a valid secp256k1 scalar (see identity.ParseSecretKey). The error never
 // contains the key.
 var ErrBadKey = errors.New("bad blossom secret key")
 
@@ -41,7 +41,7 @@ var ErrBadKey = errors.New("bad blossom secret key")
 type BlossomUploader struct {
 	store       *Store
 	servers     []string
-	keys        *heartbeat.Keys
+	keys        *identity.Keys
 	client      *http.Client
 	logger      *slog.Logger
 	metrics     *Metrics
@@ -62,7 +62,7 @@ func NewBlossomUploader(cfg Config, deps Deps) (*BlossomUploader, error) {
 	if deps.Store == nil {
 		return nil, errors.New("new blossom uploader: nil store")
 	}
-	keys, err := heartbeat.NewKeys(deps.SecretKey)
+	keys, err := identity.NewKeys(deps.SecretKey)
 	if err != nil {
 		// heartbeat's key errors never echo the key.
 		return nil, fmt.Errorf("new blossom uploader: %w: %w", ErrBadKey, err)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/heartbeat"
+	"provideragent/identity"
 )
 
 // Key file errors; the messages of errors wrapping them never contain the
@@ -36,7 +36,7 @@ func GenerateKeyFile(path string) (pubHex string, err error) {
 	if sk == "" {
 		return "", fmt.Errorf("generate key file %s: no randomness available", path)
 	}
-	pub, err := heartbeat.PublicKeyOf(sk)
+	pub, err := identity.PublicKeyOf(sk)
 	if err != nil {
 		return "", fmt.Errorf("generate key file %s: %w", path, err)
 	}
@@ -99,7 +99,7 @@ func LoadKeyFile(path string) (secretHex string, err error) {
 	if len(data) > maxKeyFileSize {
 		return "", fmt.Errorf("load key file %s: larger than %d bytes: %w", path, maxKeyFileSize, ErrKeyFileContent)
 	}
-	sk, err := heartbeat.ParseSecretKey(string(data))
+	sk, err := identity.ParseSecretKey(string(data))
 	if err != nil {
 		// heartbeat's errors never echo the input.
 		return "", fmt.Errorf("load key file %s: %w: %w", path, ErrKeyFileContent, err)

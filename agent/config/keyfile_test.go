@@ -9,7 +9,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr/nip19"
 
-	"provideragent/heartbeat"
+	"provideragent/identity"
 )
 
 func TestGenerateAndLoadKeyFile(t *testing.T) {
@@ -33,7 +33,7 @@ func TestGenerateAndLoadKeyFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := heartbeat.PublicKeyOf(sk); got != pub {
+	if got, _ := identity.PublicKeyOf(sk); got != pub {
 		t.Errorf("PublicKeyOf(LoadKeyFile()) = %s, want %s", got, pub)
 	}
 	if strings.Contains(pub, sk) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -33,7 +34,7 @@ func (c *Config) Validate() error {
 	}
 	issuers := make([]string, 0, len(c.Agent.TrustedIssuers))
 	for i, k := range c.Agent.TrustedIssuers {
-		h, err := heartbeat.ParsePublicKey(k)
+		h, err := identity.ParsePublicKey(k)
 		if err != nil {
 			return invalid(fmt.Sprintf("agent.trusted_issuers[%d]", i), k, "want a public key as 64 hex characters or npub")
 		}

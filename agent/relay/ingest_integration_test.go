@@ -9,6 +9,7 @@ import (
 
 	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/internal/relaytest"
 )
 
@@ -24,7 +25,7 @@ func (noLeases) AllowedIssuer(string) bool            { return false }
 // its id and arrives first does not poison it).
 func TestPoolThroughHeartbeatIngest(t *testing.T) {
 	providerSK := authorKey
-	keys, err := heartbeat.NewKeys(providerSK)
+	keys, err := identity.NewKeys(providerSK)
 	if err != nil {
 		t.Fatal(err)
 	}

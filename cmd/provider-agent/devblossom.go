@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/internal/devblossom"
 )
 
@@ -53,7 +53,7 @@ func runDevBlossom(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	keys := make([]string, 0, len(allow))
 	for _, k := range allow {
-		hex, err := heartbeat.ParsePublicKey(k)
+		hex, err := identity.ParsePublicKey(k)
 		if err != nil {
 			return usagef("dev-blossom: --allow %q: want a public key as 64 hex characters or npub", k)
 		}

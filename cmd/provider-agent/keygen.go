@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"provideragent/agent/config"
-	"provideragent/heartbeat"
+	"provideragent/identity"
 )
 
 func init() {
@@ -48,7 +48,7 @@ func runKeygen(_ context.Context, args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("keygen: %w", err)
 	}
-	npub, err := heartbeat.EncodeNpub(pub)
+	npub, err := identity.EncodeNpub(pub)
 	if err != nil {
 		return fmt.Errorf("keygen: %w", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"provideragent/agent/config"
-	"provideragent/heartbeat"
+	"provideragent/identity"
 )
 
 func TestKeygen(t *testing.T) {
@@ -27,8 +27,8 @@ func TestKeygen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, _ := heartbeat.PublicKeyOf(sk)
-	npub, _ := heartbeat.EncodeNpub(pub)
+	pub, _ := identity.PublicKeyOf(sk)
+	npub, _ := identity.EncodeNpub(pub)
 	s := out.String()
 	if !strings.Contains(s, "npub: "+npub) || !strings.Contains(s, "hex:  "+pub) {
 		t.Errorf("keygen output = %q, want npub %s and hex %s", s, npub, pub)

@@ -16,7 +16,7 @@ import (
 
 	"provideragent/agent"
 	"provideragent/agent/config"
-	"provideragent/heartbeat"
+	"provideragent/identity"
 )
 
 // runChild is `provider-agent run` in a child process.
@@ -220,7 +220,7 @@ func newKey(t *testing.T, path string) string {
 // npubOf encodes a hex public key as npub.
 func npubOf(t *testing.T, hex string) string {
 	t.Helper()
-	n, err := heartbeat.EncodeNpub(hex)
+	n, err := identity.EncodeNpub(hex)
 	if err != nil {
 		t.Fatal(err)
 	}

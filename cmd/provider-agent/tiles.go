@@ -18,7 +18,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/agent/config"
-	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/internal/atomicfile"
 	"provideragent/uploader"
 )
@@ -308,7 +308,7 @@ func loadTilesKey(files *agentFiles, path string, stderr io.Writer) (string, err
 		return config.LoadKeyFile(path)
 	}
 	if raw := os.Getenv("PROVIDER_AGENT_KEY"); strings.TrimSpace(raw) != "" {
-		sk, err := heartbeat.ParseSecretKey(raw)
+		sk, err := identity.ParseSecretKey(raw)
 		if err != nil {
 			return "", fmt.Errorf("key from $PROVIDER_AGENT_KEY: %w", err)
 		}

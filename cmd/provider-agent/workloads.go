@@ -16,6 +16,7 @@ import (
 	"provideragent/agent/config"
 	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/lease"
 )
 
@@ -262,8 +263,8 @@ func runWorkloadsGrant(ctx context.Context, files *agentFiles, args []string, st
 	if len(spec.Standbys) > 0 {
 		issuer := "this agent's key (see 'provider-agent keygen')"
 		if sk, err := config.LoadKeyFile(cfg.KeyFilePath()); err == nil {
-			if pub, err := heartbeat.PublicKeyOf(sk); err == nil {
-				if npub, err := heartbeat.EncodeNpub(pub); err == nil {
+			if pub, err := identity.PublicKeyOf(sk); err == nil {
+				if npub, err := identity.EncodeNpub(pub); err == nil {
 					issuer = npub
 				}
 			}
@@ -305,7 +306,7 @@ func publishGrant(ctx context.Context, cfg config.Config, spec lease.Spec, stdou
 	if err != nil {
 		return fmt.Errorf("workloads grant --publish: %w", err)
 	}
-	keys, err := heartbeat.NewKeys(secret)
+	keys, err := identity.NewKeys(secret)
 	if err != nil {
 		return fmt.Errorf("workloads grant --publish: %w", err)
 	}
@@ -346,17 +347,17 @@ func grantSpec(cfg config.Config, id, primary string, standbys []string, command
 		if err != nil {
 			return lease.Spec{}, fmt.Errorf("workloads grant: --primary not given and %w", err)
 		}
-		if primary, err = heartbeat.PublicKeyOf(secret); err != nil {
+		if primary, err = identity.PublicKeyOf(secret); err != nil {
 			return lease.Spec{}, err
 		}
 	}
-	p, err := heartbeat.ParsePublicKey(primary)
+	p, err := identity.ParsePublicKey(primary)
 	if err != nil {
 		return lease.Spec{}, fmt.Errorf("workloads grant: --primary: %w", err)
 	}
 	spec := lease.Spec{ID: id, Primary: p, Epoch: epoch, Command: backend.ShellCommand(command), CreatedAt: time.Now().UTC()}
 	for i, s := range standbys {
-		k, err := heartbeat.ParsePublicKey(s)
+		k, err := identity.ParsePublicKey(s)
 		if err != nil {
 			return lease.Spec{}, fmt.Errorf("workloads grant: --standby #%d: %w", i+1, err)
 		}

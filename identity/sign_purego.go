@@ -1,6 +1,6 @@
 //go:build !libsecp256k1
 
-package heartbeat
+package identity
 
 import (
 	"crypto/sha256"

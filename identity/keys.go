@@ -1,4 +1,4 @@
-package heartbeat
+package identity
 
 import (
 	"encoding/hex"
@@ -73,7 +73,7 @@ func ParseSecretKey(s string) (string, error) {
 // form used in event pubkey fields and p tags). The key must be a valid x-only
 // secp256k1 point.
 func ParsePublicKey(s string) (string, error) {
-	h, err := publicKeyHex(s)
+	h, err := PublicKeyHex(s)
 	if err != nil {
 		return "", err
 	}
@@ -84,11 +84,11 @@ func ParsePublicKey(s string) (string, error) {
 	return h, nil
 }
 
-// publicKeyHex is ParsePublicKey without the curve check (a square root, about
+// PublicKeyHex is ParsePublicKey without the curve check (a square root, about
 // 20us): for comparing a key named in content with a signer whose key the
 // signature check has already validated.
-func publicKeyHex(s string) (string, error) {
-	if len(s) == 64 && isLowerHex(s) {
+func PublicKeyHex(s string) (string, error) {
+	if len(s) == 64 && IsLowerHex(s) {
 		return s, nil // the form Paygress and we write
 	}
 	if h, ok := npubCache.get(s); ok {
@@ -191,9 +191,9 @@ func PublicKeyOf(secret string) (string, error) {
 	return hex.EncodeToString(schnorr.SerializePubKey(pk)), nil
 }
 
-// npubOf is EncodeNpub for a hex key already known to be valid (a verified
+// NpubOfHex is EncodeNpub for a hex key already known to be valid (a verified
 // event's pubkey); it skips the curve check.
-func npubOf(hexKey string) (string, error) {
+func NpubOfHex(hexKey string) (string, error) {
 	npub, err := nip19.EncodePublicKey(hexKey)
 	if err != nil {
 		return "", fmt.Errorf("encode npub: %w", ErrBadPublicKey)
@@ -221,7 +221,7 @@ func NewKeys(secret string) (*Keys, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new keys: %w", err)
 	}
-	npub, err := npubOf(pk)
+	npub, err := NpubOfHex(pk)
 	if err != nil {
 		return nil, fmt.Errorf("new keys: %w", err)
 	}
@@ -245,3 +245,15 @@ func (k *Keys) GoString() string { return k.String() }
 
 // LogValue logs the npub only.
 func (k *Keys) LogValue() slog.Value { return slog.StringValue(k.npub) }
+
+// IsLowerHex reports whether s has only the characters 0-9 and a-f (the
+// form of event ids, pubkeys and signatures on the wire).
+func IsLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
