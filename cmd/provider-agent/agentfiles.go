@@ -116,6 +116,30 @@ func (a *agentFiles) openDB(ctx context.Context, create bool) (*sql.DB, string, 
 	return db, path, nil
 }
 
+// openDBFor opens the database (openDB) and one component on it, which
+// applies its migrations: the agent's tables, the courier or the tile
+// store. The returned func closes the component (when it has a Close) and
+// then the database; an error opening the component names the cause an
+// operator can act on (diagnoseDB).
+func openDBFor[T any](ctx context.Context, a *agentFiles, create bool, open func(context.Context, *sql.DB) (T, error)) (T, string, func(), error) {
+	var zero T
+	db, path, err := a.openDB(ctx, create)
+	if err != nil {
+		return zero, path, nil, err
+	}
+	v, err := open(ctx, db)
+	if err != nil {
+		db.Close()
+		return zero, path, nil, diagnoseDB(path, err)
+	}
+	return v, path, func() {
+		if c, ok := any(v).(interface{ Close() error }); ok {
+			c.Close()
+		}
+		db.Close()
+	}, nil
+}
+
 // diagnoseDB adds the cause an operator can act on to SQLite's words for a
 // database it cannot write ("attempt to write a readonly database",
 // "unable to open database file"): the data dir, where SQLite creates the

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,7 +29,9 @@ func init() {
 	register(command{
 		name:    "courier",
 		summary: "operate the durable outbox: send, list, show, resend, flush, dlq",
-		run:     runCourier,
+		run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			return courierGroup.run(ctx, args, stdout, stderr)
+		},
 	})
 }
 
@@ -71,52 +73,23 @@ Example:
   provider-agent courier --config /etc/provider-agent.toml send order.json --sender billing --destination http
   provider-agent courier flush --data-dir /var/lib/provider-agent --to https://upstream.example/receipts`
 
-func runCourier(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("courier", courierUsage, stdout)
-	files := bindAgentFiles(fs, nil)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		return usagef("courier: missing subcommand (send, list, show, resend, flush, dlq); see --help")
-	}
-	sub, subArgs := rest[0], rest[1:]
-	run := map[string]func(context.Context, *agentFiles, []string, io.Writer, io.Writer) error{
-		"send":   runCourierSend,
-		"list":   runCourierList,
-		"show":   runCourierShow,
-		"resend": runCourierResend,
-		"flush":  runCourierFlush,
-		"dlq":    runCourierDLQ,
-	}[sub]
-	if run == nil {
-		return usagef("courier: unknown subcommand %q (send, list, show, resend, flush, dlq)", sub)
-	}
-	return run(ctx, files, subArgs, stdout, stderr)
-}
+var courierGroup = group{name: "courier", usage: courierUsage, subs: []sub{
+	{"send", runCourierSend}, {"list", runCourierList}, {"show", runCourierShow},
+	{"resend", runCourierResend}, {"flush", runCourierFlush}, {"dlq", courierDLQGroup.dispatch},
+}}
 
-// courierFlags returns a flag set with the agent's config flags and --db,
-// falling back to those given to 'courier' itself.
-func courierFlags(name, usage string, parent *agentFiles, stdout io.Writer) (*flag.FlagSet, *agentFiles) {
-	fs := newFlagSet("courier "+name, usage, stdout)
-	return fs, bindAgentFiles(fs, parent)
-}
+var courierDLQGroup = group{name: "courier dlq", usage: courierDLQUsage, subs: []sub{
+	{"list", runCourierDLQList}, {"replay", runCourierReplay}, {"drop", runCourierDrop}, {"export", runCourierExport},
+}}
 
 // openCourier opens the database and the courier on it. Only send may
 // create a new database; the other subcommands refuse a missing file.
 func openCourier(ctx context.Context, files *agentFiles, create bool, stderr io.Writer) (*courier.Courier, func(), error) {
-	db, path, err := files.openDB(ctx, create)
-	if err != nil {
-		return nil, nil, err
-	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c, err := courier.Open(ctx, db, courier.DefaultConfig(), courier.Deps{Logger: logger})
-	if err != nil {
-		db.Close()
-		return nil, nil, diagnoseDB(path, err)
-	}
-	return c, func() { c.Close(); db.Close() }, nil
+	c, _, closeFn, err := openDBFor(ctx, files, create, func(ctx context.Context, db *sql.DB) (*courier.Courier, error) {
+		return courier.Open(ctx, db, courier.DefaultConfig(), courier.Deps{Logger: logger})
+	})
+	return c, closeFn, err
 }
 
 func parseCourierID(cmd, s string) (courier.ID, error) {
@@ -144,7 +117,7 @@ Example:
   provider-agent courier --config /etc/provider-agent.toml send order.json --sender billing --destination http`
 
 func runCourierSend(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
-	fs, sub := courierFlags("send", courierSendUsage, files, stdout)
+	fs, sub := subFlags("courier send", courierSendUsage, files, stdout)
 	sender := fs.String("sender", "", "sender account (required; visible ASCII)")
 	key := fs.String("key", "", "idempotency key (optional)")
 	dest := fs.String("destination", "", "where the bundle goes (required): nostr (a signed Nostr event for the agent's relays) or http (POSTed by 'courier flush --to URL')")
@@ -204,7 +177,7 @@ Example:
   provider-agent courier list --state pending --config /etc/provider-agent.toml`
 
 func runCourierList(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
-	fs, sub := courierFlags("list", courierListUsage, files, stdout)
+	fs, sub := subFlags("courier list", courierListUsage, files, stdout)
 	state := fs.String("state", "", "only receipts in this state: pending, acknowledged or dead")
 	dest := fs.String("destination", "", "only receipts for this destination: nostr or http")
 	limit := fs.Int("limit", 1000, "at most this many receipts")
@@ -252,7 +225,7 @@ Example:
   provider-agent courier show 3f2a9c0d41b7e655 --config /etc/provider-agent.toml`
 
 func runCourierShow(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
-	fs, sub := courierFlags("show", courierShowUsage, files, stdout)
+	fs, sub := subFlags("courier show", courierShowUsage, files, stdout)
 	pos, err := parseArgs(fs, args, 1, "one receipt ID")
 	if err != nil {
 		return err
@@ -309,7 +282,7 @@ Example:
   provider-agent courier resend 3f2a9c0d41b7e655 --config /etc/provider-agent.toml`
 
 func runCourierResend(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
-	fs, sub := courierFlags("resend", courierResendUsage, files, stdout)
+	fs, sub := subFlags("courier resend", courierResendUsage, files, stdout)
 	pos, err := parseArgs(fs, args, 1, "one receipt ID")
 	if err != nil {
 		return err
@@ -364,7 +337,7 @@ Example:
   provider-agent courier flush --relays --config /etc/provider-agent.toml`
 
 func runCourierFlush(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
-	fs, sub := courierFlags("flush", courierFlushUsage, files, stdout)
+	fs, sub := subFlags("courier flush", courierFlushUsage, files, stdout)
 	to := fs.String("to", "", "upstream `URL` to POST http receipts to")
 	relays := fs.Bool("relays", false, "publish nostr receipts to the agent's relays with its key (agent stopped)")
 	timeout := fs.Duration("timeout", 30*time.Second, "per-request (per-publish) timeout")
@@ -559,32 +532,16 @@ queue: receipts that got a client error or failed every attempt.
 Example:
   provider-agent courier dlq replay --to https://upstream.example/receipts --rate 5 --config /etc/provider-agent.toml`
 
-func runCourierDLQ(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("courier dlq: missing subcommand (list, replay, drop, export); see --help")
+func runCourierDLQList(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, sub := subFlags("courier dlq list", "provider-agent courier dlq list lists dead-lettered receipts.\n\nExample:\n  provider-agent courier dlq list --config /etc/provider-agent.toml", files, stdout)
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
+		return err
 	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		fmt.Fprintln(stdout, courierDLQUsage)
-		return flag.ErrHelp
-	case "list":
-		fs, sub := courierFlags("dlq list", "provider-agent courier dlq list lists dead-lettered receipts.\n\nExample:\n  provider-agent courier dlq list --config /etc/provider-agent.toml", files, stdout)
-		if _, err := parseArgs(fs, args[1:], 0, ""); err != nil {
-			return err
-		}
-		return courierList(ctx, sub, courier.ListOptions{State: courier.StateDead, Limit: 100000}, stdout, stderr)
-	case "replay":
-		return runCourierReplay(ctx, files, args[1:], stdout, stderr)
-	case "drop":
-		return runCourierDrop(ctx, files, args[1:], stdout, stderr)
-	case "export":
-		return runCourierExport(ctx, files, args[1:], stdout, stderr)
-	}
-	return usagef("courier dlq: unknown subcommand %q (list, replay, drop, export)", args[0])
+	return courierList(ctx, sub, courier.ListOptions{State: courier.StateDead, Limit: 100000}, stdout, stderr)
 }
 
 func runCourierReplay(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
-	fs, sub := courierFlags("dlq replay", courierDLQUsage, files, stdout)
+	fs, sub := subFlags("courier dlq replay", courierDLQUsage, files, stdout)
 	to := fs.String("to", "", "upstream `URL` to POST dead http receipts to")
 	relays := fs.Bool("relays", false, "publish dead nostr receipts to the agent's relays with its key (agent stopped)")
 	rate := fs.Float64("rate", courier.DefaultConfig().ReplayRate, "at most this many replays per second")
@@ -616,7 +573,7 @@ func runCourierReplay(ctx context.Context, files *agentFiles, args []string, std
 }
 
 func runCourierDrop(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
-	fs, sub := courierFlags("dlq drop", "provider-agent courier dlq drop ID deletes one dead-lettered receipt for good.\n\nExample:\n  provider-agent courier dlq drop 3f2a9c0d41b7e655 --config /etc/provider-agent.toml", files, stdout)
+	fs, sub := subFlags("courier dlq drop", "provider-agent courier dlq drop ID deletes one dead-lettered receipt for good.\n\nExample:\n  provider-agent courier dlq drop 3f2a9c0d41b7e655 --config /etc/provider-agent.toml", files, stdout)
 	pos, err := parseArgs(fs, args, 1, "one receipt ID")
 	if err != nil {
 		return err
@@ -638,7 +595,7 @@ func runCourierDrop(ctx context.Context, files *agentFiles, args []string, stdou
 }
 
 func runCourierExport(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
-	fs, sub := courierFlags("dlq export", "provider-agent courier dlq export [--out FILE] writes the dead-letter queue as a JSON\narray of {\"receipt\": {... \"bundle\": base64}, \"failed_at\": ..., \"attempts\": N}.\n\nExample:\n  provider-agent courier dlq export --out dlq.json --config /etc/provider-agent.toml", files, stdout)
+	fs, sub := subFlags("courier dlq export", "provider-agent courier dlq export [--out FILE] writes the dead-letter queue as a JSON\narray of {\"receipt\": {... \"bundle\": base64}, \"failed_at\": ..., \"attempts\": N}.\n\nExample:\n  provider-agent courier dlq export --out dlq.json --config /etc/provider-agent.toml", files, stdout)
 	out := fs.String("out", "", "write to `FILE` instead of stdout")
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err

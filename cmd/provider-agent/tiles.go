@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,14 +27,16 @@ func init() {
 	register(command{
 		name:    "tiles",
 		summary: "checkpoint tiles: add a file, list, upload to Blossom, reset a given-up tile, restore",
-		run:     runTiles,
+		run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			return tilesGroup.run(ctx, args, stdout, stderr)
+		},
 	})
 }
 
 const tilesUsage = `provider-agent tiles manages checkpoint tiles in the agent's SQLite file and
 moves them to and from Blossom servers (BUD-01/02).
 
-Usage: provider-agent tiles <subcommand> [flags] [args]
+Usage: provider-agent tiles [--config F | --data-dir D | --db PATH] <subcommand> [flags] [args]
 
 Subcommands:
   add FILE --workload W     split FILE into tiles, store them as pending, write a manifest
@@ -55,45 +57,18 @@ Example:
 
 Run 'provider-agent tiles <subcommand> --help' for its flags.`
 
-var tilesSubcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
-	"add":     runTilesAdd,
-	"list":    runTilesList,
-	"upload":  runTilesUpload,
-	"reset":   runTilesReset,
-	"audit":   runTilesAudit,
-	"restore": runTilesRestore,
-}
-
-func runTiles(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprintln(stdout, tilesUsage)
-		return usagef("tiles: missing subcommand")
-	}
-	switch args[0] {
-	case "-h", "--help", "-help", "help":
-		fmt.Fprintln(stdout, tilesUsage)
-		return flag.ErrHelp
-	}
-	sub, ok := tilesSubcommands[args[0]]
-	if !ok {
-		return usagef("tiles: unknown subcommand %q (run 'provider-agent tiles --help')", args[0])
-	}
-	return sub(ctx, args[1:], stdout, stderr)
-}
+var tilesGroup = group{name: "tiles", usage: tilesUsage, subs: []sub{
+	{"add", runTilesAdd}, {"list", runTilesList}, {"upload", runTilesUpload},
+	{"reset", runTilesReset}, {"audit", runTilesAudit}, {"restore", runTilesRestore},
+}}
 
 // openTilesStore opens the agent's SQLite file and the tile store on it.
 // Only create (tiles add) makes a missing database.
 func openTilesStore(ctx context.Context, files *agentFiles, create bool) (*uploader.Store, func(), error) {
-	db, path, err := files.openDB(ctx, create)
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := uploader.NewStore(ctx, db, nil)
-	if err != nil {
-		db.Close()
-		return nil, nil, diagnoseDB(path, err)
-	}
-	return s, func() { db.Close() }, nil
+	s, _, closeFn, err := openDBFor(ctx, files, create, func(ctx context.Context, db *sql.DB) (*uploader.Store, error) {
+		return uploader.NewStore(ctx, db, nil)
+	})
+	return s, closeFn, err
 }
 
 const tilesAddUsage = `provider-agent tiles add FILE --workload W splits FILE into fixed-size tiles,
@@ -110,9 +85,8 @@ Example:
   provider-agent tiles add ckpt.tar --workload job-7 --data-dir /var/lib/provider-agent
   provider-agent tiles add ckpt.tar --workload job-7 --config /etc/provider-agent.toml --tile-size 1048576`
 
-func runTilesAdd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("tiles add", tilesAddUsage, stdout)
-	files := bindAgentFiles(fs, nil)
+func runTilesAdd(ctx context.Context, parent *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, files := subFlags("tiles add", tilesAddUsage, parent, stdout)
 	workload := fs.String("workload", "", "workload id the tiles belong to (required)")
 	tileSize := fs.Int("tile-size", uploader.DefaultTileSize, "tile size in bytes")
 	manifestPath := fs.String("manifest", "", "where to write the manifest (default FILE.manifest.json)")
@@ -164,9 +138,8 @@ attempts and last rejection reason.
 Example:
   provider-agent tiles list --status upload_giveup --config /etc/provider-agent.toml`
 
-func runTilesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("tiles list", tilesListUsage, stdout)
-	files := bindAgentFiles(fs, nil)
+func runTilesList(ctx context.Context, parent *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, files := subFlags("tiles list", tilesListUsage, parent, stdout)
 	st := fs.String("status", "", "only tiles in this status: pending, uploaded, upload_giveup, trusted, rejected")
 	workload := fs.String("workload", "", "only tiles of this workload")
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
@@ -212,10 +185,9 @@ Example:
   provider-agent tiles upload --server https://a.example --server https://b.example --config /etc/provider-agent.toml
   provider-agent tiles upload --server https://a.example --db ./agent.db --key ./provider.nsec`
 
-func runTilesUpload(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("tiles upload", tilesUploadUsage, stdout)
+func runTilesUpload(ctx context.Context, parent *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, files := subFlags("tiles upload", tilesUploadUsage, parent, stdout)
 	def := uploader.DefaultConfig()
-	files := bindAgentFiles(fs, nil)
 	var servers stringList
 	fs.Var(&servers, "server", "Blossom server base URL (repeat for several; required)")
 	keyFile := fs.String("key", "", "key `file` holding the signing key, mode 0600 (default: the agent's key file)")
@@ -337,9 +309,8 @@ upload; if that is rejected too it is given up again.
 Example:
   provider-agent tiles reset 42 --note "server quota raised" --config /etc/provider-agent.toml`
 
-func runTilesReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("tiles reset", tilesResetUsage, stdout)
-	files := bindAgentFiles(fs, nil)
+func runTilesReset(ctx context.Context, parent *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, files := subFlags("tiles reset", tilesResetUsage, parent, stdout)
 	note := fs.String("note", "", "why the tile is reset (kept in the audit record)")
 	pos, err := parseArgs(fs, args, 1, "one tile ID")
 	if err != nil {
@@ -373,9 +344,8 @@ up after their attempt budget and operator resets.
 Example:
   provider-agent tiles audit --tile 42 --config /etc/provider-agent.toml`
 
-func runTilesAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("tiles audit", tilesAuditUsage, stdout)
-	files := bindAgentFiles(fs, nil)
+func runTilesAudit(ctx context.Context, parent *agentFiles, args []string, stdout, stderr io.Writer) error {
+	fs, files := subFlags("tiles audit", tilesAuditUsage, parent, stdout)
 	tile := fs.Int64("tile", 0, "only records of this tile ID")
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
@@ -411,7 +381,7 @@ Example:
 // maxTilesManifestBytes bounds the manifest file read by restore.
 const maxTilesManifestBytes = 256 << 20
 
-func runTilesRestore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runTilesRestore(ctx context.Context, _ *agentFiles, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tiles restore", tilesRestoreUsage, stdout)
 	out := fs.String("out", "", "file to write (required)")
 	force := fs.Bool("force", false, "replace --out if it exists")

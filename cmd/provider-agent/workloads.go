@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -24,7 +23,9 @@ func init() {
 	register(command{
 		name:    "workloads",
 		summary: "list, show, grant (local operator lease) and release workloads",
-		run:     runWorkloads,
+		run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			return workloadsGroup.run(ctx, args, stdout, stderr)
+		},
 	})
 }
 
@@ -67,58 +68,26 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-var workloadsSubcommands = map[string]func(context.Context, *agentFiles, []string, io.Writer, io.Writer) error{
-	"list":    runWorkloadsList,
-	"show":    runWorkloadsShow,
-	"grant":   runWorkloadsGrant,
-	"release": runWorkloadsRelease,
-}
-
-func runWorkloads(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("workloads", workloadsUsage, stdout)
-	files := bindAgentFiles(fs, nil)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		fmt.Fprintln(stdout, workloadsUsage)
-		return usagef("workloads: want list, show, grant or release")
-	}
-	if rest[0] == "help" {
-		fmt.Fprintln(stdout, workloadsUsage)
-		return flag.ErrHelp
-	}
-	run := workloadsSubcommands[rest[0]]
-	if run == nil {
-		return usagef("workloads: unknown subcommand %q (want list, show, grant or release)", rest[0])
-	}
-	return run(ctx, files, rest[1:], stdout, stderr)
-}
-
-// workloadsFlags is a subcommand's flag set, falling back to the flags
-// given to 'workloads' itself.
-func workloadsFlags(name string, parent *agentFiles, stdout io.Writer) (*flag.FlagSet, *agentFiles) {
-	fs := newFlagSet("workloads "+name, workloadsUsage, stdout)
-	return fs, bindAgentFiles(fs, parent)
-}
+var workloadsGroup = group{name: "workloads", usage: workloadsUsage, subs: []sub{
+	{"list", runWorkloadsList}, {"show", runWorkloadsShow}, {"grant", runWorkloadsGrant}, {"release", runWorkloadsRelease},
+}}
 
 // openAgentDB opens the agent's database with the agent's migrations
 // applied; only create (grant) makes a missing one.
 func openAgentDB(ctx context.Context, files *agentFiles, create bool) (*sql.DB, string, error) {
-	db, path, err := files.openDB(ctx, create)
+	var db *sql.DB
+	_, path, _, err := openDBFor(ctx, files, create, func(ctx context.Context, d *sql.DB) (struct{}, error) {
+		db = d
+		return struct{}{}, agent.Migrate(ctx, d)
+	})
 	if err != nil {
 		return nil, path, err
-	}
-	if err := agent.Migrate(ctx, db); err != nil {
-		db.Close()
-		return nil, path, diagnoseDB(path, err)
 	}
 	return db, path, nil
 }
 
 func runWorkloadsList(ctx context.Context, files *agentFiles, args []string, stdout, _ io.Writer) error {
-	fs, sub := workloadsFlags("list", files, stdout)
+	fs, sub := subFlags("workloads list", workloadsUsage, files, stdout)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
@@ -173,7 +142,7 @@ type workloadShow struct {
 }
 
 func runWorkloadsShow(ctx context.Context, files *agentFiles, args []string, stdout, _ io.Writer) error {
-	fs, sub := workloadsFlags("show", files, stdout)
+	fs, sub := subFlags("workloads show", workloadsUsage, files, stdout)
 	pos, err := parseArgs(fs, args, 1, "one workload ID")
 	if err != nil {
 		return err
@@ -219,7 +188,7 @@ func runWorkloadsShow(ctx context.Context, files *agentFiles, args []string, std
 }
 
 func runWorkloadsGrant(ctx context.Context, files *agentFiles, args []string, stdout, stderr io.Writer) error {
-	fs, sub := workloadsFlags("grant", files, stdout)
+	fs, sub := subFlags("workloads grant", workloadsUsage, files, stdout)
 	var (
 		id, primary, command, replication, restart string
 		maxAttempts                                int
@@ -278,7 +247,7 @@ func runWorkloadsGrant(ctx context.Context, files *agentFiles, args []string, st
 }
 
 func runWorkloadsRelease(ctx context.Context, files *agentFiles, args []string, stdout, _ io.Writer) error {
-	fs, sub := workloadsFlags("release", files, stdout)
+	fs, sub := subFlags("workloads release", workloadsUsage, files, stdout)
 	pos, err := parseArgs(fs, args, 1, "one workload ID")
 	if err != nil {
 		return err
