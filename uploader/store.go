@@ -19,8 +19,8 @@ const Component = "uploader"
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// Migrations returns the uploader's embedded schema migrations in order.
-func Migrations() ([]sqlitedb.Migration, error) {
+// migrations returns the uploader's embedded schema migrations in order.
+func migrations() ([]sqlitedb.Migration, error) {
 	return sqlitedb.LoadMigrations(migrationFS, "migrations")
 }
 

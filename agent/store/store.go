@@ -20,8 +20,8 @@ const Component = "agent_store"
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// Migrations returns the store's embedded migrations, oldest first.
-func Migrations() ([]sqlitedb.Migration, error) {
+// migrations returns the store's embedded migrations, oldest first.
+func migrations() ([]sqlitedb.Migration, error) {
 	return sqlitedb.LoadMigrations(migrationFS, "migrations")
 }
 
