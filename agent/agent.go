@@ -275,43 +275,18 @@ type Agent struct {
 	uploader       uploader.Uploader
 	uploadInterval time.Duration
 
-	inputs chan input
-	// beats carries heartbeat inputs, which the machine loop takes before
-	// the others: bulk work (claims of a mass failover, grants) never
-	// delays this provider's view of quorum.
-	beats chan input
-	// received is what the relay layer delivers; routeLoop feeds copies of
-	// our own heartbeats to beats at once and queues the rest for ingest
-	// in raw, so that a backlog of events to verify never delays them.
-	received chan relay.Received
-	routed   atomic.Int64 // events routeLoop holds for ingest
-	raw      chan relay.Received
+	in inputFeed
 	// restoredDone is closed once the restored machine's effects were
 	// performed; the outbox starts sending only then (rule 7 across a crash).
 	restoredDone chan struct{}
 
 	held     atomic.Pointer[[]heartbeat.WorkloadEpoch]
-	lastStep atomic.Int64           // a.now() of the machine loop's last step, unix ns; 0 before Run
 	writeErr atomic.Pointer[string] // the last database write's error; nil when it succeeded
-	// status and its rows are written by the machine goroutine only, under
-	// statusMu; other goroutines read them under it (Status copies the rows).
-	statusMu     sync.Mutex
-	status       Status
-	statusIdx    map[string]int      // workload id -> row in status.Workloads (machine goroutine)
-	statusBuilt  time.Time           // last full rebuild of the rows
-	statusCounts map[lease.State]int // by state, at the last refresh
-	synced       map[string]bool
-	hadQuorum    bool      // own relay quorum at the last tick
-	everQuorum   bool      // own quorum was reached since start
-	noRelays     bool      // no relay was connected at the last check
-	loopStart    time.Time // the machine loop began (machine goroutine only)
-	lastStat     time.Time
-	// statusDirty: a transition happened since the last status refresh.
-	statusDirty bool
-	saved       map[string]uint64 // workload id -> hash of the last saved snapshot, to skip unchanged rows
-	pend        unpersisted       // steps whose commit failed (machine goroutine only)
-	fgWG        sync.WaitGroup    // feedback goroutines (claims, reads)
-	claimTimes  claimTimes        // created_at of claims per workload (machine goroutine only)
+	view     statusView             // what /status shows (statusview.go)
+	quorum   quorumWatch            // this provider's own relay quorum, as last logged
+	turns    loopTurns              // the machine loop's timing
+	commits  commitState            // what is saved, held and waiting (persist.go, commit.go, backlog.go)
+	fgWG     sync.WaitGroup         // feedback goroutines (claims, reads)
 
 	// holdInputs (tests only) makes the machine loop leave inputs in their
 	// channel, ingested but not applied, while it keeps ticking and saving.
@@ -326,18 +301,69 @@ type Agent struct {
 	subs       subscriptions // the relay subscription's sets (machine goroutine; subs.go)
 	reads      claimReads    // claim reads waiting to be batched (claimreads.go)
 	claimSem   chan struct{} // bounds the claim publishes in flight
-	bl         backlog       // pieces of big steps not committed yet (backlog.go)
-	dirty      dirtySet      // workloads an input may have changed since saveMeta (persist.go)
-	rivalWatch dirtySet      // workloads with claims seen: Tick may adopt a rival (persist.go)
-	statusIDs  dirtySet      // workloads whose status row changed since refreshStatus
 	heldDirty  bool          // the held list changed since publishHeld (machine goroutine)
-	stepMax    atomic.Int64  // longest machine step since ResetStepMax, ns (benchmarks)
-	// slowTurns counts machine-loop turns over slowTurn since the last
-	// WARN, logged at slowTurnLogged (machine goroutine only).
-	slowTurns      int
-	slowTurnLogged time.Time
-	cmdsMore       bool        // operator commands wait beyond the last batch (machine goroutine)
-	tagsWarned     atomic.Bool // a relay's max_event_tags was reported
+	cmdsMore   bool          // operator commands wait beyond the last batch (machine goroutine)
+	tagsWarned atomic.Bool   // a relay's max_event_tags was reported
+}
+
+// inputFeed carries what the machine loop applies.
+type inputFeed struct {
+	inputs chan input
+	// beats carries heartbeat inputs, which the machine loop takes before
+	// the others: bulk work (claims of a mass failover, grants) never
+	// delays this provider's view of quorum.
+	beats chan input
+	// received is what the relay layer delivers; routeLoop feeds copies of
+	// our own heartbeats to beats at once and queues the rest for ingest
+	// in raw, so that a backlog of events to verify never delays them.
+	received chan relay.Received
+	routed   atomic.Int64 // events routeLoop holds for ingest
+	raw      chan relay.Received
+}
+
+// statusView is what /status shows. status and its rows are written by the
+// machine goroutine only, under mu; other goroutines read them under it
+// (Status copies the rows).
+type statusView struct {
+	mu        sync.Mutex
+	status    Status
+	idx       map[string]int      // workload id -> row in status.Workloads (machine goroutine)
+	built     time.Time           // last full rebuild of the rows
+	counts    map[lease.State]int // by state, at the last refresh
+	refreshed time.Time           // last refresh
+	dirty     bool                // a transition happened since the last refresh
+	ids       dirtySet            // workloads whose row changed since the last refresh
+}
+
+// quorumWatch is this provider's own relay quorum as the machine goroutine
+// last saw and logged it.
+type quorumWatch struct {
+	synced   map[string]bool // relays whose EOSE arrived since start
+	had      bool            // own relay quorum at the last tick
+	ever     bool            // own quorum was reached since start
+	noRelays bool            // no relay was connected at the last check
+}
+
+// loopTurns is the machine loop's timing.
+type loopTurns struct {
+	start    time.Time    // the machine loop began (machine goroutine only)
+	lastStep atomic.Int64 // a.now() of the last step, unix ns; 0 before Run
+	stepMax  atomic.Int64 // longest step since ResetStepMax, ns (benchmarks)
+	// slow counts turns over slowTurn since the last WARN, logged at
+	// slowLogged (machine goroutine only).
+	slow       int
+	slowLogged time.Time
+}
+
+// commitState is what the machine goroutine knows of its database: which
+// rows are saved, which steps are held or still to commit.
+type commitState struct {
+	saved      map[string]uint64 // workload id -> hash of the last saved snapshot, to skip unchanged rows
+	pend       unpersisted       // steps whose commit failed
+	bl         backlog           // pieces of big steps not committed yet (backlog.go)
+	dirty      dirtySet          // workloads an input may have changed since saveMeta (persist.go)
+	rivalWatch dirtySet          // workloads with claims seen: Tick may adopt a rival (persist.go)
+	claimTimes claimTimes        // created_at of claims per workload
 }
 
 // New builds an agent: it migrates the agent and courier tables, restores
@@ -358,9 +384,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		cfg: cfg, db: deps.DB, logger: deps.Logger, keys: keys, self: keys.PublicKey(),
 		now: deps.Now, onEvent: deps.OnEvent, reg: deps.Registerer, gatherer: deps.Gatherer,
 		backend: deps.Backend, pool: deps.Pool, uploader: deps.Uploader, uploadInterval: deps.UploadInterval,
-		inputs: make(chan input, 1024), beats: make(chan input, 1024), raw: make(chan relay.Received, 256),
-		received: make(chan relay.Received, 256), restoredDone: make(chan struct{}),
-		synced: map[string]bool{}, saved: map[string]uint64{}, attempted: map[string]bool{},
+		in: inputFeed{
+			inputs: make(chan input, 1024), beats: make(chan input, 1024),
+			raw: make(chan relay.Received, 256), received: make(chan relay.Received, 256),
+		},
+		restoredDone: make(chan struct{}), quorum: quorumWatch{synced: map[string]bool{}},
+		commits: commitState{saved: map[string]uint64{}}, attempted: map[string]bool{},
 		own: newOwnBeats(), claimSem: make(chan struct{}, maxClaimPublishes), reads: claimReads{kick: make(chan struct{}, 1)},
 	}
 	if a.logger == nil {
@@ -526,7 +555,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.http != nil {
 		goLoop("http", a.http.serve)
 	}
-	goLoop("relays", func(ctx context.Context) error { return a.pool.Run(ctx, a.received) })
+	goLoop("relays", func(ctx context.Context) error { return a.pool.Run(ctx, a.in.received) })
 	goLoop("route", a.routeLoop)
 	for range 2 {
 		goLoop("ingest", a.ingestLoop)
@@ -578,7 +607,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // send hands an input to the machine goroutine unless ctx ended.
 func (a *Agent) send(ctx context.Context, in input) {
 	select {
-	case a.inputs <- in:
+	case a.in.inputs <- in:
 	case <-ctx.Done():
 	}
 }
@@ -632,7 +661,7 @@ func (a *Agent) healthy() error {
 	if up := a.connected(); up < a.cfg.Lease.M {
 		return fmt.Errorf("%d relays connected, quorum needs %d", up, a.cfg.Lease.M)
 	}
-	last := a.lastStep.Load()
+	last := a.turns.lastStep.Load()
 	if last == 0 {
 		return errors.New("machine loop not running")
 	}
@@ -659,11 +688,11 @@ func (a *Agent) noteWrite(err error) {
 // the relay connections as they are now: Synced needs at least M relays
 // connected that delivered EOSE on their current connection.
 func (a *Agent) Status() Status {
-	a.statusMu.Lock()
-	s := a.status
+	a.view.mu.Lock()
+	s := a.view.status
 	// The rows are updated in place by refreshStatus: copy them.
 	s.Workloads = slices.Clone(s.Workloads)
-	a.statusMu.Unlock()
+	a.view.mu.Unlock()
 	for i := range s.Workloads {
 		s.Workloads[i].Running = a.backend.Running(s.Workloads[i].ID)
 	}
@@ -697,7 +726,7 @@ const statusRebuildEvery = 30 * time.Second
 // goroutine only): the rows of the workloads that changed state since the
 // last refresh, every row every statusRebuildEvery.
 func (a *Agent) refreshStatus(now time.Time) {
-	a.lastStat, a.statusDirty = now, false
+	a.view.refreshed, a.view.dirty = now, false
 	counts := a.m.StateCounts(nil)
 	for _, s := range lease.States {
 		a.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))
@@ -710,11 +739,11 @@ func (a *Agent) refreshStatus(now time.Time) {
 		return WorkloadView(w, a.self, false), true // Status fills Running
 	}
 	sus, why := a.m.ClockSuspect()
-	a.statusMu.Lock()
-	ws := a.status.Workloads
-	rebuild := a.statusIdx == nil || now.Sub(a.statusBuilt) >= statusRebuildEvery
-	for id := range a.statusIDs {
-		_, listed := a.statusIdx[id]
+	a.view.mu.Lock()
+	ws := a.view.status.Workloads
+	rebuild := a.view.idx == nil || now.Sub(a.view.built) >= statusRebuildEvery
+	for id := range a.view.ids {
+		_, listed := a.view.idx[id]
 		if _, tracked := a.m.State(id); listed && !tracked {
 			rebuild = true // a removed workload: rebuild the list
 			break
@@ -723,36 +752,36 @@ func (a *Agent) refreshStatus(now time.Time) {
 	if rebuild {
 		ids := a.m.IDs()
 		ws = make([]WorkloadStatus, 0, len(ids))
-		a.statusIdx = make(map[string]int, len(ids))
+		a.view.idx = make(map[string]int, len(ids))
 		for _, id := range ids {
 			if r, ok := row(id); ok {
-				a.statusIdx[id] = len(ws)
+				a.view.idx[id] = len(ws)
 				ws = append(ws, r)
 			}
 		}
-		a.statusBuilt = now
+		a.view.built = now
 	} else {
 		// New workloads are appended (the machine lists workloads in the
 		// order they came, as a rebuild does): thousands of grants arriving
 		// used to rebuild the whole list on every refresh.
-		for id := range a.statusIDs {
+		for id := range a.view.ids {
 			r, ok := row(id)
 			if !ok {
 				continue
 			}
-			if i, listed := a.statusIdx[id]; listed {
+			if i, listed := a.view.idx[id]; listed {
 				ws[i] = r
 			} else {
-				a.statusIdx[id] = len(ws)
+				a.view.idx[id] = len(ws)
 				ws = append(ws, r)
 			}
 		}
 	}
-	clear(a.statusIDs)
-	a.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.m.AwaitingSync(), Workloads: ws,
+	clear(a.view.ids)
+	a.view.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.m.AwaitingSync(), Workloads: ws,
 		ClockSuspect: sus, ClockWhy: why}
-	a.statusCounts = counts
-	a.statusMu.Unlock()
+	a.view.counts = counts
+	a.view.mu.Unlock()
 	// Quorum of this provider and of every holder it watches (ws is written
 	// only here, on the machine goroutine: no lock needed to read it).
 	providers := map[string]bool{a.self: true}
@@ -770,9 +799,9 @@ func (a *Agent) refreshStatus(now time.Time) {
 
 // stateCounts are the workloads by state at the last status refresh.
 func (a *Agent) stateCounts() map[lease.State]int {
-	a.statusMu.Lock()
-	defer a.statusMu.Unlock()
-	return maps.Clone(a.statusCounts)
+	a.view.mu.Lock()
+	defer a.view.mu.Unlock()
+	return maps.Clone(a.view.counts)
 }
 
 // Track adds a lease grant directly (tests and the demo; operators use

@@ -104,16 +104,16 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 	// A restarted agent (same database) continues above the last one.
 	b := newStepAgent(t, stepOpts{key: key, dbPath: dbPath, pool: pool})
 	for i, want := range []int64{int64(withdraw.CreatedAt) + 1, int64(withdraw.CreatedAt) + 2} {
-		got, err := b.claimTimes.next(ctx, b.st, "w1", t0)
+		got, err := b.commits.claimTimes.next(ctx, b.st, "w1", t0)
 		if err != nil || got.Unix() != want {
 			t.Fatalf("next(w1, restart #%d) = %v, %v, want %d", i, got.Unix(), err, want)
 		}
 	}
 	// Another workload, or a later second, is not held back.
-	if got, _ := b.claimTimes.next(ctx, b.st, "w2", t0); got.Unix() != t0.Unix() {
+	if got, _ := b.commits.claimTimes.next(ctx, b.st, "w2", t0); got.Unix() != t0.Unix() {
 		t.Fatalf("next(w2) = %d, want %d", got.Unix(), t0.Unix())
 	}
-	if got, _ := b.claimTimes.next(ctx, b.st, "w1", t0.Add(time.Minute)); got.Unix() != t0.Add(time.Minute).Unix() {
+	if got, _ := b.commits.claimTimes.next(ctx, b.st, "w1", t0.Add(time.Minute)); got.Unix() != t0.Add(time.Minute).Unix() {
 		t.Fatalf("next(w1, a minute later) = %d, want %d", got.Unix(), t0.Add(time.Minute).Unix())
 	}
 }

@@ -195,7 +195,7 @@ func (a *Agent) clockVerdict(now time.Time, r clockReport) []lease.Effect {
 		a.logger.Warn("clock back within the bound of the relays", "offset", r.offset.Round(time.Millisecond), "relays", r.relays)
 		a.emit("clock", "", "clock trusted again (offset %v)", r.offset.Round(time.Millisecond))
 	}
-	a.statusDirty = true
+	a.view.dirty = true
 	if r.suspect {
 		a.met.clockSuspect.Set(1)
 	} else {

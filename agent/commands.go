@@ -51,7 +51,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 				result = "error: no spec"
 				break
 			}
-			a.dirty.add(c.Spec.ID)
+			a.commits.dirty.add(c.Spec.ID)
 			e, err := a.m.Track(now, *c.Spec)
 			if err != nil {
 				result = "error: " + err.Error()
@@ -81,7 +81,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 			if err := a.st.DeleteWorkload(ctx, tx, release); err != nil {
 				return fmt.Errorf("delete workload %s: %w", release, err)
 			}
-			if err := a.claimTimes.forget(ctx, a.st, tx, release); err != nil {
+			if err := a.commits.claimTimes.forget(ctx, a.st, tx, release); err != nil {
 				return err
 			}
 		}
@@ -99,11 +99,11 @@ func (a *Agent) applyCommands(ctx context.Context) {
 	}
 	if release != "" {
 		a.m.Remove(release)
-		delete(a.saved, release)
-		a.dirty.remove(release)
-		a.rivalWatch.remove(release)
-		a.heldDirty, a.statusDirty, a.subs.dirty = true, true, true
-		a.statusIDs.add(release)
+		delete(a.commits.saved, release)
+		a.commits.dirty.remove(release)
+		a.commits.rivalWatch.remove(release)
+		a.heldDirty, a.view.dirty, a.subs.dirty = true, true, true
+		a.view.ids.add(release)
 		a.refreshPolicy([]string{release})
 	}
 }

@@ -55,12 +55,12 @@ func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, 
 // performing the deferred effects: a restart re-derives them (Restore,
 // Outstanding, RelaySynced).
 func (a *Agent) commitStep(ctx context.Context, now time.Time, effs []lease.Effect, toks []store.Token, extra func(tx *sql.Tx) error, run bool) error {
-	if len(effs) == 0 && extra == nil && a.pend.empty() {
+	if len(effs) == 0 && extra == nil && a.commits.pend.empty() {
 		a.finish(toks)
 		return nil
 	}
 	a.performEarly(ctx, now, effs)
-	pieces, g := a.bl.split(now, effs, toks)
+	pieces, g := a.commits.bl.split(now, effs, toks)
 	ids := make([]string, len(pieces))
 	for i, p := range pieces {
 		ids[i] = p.id
@@ -69,8 +69,8 @@ func (a *Agent) commitStep(ctx context.Context, now time.Time, effs []lease.Effe
 	if len(pieces) > commitBatch {
 		// The rest waits in the backlog, committed one batch per turn of
 		// the machine loop (backlog.go).
-		a.bl.push(pieces[commitBatch:])
-		a.met.backlog.Set(float64(a.bl.len()))
+		a.commits.bl.push(pieces[commitBatch:])
+		a.met.backlog.Set(float64(a.commits.bl.len()))
 		pieces = pieces[:commitBatch]
 	}
 	var early []store.Token
@@ -82,8 +82,8 @@ func (a *Agent) commitStep(ctx context.Context, now time.Time, effs []lease.Effe
 
 // drainBacklog commits the next batch of the backlog (machine goroutine).
 func (a *Agent) drainBacklog(ctx context.Context, run bool) error {
-	pieces := a.bl.next(commitBatch)
-	a.met.backlog.Set(float64(a.bl.len()))
+	pieces := a.commits.bl.next(commitBatch)
+	a.met.backlog.Set(float64(a.commits.bl.len()))
 	return a.commitPieces(ctx, a.now(), pieces, nil, nil, run)
 }
 
@@ -91,7 +91,7 @@ func (a *Agent) drainBacklog(ctx context.Context, run bool) error {
 // deferred effects: the second half of commitStep. toks are tokens to
 // finish with the commit besides those of the steps the pieces complete.
 func (a *Agent) commitPieces(ctx context.Context, now time.Time, pieces []*piece, toks []store.Token, extra func(tx *sql.Tx) error, run bool) error {
-	if len(pieces) == 0 && extra == nil && a.pend.empty() {
+	if len(pieces) == 0 && extra == nil && a.commits.pend.empty() {
 		a.finish(toks)
 		return nil
 	}
@@ -100,18 +100,18 @@ func (a *Agent) commitPieces(ctx context.Context, now time.Time, pieces []*piece
 	rows := a.outboxRows(ctx, timed)
 	toks = append(toks, done(pieces)...)
 
-	held := !a.pend.empty()
+	held := !a.commits.pend.empty()
 	if held {
-		a.pend.add(effs, rows, toks)
-		if extra == nil && now.Before(a.pend.retryAt) {
+		a.commits.pend.add(effs, rows, toks)
+		if extra == nil && now.Before(a.commits.pend.retryAt) {
 			return fmt.Errorf("commit step: %w", ErrUnpersisted)
 		}
 	}
 	var later []lease.Effect
 	writeIDs, writeRows := ids, rows
 	if held {
-		later = a.pend.effects(a.m)
-		writeIDs, writeRows = a.pend.ids, a.pend.rows
+		later = a.commits.pend.effects(a.m)
+		writeIDs, writeRows = a.commits.pend.ids, a.commits.pend.rows
 	} else {
 		later = lease.AfterCommit(effs)
 	}
@@ -119,29 +119,29 @@ func (a *Agent) commitPieces(ctx context.Context, now time.Time, pieces []*piece
 	a.noteWrite(err)
 	if err != nil {
 		if !held {
-			a.pend.add(effs, rows, toks)
+			a.commits.pend.add(effs, rows, toks)
 		}
 		a.met.stepErrors.Inc()
 		switch {
-		case a.pend.empty():
+		case a.commits.pend.empty():
 			// Nothing held (an operator command alone): its caller reports it.
-		case a.pend.since.IsZero():
-			a.pend.since = now
+		case a.commits.pend.since.IsZero():
+			a.commits.pend.since = now
 			a.logger.Error("database write failed: fencing continues; starts, claims and revocations wait until a step persists",
 				"err", err, "retry_every", commitRetryEvery)
 			a.emit("persist", "", "step not persisted (%v): stops performed, the rest held back", err)
 		default:
-			a.logger.Debug("database write still failing", "err", err, "held_steps", a.pend.steps)
+			a.logger.Debug("database write still failing", "err", err, "held_steps", a.commits.pend.steps)
 		}
-		a.pend.retryAt = now.Add(commitRetryEvery)
+		a.commits.pend.retryAt = now.Add(commitRetryEvery)
 		return fmt.Errorf("commit step: %w", err)
 	}
 	if held {
-		a.logger.Warn("database writable again: held machine steps persisted", "steps", a.pend.steps,
-			"after", now.Sub(a.pend.since).Round(time.Millisecond))
-		a.emit("persist", "", "%d held steps persisted after %v", a.pend.steps, now.Sub(a.pend.since).Round(time.Millisecond))
-		toks = a.pend.toks
-		a.pend = unpersisted{}
+		a.logger.Warn("database writable again: held machine steps persisted", "steps", a.commits.pend.steps,
+			"after", now.Sub(a.commits.pend.since).Round(time.Millisecond))
+		a.emit("persist", "", "%d held steps persisted after %v", a.commits.pend.steps, now.Sub(a.commits.pend.since).Round(time.Millisecond))
+		toks = a.commits.pend.toks
+		a.commits.pend = unpersisted{}
 	}
 	a.finish(toks)
 	a.met.stepSeconds.Observe(time.Since(start).Seconds())
@@ -187,7 +187,7 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 				continue
 			}
 			id := c.ID
-			at, err := a.claimTimes.next(wctx, a.st, id, now)
+			at, err := a.commits.claimTimes.next(wctx, a.st, id, now)
 			if err != nil {
 				return err
 			}
@@ -202,7 +202,7 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 		if err := a.st.SaveWorkloads(ctx, tx, storeRows(wrows)...); err != nil {
 			return fmt.Errorf("save workloads: %w", err)
 		}
-		if err := a.claimTimes.save(ctx, a.st, tx, stamped); err != nil {
+		if err := a.commits.claimTimes.save(ctx, a.st, tx, stamped); err != nil {
 			return err
 		}
 		for _, r := range rows {
@@ -220,8 +220,8 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 		return err
 	}
 	for _, r := range wrows {
-		a.saved[r.ID] = r.hash
-		a.dirty.remove(r.ID)
+		a.commits.saved[r.ID] = r.hash
+		a.commits.dirty.remove(r.ID)
 	}
 	if run {
 		a.perform(ctx, now, later, stamps)
@@ -255,16 +255,16 @@ func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
 		// At shutdown: the step in flight when the context ended may have
 		// failed on it and be held for a retry later; retry it now, with
 		// this context, rather than give up on the backlog behind it.
-		for !a.bl.empty() {
-			a.pend.retryAt = time.Time{}
+		for !a.commits.bl.empty() {
+			a.commits.pend.retryAt = time.Time{}
 			if err := a.drainBacklog(ctx, false); err != nil {
 				return fmt.Errorf("save machine: %w", err)
 			}
 		}
 	}
 	now := a.now()
-	if !a.pend.empty() {
-		a.pend.retryAt = time.Time{}
+	if !a.commits.pend.empty() {
+		a.commits.pend.retryAt = time.Time{}
 		if err := a.commitStep(ctx, now, nil, nil, nil, run); err != nil {
 			return fmt.Errorf("save machine: %w: %w", ErrUnpersisted, err)
 		}
@@ -272,9 +272,9 @@ func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
 	var changed []workloadRow
 	var seen []string
 	encoded := map[string]bool{} // a workload may be in both sets
-	for _, set := range []dirtySet{a.dirty, a.rivalWatch} {
+	for _, set := range []dirtySet{a.commits.dirty, a.commits.rivalWatch} {
 		for id := range set {
-			if a.bl.has(id) || encoded[id] {
+			if a.commits.bl.has(id) || encoded[id] {
 				continue
 			}
 			encoded[id] = true
@@ -287,11 +287,11 @@ func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
 			if err != nil {
 				return fmt.Errorf("save machine: %w", err)
 			}
-			if a.saved[id] != r.hash {
+			if a.commits.saved[id] != r.hash {
 				changed = append(changed, r)
 			}
 			if len(w.Rivals) == 0 {
-				a.rivalWatch.remove(id)
+				a.commits.rivalWatch.remove(id)
 			}
 		}
 	}
@@ -310,10 +310,10 @@ func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
 		return fmt.Errorf("save machine: %w", err)
 	}
 	for _, r := range changed {
-		a.saved[r.ID] = r.hash
+		a.commits.saved[r.ID] = r.hash
 	}
 	for _, id := range seen {
-		a.dirty.remove(id)
+		a.commits.dirty.remove(id)
 	}
 	a.met.savedRows.Add(float64(len(changed)))
 	return nil

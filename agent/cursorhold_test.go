@@ -92,5 +92,5 @@ func holdMachineInputs(t *testing.T, a *Agent) {
 	t.Helper()
 	a.holdInputs.Store(true)
 	mark := a.now().UnixNano()
-	waitFor(t, 10*time.Second, "machine loop holding its inputs", func() bool { return a.lastStep.Load() > mark })
+	waitFor(t, 10*time.Second, "machine loop holding its inputs", func() bool { return a.turns.lastStep.Load() > mark })
 }

@@ -40,7 +40,7 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 	// Due in an hour by its schedule, performed now all the same.
 	a.perform(ctx, now, []lease.Effect{lease.AttemptRespawn{ID: "w1", Epoch: 1, Attempt: 1, At: now.Add(time.Hour)}}, nil)
 	select {
-	case in := <-a.inputs:
+	case in := <-a.in.inputs:
 		if in.respawn == nil || !in.respawn.OK || in.respawn.Attempt != 1 {
 			t.Fatalf("input after AttemptRespawn = %+v, want RespawnDone attempt 1 OK", in)
 		}

@@ -31,14 +31,14 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 	var queue fifo.Queue[relay.Received]
 	var bytes int
 	for {
-		in := a.received
+		in := a.in.received
 		if bytes >= routeQueueBytes {
 			in = nil // full: let the relays wait
 		}
 		var out chan<- relay.Received
 		next, ok := queue.Front()
 		if ok {
-			out = a.raw
+			out = a.in.raw
 		}
 		select {
 		case <-ctx.Done():
@@ -48,7 +48,7 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 				// One pruned meanwhile is too old to count.
 				if hb, ok := a.own.input(a.self, re.ID, re.Relay, arrivedAt(re, a.now())); ok {
 					select {
-					case a.beats <- input{hb: &hb}:
+					case a.in.beats <- input{hb: &hb}:
 					case <-ctx.Done():
 						return nil
 					}
@@ -57,11 +57,11 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 			}
 			queue.Push(re)
 			bytes += eventBytes(re.Event)
-			a.routed.Store(int64(queue.Len()))
+			a.in.routed.Store(int64(queue.Len()))
 		case out <- next:
 			queue.Pop()
 			bytes -= eventBytes(next.Event)
-			a.routed.Store(int64(queue.Len()))
+			a.in.routed.Store(int64(queue.Len()))
 		}
 	}
 }
@@ -94,7 +94,7 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case re = <-a.raw:
+		case re = <-a.in.raw:
 		}
 		now := a.now()
 		// The event holds the cursor back from before it is verified (so a
@@ -120,9 +120,9 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 			a.cursor.Accept(tok)
 		}
 		in.cursorTok, in.hasTok = tok, tracked
-		ch := a.inputs
+		ch := a.in.inputs
 		if in.hb != nil {
-			ch = a.beats // heartbeats never wait behind bulk inputs
+			ch = a.in.beats // heartbeats never wait behind bulk inputs
 		}
 		select {
 		case ch <- in:

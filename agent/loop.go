@@ -34,8 +34,8 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 	// The outbox may send now: every restored stop is performed or queued
 	// (the fence gate holds a revocation until its stop finished).
 	close(a.restoredDone)
-	a.loopStart = a.now()
-	a.lastStep.Store(a.loopStart.UnixNano())
+	a.turns.start = a.now()
+	a.turns.lastStep.Store(a.turns.start.UnixNano())
 	tick := time.NewTicker(a.cfg.TickInterval)
 	defer tick.Stop()
 	cmds := time.NewTicker(time.Second)
@@ -47,12 +47,12 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 		// holdInputs (tests only) stops feeding inputs while ticks, saves
 		// and shutdown go on: inputs then wait in their channel, ingested
 		// but not applied.
-		inputs, beats := a.inputs, a.beats
+		inputs, beats := a.in.inputs, a.in.beats
 		if a.holdInputs.Load() {
 			inputs, beats = nil, nil
 		}
 		var backlogTurn, cmdsTurn <-chan struct{}
-		if !a.bl.empty() {
+		if !a.commits.bl.empty() {
 			backlogTurn = closedChan
 		}
 		if a.cmdsMore {
@@ -75,26 +75,26 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			began = time.Now()
 			kind = "backlog"
 			_ = a.drainBacklog(ctx, true)
-			a.lastStep.Store(a.now().UnixNano())
+			a.turns.lastStep.Store(a.now().UnixNano())
 		case <-tick.C:
 			began = time.Now()
 			kind = "tick"
 			// The heartbeats that arrived during a long turn count before
 			// the tick judges quorum (they carry their arrival times).
-			for len(a.beats) > 0 {
-				a.step(ctx, <-a.beats, true)
+			for len(a.in.beats) > 0 {
+				a.step(ctx, <-a.in.beats, true)
 			}
 			now := a.now()
 			effs := a.syncRelays(now)
 			effs = append(effs, a.m.Tick(now)...)
 			_ = a.commit(ctx, now, effs, nil)
-			a.lastStep.Store(now.UnixNano())
+			a.turns.lastStep.Store(now.UnixNano())
 			a.watchQuorum(now)
 			if a.heldDirty {
 				a.publishHeld()
 			}
 			a.updateSubs(now)
-			if now.Sub(a.lastStat) >= time.Second || (a.statusDirty && now.Sub(a.lastStat) >= statusEvery) {
+			if now.Sub(a.view.refreshed) >= time.Second || (a.view.dirty && now.Sub(a.view.refreshed) >= statusEvery) {
 				a.refreshStatus(now)
 			}
 		case <-cmds.C:
@@ -126,13 +126,13 @@ func (a *Agent) step(ctx context.Context, in input, beatsOnly bool) {
 drain:
 	for i := 1; i < maxBatch; i++ {
 		select {
-		case in = <-a.beats:
+		case in = <-a.in.beats:
 		default:
 			if beatsOnly {
 				break drain
 			}
 			select {
-			case in = <-a.inputs:
+			case in = <-a.in.inputs:
 			default:
 				break drain
 			}
@@ -142,8 +142,8 @@ drain:
 	// Errors are logged and counted by commitStep; the step is held and
 	// retried, its cursor tokens finished only once persisted.
 	_ = a.commitStep(ctx, now, effs, cursors, nil, true)
-	a.lastStep.Store(now.UnixNano())
-	if a.statusDirty && now.Sub(a.lastStat) >= statusEvery {
+	a.turns.lastStep.Store(now.UnixNano())
+	if a.view.dirty && now.Sub(a.view.refreshed) >= statusEvery {
 		a.refreshStatus(now)
 	}
 }
@@ -159,17 +159,17 @@ const (
 // noteTurn records how long a turn of the machine loop took (StepMax) and
 // warns, rate-limited, when it kept inputs waiting longer than slowTurn.
 func (a *Agent) noteTurn(kind string, d time.Duration) {
-	if int64(d) > a.stepMax.Load() {
-		a.stepMax.Store(int64(d))
+	if int64(d) > a.turns.stepMax.Load() {
+		a.turns.stepMax.Store(int64(d))
 	}
 	if d <= slowTurn {
 		return
 	}
-	a.slowTurns++
-	if now := time.Now(); now.Sub(a.slowTurnLogged) >= slowTurnLogEvery {
+	a.turns.slow++
+	if now := time.Now(); now.Sub(a.turns.slowLogged) >= slowTurnLogEvery {
 		a.logger.Warn("machine loop turn slow: inputs waited", "kind", kind, "took", d.Round(time.Millisecond),
-			"slow_turns", a.slowTurns, "backlog", a.bl.len())
-		a.slowTurnLogged, a.slowTurns = now, 0
+			"slow_turns", a.turns.slow, "backlog", a.commits.bl.len())
+		a.turns.slowLogged, a.turns.slow = now, 0
 	}
 }
 
@@ -180,10 +180,10 @@ const statusEvery = 100 * time.Millisecond
 // StepMax returns the longest turn of the machine loop (a step with its
 // commit, a backlog batch, a tick, a save) since the last ResetStepMax:
 // how long inputs waited at worst (the mass-evict-step-ms benchmark).
-func (a *Agent) StepMax() time.Duration { return time.Duration(a.stepMax.Load()) }
+func (a *Agent) StepMax() time.Duration { return time.Duration(a.turns.stepMax.Load()) }
 
 // ResetStepMax starts a new StepMax window.
-func (a *Agent) ResetStepMax() { a.stepMax.Store(0) }
+func (a *Agent) ResetStepMax() { a.turns.stepMax.Store(0) }
 
 // feed applies one input to the machine and appends its effects.
 func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []store.Token) ([]lease.Effect, []store.Token) {
@@ -198,18 +198,18 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 			// lists (saveMeta writes those rows).
 			for _, we := range in.hb.Workloads {
 				if _, ok := a.m.State(we.ID); ok {
-					a.dirty.add(we.ID)
-					if i, ok := a.statusIdx[we.ID]; ok && a.status.Workloads[i].Epoch != we.Epoch {
-						a.statusIDs.add(we.ID) // a standby learns the epoch held
-						a.statusDirty = true
+					a.commits.dirty.add(we.ID)
+					if i, ok := a.view.idx[we.ID]; ok && a.view.status.Workloads[i].Epoch != we.Epoch {
+						a.view.ids.add(we.ID) // a standby learns the epoch held
+						a.view.dirty = true
 					}
 				}
 			}
 		}
 	case in.rev != nil:
-		a.dirty.add(in.rev.WorkloadID)
-		a.statusIDs.add(in.rev.WorkloadID)
-		a.statusDirty = true
+		a.commits.dirty.add(in.rev.WorkloadID)
+		a.view.ids.add(in.rev.WorkloadID)
+		a.view.dirty = true
 		w, _ := a.m.Workload(in.rev.WorkloadID)
 		r := heartbeat.RevocationInput(in.rev, w)
 		a.met.revocations.WithLabelValues("received").Inc()
@@ -218,7 +218,7 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 		}
 		effs = append(effs, a.m.ObserveRevocation(now, r)...)
 	case in.grant != nil:
-		a.dirty.add(in.grant.ID)
+		a.commits.dirty.add(in.grant.ID)
 		a.subs.dirty = true
 		e, err := a.m.Track(now, *in.grant)
 		if err != nil {
@@ -228,14 +228,14 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 		}
 		effs = append(effs, e...)
 	case in.exit != nil:
-		a.dirty.add(in.exit.Workload)
+		a.commits.dirty.add(in.exit.Workload)
 		effs = append(effs, a.m.ProcessExited(now, *in.exit)...)
 	case in.respawn != nil:
-		a.dirty.add(in.respawn.Workload)
+		a.commits.dirty.add(in.respawn.Workload)
 		a.met.respawns.Inc()
 		effs = append(effs, a.m.RespawnDone(now, *in.respawn)...)
 	case in.claimAck != nil:
-		a.dirty.add(in.claimAck.Workload)
+		a.commits.dirty.add(in.claimAck.Workload)
 		effs = append(effs, a.m.ClaimPublished(now, *in.claimAck)...)
 	case in.clock != nil:
 		effs = append(effs, a.clockVerdict(now, *in.clock)...)
@@ -249,17 +249,17 @@ func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []sto
 		// (EpochUnknown) counts as, and records one that competes as a
 		// rival, which ClaimsRead sees; Competing counts epoch claims.
 		c := heartbeat.ClaimInput(pr.p, pr.relay)
-		a.dirty.add(c.Workload)
-		a.statusIDs.add(c.Workload)
-		a.statusDirty = true
-		a.rivalWatch.add(c.Workload) // a rival may be adopted by a later Tick
+		a.commits.dirty.add(c.Workload)
+		a.view.ids.add(c.Workload)
+		a.view.dirty = true
+		a.commits.rivalWatch.add(c.Workload) // a rival may be adopted by a later Tick
 		effs = append(effs, a.m.ObserveClaim(now, c)...)
 		if r := in.claimRead; r != nil && c.Workload == r.Workload && c.Claimer != a.self && c.Active && c.Epoch >= r.Epoch {
 			rivals[c.Claimer] = true
 		}
 	}
 	if in.claimRead != nil {
-		a.dirty.add(in.claimRead.Workload)
+		a.commits.dirty.add(in.claimRead.Workload)
 		r := *in.claimRead
 		r.Competing = len(rivals)
 		a.emit("read", r.Workload, "read claims for epoch %d on %d relays: %d competing", r.Epoch, r.Relays, r.Competing)
@@ -278,18 +278,18 @@ type relayClaim struct {
 // syncRelays reports relays that delivered EOSE (rule 10), once the events
 // they delivered before it have been fed.
 func (a *Agent) syncRelays(now time.Time) []lease.Effect {
-	if !a.m.AwaitingSync() || len(a.received) > 0 || a.routed.Load() > 0 || len(a.raw) > 0 || len(a.inputs) > 0 || len(a.beats) > 0 {
+	if !a.m.AwaitingSync() || len(a.in.received) > 0 || a.in.routed.Load() > 0 || len(a.in.raw) > 0 || len(a.in.inputs) > 0 || len(a.in.beats) > 0 {
 		return nil
 	}
 	var out []lease.Effect
 	for _, r := range a.pool.Status() {
-		if r.EOSE && !a.synced[r.URL] {
-			a.synced[r.URL] = true
+		if r.EOSE && !a.quorum.synced[r.URL] {
+			a.quorum.synced[r.URL] = true
 			out = append(out, a.m.RelaySynced(now, r.URL)...)
 		}
 	}
 	if !a.m.AwaitingSync() {
-		a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.synced))
+		a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.quorum.synced))
 	}
 	return out
 }
@@ -302,12 +302,12 @@ func (a *Agent) syncRelays(now time.Time) []lease.Effect {
 // have time to come up); connections coming back after that are INFO.
 func (a *Agent) watchQuorum(now time.Time) {
 	q := a.m.HasQuorum(now, a.self)
-	if q != a.hadQuorum {
-		a.hadQuorum = q
+	if q != a.quorum.had {
+		a.quorum.had = q
 		up := a.connected()
 		switch {
-		case q && !a.everQuorum:
-			a.everQuorum = true
+		case q && !a.quorum.ever:
+			a.quorum.ever = true
 			a.logger.Info("relay quorum reached: own heartbeats seen on enough relays", "quorum", a.cfg.Lease.M, "relays", a.cfg.Lease.N, "connected", up)
 		case q:
 			a.logger.Warn("relay quorum regained: own heartbeats seen on enough relays again", "quorum", a.cfg.Lease.M, "relays", a.cfg.Lease.N, "connected", up)
@@ -320,14 +320,14 @@ func (a *Agent) watchQuorum(now time.Time) {
 			a.emit("quorum", "", "own heartbeats on fewer than %d relays: quorum LOST", a.cfg.Lease.M)
 		}
 	}
-	if now.Sub(a.loopStart) < a.cfg.PublishTimeout {
+	if now.Sub(a.turns.start) < a.cfg.PublishTimeout {
 		return
 	}
 	none := a.connected() == 0
-	if none == a.noRelays {
+	if none == a.quorum.noRelays {
 		return
 	}
-	a.noRelays = none
+	a.quorum.noRelays = none
 	if none {
 		a.logger.Warn("no relay connected", "relays", a.cfg.Lease.N)
 		a.emit("relays", "", "no relay connected")

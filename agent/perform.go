@@ -60,7 +60,7 @@ func (a *Agent) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
 		switch e := e.(type) {
 		case lease.WithdrawClaim:
 			tctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
-			t, err := a.claimTimes.next(tctx, a.st, e.ID, now)
+			t, err := a.commits.claimTimes.next(tctx, a.st, e.ID, now)
 			cancel()
 			if err != nil {
 				a.met.stepErrors.Inc()
@@ -147,7 +147,7 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect,
 			}
 			a.met.transitions.WithLabelValues(from, string(e.To)).Inc()
 			a.logger.Info("workload state", "workload", e.ID, "from", from, "to", e.To, "epoch", e.Epoch)
-			a.statusIDs.add(e.ID)
+			a.view.ids.add(e.ID)
 			if e.From == "" || e.To.Terminal() {
 				a.subs.dirty = true
 			}
@@ -206,7 +206,7 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect,
 	}
 	if heldChanged {
 		a.heldDirty = true // publishHeld on the next tick
-		a.statusDirty = true
+		a.view.dirty = true
 	}
 }
 

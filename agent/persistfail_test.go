@@ -157,7 +157,7 @@ func TestSaveMetaMarksRowsSavedAfterCommit(t *testing.T) {
 	}
 	// The grant changed w1 as an input without effects would: saveMeta
 	// writes what inputs marked, not the whole table (issue 10 item 5).
-	a.dirty.add(spec.ID)
+	a.commits.dirty.add(spec.ID)
 	refuseWrites(t, a, true)
 	if err := a.saveMeta(ctx); err == nil {
 		t.Fatalf("saveMeta() with writes failing = nil, want an error")
@@ -231,15 +231,15 @@ func TestShutdownCommitsTheBacklog(t *testing.T) {
 	if err := a.commitStep(ctx, t0, effs, nil, nil, true); err == nil {
 		t.Fatalf("commitStep(%d grants) with writes failing = nil, want an error", n)
 	}
-	if a.bl.empty() || a.pend.empty() {
-		t.Fatalf("backlog empty %v, held steps empty %v: want both non-empty", a.bl.empty(), a.pend.empty())
+	if a.commits.bl.empty() || a.commits.pend.empty() {
+		t.Fatalf("backlog empty %v, held steps empty %v: want both non-empty", a.commits.bl.empty(), a.commits.pend.empty())
 	}
 	refuseWrites(t, a, false)
 	if err := a.saveMetaRun(ctx, false); err != nil {
 		t.Fatalf("shutdown save = %v, want nil (the held step retried and the backlog committed)", err)
 	}
-	if !a.bl.empty() || !a.pend.empty() {
-		t.Fatalf("after the shutdown save: backlog %d, held steps empty %v; want both empty", a.bl.len(), a.pend.empty())
+	if !a.commits.bl.empty() || !a.commits.pend.empty() {
+		t.Fatalf("after the shutdown save: backlog %d, held steps empty %v; want both empty", a.commits.bl.len(), a.commits.pend.empty())
 	}
 	for _, id := range []string{"w0000", fmt.Sprintf("w%04d", n-1)} {
 		if got := rowState(t, a, id); got == "" {
@@ -272,9 +272,9 @@ func TestSaveMetaWritesARowOnce(t *testing.T) {
 	if w, _ := a.m.Workload(s.ID); len(w.Rivals) == 0 {
 		t.Fatalf("workload %s has no rivals after another standby's claim: the test needs one", s.ID)
 	}
-	a.saved[s.ID] = 0 // as if its row changed since
-	a.dirty.add(s.ID)
-	a.rivalWatch.add(s.ID)
+	a.commits.saved[s.ID] = 0 // as if its row changed since
+	a.commits.dirty.add(s.ID)
+	a.commits.rivalWatch.add(s.ID)
 	before := testutil.ToFloat64(a.met.savedRows)
 	if err := a.saveMeta(ctx); err != nil {
 		t.Fatalf("saveMeta() = %v, want nil", err)

@@ -59,7 +59,7 @@ func TestQuorumChangesLoggedOnce(t *testing.T) {
 	// ticks waits until the machine loop has stepped for another d.
 	ticks := func(d time.Duration) {
 		mark := ta.a.now().Add(d).UnixNano()
-		waitFor(t, d+10*time.Second, "machine loop ticks on", func() bool { return ta.a.lastStep.Load() > mark })
+		waitFor(t, d+10*time.Second, "machine loop ticks on", func() bool { return ta.a.turns.lastStep.Load() > mark })
 	}
 	type line struct {
 		level  slog.Level

@@ -290,7 +290,7 @@ func scaleFailover(t *testing.T, queued bool) {
 		}
 		if testing.Verbose() && time.Since(cut)%(5*time.Second) < 50*time.Millisecond {
 			t.Logf("+%.0fs standby %v primary %v (longest steps %v, %v; raw %d inputs %d beats %d)", time.Since(cut).Seconds(), standby.a.stateCounts(), primary.a.stateCounts(),
-				standby.a.StepMax(), primary.a.StepMax(), len(standby.a.raw), len(standby.a.inputs), len(standby.a.beats))
+				standby.a.StepMax(), primary.a.StepMax(), len(standby.a.in.raw), len(standby.a.in.inputs), len(standby.a.in.beats))
 			standby.a.ResetStepMax()
 			primary.a.ResetStepMax()
 		}
