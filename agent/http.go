@@ -68,8 +68,10 @@ type WorkloadStatus struct {
 
 // RelayStatus is one relay connection as this agent sees it.
 type RelayStatus struct {
-	URL         string    `json:"url"`
-	Connected   bool      `json:"connected"`
+	URL       string `json:"url"`
+	Connected bool   `json:"connected"`
+	// EOSE: the current connection's subscription reached EOSE and every
+	// event the relay served before it has been handed to the agent.
 	EOSE        bool      `json:"eose"`
 	Reconnects  int       `json:"reconnects"`
 	LastMessage time.Time `json:"last_message,omitzero"`

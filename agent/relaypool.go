@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
@@ -43,6 +44,15 @@ type RelayPool interface {
 // into the /status view (RelayStatus).
 type relayPool struct {
 	p *relay.Pool
+
+	mu sync.Mutex
+	// passed holds the relays whose EOSE marker Run has passed: every event
+	// the relay delivered before its EOSE is then in Run's out channel.
+	// agent/relay sets Status.EOSESeen before its marker (and the events
+	// ahead of it in Received's buffer) reach Run, so EOSE alone would let
+	// the agent count a relay as synced (rule 10) while stored events it
+	// served sit unread.
+	passed map[string]bool
 }
 
 var (
@@ -63,7 +73,7 @@ func newRelayPool(cfg relay.Config, opts relay.Options) (*relayPool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay pool: %w", err)
 	}
-	return &relayPool{p: p}, nil
+	return &relayPool{p: p, passed: map[string]bool{}}, nil
 }
 
 func (r *relayPool) Run(ctx context.Context, out chan<- relay.Received) error {
@@ -76,7 +86,13 @@ func (r *relayPool) Run(ctx context.Context, out chan<- relay.Received) error {
 			if !ok {
 				return nil
 			}
-			if rec.EOSE || (rec.Event == nil && rec.ID == "") {
+			if rec.EOSE {
+				r.mu.Lock()
+				r.passed[rec.Relay] = true
+				r.mu.Unlock()
+				continue
+			}
+			if rec.Event == nil && rec.ID == "" {
 				continue
 			}
 			select {
@@ -122,9 +138,11 @@ type RelayRejection struct {
 func (r *relayPool) Status() []RelayStatus {
 	st := r.p.Status()
 	out := make([]RelayStatus, len(st))
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for i, s := range st {
 		out[i] = RelayStatus{
-			URL: s.URL, Connected: s.Connected, EOSE: s.EOSESeen, Reconnects: s.Reconnects,
+			URL: s.URL, Connected: s.Connected, EOSE: s.EOSESeen && r.passed[s.URL], Reconnects: s.Reconnects,
 			LastMessage: s.LastMessageAt, LastError: s.LastError, PublishBackoffUntil: s.PublishBackoffUntil,
 			REQs: s.REQs, Interests: s.Choices,
 		}

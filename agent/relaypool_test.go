@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -120,4 +121,54 @@ func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestRelayPoolEOSEWaitsForTheEventsBeforeIt: a relay counts as synced
+// (rule 10) only once every stored event it served before its EOSE has been
+// handed to the agent. agent/relay marks EOSE as soon as the frame arrives,
+// while the events ahead of it may still wait in its receive buffer.
+func TestRelayPoolEOSEWaitsForTheEventsBeforeIt(t *testing.T) {
+	r := relaytest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	conn, err := nostr.RelayConnect(ctx, r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := nostr.GeneratePrivateKey()
+	const stored = 20
+	for i := range stored {
+		if err := conn.Publish(ctx, *signedNote(t, sk, fmt.Sprintf("stored %d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+
+	cfg := relay.DefaultConfig()
+	cfg.URLs = []string{r.URL()}
+	rc, err := newRelayPool(cfg, relay.Options{Filters: []nostr.Filter{{Kinds: []int{1}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan relay.Received) // nobody reads yet: the agent is busy
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = rc.Run(ctx, out) }()
+	defer func() { cancel(); wg.Wait() }()
+
+	waitFor(t, 10*time.Second, "the relay layer's EOSE", func() bool {
+		st := rc.p.Status()
+		return len(st) == 1 && st[0].EOSESeen
+	})
+	if n := eoseCount(rc); n != 0 {
+		t.Fatalf("relay counted as synced (EOSE) with its %d stored events still unread, want not yet", stored)
+	}
+	for i := range stored {
+		select {
+		case <-out:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("got %d of %d stored events", i, stored)
+		}
+	}
+	waitFor(t, 10*time.Second, "EOSE once the stored events were handed over", func() bool { return eoseCount(rc) == 1 })
 }
