@@ -40,9 +40,8 @@ func stepSpec(primary string, standbys ...string) lease.Spec {
 // (granted at t0, held by primary, second standby second) and its keys.
 func firstStandby(t *testing.T, t0 time.Time, primary, second *identity.Keys) (*Agent, *identity.Keys) {
 	t.Helper()
-	key := nostr.GeneratePrivateKey()
-	self, _ := identity.NewKeys(key)
-	a := newStepAgent(t, stepOpts{key: key})
+	a := newStepAgent(t, stepOpts{})
+	self := a.keys
 	spec := stepSpec(primary.PublicKey(), self.PublicKey(), second.PublicKey())
 	feedInput(a, t0, input{grant: &spec})
 	return a, self

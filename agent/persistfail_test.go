@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/agent/relay"
@@ -57,10 +56,9 @@ func claimInput(t *testing.T, a *Agent, now time.Time, claimer *identity.Keys, w
 func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	key := nostr.GeneratePrivateKey()
-	self, _ := identity.NewKeys(key)
+	a := newStepAgent(t, stepOpts{})
+	self := a.keys
 	standby := newTestKeys(t)
-	a := newStepAgent(t, stepOpts{key: key})
 	b := a.backend.(*memBackend)
 	defer a.act.wait()
 	t0 := time.Now()
@@ -148,9 +146,8 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 func TestSaveMetaMarksRowsSavedAfterCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	key := nostr.GeneratePrivateKey()
-	self, _ := identity.NewKeys(key)
-	a := newStepAgent(t, stepOpts{key: key})
+	a := newStepAgent(t, stepOpts{})
+	self := a.keys
 	spec := stepSpec(self.PublicKey(), newTestKeys(t).PublicKey())
 	if _, err := a.m.Track(time.Now(), spec); err != nil { // in memory only
 		t.Fatal(err)
@@ -214,10 +211,9 @@ func TestFutureCursorHealedAtStart(t *testing.T) {
 func TestShutdownCommitsTheBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	key := nostr.GeneratePrivateKey()
-	self, _ := identity.NewKeys(key)
+	a := newStepAgent(t, stepOpts{})
+	self := a.keys
 	standby := newTestKeys(t)
-	a := newStepAgent(t, stepOpts{key: key})
 	defer a.act.wait()
 	t0 := time.Now()
 	n := 2*commitBatch + 10
@@ -253,10 +249,9 @@ func TestShutdownCommitsTheBacklog(t *testing.T) {
 func TestSaveMetaWritesARowOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	key := nostr.GeneratePrivateKey()
-	self, _ := identity.NewKeys(key)
+	a := newStepAgent(t, stepOpts{})
+	self := a.keys
 	standby := newTestKeys(t)
-	a := newStepAgent(t, stepOpts{key: key})
 	defer a.act.wait()
 	primary := newTestKeys(t)
 	s := stepSpec(primary.PublicKey(), self.PublicKey())
