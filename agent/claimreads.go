@@ -51,7 +51,7 @@ func (q *claimReads) add(r lease.ReadClaims) {
 	}
 }
 
-// due removes and returns up to max requests due at now, and the time the
+// due removes and returns up to limit requests due at now, and the time the
 // earliest remaining one is due (zero: none left).
 func (q *claimReads) due(now time.Time, limit int) (out []lease.ReadClaims, next time.Time) {
 	q.mu.Lock()

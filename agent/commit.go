@@ -35,9 +35,9 @@ func (a *Agent) commit(ctx context.Context, now time.Time, effs []lease.Effect, 
 //     lock held by another process delays or loses a fence.
 //   - The workloads the effects concern (their current snapshots), the
 //     outbox rows of their outbox effects (revocations, withdrawn markers,
-//     announcements) and the created_at of their claims
-//     are committed in one transaction that waits at most CommitWait for the
-//     database.
+//     announcements) and the created_at of their claims are committed in
+//     one transaction that waits at most CommitWait for the database (per
+//     batch of commitBatch workloads for a bigger step: backlog.go).
 //   - Only then are the effects that need their state persisted performed
 //     (starts, respawns, claim-step requests; revocations count as queued),
 //     and the cursor tokens of the step's inputs finished. A start the

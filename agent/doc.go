@@ -19,7 +19,9 @@
 //     state, and workloads die with the agent.
 //   - The workloads the step concerns, the outbox rows of its revocations
 //     and its claims' created_at are committed in one transaction that
-//     waits at most Config.CommitWait for the database.
+//     waits at most Config.CommitWait for the database; a step concerning
+//     more than commitBatch workloads is committed one batch of whole
+//     workloads per loop turn (backlog.go).
 //   - Then StartWorkload, AttemptRespawn, the claim step (PublishClaim,
 //     WithdrawClaim, ReadClaims) and the revocations' accounting run, in
 //     order, and the cursor tokens of the step's inputs are finished. A

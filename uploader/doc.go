@@ -4,7 +4,8 @@
 //
 // Split/AddFile cut a file into fixed-size, sha256-addressed tiles; Store keeps
 // them with their status and a per-tile upload_attempts counter; the Blossom
-// uploader PUTs pending tiles with bounded concurrency; RetryUploader wraps any
-// Uploader with a bounded in-call retry loop and a per-tile give-up budget. BuildUploader composes them from Config, and
-// Restore downloads, verifies and reassembles a file from its Manifest.
+// uploader PUTs pending tiles with bounded concurrency; RetryUploader wraps
+// any Uploader with a bounded in-call retry loop and a per-tile give-up
+// budget. BuildUploader composes them from Config, and Restore downloads,
+// verifies and reassembles a file from its Manifest.
 package uploader

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// Uploader uploads a store's pending tiles. The Blossom uploader and the RetryUploader decorator both
-// implement it, so either can be used where the other is expected.
+// Uploader uploads a store's pending tiles. The Blossom uploader and the
+// RetryUploader decorator both implement it, so either can be used where
+// the other is expected.
 type Uploader interface {
 	// UploadPending uploads the pending tiles the request selects, marks the
 	// accepted ones uploaded and reports a per-tile verdict. A server that
