@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,6 +136,7 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	rss := rssMiB()
 	b.Logf("workloads=%d: all Live %.1fs after start, RSS %.0f MiB (baseline %.0f), heap %.0f MiB",
 		n, toLive.Seconds(), rss, base, float64(ms.HeapInuse)/(1<<20))
+	writeHeapProfile(b, n)
 
 	// 2. Soak with 1 s heartbeats.
 	b.StartTimer()
@@ -585,4 +587,22 @@ func TestForeignPublisherChild(t *testing.T) {
 	}
 	wg.Wait()
 	fmt.Printf("foreign-done accepted=%d failed=%d\n", accepted.Load(), failed.Load())
+}
+
+// writeHeapProfile writes the live heap once every workload is Live to
+// $SCALE_HEAP_PROFILE.<n> when that is set (-memprofile only sees the heap
+// after the agent stopped).
+func writeHeapProfile(b *testing.B, n int) {
+	p := os.Getenv("SCALE_HEAP_PROFILE")
+	if p == "" {
+		return
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%d", p, n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
 }
