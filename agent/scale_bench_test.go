@@ -43,8 +43,8 @@ import (
 //     it (after runtime.GC) against rss-MiB;
 //  3. the largest heartbeat event (max-event-bytes, agent_heartbeat_event_bytes)
 //     and events a beat (beat-events); relay-rejections are the agent's
-//     publishes some relay did not accept (relay_publish_total, outcome not
-//     accepted) up to here and through the restart, and
+//     publishes some relay did not accept (relay_publish_total, outcome
+//     neither accepted nor muted) up to here and through the restart, and
 //     relay-limit-refusals what the relays refused for strfry's limits
 //     (event too large, too many REQs, filter item too large);
 //  4. a graceful stop and a new agent on the same database, until all N are
@@ -150,7 +150,7 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	}
 	maxEvent := testutil.ToFloat64(sa.a.met.beatBytes)
 	beatEvents := testutil.ToFloat64(sa.a.met.beatEvents)
-	rejected := sa.publishNotAccepted(b)
+	rejected, _ := sa.publishNotAccepted(b)
 	b.Logf("workloads=%d: publish outcomes %v", n, publishOutcomes(b, sa.reg))
 	b.Logf("workloads=%d: after a %v soak RSS %.0f MiB (%+.1f%%); beat of %v events, largest %v bytes; %v publishes not accepted",
 		n, soak, soakRSS, growth, beatEvents, maxEvent, rejected)
@@ -168,7 +168,8 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	restartToLive := time.Since(began)
 	b.StopTimer()
 	time.Sleep(3 * lcfg.HeartbeatInterval)
-	rejected += sa.publishNotAccepted(b)
+	more, _ := sa.publishNotAccepted(b)
+	rejected += more
 	b.Logf("workloads=%d: restarted agent's publish outcomes %v", n, publishOutcomes(b, sa.reg))
 	limitRefusals := 0
 	for _, r := range rs {
