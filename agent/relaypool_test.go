@@ -131,21 +131,21 @@ func TestRelayPoolEOSEWaitsForTheEventsBeforeIt(t *testing.T) {
 	r := relaytest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	conn, err := nostr.RelayConnect(ctx, r.URL())
+	cfg := relay.DefaultConfig()
+	cfg.URLs = []string{r.URL()}
+	pub, err := newRelayPool(cfg, relay.Options{}) // go-nostr's own client races in Close
 	if err != nil {
 		t.Fatal(err)
 	}
 	sk := nostr.GeneratePrivateKey()
 	const stored = 20
 	for i := range stored {
-		if err := conn.Publish(ctx, *signedNote(t, sk, fmt.Sprintf("stored %d", i))); err != nil {
-			t.Fatal(err)
+		if res := pub.Publish(ctx, signedNote(t, sk, fmt.Sprintf("stored %d", i))); res.AcceptedCount() != 1 {
+			t.Fatalf("storing event %d: %s", i, res.Refusals())
 		}
 	}
-	conn.Close()
+	pub.p.Close()
 
-	cfg := relay.DefaultConfig()
-	cfg.URLs = []string{r.URL()}
 	rc, err := newRelayPool(cfg, relay.Options{Filters: []nostr.Filter{{Kinds: []int{1}}}})
 	if err != nil {
 		t.Fatal(err)
