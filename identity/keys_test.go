@@ -148,3 +148,24 @@ func mustGetPublicKey(t *testing.T, sk string) string {
 	}
 	return pk
 }
+
+// TestSignedEventsVerify: what Keys signs verifies (the pure-Go signer skips
+// btcec's own check after signing), for many keys and contents.
+func TestSignedEventsVerify(t *testing.T) {
+	for i := range 200 {
+		k, err := NewKeys(nostr.GeneratePrivateKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := nostr.Event{Kind: 1, CreatedAt: nostr.Timestamp(1_700_000_000 + i), Content: strings.Repeat("x", i), Tags: nostr.Tags{{"d", "w"}}}
+		if err := k.Sign(&ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.PubKey != k.PublicKey() {
+			t.Fatalf("signed event pubkey %s, want %s", ev.PubKey, k.PublicKey())
+		}
+		if ok, err := ev.CheckSignature(); !ok || err != nil {
+			t.Fatalf("event %d signed by %v does not verify: %v", i, k, err)
+		}
+	}
+}

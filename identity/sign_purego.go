@@ -39,7 +39,11 @@ func (k *Keys) sign(ev *nostr.Event) error {
 	}
 	ev.PubKey = k.public
 	h := sha256.Sum256(ev.Serialize())
-	sig, err := schnorr.Sign(k.signer.sk, h[:])
+	// FastSign skips btcec's verification of the signature it just made (two
+	// thirds of the cost: 15 of 23 s of CPU signing the 100,000 revocations
+	// of a mass eviction); TestSignedEventsVerify and every relay's own check
+	// still verify what we sign.
+	sig, err := schnorr.Sign(k.signer.sk, h[:], schnorr.FastSign())
 	if err != nil {
 		return errors.New("sign event: signing failed")
 	}
