@@ -23,6 +23,7 @@ import (
 
 	"provideragent/heartbeat"
 	"provideragent/identity"
+	"provideragent/agent/relay"
 	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
@@ -273,7 +274,9 @@ func countRefusedForLimits(r *relaytest.Relay) int {
 	return n
 }
 
-// publishOutcomes are relay_publish_total's counts by outcome.
+// publishOutcomes are relay_publish_total's counts by outcome, and by
+// reason too for the outcomes other than accepted and muted
+// ("timed_out/no_ok").
 func publishOutcomes(tb testing.TB, reg prometheus.Gatherer) map[string]float64 {
 	tb.Helper()
 	mfs, err := reg.Gather()
@@ -286,11 +289,18 @@ func publishOutcomes(tb testing.TB, reg prometheus.Gatherer) map[string]float64 
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "outcome" && m.GetCounter().GetValue() > 0 {
-					out[lp.GetValue()] += m.GetCounter().GetValue()
-				}
+			if m.GetCounter().GetValue() == 0 {
+				continue
 			}
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			key := labels["outcome"]
+			if key != string(relay.OutcomeAccepted) && key != string(relay.OutcomeMuted) {
+				key += "/" + labels["reason"]
+			}
+			out[key] += m.GetCounter().GetValue()
 		}
 	}
 	return out

@@ -173,7 +173,7 @@ func (sa *scaleAgent) publishNotAccepted(t testing.TB) (total float64, byOutcome
 	for _, n := range byOutcome {
 		total += n
 	}
-	return total, byOutcome
+	return total, byOutcome // by outcome and reason
 }
 
 // refusedForLimits lists what a strfry-emulated relay refused for its
