@@ -21,9 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/identity"
-	"provideragent/agent/relay"
 	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
