@@ -171,3 +171,22 @@ func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
+
+// The agent-file flags may come before the subcommand, as for courier and
+// workloads: the subcommand falls back to them.
+func TestTilesTakesAgentFilesBeforeTheSubcommand(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ckpt.bin")
+	if err := os.WriteFile(file, []byte("checkpoint"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errb := tilesRun(t, "tiles", "--data-dir", dir, "add", file, "--workload", "w"); code != 0 {
+		t.Fatalf("tiles --data-dir D add = %d, %q %q, want 0", code, out, errb)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "provider-agent.db")); err != nil {
+		t.Fatalf("tiles --data-dir D add did not use D's database: %v", err)
+	}
+	if code, out, errb := tilesRun(t, "tiles", "--data-dir", dir, "list"); code != 0 || !strings.Contains(out, "pending") {
+		t.Fatalf("tiles --data-dir D list = %d, %q %q, want the pending tile", code, out, errb)
+	}
+}
