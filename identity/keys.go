@@ -30,42 +30,79 @@ var (
 // a NIP-19 "nsec1..." string and returns it as 64 lowercase hex characters.
 // Surrounding white space is ignored. The error never echoes the input.
 func ParseSecretKey(s string) (string, error) {
+	raw, err := secretForm.decode(s)
+	if err != nil {
+		return "", err
+	}
+	var scalar btcec.ModNScalar
+	if overflow := scalar.SetByteSlice(raw); overflow || scalar.IsZero() {
+		return "", secretForm.errorf("out of range for secp256k1")
+	}
+	return hex.EncodeToString(raw), nil
+}
+
+// keyForm is one kind of key the parsers accept: 64 hex characters or its
+// NIP-19 form.
+type keyForm struct {
+	what, prefix     string // "secret key", "nsec"
+	other, otherWhat string // the other kind's prefix and name, refused by name
+	// echo: a bad input may be quoted in the error (a public key; a secret
+	// key never is).
+	echo bool
+	err  error
+}
+
+var (
+	secretForm = keyForm{what: "secret key", prefix: "nsec", other: "npub", otherWhat: "public key", err: ErrBadSecretKey}
+	publicForm = keyForm{what: "public key", prefix: "npub", other: "nsec", otherWhat: "secret key", echo: true, err: ErrBadPublicKey}
+)
+
+// errorf is "parse <what>: <format>" wrapping the form's error.
+func (f keyForm) errorf(format string, args ...any) error {
+	return fmt.Errorf("parse "+f.what+": "+format+": %w", append(args, f.err)...)
+}
+
+// decode parses s (surrounding white space ignored) into the key's 32
+// bytes.
+func (f keyForm) decode(s string) ([]byte, error) {
 	s = strings.TrimSpace(s)
+	lower := strings.ToLower(s)
 	var raw []byte
 	switch {
 	case s == "":
-		return "", fmt.Errorf("parse secret key: empty: %w", ErrBadSecretKey)
-	case strings.HasPrefix(strings.ToLower(s), "nsec1"):
-		prefix, v, err := nip19.Decode(strings.ToLower(s))
-		if err != nil || prefix != "nsec" {
-			// err may quote the input (bech32 checksum messages do): drop it.
-			return "", fmt.Errorf("parse secret key: invalid nsec (bad bech32 or checksum): %w", ErrBadSecretKey)
-		}
+		return nil, f.errorf("empty")
+	case strings.HasPrefix(lower, f.prefix+"1"):
+		prefix, v, err := nip19.Decode(lower)
 		h, ok := v.(string)
-		if !ok {
-			return "", fmt.Errorf("parse secret key: invalid nsec payload: %w", ErrBadSecretKey)
+		switch {
+		case (err != nil || prefix != f.prefix) && f.echo:
+			return nil, f.errorf("invalid %s %q", f.prefix, s)
+		case err != nil || prefix != f.prefix:
+			// err may quote the input (bech32 checksum messages do): drop it.
+			return nil, f.errorf("invalid %s (bad bech32 or checksum)", f.prefix)
+		case !ok && f.echo:
+			return nil, f.errorf("invalid %s payload %q", f.prefix, s)
+		case !ok:
+			return nil, f.errorf("invalid %s payload", f.prefix)
 		}
 		raw, _ = hex.DecodeString(h)
-	case strings.HasPrefix(strings.ToLower(s), "npub1"):
-		return "", fmt.Errorf("parse secret key: got an npub (public key) where a secret key is required: %w", ErrBadSecretKey)
+	case strings.HasPrefix(lower, f.other+"1"):
+		// Never echoed: it may be a secret key given by mistake.
+		return nil, f.errorf("got an %s (%s) where a %s is required", f.other, f.otherWhat, f.what)
 	default:
 		if len(s) != 64 {
-			return "", fmt.Errorf("parse secret key: want 64 hex characters or nsec, got %d characters: %w", len(s), ErrBadSecretKey)
+			return nil, f.errorf("want 64 hex characters or %s, got %d characters", f.prefix, len(s))
 		}
 		b, err := hex.DecodeString(s)
 		if err != nil {
-			return "", fmt.Errorf("parse secret key: not hex: %w", ErrBadSecretKey)
+			return nil, f.errorf("not hex")
 		}
 		raw = b
 	}
 	if len(raw) != 32 {
-		return "", fmt.Errorf("parse secret key: want 32 bytes, got %d: %w", len(raw), ErrBadSecretKey)
+		return nil, f.errorf("want 32 bytes, got %d", len(raw))
 	}
-	var scalar btcec.ModNScalar
-	if overflow := scalar.SetByteSlice(raw); overflow || scalar.IsZero() {
-		return "", fmt.Errorf("parse secret key: out of range for secp256k1: %w", ErrBadSecretKey)
-	}
-	return hex.EncodeToString(raw), nil
+	return raw, nil
 }
 
 // ParsePublicKey accepts a public key as 64 hex characters (either case) or as
@@ -131,36 +168,9 @@ func (c *stringCache) put(k, v string) {
 }
 
 func publicKeyHexSlow(s string) (string, error) {
-	s = strings.TrimSpace(s)
-	var raw []byte
-	switch {
-	case s == "":
-		return "", fmt.Errorf("parse public key: empty: %w", ErrBadPublicKey)
-	case strings.HasPrefix(strings.ToLower(s), "npub1"):
-		prefix, v, err := nip19.Decode(strings.ToLower(s))
-		if err != nil || prefix != "npub" {
-			return "", fmt.Errorf("parse public key: invalid npub %q: %w", s, ErrBadPublicKey)
-		}
-		h, ok := v.(string)
-		if !ok {
-			return "", fmt.Errorf("parse public key: invalid npub payload %q: %w", s, ErrBadPublicKey)
-		}
-		raw, _ = hex.DecodeString(h)
-	case strings.HasPrefix(strings.ToLower(s), "nsec1"):
-		// Do not echo: this is a secret key given by mistake.
-		return "", fmt.Errorf("parse public key: got an nsec (secret key) where a public key is required: %w", ErrBadPublicKey)
-	default:
-		if len(s) != 64 {
-			return "", fmt.Errorf("parse public key: want 64 hex characters or npub, got %d characters: %w", len(s), ErrBadPublicKey)
-		}
-		b, err := hex.DecodeString(s)
-		if err != nil {
-			return "", fmt.Errorf("parse public key: not hex: %w", ErrBadPublicKey)
-		}
-		raw = b
-	}
-	if len(raw) != 32 {
-		return "", fmt.Errorf("parse public key: want 32 bytes, got %d: %w", len(raw), ErrBadPublicKey)
+	raw, err := publicForm.decode(s)
+	if err != nil {
+		return "", err
 	}
 	return hex.EncodeToString(raw), nil
 }
