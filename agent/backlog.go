@@ -131,17 +131,25 @@ func done(ps []*piece) []store.Token {
 	return out
 }
 
-// flatten lists the pieces' effects in order, with and without their times.
+// flatten lists the pieces' effects in order, with and without their
+// times, and their workloads.
 func flatten(ps []*piece) ([]timedEffect, []lease.Effect, []string) {
 	var timed []timedEffect
 	var plain []lease.Effect
-	ids := make([]string, 0, len(ps))
 	for _, p := range ps {
-		ids = append(ids, p.id)
 		timed = append(timed, p.effs...)
 		for _, te := range p.effs {
 			plain = append(plain, te.e)
 		}
 	}
-	return timed, plain, ids
+	return timed, plain, pieceIDs(ps)
+}
+
+// pieceIDs are the workloads of ps, in order.
+func pieceIDs(ps []*piece) []string {
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.id
+	}
+	return ids
 }

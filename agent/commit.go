@@ -61,11 +61,7 @@ func (a *Agent) commitStep(ctx context.Context, now time.Time, effs []lease.Effe
 	}
 	a.performEarly(ctx, now, effs)
 	pieces, g := a.commits.bl.split(now, effs, toks)
-	ids := make([]string, len(pieces))
-	for i, p := range pieces {
-		ids[i] = p.id
-	}
-	a.refreshPolicy(ids)
+	a.refreshPolicy(pieceIDs(pieces))
 	if len(pieces) > commitBatch {
 		// The rest waits in the backlog, committed one batch per turn of
 		// the machine loop (backlog.go).
