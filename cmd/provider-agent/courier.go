@@ -29,9 +29,7 @@ func init() {
 	register(command{
 		name:    "courier",
 		summary: "operate the durable outbox: send, list, show, resend, flush, dlq",
-		run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-			return courierGroup.run(ctx, args, stdout, stderr)
-		},
+		run:     courierGroup.run,
 	})
 }
 

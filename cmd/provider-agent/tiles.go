@@ -27,9 +27,7 @@ func init() {
 	register(command{
 		name:    "tiles",
 		summary: "checkpoint tiles: add a file, list, upload to Blossom, reset a given-up tile, restore",
-		run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-			return tilesGroup.run(ctx, args, stdout, stderr)
-		},
+		run:     tilesGroup.run,
 	})
 }
 

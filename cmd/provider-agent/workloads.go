@@ -23,9 +23,7 @@ func init() {
 	register(command{
 		name:    "workloads",
 		summary: "list, show, grant (local operator lease) and release workloads",
-		run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-			return workloadsGroup.run(ctx, args, stdout, stderr)
-		},
+		run:     workloadsGroup.run,
 	})
 }
 
@@ -75,15 +73,11 @@ var workloadsGroup = group{name: "workloads", usage: workloadsUsage, subs: []sub
 // openAgentDB opens the agent's database with the agent's migrations
 // applied; only create (grant) makes a missing one.
 func openAgentDB(ctx context.Context, files *agentFiles, create bool) (*sql.DB, string, error) {
-	var db *sql.DB
-	_, path, _, err := openDBFor(ctx, files, create, func(ctx context.Context, d *sql.DB) (struct{}, error) {
-		db = d
-		return struct{}{}, agent.Migrate(ctx, d)
+	// The caller closes db (openDBFor's close func is not used).
+	db, path, _, err := openDBFor(ctx, files, create, func(ctx context.Context, db *sql.DB) (*sql.DB, error) {
+		return db, agent.Migrate(ctx, db)
 	})
-	if err != nil {
-		return nil, path, err
-	}
-	return db, path, nil
+	return db, path, err
 }
 
 func runWorkloadsList(ctx context.Context, files *agentFiles, args []string, stdout, _ io.Writer) error {
