@@ -51,7 +51,9 @@ type relayPool struct {
 	// agent/relay sets Status.EOSESeen before its marker (and the events
 	// ahead of it in Received's buffer) reach Run, so EOSE alone would let
 	// the agent count a relay as synced (rule 10) while stored events it
-	// served sit unread.
+	// served sit unread. It is not reset on a reconnect: after one, a
+	// relay's EOSE can read true before the new connection's marker passed;
+	// the sync a restored machine waits for (syncRelays) is the first.
 	passed map[string]bool
 }
 
