@@ -179,9 +179,9 @@ func BenchmarkObserve(b *testing.B) {
 	}
 }
 
-// The seed's algorithm (seeds/004, durable_workload.rs `tick`), ported
-// faithfully: every workload scans every observation and builds a set of
-// live relays.
+// The naive algorithm this machine replaced (a per-workload tick), kept
+// as the benchmark's baseline: every workload scans every observation and
+// builds a set of live relays.
 
 type seedObs struct {
 	providerNpub   string

@@ -14,8 +14,8 @@ var ErrUnknownToken = errors.New("unknown cursor token")
 type Token uint64
 
 // CursorTracker computes a relay subscription's safe resume point when
-// events are processed concurrently and finish out of order (DESIGN.md,
-// "Cursor"). A point is an event's created_at in unix seconds.
+// events are processed concurrently and finish out of order (README,
+// "Relay connections"). A point is an event's created_at in unix seconds.
 //
 // Safe is the highest point below which every registered event has
 // finished: the smallest point still in flight, or, with nothing in flight,

@@ -7,10 +7,11 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestCursorSeedWalkthrough replays the example of seeds/002 (ADR 0001,
-// "Track minimum pending block") with the design's fix: once the oldest
-// point finishes, the cursor jumps past every finished point above it (the
-// seed persisted 100 at step 9; the fixed rule gives 102).
+// TestCursorSeedWalkthrough replays a min-pending-point walkthrough
+// ("track the minimum pending point") with this tracker's rule: once the
+// oldest point finishes, the cursor jumps past every finished point above
+// it (a plain minimum-pending tracker would persist 100 at step 9; this
+// one gives 102).
 func TestCursorSeedWalkthrough(t *testing.T) {
 	c := NewCursorTracker(0)
 	tok := map[string]Token{}
