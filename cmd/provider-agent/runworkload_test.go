@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,7 +79,13 @@ type runningAgent struct {
 
 func (s *agentSetup) start(t *testing.T) *runningAgent {
 	t.Helper()
-	args := append([]string{"run", "--data-dir", s.dataDir, "--listen", "127.0.0.1:0"}, s.relayArgs...)
+	return s.startOn(t, "127.0.0.1:0")
+}
+
+// startOn is start with /status and /metrics on listen.
+func (s *agentSetup) startOn(t *testing.T, listen string) *runningAgent {
+	t.Helper()
+	args := append([]string{"run", "--data-dir", s.dataDir, "--listen", listen}, s.relayArgs...)
 	r := &runningAgent{cmd: exec.Command(s.bin, args...), stderr: &lockedBuffer{}, done: make(chan error, 1)}
 	r.cmd.Env = runEnv()
 	r.cmd.Stderr = r.stderr
@@ -261,18 +268,30 @@ func TestRunRestartKillsLeftoversBeforeTheDatabase(t *testing.T) {
 func TestSecondRunOnADataDirRefuses(t *testing.T) {
 	t.Parallel()
 	s := newAgentSetup(t)
-	first := s.start(t)
+	// The first run listens where a second one with the same config would
+	// (the usual case: both on the default port).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	first := s.startOn(t, listen)
 	ps := pids(t, s.pidFile, treePids)
 	t.Cleanup(func() { killIfOurs(ps) })
 
-	second := s.start(t)
-	err := second.wait(t)
-	msg := strings.TrimSpace(second.stderr.String())
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
-		t.Fatalf("second run = %v, want exit 1\nstderr:\n%s", err, msg)
-	}
-	if want := "pid " + strconv.Itoa(first.cmd.Process.Pid); !strings.Contains(msg, want) || strings.Contains(msg, "\n") {
-		t.Errorf("second run's error = %q, want one line naming %q", msg, want)
+	// Another port: refused by the data dir's lock. The same port: refused
+	// at the listener, which comes first, and named the same way.
+	for _, l := range []string{"127.0.0.1:0", listen} {
+		second := s.startOn(t, l)
+		err := second.wait(t)
+		msg := strings.TrimSpace(second.stderr.String())
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+			t.Fatalf("second run on %s = %v, want exit 1\nstderr:\n%s", l, err, msg)
+		}
+		if want := "pid " + strconv.Itoa(first.cmd.Process.Pid); !strings.Contains(msg, want) || strings.Contains(msg, "\n") {
+			t.Errorf("second run's error (--listen %s) = %q, want one line naming %q", l, msg, want)
+		}
 	}
 	for _, pid := range ps {
 		if !running(pid) {
