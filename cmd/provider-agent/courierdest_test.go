@@ -141,6 +141,22 @@ func TestCourierRefusesToPostNostrReceipts(t *testing.T) {
 	if !strings.Contains(r.stdout, "acknowledged 1") {
 		t.Errorf("courier dlq replay --relays = %q, want the dead revocation acknowledged", r.stdout)
 	}
+	// An http receipt is never published to relays: --relays refuses it,
+	// names it and leaves it pending.
+	plain := filepath.Join(t.TempDir(), "order.txt")
+	if err := os.WriteFile(plain, []byte("order 7"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sent := must(t, nil, "courier", "send", plain, "--sender", "ops", "--destination", "http", "--data-dir", dir)
+	httpID := strings.Fields(sent.stdout)[0]
+	r = cli(t, nil, append([]string{"courier", "flush", "--relays"}, args...)...)
+	if r.code != 1 || !strings.Contains(r.stderr, httpID) || !strings.Contains(r.stderr, "destination http") {
+		t.Errorf("courier flush --relays with a due http receipt = exit %d %q %q, want exit 1 naming %s and its destination http",
+			r.code, r.stdout, r.stderr, httpID)
+	}
+	if show := must(t, nil, "courier", "show", httpID, "--data-dir", dir); !strings.Contains(show.stdout, "pending") {
+		t.Errorf("courier show %s after flush --relays = %q, want it still pending", httpID, show.stdout)
+	}
 	for _, ev := range events {
 		c := relaytest.Dial(t, relays[0].URL())
 		c.Send(nostr.ReqEnvelope{SubscriptionID: "r", Filters: nostr.Filters{{IDs: []string{ev.ID}}}})
