@@ -278,7 +278,7 @@ func (s *Sim) InjectForged(r RelayID, f ForgedEvent) {
 	if !s.relays[r].up {
 		return
 	}
-	ev := &Event{ID: s.newEventID(), Author: f.Author, CreatedAt: f.At, Forged: f.BadSig, SentAt: s.now}
+	ev := &Event{ID: s.newEventID(), Author: f.Author, CreatedAt: f.At, Forged: f.BadSig, Injected: true, SentAt: s.now}
 	if f.Revocation {
 		ev.Kind, ev.D = KindRevocation, f.Workload
 		ev.Body = LeaseRevocation{Workload: f.Workload, Epoch: 1, Successor: ProviderKey(f.Author)}

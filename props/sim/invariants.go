@@ -65,7 +65,9 @@ func SingleWriter(w string, m int) Checker {
 }
 
 // storedEpochEvidence counts the relays that store an active claim or an
-// announcement of workload w at an epoch above e.
+// announcement of workload w at an epoch above e, made by a provider of the
+// world (a relay's injected events, valid signature or not, are no
+// evidence that any provider held that epoch).
 func (s *Sim) storedEpochEvidence(w string, e uint64) int {
 	n := 0
 	for _, rs := range s.relays {
@@ -85,7 +87,7 @@ func (s *Sim) storedEpochEvidence(w string, e uint64) int {
 			default:
 				continue
 			}
-			if we > e && !ev.Forged {
+			if we > e && !ev.Injected {
 				n++
 				break
 			}

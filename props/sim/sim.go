@@ -65,6 +65,10 @@ type Event struct {
 	// Forged marks an event whose signature does not verify (a relay
 	// serving garbage): nodes must reject it before it touches anything.
 	Forged bool
+	// Injected marks an event a relay serves that no provider of the world
+	// made (InjectForged), signature valid or not: never evidence that an
+	// epoch was held.
+	Injected bool
 }
 
 // Config sizes the simulated world and its healthy-network behaviour.
