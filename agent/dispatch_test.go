@@ -1,28 +1,88 @@
 package agent
 
 import (
+	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/agent/relay"
 	"provideragent/lease"
 	"provideragent/lease/leasetest"
 )
 
-// TestAgentPerformsEveryEffectByItsClass: the agent handles every lease
-// effect type (a new one cannot fall through as "other"), and queues an
-// outbox event exactly for the effects lease.DurabilityOf puts in the
-// outbox (props/sim's LeaseNode is held to the same table:
-// TestLeaseNodePerformsEveryEffectByItsClass), so the two drivers cannot
-// perform an effect differently.
-func TestAgentPerformsEveryEffectByItsClass(t *testing.T) {
-	a := newStepAgent(t, stepOpts{})
+// countingPool is a RelayPool (never run) that counts what the agent asks
+// of the relays directly: publishes and claim reads. The outbox's sends go
+// through the courier, not through here.
+type countingPool struct {
+	RelayPool
+	mu        sync.Mutex
+	published int
+	reads     int
+}
+
+func (p *countingPool) Publish(context.Context, *nostr.Event) relay.PublishResult {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.published++
+	return relay.PublishResult{}
+}
+
+func (p *countingPool) QueryFilters(context.Context, []nostr.Filter) ([]relay.Received, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reads++
+	return nil, 0
+}
+
+// TestAgentPerformsEveryEffectAsWanted: every example effect, committed
+// and performed alone through the agent's step path (commitStep: the
+// outbox rows in the step's transaction, then lease.Perform) with its
+// workload running, does what leasetest.Want says: the table
+// props/sim's TestLeaseNodePerformsEveryEffectAsWanted holds the simulator
+// to. It fails if the agent performs any effect differently from the
+// simulator (a withdrawn marker published directly instead of queued in
+// the outbox, say). Counted: backend starts and stops, rows in the real
+// SQLite outbox, direct publishes, and claim reads queued for the batching
+// loop. The agent's effect metric names every effect type.
+func TestAgentPerformsEveryEffectAsWanted(t *testing.T) {
 	for _, e := range leasetest.Effects() {
-		if effectType(e) == "other" {
-			t.Errorf("effectType(%T) = other: the agent does not know this effect", e)
-		}
-		_, _, err := a.outboxEvent(e, time.Unix(1_800_000_000, 0), "")
-		if outbox := lease.DurabilityOf(e) == lease.Outbox; (err == nil) != outbox {
-			t.Errorf("outboxEvent(%T) error = %v, want an outbox event exactly when DurabilityOf is outbox (%v)", e, err, lease.DurabilityOf(e))
-		}
+		t.Run(fmt.Sprintf("%T", e), func(t *testing.T) {
+			if effectType(e) == "other" {
+				t.Errorf("effectType(%T) = other: the agent's metric does not name this effect", e)
+			}
+			pool := &countingPool{}
+			a := newStepAgent(t, stepOpts{pool: pool})
+			be := a.backend.(*memBackend)
+			ctx := context.Background()
+			now := time.Now()
+			if err := a.commit(ctx, now, []lease.Effect{lease.StartWorkload{ID: "w1", Epoch: 1}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 10*time.Second, "w1 running", func() bool { return be.Running("w1") })
+			starts, stops := be.counts()
+			if err := a.commit(ctx, now, []lease.Effect{e}, nil); err != nil {
+				t.Fatalf("commit(%s) = %v", e, err)
+			}
+			a.act.idle(t)
+			a.fgWG.Wait()
+			st, err := a.outbox.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s2, p2 := be.counts()
+			a.reads.mu.Lock()
+			reads := len(a.reads.queue)
+			a.reads.mu.Unlock()
+			pool.mu.Lock()
+			did := leasetest.Did{Started: s2 - starts, Stopped: p2 - stops, Queued: st.Pending, Published: pool.published, ClaimReads: reads + pool.reads}
+			pool.mu.Unlock()
+			if want := leasetest.Want(e); did != want {
+				t.Errorf("commit(%s) did %+v, want %+v (lease.DurabilityOf: %s)", e, did, want, lease.DurabilityOf(e))
+			}
+		})
 	}
 }

@@ -126,88 +126,124 @@ func (a *Agent) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
 	return rows
 }
 
-// perform runs effects in order; backend work and network waits go to
-// owned goroutines that report back as inputs. stamps[i] is the created_at
-// commit assigned to claim effect i (nil or zero: now).
+// perform runs effects in order through lease.Perform (the table the
+// simulator shares); backend work and network waits go to owned goroutines
+// that report back as inputs. stamps[i] is the created_at commit assigned
+// to claim effect i (nil or zero: now).
 func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect, stamps []time.Time) {
-	heldChanged := false
-	word := a.fenceWording(now)
+	p := &performer{a: a, ctx: ctx, word: a.fenceWording(now)}
 	for i, e := range effs {
-		at := now
+		p.at = now
 		if i < len(stamps) && !stamps[i].IsZero() {
-			at = stamps[i]
+			p.at = stamps[i]
 		}
 		a.met.effects.WithLabelValues(effectType(e)).Inc()
 		a.logger.Debug("effect", "effect", e.String())
-		switch e := e.(type) {
-		case lease.EnteredState:
-			from := string(e.From)
-			if from == "" {
-				from = "new"
-			}
-			a.met.transitions.WithLabelValues(from, string(e.To)).Inc()
-			a.logger.Info("workload state", "workload", e.ID, "from", from, "to", e.To, "epoch", e.Epoch)
-			a.view.ids.add(e.ID)
-			if e.From == "" || e.To.Terminal() {
-				a.subs.dirty = true
-			}
-			if a.onEvent != nil {
-				a.onEvent(Event{Time: a.now(), Agent: a.name, Kind: "state", Workload: e.ID,
-					Detail: fmt.Sprintf("%s -> %s (epoch %d)", from, e.To, e.Epoch), State: string(e.To), Epoch: e.Epoch})
-			}
-			heldChanged = true
-		case lease.StartWorkload:
-			w, _ := a.m.Workload(e.ID)
-			a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
-			a.act.enqueue(ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command})
-		case lease.StopWorkload:
-			if a.act.Fenced(e.ID) {
-				// Repeated stops (Restore re-issues one for every workload
-				// not held here) are no-ops: nothing runs or is queued.
-				a.logger.Debug("stop workload: not running here", "workload", e.ID, "epoch", e.Epoch)
-				break
-			}
-			reason := word(e.Reason)
-			a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, reason)
-			a.act.enqueue(ctx, e.ID, op{kind: opStop, epoch: e.Epoch, reason: reason})
-		case lease.PublishRevocation:
-			a.met.revocations.WithLabelValues("queued").Inc()
-			a.emit("revocation", e.ID, "revocation of epoch %d queued in the outbox (successor %s): %s", e.Epoch, short(e.Successor), e.Reason)
-		case lease.PublishClaim:
-			a.met.promotions.WithLabelValues("claimed").Inc()
-			a.goFeedback(ctx, func(ctx context.Context) {
-				select {
-				case a.claimSem <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-				defer func() { <-a.claimSem }()
-				a.publishClaim(ctx, e, at)
-			})
-		case lease.WithdrawClaim:
-			a.met.promotions.WithLabelValues("withdrawn").Inc()
-			a.emit("claim", e.ID, "claim for epoch %d withdrawn: the withdrawn marker is queued in the outbox", e.Epoch)
-		case lease.AnnouncePromotion:
-			a.met.promotions.WithLabelValues("announced").Inc()
-			a.emit("claim", e.ID, "claim for epoch %d won: the Paygress-form announcement is queued in the outbox", e.Epoch)
-		case lease.ReadClaims:
-			a.reads.add(e) // batched with the other reads due (claimreads.go)
-		case lease.AttemptRespawn:
-			w, _ := a.m.Workload(e.ID)
-			a.emit("respawn", e.ID, "respawn attempt %d (due %s)", e.Attempt, e.At.Format(time.TimeOnly))
-			a.act.enqueue(ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt})
-		case lease.Failed:
-			a.logger.Error("workload failed", "workload", e.ID, "epoch", e.Epoch, "reason", e.Reason)
-			a.emit("failed", e.ID, "failed at epoch %d: %s", e.Epoch, e.Reason)
-		case lease.QuorumReport:
-			a.logger.Warn("workload without standby lacks relay quorum; it keeps running", "workload", e.ID, "since", e.LostAt)
-			a.emit("quorum", e.ID, "no quorum since %s; no standby, keeps running", e.LostAt.Format(time.TimeOnly))
-		}
+		lease.Perform(p, e)
 	}
-	if heldChanged {
+	if p.heldChanged {
 		a.heldDirty = true // publishHeld on the next tick
 		a.view.dirty = true
 	}
+}
+
+// performer is the agent's lease.Performer for one perform call.
+type performer struct {
+	a           *Agent
+	ctx         context.Context
+	at          time.Time           // created_at of the current effect's claim
+	word        func(string) string // fence wording of the step
+	heldChanged bool                // a workload changed state: heartbeat and view
+}
+
+func (p *performer) Record(e lease.Effect) {
+	a := p.a
+	switch e := e.(type) {
+	case lease.EnteredState:
+		from := string(e.From)
+		if from == "" {
+			from = "new"
+		}
+		a.met.transitions.WithLabelValues(from, string(e.To)).Inc()
+		a.logger.Info("workload state", "workload", e.ID, "from", from, "to", e.To, "epoch", e.Epoch)
+		a.view.ids.add(e.ID)
+		if e.From == "" || e.To.Terminal() {
+			a.subs.dirty = true
+		}
+		if a.onEvent != nil {
+			a.onEvent(Event{Time: a.now(), Agent: a.name, Kind: "state", Workload: e.ID,
+				Detail: fmt.Sprintf("%s -> %s (epoch %d)", from, e.To, e.Epoch), State: string(e.To), Epoch: e.Epoch})
+		}
+		p.heldChanged = true
+	case lease.Failed:
+		a.logger.Error("workload failed", "workload", e.ID, "epoch", e.Epoch, "reason", e.Reason)
+		a.emit("failed", e.ID, "failed at epoch %d: %s", e.Epoch, e.Reason)
+	case lease.QuorumReport:
+		a.logger.Warn("workload without standby lacks relay quorum; it keeps running", "workload", e.ID, "since", e.LostAt)
+		a.emit("quorum", e.ID, "no quorum since %s; no standby, keeps running", e.LostAt.Format(time.TimeOnly))
+	default:
+		a.logger.Warn("effect recorded only", "effect", e.String())
+	}
+}
+
+func (p *performer) Start(e lease.StartWorkload) {
+	w, _ := p.a.m.Workload(e.ID)
+	p.a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
+	p.a.act.enqueue(p.ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command})
+}
+
+func (p *performer) Stop(e lease.StopWorkload) {
+	a := p.a
+	if a.act.Fenced(e.ID) {
+		// Repeated stops (Restore re-issues one for every workload not
+		// held here) are no-ops: nothing runs or is queued.
+		a.logger.Debug("stop workload: not running here", "workload", e.ID, "epoch", e.Epoch)
+		return
+	}
+	reason := p.word(e.Reason)
+	a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, reason)
+	a.act.enqueue(p.ctx, e.ID, op{kind: opStop, epoch: e.Epoch, reason: reason})
+}
+
+func (p *performer) Respawn(e lease.AttemptRespawn) {
+	w, _ := p.a.m.Workload(e.ID)
+	p.a.emit("respawn", e.ID, "respawn attempt %d (due %s)", e.Attempt, e.At.Format(time.TimeOnly))
+	p.a.act.enqueue(p.ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt})
+}
+
+// Queue reports an outbox effect: its row was committed with the step
+// (outboxRows), and the courier sends it.
+func (p *performer) Queue(e lease.Effect) {
+	a := p.a
+	switch e := e.(type) {
+	case lease.PublishRevocation:
+		a.met.revocations.WithLabelValues("queued").Inc()
+		a.emit("revocation", e.ID, "revocation of epoch %d queued in the outbox (successor %s): %s", e.Epoch, short(e.Successor), e.Reason)
+	case lease.WithdrawClaim:
+		a.met.promotions.WithLabelValues("withdrawn").Inc()
+		a.emit("claim", e.ID, "claim for epoch %d withdrawn: the withdrawn marker is queued in the outbox", e.Epoch)
+	case lease.AnnouncePromotion:
+		a.met.promotions.WithLabelValues("announced").Inc()
+		a.emit("claim", e.ID, "claim for epoch %d won: the Paygress-form announcement is queued in the outbox", e.Epoch)
+	}
+}
+
+func (p *performer) PublishClaim(e lease.PublishClaim) {
+	a, at := p.a, p.at
+	a.met.promotions.WithLabelValues("claimed").Inc()
+	a.goFeedback(p.ctx, func(ctx context.Context) {
+		select {
+		case a.claimSem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-a.claimSem }()
+		a.publishClaim(ctx, e, at)
+	})
+}
+
+func (p *performer) ReadClaims(e lease.ReadClaims) {
+	p.a.reads.add(e) // batched with the other reads due (claimreads.go)
 }
 
 func effectType(e lease.Effect) string {

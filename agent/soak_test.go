@@ -157,3 +157,10 @@ func TestSoakThousandWorkloads(t *testing.T) {
 		t.Fatalf("Live workloads after soak = %d, want 1000", got)
 	}
 }
+
+// counts returns how many times Start and Stop were called.
+func (b *memBackend) counts() (starts, stops int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.starts, b.stops
+}

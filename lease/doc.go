@@ -91,7 +91,8 @@
 //     a PublishRevocation must finish before the revocation is queued
 //     (rule 7).
 //   - Every effect has a durability class (DurabilityOf, see "Durability"
-//     below); drivers dispatch on it.
+//     below); drivers perform effects through Perform, which dispatches on
+//     it.
 //   - PublishRevocation: queue a revocation (kind 38385) in the durable outbox.
 //   - WithdrawClaim: queue the withdrawn marker that replaces this provider's
 //     claim (same d tag) in the durable outbox.
@@ -149,8 +150,9 @@
 // # Durability
 //
 // Every effect has one durability class, and the agent and the simulator in
-// props/ both dispatch on DurabilityOf, so they cannot perform an effect
-// differently:
+// props/ both perform effects through Perform, which dispatches on
+// DurabilityOf (a Performer method per class and type), so they cannot
+// perform an effect differently:
 //
 //	record    EnteredState, Failed, QuorumReport   log and count
 //	process   StartWorkload, StopWorkload,         perform in slice order; idempotent,

@@ -205,8 +205,9 @@ func (e QuorumReport) String() string {
 	return fmt.Sprintf("quorum-lost %s epoch=%d since=%s", e.ID, e.Epoch, e.LostAt.Format(time.RFC3339Nano))
 }
 
-// Durability says how a driver performs an effect; the agent and the
-// simulator in props/ both dispatch on it, so they cannot drift apart.
+// Durability says how a driver performs an effect; Perform dispatches on
+// it for the agent and the simulator in props/ alike, so they cannot drift
+// apart.
 type Durability int
 
 const (

@@ -1,7 +1,7 @@
 // Package leasetest holds test helpers for drivers of the lease machine:
 // one example of every lease.Effect type, so that the agent's and the
 // simulator's tests can check they perform each one as its
-// lease.DurabilityOf class says.
+// lease.DurabilityOf class says (Did, Want).
 package leasetest
 
 import (
@@ -26,4 +26,37 @@ func Effects() []lease.Effect {
 		lease.Failed{ID: "w1", Epoch: 1, Reason: "test"},
 		lease.QuorumReport{ID: "w1", Epoch: 1},
 	}
+}
+
+// Did counts what a driver did when it performed effects through its real
+// commit-and-perform path, in words both drivers' tests use: the agent's
+// (agent/dispatch_test.go) and the simulator's (props/sim/dispatch_test.go)
+// each report a Did per example of Effects, and both must equal Want.
+type Did struct {
+	Started    int // process starts (StartWorkload, AttemptRespawn)
+	Stopped    int // process stops
+	Queued     int // outbox rows committed with the step
+	Published  int // events sent directly, not through the outbox
+	ClaimReads int // claim reads requested
+}
+
+// Want is what a driver must do when it performs e alone, with e's
+// workload running: by e's lease.DurabilityOf class, the way
+// lease.Performer describes it.
+func Want(e lease.Effect) Did {
+	switch lease.DurabilityOf(e) {
+	case lease.Process:
+		if _, stop := e.(lease.StopWorkload); stop {
+			return Did{Stopped: 1}
+		}
+		return Did{Started: 1}
+	case lease.Outbox:
+		return Did{Queued: 1}
+	case lease.Feedback:
+		if _, read := e.(lease.ReadClaims); read {
+			return Did{ClaimReads: 1}
+		}
+		return Did{Published: 1}
+	}
+	return Did{}
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -8,39 +9,69 @@ import (
 	"provideragent/lease/leasetest"
 )
 
-// TestLeaseNodePerformsEveryEffectByItsClass is the simulator's half of
-// agent's TestAgentPerformsEveryEffectByItsClass: the LeaseNode builds an
-// outbox event exactly for the effects lease.DurabilityOf puts in the
-// outbox, and performs every effect type without a driver error.
-func TestLeaseNodePerformsEveryEffectByItsClass(t *testing.T) {
+// didEnv is a real Env that counts what the node did through it, in
+// leasetest.Did's words (the outbox's sends are Republish, not Publish).
+type didEnv struct {
+	Env
+	did leasetest.Did
+}
+
+func (e *didEnv) Publish(ev Event, to []RelayID) EventID {
+	e.did.Published++
+	return e.Env.Publish(ev, to)
+}
+
+func (e *didEnv) Start(w string, epoch uint64) {
+	e.did.Started++
+	e.Env.Start(w, epoch)
+}
+
+func (e *didEnv) Stop(w string) {
+	e.did.Stopped++
+	e.Env.Stop(w)
+}
+
+func (e *didEnv) At(local time.Time, tag any) {
+	if _, read := tag.(timerRead); read {
+		e.did.ClaimReads++
+	}
+	e.Env.At(local, tag)
+}
+
+// TestLeaseNodePerformsEveryEffectAsWanted is the simulator's half of
+// agent's TestAgentPerformsEveryEffectAsWanted: every example effect,
+// committed and performed alone through the node's step path (apply) with
+// its workload running, does what leasetest.Want says, the same table the
+// agent is held to. It fails if the simulator performs any effect
+// differently from the agent (a withdrawn marker sent directly instead of
+// through the outbox, say).
+func TestLeaseNodePerformsEveryEffectAsWanted(t *testing.T) {
 	for _, e := range leasetest.Effects() {
-		n := NewLeaseNode(LeaseConfig(2, 3), LeaseSpec(LeaseConfig(2, 3), "w1", 2), 0, 2)
-		n.created = map[string]int64{}
-		built := func() (ok bool) {
-			defer func() {
-				if recover() != nil {
-					ok = false
-				}
-			}()
-			n.outboxEvent(time.Unix(1_800_000_000, 0), e)
-			return true
-		}()
-		if outbox := lease.DurabilityOf(e) == lease.Outbox; built != outbox {
-			t.Errorf("outboxEvent(%T) built = %v, want it exactly when DurabilityOf is outbox (%v)", e, built, lease.DurabilityOf(e))
-		}
-	}
-	s, err := New(Config{Providers: 2, Relays: 3, LegDelay: time.Second, PublishTimeout: time.Second, QueryTimeout: time.Second,
-		TickInterval: time.Second, KeepHeartbeats: 2}, []Node{
-		NewLeaseNode(LeaseConfig(2, 3), LeaseSpec(LeaseConfig(2, 3), "w1", 2), 0, 2),
-		NewLeaseNode(LeaseConfig(2, 3), LeaseSpec(LeaseConfig(2, 3), "w1", 2), 1, 2),
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Boot()
-	n := s.Node(0).(*LeaseNode)
-	n.perform(envFor(s, s.provs[0]), time.Unix(1_800_000_000, 0), leasetest.Effects())
-	if err := n.Err(); err != nil {
-		t.Fatalf("perform(every effect) = driver error %v", err)
+		t.Run(fmt.Sprintf("%T", e), func(t *testing.T) {
+			cfg := LeaseConfig(2, 3)
+			s, err := New(Config{Providers: 2, Relays: 3, LegDelay: time.Second, PublishTimeout: time.Second, QueryTimeout: time.Second,
+				TickInterval: time.Second, KeepHeartbeats: 2}, []Node{
+				NewLeaseNode(cfg, LeaseSpec(cfg, "w1", 2), 0, 2),
+				NewLeaseNode(cfg, LeaseSpec(cfg, "w1", 2), 1, 2),
+			}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Boot()
+			n := s.Node(0).(*LeaseNode)
+			now := time.Unix(1_800_000_000, 0)
+			env := &didEnv{Env: envFor(s, s.provs[0])}
+			n.apply(env, now, []lease.Effect{lease.StartWorkload{ID: "w1", Epoch: 1}})
+			env.did = leasetest.Did{}
+			outbox := len(n.outbox)
+			n.apply(env, now, []lease.Effect{e})
+			env.did.Queued = len(n.outbox) - outbox
+			if err := n.Err(); err != nil {
+				t.Fatalf("perform(%s) = driver error %v", e, err)
+			}
+			if want := leasetest.Want(e); env.did != want {
+				t.Errorf("perform(%s) did %+v, want %+v (lease.DurabilityOf: %s)", e, env.did, want, lease.DurabilityOf(e))
+			}
+		})
 	}
 }

@@ -710,53 +710,79 @@ func (n *LeaseNode) recover(env Env, now time.Time, effs []lease.Effect) {
 	n.perform(env, now, n.m.AfterHeld(held))
 }
 
-// perform performs effects in order.
+// perform performs effects in order through lease.Perform, the table the
+// agent shares.
 func (n *LeaseNode) perform(env Env, now time.Time, effs []lease.Effect) {
+	p := simPerformer{n: n, env: env, now: now}
 	for _, e := range effs {
-		switch e := e.(type) {
-		case lease.EnteredState:
-			env.Logf("%s -> %s (epoch %d)", orNew(e.From), e.To, e.Epoch)
-		case lease.StartWorkload:
-			env.Start(e.ID, e.Epoch)
-		case lease.StopWorkload:
-			env.Stop(e.ID)
-			env.Logf("  stop reason: %s", e.Reason)
-		case lease.PublishRevocation, lease.WithdrawClaim, lease.AnnouncePromotion:
-			// lease.DurabilityOf: Outbox, committed with the step.
-			switch e := e.(type) {
-			case lease.PublishRevocation:
-				env.Logf("publishes revocation of epoch %d, successor %s (%s)", e.Epoch, n.name(e.Successor), e.Reason)
-			case lease.WithdrawClaim:
-				env.Logf("withdraws claim for epoch %d", e.Epoch)
-			case lease.AnnouncePromotion:
-				env.Logf("announces its promotion at epoch %d", e.Epoch)
-			}
-			n.enqueue(env, now, n.outboxEvent(now, e))
-		case lease.PublishClaim:
-			env.Logf("publishes claim for epoch %d", e.Epoch)
-			if w, ok := n.m.Workload(e.ID); ok && w.Trigger == lease.TriggerTakeover && !n.reissuing {
-				env.Report(TakeoverClaim{Workload: e.ID, Epoch: w.Epoch})
-			}
-			id := env.Publish(Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, now), D: ClaimD(e.ID), Body: LeaseClaim{
-				Workload: e.ID, Epoch: e.Epoch, Active: true,
-			}}, nil)
-			n.pubs[id] = &claimPub{workload: e.ID, epoch: e.Epoch}
-		case lease.ReadClaims:
-			env.At(e.At, timerRead{workload: e.ID, epoch: e.Epoch})
-		case lease.AttemptRespawn:
-			// At once (lease emits it only when due); RespawnDone follows as
-			// the next input.
-			env.Logf("respawn attempt %d", e.Attempt)
-			env.Start(e.ID, e.Epoch)
-			env.At(now, timerRespawn{workload: e.ID, epoch: e.Epoch, attempt: e.Attempt})
-		case lease.Failed:
-			env.Logf("FAILED: %s", e.Reason)
-		case lease.QuorumReport:
-			env.Logf("quorum report (lost at %s)", e.LostAt.Format(time.TimeOnly))
-		default:
-			n.fail(env, fmt.Errorf("unknown effect %T: %s", e, strings.TrimSpace(e.String())))
-		}
+		lease.Perform(p, e)
 	}
+}
+
+// simPerformer is the LeaseNode's lease.Performer.
+type simPerformer struct {
+	n   *LeaseNode
+	env Env
+	now time.Time
+}
+
+func (p simPerformer) Record(e lease.Effect) {
+	switch e := e.(type) {
+	case lease.EnteredState:
+		p.env.Logf("%s -> %s (epoch %d)", orNew(e.From), e.To, e.Epoch)
+	case lease.Failed:
+		p.env.Logf("FAILED: %s", e.Reason)
+	case lease.QuorumReport:
+		p.env.Logf("quorum report (lost at %s)", e.LostAt.Format(time.TimeOnly))
+	default:
+		p.n.fail(p.env, fmt.Errorf("unknown effect %T: %s", e, strings.TrimSpace(e.String())))
+	}
+}
+
+func (p simPerformer) Start(e lease.StartWorkload) { p.env.Start(e.ID, e.Epoch) }
+
+func (p simPerformer) Stop(e lease.StopWorkload) {
+	p.env.Stop(e.ID)
+	p.env.Logf("  stop reason: %s", e.Reason)
+}
+
+// Respawn restarts at once (lease emits it only when due); RespawnDone
+// follows as the next input.
+func (p simPerformer) Respawn(e lease.AttemptRespawn) {
+	p.env.Logf("respawn attempt %d", e.Attempt)
+	p.env.Start(e.ID, e.Epoch)
+	p.env.At(p.now, timerRespawn{workload: e.ID, epoch: e.Epoch, attempt: e.Attempt})
+}
+
+// Queue puts the event in the outbox (its row "committed" with the step)
+// and sends it.
+func (p simPerformer) Queue(e lease.Effect) {
+	env, n := p.env, p.n
+	switch e := e.(type) {
+	case lease.PublishRevocation:
+		env.Logf("publishes revocation of epoch %d, successor %s (%s)", e.Epoch, n.name(e.Successor), e.Reason)
+	case lease.WithdrawClaim:
+		env.Logf("withdraws claim for epoch %d", e.Epoch)
+	case lease.AnnouncePromotion:
+		env.Logf("announces its promotion at epoch %d", e.Epoch)
+	}
+	n.enqueue(env, p.now, n.outboxEvent(p.now, e))
+}
+
+func (p simPerformer) PublishClaim(e lease.PublishClaim) {
+	env, n := p.env, p.n
+	env.Logf("publishes claim for epoch %d", e.Epoch)
+	if w, ok := n.m.Workload(e.ID); ok && w.Trigger == lease.TriggerTakeover && !n.reissuing {
+		env.Report(TakeoverClaim{Workload: e.ID, Epoch: w.Epoch})
+	}
+	id := env.Publish(Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, p.now), D: ClaimD(e.ID), Body: LeaseClaim{
+		Workload: e.ID, Epoch: e.Epoch, Active: true,
+	}}, nil)
+	n.pubs[id] = &claimPub{workload: e.ID, epoch: e.Epoch}
+}
+
+func (p simPerformer) ReadClaims(e lease.ReadClaims) {
+	p.env.At(e.At, timerRead{workload: e.ID, epoch: e.Epoch})
 }
 
 // outboxEvent is the event an Outbox effect (lease.DurabilityOf) puts in

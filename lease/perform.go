@@ -1,0 +1,64 @@
+package lease
+
+// Performer is how a driver performs effects, one method per kind of work.
+// Perform is the one table from effect to method: the agent and the
+// simulator in props/ both perform every effect through it, so neither can
+// perform an effect in a way the other does not (a withdrawn marker sent
+// fire-and-forget by one and through the outbox by the other, say).
+//
+// The method an effect reaches is decided by its durability class
+// (DurabilityOf), then by its type within the class.
+type Performer interface {
+	// Record (class Record): log and count EnteredState, Failed and
+	// QuorumReport. Nothing else.
+	Record(Effect)
+	// Start, Stop and Respawn (class Process): start, stop or restart the
+	// workload process, in slice order. Respawn reports RespawnDone.
+	Start(StartWorkload)
+	Stop(StopWorkload)
+	Respawn(AttemptRespawn)
+	// Queue (class Outbox): PublishRevocation, WithdrawClaim and
+	// AnnouncePromotion. The event's outbox row is committed with the step
+	// (the driver writes it in the step's transaction) and the outbox sends
+	// and retries it until M relays accepted it; never sent directly.
+	Queue(Effect)
+	// PublishClaim and ReadClaims (class Feedback): the claim step's
+	// requests, sent directly; their answers are fed back to the machine
+	// (ClaimPublished, ObserveClaim and ClaimsRead).
+	PublishClaim(PublishClaim)
+	ReadClaims(ReadClaims)
+}
+
+// Perform hands e to the Performer method its class and type name (see
+// Performer). An effect of a class whose type the class does not list (a
+// programming error that lease's tests catch) is recorded, never dropped
+// silently.
+func Perform(p Performer, e Effect) {
+	switch DurabilityOf(e) {
+	case Outbox:
+		p.Queue(e)
+		return
+	case Process:
+		switch e := e.(type) {
+		case StartWorkload:
+			p.Start(e)
+			return
+		case StopWorkload:
+			p.Stop(e)
+			return
+		case AttemptRespawn:
+			p.Respawn(e)
+			return
+		}
+	case Feedback:
+		switch e := e.(type) {
+		case PublishClaim:
+			p.PublishClaim(e)
+			return
+		case ReadClaims:
+			p.ReadClaims(e)
+			return
+		}
+	}
+	p.Record(e)
+}
