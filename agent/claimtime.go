@@ -57,14 +57,17 @@ func (c *claimTimes) next(ctx context.Context, st *store.Store, id string, now t
 	return time.Unix(at, 0), nil
 }
 
-// save persists the last created_at of every workload in ids inside tx.
-func (c *claimTimes) save(ctx context.Context, st *store.Store, tx *sql.Tx, ids []string) error {
-	for _, id := range ids {
-		if err := st.SetKV(ctx, tx, claimKVPrefix+id, []byte(strconv.FormatInt(c.last[id], 10))); err != nil {
-			return fmt.Errorf("save claim created_at: %w", err)
-		}
+// kv returns the store entries that persist the last created_at of every
+// workload in ids (saved with the step that used them).
+func (c *claimTimes) kv(ids []string) map[string][]byte {
+	if len(ids) == 0 {
+		return nil
 	}
-	return nil
+	kv := make(map[string][]byte, len(ids))
+	for _, id := range ids {
+		kv[claimKVPrefix+id] = []byte(strconv.FormatInt(c.last[id], 10))
+	}
+	return kv
 }
 
 // forget drops workload id (released) inside tx.

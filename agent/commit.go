@@ -195,11 +195,9 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 		}
 	}
 	err := sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error {
-		if err := a.st.SaveWorkloads(ctx, tx, storeRows(wrows)...); err != nil {
-			return fmt.Errorf("save workloads: %w", err)
-		}
-		if err := a.commits.claimTimes.save(ctx, a.st, tx, stamped); err != nil {
-			return err
+		step := store.Step{Workloads: storeRows(wrows), KV: a.commits.claimTimes.kv(stamped)}
+		if err := a.st.SaveStep(ctx, tx, step); err != nil {
+			return fmt.Errorf("save step: %w", err)
 		}
 		for _, r := range rows {
 			if _, err := a.outbox.SendTx(ctx, tx, r.bundle, "agent", courier.SendOptions{IdempotencyKey: r.key, Destination: courier.DestinationNostr}); err != nil &&

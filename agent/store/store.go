@@ -120,11 +120,6 @@ func (s *Store) SaveStep(ctx context.Context, tx *sql.Tx, step Step) error {
 	})
 }
 
-// SaveWorkloads upserts rows inside tx (nil: its own transaction).
-func (s *Store) SaveWorkloads(ctx context.Context, tx *sql.Tx, rows ...WorkloadRow) error {
-	return s.inTx(ctx, tx, func(tx *sql.Tx) error { return s.saveWorkloads(ctx, tx, rows) })
-}
-
 func (s *Store) saveWorkloads(ctx context.Context, tx *sql.Tx, rows []WorkloadRow) error {
 	if len(rows) == 0 {
 		return nil
