@@ -1,6 +1,9 @@
 package config
 
-import "provideragent/agent"
+import (
+	"provideragent/agent"
+	"provideragent/courier"
+)
 
 // AgentConfig maps the validated file config onto the agent's, starting
 // from agent.DefaultConfig for what the file does not set; secret is the
@@ -17,10 +20,20 @@ func (c Config) AgentConfig(secret string) agent.Config {
 	ac.HeartbeatTTL = c.Heartbeat.TTL
 	ac.DialAddrs = c.Lease.DialAddrs
 	ac.RestartMaxAttempts = c.Lease.RestartMaxAttempts
-	ac.Courier.MaxAttempts = c.Courier.MaxAttempts
-	ac.Courier.InitialBackoff = c.Courier.BackoffInitial
-	ac.Courier.MaxBackoff = c.Courier.BackoffCap
-	ac.Courier.FlushInterval = c.Courier.FlushInterval
-	ac.Courier.Retention = c.Courier.Retention
+	ac.Courier = c.CourierConfig()
 	return ac
+}
+
+// CourierConfig is the outbox's config: the agent's (agent.DefaultConfig)
+// with the [courier] section applied. The courier subcommands open the
+// outbox with it too, so a flush from the command line retries and
+// dead-letters as the running agent does.
+func (c Config) CourierConfig() courier.Config {
+	cc := agent.DefaultConfig().Courier
+	cc.MaxAttempts = c.Courier.MaxAttempts
+	cc.InitialBackoff = c.Courier.BackoffInitial
+	cc.MaxBackoff = c.Courier.BackoffCap
+	cc.FlushInterval = c.Courier.FlushInterval
+	cc.Retention = c.Courier.Retention
+	return cc
 }

@@ -80,12 +80,17 @@ var courierDLQGroup = group{name: "courier dlq", usage: courierDLQUsage, subs: [
 	{"list", runCourierDLQList}, {"replay", runCourierReplay}, {"drop", runCourierDrop}, {"export", runCourierExport},
 }}
 
-// openCourier opens the database and the courier on it. Only send may
-// create a new database; the other subcommands refuse a missing file.
+// openCourier opens the database and the courier on it, configured as the
+// agent's outbox (the config's [courier] section). Only send may create a
+// new database; the other subcommands refuse a missing file.
 func openCourier(ctx context.Context, files *agentFiles, create bool, stderr io.Writer) (*courier.Courier, func(), error) {
+	cfg, err := files.config()
+	if err != nil {
+		return nil, nil, err
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c, _, closeFn, err := openDBFor(ctx, files, create, func(ctx context.Context, db *sql.DB) (*courier.Courier, error) {
-		return courier.Open(ctx, db, courier.DefaultConfig(), courier.Deps{Logger: logger})
+		return courier.Open(ctx, db, cfg.CourierConfig(), courier.Deps{Logger: logger})
 	})
 	return c, closeFn, err
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -226,5 +227,33 @@ func TestCourierCLIHelp(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "Example") {
 			t.Errorf("%v = %d %q, want exit 0 with an example", args, code, out)
 		}
+	}
+}
+
+// The courier subcommands open the outbox as the agent does, with the
+// config file's [courier] section: with max_attempts = 1 a flush that the
+// upstream refuses with a retryable 503 dead-letters the receipt at once
+// (courier's own default of 5 attempts, which the CLI used before, kept it
+// pending).
+func TestCourierCLIUsesTheConfigsCourierSection(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "agent.toml")
+	conf := "[agent]\ndata_dir = " + strconv.Quote(dir) + "\n\n[courier]\nmax_attempts = 1\n"
+	if err := os.WriteFile(cfgPath, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up := newCourierUpstream(t)
+	up.set("busy", http.StatusServiceUnavailable)
+	code, out, errs := courierCLI(t, "courier", "--config", cfgPath, "send", writeBundle(t, dir, "busy", "busy"), "--sender", "alice", "--destination", "http")
+	if code != 0 {
+		t.Fatalf("courier send = %d (%s), want 0", code, errs)
+	}
+	id := strings.Fields(out)[0]
+	if code, out, errs = courierCLI(t, "courier", "--config", cfgPath, "flush", "--to", up.srv.URL); code != 1 || !strings.Contains(errs, "503") {
+		t.Fatalf("courier flush = %d %q %q, want exit 1 naming the 503", code, out, errs)
+	}
+	code, out, _ = courierCLI(t, "courier", "--config", cfgPath, "dlq", "list")
+	if code != 0 || !strings.Contains(out, id) {
+		t.Errorf("courier dlq list = %d %q, want receipt %s dead after its one attempt (max_attempts = 1)", code, out, id)
 	}
 }
