@@ -107,6 +107,11 @@ const (
 	// backoff cap, flush interval and retention are courier's).
 	DefaultCourierMaxAttempts    = 10
 	DefaultCourierInitialBackoff = time.Second
+	// RelayBackoffMax caps the reconnect backoff of the agent's relay
+	// connections (agent/relay's own default is 30 s): a relay that comes
+	// back counts towards quorum again within seconds, well inside the
+	// lease's takeover_after.
+	RelayBackoffMax = 5 * time.Second
 )
 
 // DefaultConfig returns the defaults; set SecretKey and Lease.Relays.
@@ -479,18 +484,27 @@ func normaliseKeys(m map[string]string) map[string]string {
 	return out
 }
 
+// RelayConfig is the relay pool for this agent's relays, the agent's own
+// and that of CLI commands that publish for it: agent/relay's defaults,
+// Lease.Relays dialled as DialAddrs says, PublishTimeout, and reconnects
+// backing off at most RelayBackoffMax.
+func (c Config) RelayConfig() relay.Config {
+	rc := relay.DefaultConfig()
+	rc.URLs = c.Lease.Relays
+	rc.DialAddrs = normaliseKeys(c.DialAddrs)
+	rc.PublishTimeout = c.PublishTimeout
+	rc.BackoffMax = min(rc.BackoffMax, RelayBackoffMax)
+	return rc
+}
+
 // newPool builds the default relay layer: agent/relay's supervised pool.
 func (a *Agent) newPool() (RelayPool, error) {
-	dial := normaliseKeys(a.cfg.DialAddrs)
 	secret, err := identity.ParseSecretKey(a.cfg.SecretKey)
 	if err != nil {
 		return nil, err
 	}
-	rc := relay.DefaultConfig()
+	rc := a.cfg.RelayConfig()
 	rc.URLs = a.m.Relays()
-	rc.DialAddrs = dial
-	rc.PublishTimeout = a.cfg.PublishTimeout
-	rc.BackoffMax = min(rc.BackoffMax, 5*time.Second)
 	return newRelayPool(rc, relay.Options{
 		Interests: a.subs.interests(a), SinceFor: a.sinceFor, SecretKey: secret, Logger: a.logger, Registerer: a.reg, Now: a.now,
 		Known: a.own.known,

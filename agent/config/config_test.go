@@ -451,3 +451,24 @@ func TestDefaultsAreTheAgents(t *testing.T) {
 		t.Errorf("Default().AgentConfig().Courier = %+v, want agent.DefaultConfig's %+v", got.Courier, want.Courier)
 	}
 }
+
+// TestCLIRelaysAndOutboxAreTheAgents: the relay pool and the outbox a CLI
+// command builds from the file (RelayConfig, CourierConfig) are the
+// running agent's: the [agent] publish_timeout, the lease's relays and
+// dial_addrs, the agent's reconnect cap, and the [courier] section.
+func TestCLIRelaysAndOutboxAreTheAgents(t *testing.T) {
+	c, err := Parse([]byte("[agent]\npublish_timeout = \"7s\"\n[lease]\nrelays = [\"wss://x.example\"]\nquorum = 1\n" +
+		"dial_addrs = {\"wss://x.example\" = \"ws://127.0.0.1:7000\"}\n[courier]\nmax_attempts = 3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := c.AgentConfig("").RelayConfig()
+	if rc.PublishTimeout != 7*time.Second || rc.BackoffMax != agent.RelayBackoffMax ||
+		!reflect.DeepEqual(rc.URLs, []string{"wss://x.example"}) || rc.DialAddrs["wss://x.example"] != "ws://127.0.0.1:7000" {
+		t.Errorf("RelayConfig() = publish %v backoff cap %v urls %q dial %q, want 7s, %v, the lease's relay and its dial address",
+			rc.PublishTimeout, rc.BackoffMax, rc.URLs, rc.DialAddrs, agent.RelayBackoffMax)
+	}
+	if cc := c.CourierConfig(); cc != c.AgentConfig("").Courier || cc.MaxAttempts != 3 {
+		t.Errorf("CourierConfig() = %+v, want the agent's outbox config with max_attempts 3", cc)
+	}
+}

@@ -360,10 +360,6 @@ func waitForRelays(ctx context.Context, need int, connected func() int) {
 }
 
 // relayConfig is the relay pool of a CLI command that publishes for the
-// agent: the lease's relays, dialled as lease.dial_addrs says.
-func relayConfig(cfg config.Config) relay.Config {
-	rc := relay.DefaultConfig()
-	rc.URLs = cfg.Lease.Relays
-	rc.DialAddrs = cfg.Lease.DialAddrs
-	return rc
-}
+// agent: the agent's own (agent.Config.RelayConfig), on the lease's relays
+// dialled as lease.dial_addrs says.
+func relayConfig(cfg config.Config) relay.Config { return cfg.AgentConfig("").RelayConfig() }
