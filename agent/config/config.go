@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"provideragent/agent"
+	"provideragent/agent/backend"
 	"provideragent/heartbeat"
 	"provideragent/lease"
 	"provideragent/uploader"
@@ -243,7 +244,7 @@ func Default() Config {
 			ClaimTimeout:             lc.ClaimTimeout,
 		},
 		Heartbeat: HeartbeatSection{Interval: lc.HeartbeatInterval, TTL: heartbeat.DefaultHeartbeatTTL},
-		Backend:   BackendSection{Kind: "process", StopGrace: 10 * time.Second},
+		Backend:   BackendSection{Kind: "process", StopGrace: backend.DefaultProcessConfig().StopGrace},
 		Courier: CourierSection{
 			MaxAttempts:    ad.Courier.MaxAttempts,
 			BackoffInitial: ad.Courier.InitialBackoff,

@@ -15,6 +15,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"provideragent/agent"
+	"provideragent/agent/backend"
 	"provideragent/lease"
 )
 
@@ -449,6 +450,9 @@ func TestDefaultsAreTheAgents(t *testing.T) {
 	}
 	if got.Courier != want.Courier {
 		t.Errorf("Default().AgentConfig().Courier = %+v, want agent.DefaultConfig's %+v", got.Courier, want.Courier)
+	}
+	if g, w := Default().Backend.StopGrace, backend.DefaultProcessConfig().StopGrace; g != w {
+		t.Errorf("Default().Backend.StopGrace = %v, want backend.DefaultProcessConfig's %v", g, w)
 	}
 }
 
