@@ -285,30 +285,47 @@ type Agent struct {
 	// performed; the outbox starts sending only then (rule 7 across a crash).
 	restoredDone chan struct{}
 
-	held     atomic.Pointer[[]heartbeat.WorkloadEpoch]
 	writeErr atomic.Pointer[string] // the last database write's error; nil when it succeeded
 	view     statusView             // what /status shows (statusview.go)
 	quorum   quorumWatch            // this provider's own relay quorum, as last logged
 	turns    loopTurns              // the machine loop's timing
 	commits  commitState            // what is saved, held and waiting (persist.go, commit.go, backlog.go)
-	fgWG     sync.WaitGroup         // feedback goroutines (claims, reads)
 
 	// holdInputs (tests only) makes the machine loop leave inputs in their
 	// channel, ingested but not applied, while it keeps ticking and saving.
 	holdInputs atomic.Bool
 
-	attemptMu sync.Mutex
-	attempted map[string]bool // revocation event ids whose first attempt was reported
-
 	ingestLog ingestLog // which refused events are worth a WARN (ingestlog.go)
 
-	own        *ownBeats     // our recent heartbeat events (ownbeats.go)
-	subs       subscriptions // the relay subscription's sets (machine goroutine; subs.go)
-	reads      claimReads    // claim reads waiting to be batched (claimreads.go)
-	claimSem   chan struct{} // bounds the claim publishes in flight
-	heldDirty  bool          // the held list changed since publishHeld (machine goroutine)
-	cmdsMore   bool          // operator commands wait beyond the last batch (machine goroutine)
-	tagsWarned atomic.Bool   // a relay's max_event_tags was reported
+	subs       subscriptions     // the relay subscription's sets (machine goroutine; subs.go)
+	cmdsMore   bool              // operator commands wait beyond the last batch (machine goroutine)
+	beat       beatState         // what this provider's heartbeats list (beat.go)
+	claims     claimWork         // the claim step's publishes and reads (claimreads.go)
+	revReports revocationReports // revocations whose first short attempt was reported
+}
+
+// beatState is what this provider's heartbeats list and what it published.
+type beatState struct {
+	held       atomic.Pointer[[]heartbeat.WorkloadEpoch] // the held list the heartbeat loop publishes (publishHeld)
+	dirty      bool                                      // held changed since publishHeld (machine goroutine)
+	own        *ownBeats                                 // our recent heartbeat events (ownbeats.go)
+	tagsWarned atomic.Bool                               // a relay's max_event_tags was reported
+}
+
+// claimWork is the claim step's feedback: publishes bounded by sem, reads
+// batched, both on goroutines wg waits for.
+type claimWork struct {
+	reads claimReads    // claim reads waiting to be batched (claimreads.go)
+	sem   chan struct{} // bounds the claim publishes in flight
+	wg    sync.WaitGroup
+}
+
+// revocationReports remembers the revocation events whose first attempt
+// reached fewer than M relays and was reported (the outbox retries many
+// times; the timeline says it once).
+type revocationReports struct {
+	mu   sync.Mutex
+	seen map[string]bool
 }
 
 // inputFeed carries what the machine loop applies.
@@ -394,8 +411,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 			raw: make(chan relay.Received, 256), received: make(chan relay.Received, 256),
 		},
 		restoredDone: make(chan struct{}), quorum: quorumWatch{synced: map[string]bool{}},
-		commits: commitState{saved: map[string]uint64{}}, attempted: map[string]bool{},
-		own: newOwnBeats(), claimSem: make(chan struct{}, maxClaimPublishes), reads: claimReads{kick: make(chan struct{}, 1)},
+		commits:    commitState{saved: map[string]uint64{}},
+		revReports: revocationReports{seen: map[string]bool{}},
+		beat:       beatState{own: newOwnBeats()},
+		claims:     claimWork{sem: make(chan struct{}, maxClaimPublishes), reads: claimReads{kick: make(chan struct{}, 1)}},
 	}
 	if a.logger == nil {
 		a.logger = slog.New(slog.DiscardHandler)
@@ -507,7 +526,7 @@ func (a *Agent) newPool() (RelayPool, error) {
 	rc.URLs = a.m.Relays()
 	return newRelayPool(rc, relay.Options{
 		Interests: a.subs.interests(a), SinceFor: a.sinceFor, SecretKey: secret, Logger: a.logger, Registerer: a.reg, Now: a.now,
-		Known: a.own.known,
+		Known: a.beat.own.known,
 	})
 }
 
@@ -596,7 +615,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	err := a.machineLoop(runCtx)
 	cancel()
 	wg.Wait()
-	a.fgWG.Wait()
+	a.claims.wg.Wait()
 	a.act.wait()
 	if a.cfg.StopWorkloadsOnExit {
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -723,12 +742,12 @@ func (a *Agent) Status() Status {
 }
 
 // publishHeld publishes the (workload, epoch) pairs held, for heartbeats.
-// The machine goroutine calls it on ticks after transitions (heldDirty),
+// The machine goroutine calls it on ticks after transitions (beat.dirty),
 // so a mass transition rebuilds the list a few times a second at most.
 func (a *Agent) publishHeld() {
-	a.heldDirty = false
+	a.beat.dirty = false
 	held := a.m.Held(nil) // a new slice: readers keep the one they loaded
-	a.held.Store(&held)
+	a.beat.held.Store(&held)
 }
 
 // statusRebuildEvery is how often refreshStatus rebuilds every row of the
@@ -828,7 +847,7 @@ func (a *Agent) Track(ctx context.Context, spec lease.Spec) {
 // heldList returns the current heartbeat list (read only: publishHeld
 // stores a new slice each time).
 func (a *Agent) heldList() []heartbeat.WorkloadEpoch {
-	p := a.held.Load()
+	p := a.beat.held.Load()
 	if p == nil {
 		return nil
 	}

@@ -43,8 +43,8 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 		if err != nil {
 			a.logger.Error("build heartbeat", "err", err)
 		} else {
-			a.own.add(beat)
-			a.own.prune(now.Add(-a.cfg.Lease.Stale - a.cfg.Lease.MaxSkew))
+			a.beat.own.add(beat)
+			a.beat.own.prune(now.Add(-a.cfg.Lease.Stale - a.cfg.Lease.MaxSkew))
 			a.met.beatBytes.Set(float64(beat.MaxSize()))
 			a.met.beatEvents.Set(float64(len(beat.Stored) + 1))
 			all := a.publishBeat(ctx, beat)
@@ -139,7 +139,7 @@ func (a *Agent) beatBudget() (event, content int) {
 		if l.MaxContentLength > 0 && (content == 0 || l.MaxContentLength < content) {
 			content = l.MaxContentLength
 		}
-		if l.MaxEventTags > 0 && l.MaxEventTags < beatTags && a.tagsWarned.CompareAndSwap(false, true) {
+		if l.MaxEventTags > 0 && l.MaxEventTags < beatTags && a.beat.tagsWarned.CompareAndSwap(false, true) {
 			a.logger.Warn("relay takes fewer tags per event than a heartbeat has: it will refuse our heartbeats",
 				"relay", r.URL, "max_event_tags", l.MaxEventTags, "heartbeat_tags", beatTags)
 		}

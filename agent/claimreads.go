@@ -87,7 +87,7 @@ func (a *Agent) claimReadLoop(ctx context.Context) error {
 				return nil
 			}
 		}
-		batch, next := a.reads.due(a.now(), readBatch)
+		batch, next := a.claims.reads.due(a.now(), readBatch)
 		if len(batch) > 0 {
 			select {
 			case sem <- struct{}{}:
@@ -108,7 +108,7 @@ func (a *Agent) claimReadLoop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-a.reads.kick:
+		case <-a.claims.reads.kick:
 			kicked = true
 			if !timer.Stop() {
 				select {

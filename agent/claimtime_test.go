@@ -82,7 +82,7 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 	if err := a.commit(ctx, t0.Add(200*time.Millisecond), effs, nil); err != nil {
 		t.Fatalf("commit(withdraw) = %v", err)
 	}
-	a.fgWG.Wait()
+	a.claims.wg.Wait()
 	// The claim is published directly (a feedback effect); the withdrawn
 	// marker is queued in the durable outbox (lease.DurabilityOf).
 	evs := pool.published(heartbeat.KindPromotion)

@@ -102,7 +102,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 		delete(a.commits.saved, release)
 		a.commits.dirty.remove(release)
 		a.commits.rivalWatch.remove(release)
-		a.heldDirty, a.view.dirty, a.subs.dirty = true, true, true
+		a.beat.dirty, a.view.dirty, a.subs.dirty = true, true, true
 		a.view.ids.add(release)
 		a.refreshPolicy([]string{release})
 	}

@@ -68,15 +68,15 @@ func TestAgentPerformsEveryEffectAsWanted(t *testing.T) {
 				t.Fatalf("commit(%s) = %v", e, err)
 			}
 			a.act.idle(t)
-			a.fgWG.Wait()
+			a.claims.wg.Wait()
 			st, err := a.outbox.Stats(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			s2, p2 := be.counts()
-			a.reads.mu.Lock()
-			reads := len(a.reads.queue)
-			a.reads.mu.Unlock()
+			a.claims.reads.mu.Lock()
+			reads := len(a.claims.reads.queue)
+			a.claims.reads.mu.Unlock()
 			pool.mu.Lock()
 			did := leasetest.Did{Started: s2 - starts, Stopped: p2 - stops, Queued: st.Pending, Published: pool.published, ClaimReads: reads + pool.reads}
 			pool.mu.Unlock()

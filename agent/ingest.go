@@ -46,7 +46,7 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 		case re := <-in:
 			if re.Event == nil {
 				// One pruned meanwhile is too old to count.
-				if hb, ok := a.own.input(a.self, re.ID, re.Relay, arrivedAt(re, a.now())); ok {
+				if hb, ok := a.beat.own.input(a.self, re.ID, re.Relay, arrivedAt(re, a.now())); ok {
 					select {
 					case a.in.beats <- input{hb: &hb}:
 					case <-ctx.Done():
@@ -133,7 +133,7 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 }
 
 func (a *Agent) decode(ctx context.Context, now time.Time, re relay.Received) (input, bool) {
-	if hb, ok := a.own.input(a.self, re.Event.ID, re.Relay, arrivedAt(re, now)); ok {
+	if hb, ok := a.beat.own.input(a.self, re.Event.ID, re.Relay, arrivedAt(re, now)); ok {
 		// One of our own heartbeat events, parsed by a relay layer that
 		// could not skip it: nothing to verify or decode (ownbeats.go).
 		return input{hb: &hb}, true

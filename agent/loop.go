@@ -90,7 +90,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			_ = a.commit(ctx, now, effs, nil)
 			a.turns.lastStep.Store(now.UnixNano())
 			a.watchQuorum(now)
-			if a.heldDirty {
+			if a.beat.dirty {
 				a.publishHeld()
 			}
 			a.updateSubs(now)

@@ -142,7 +142,7 @@ func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect,
 		lease.Perform(p, e)
 	}
 	if p.heldChanged {
-		a.heldDirty = true // publishHeld on the next tick
+		a.beat.dirty = true // publishHeld on the next tick
 		a.view.dirty = true
 	}
 }
@@ -233,17 +233,17 @@ func (p *performer) PublishClaim(e lease.PublishClaim) {
 	a.met.promotions.WithLabelValues("claimed").Inc()
 	a.goFeedback(p.ctx, func(ctx context.Context) {
 		select {
-		case a.claimSem <- struct{}{}:
+		case a.claims.sem <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
-		defer func() { <-a.claimSem }()
+		defer func() { <-a.claims.sem }()
 		a.publishClaim(ctx, e, at)
 	})
 }
 
 func (p *performer) ReadClaims(e lease.ReadClaims) {
-	p.a.reads.add(e) // batched with the other reads due (claimreads.go)
+	p.a.claims.reads.add(e) // batched with the other reads due (claimreads.go)
 }
 
 func effectType(e lease.Effect) string {
@@ -275,9 +275,9 @@ func effectType(e lease.Effect) string {
 }
 
 func (a *Agent) goFeedback(ctx context.Context, f func(context.Context)) {
-	a.fgWG.Add(1)
+	a.claims.wg.Add(1)
 	go func() {
-		defer a.fgWG.Done()
+		defer a.claims.wg.Done()
 		f(ctx)
 	}()
 }
@@ -340,10 +340,10 @@ func (a *Agent) onOutboxAttempt(ev *nostr.Event, res relay.PublishResult) {
 		return
 	}
 	// Once per event: the outbox may retry many times.
-	a.attemptMu.Lock()
-	seen := a.attempted[ev.ID]
-	a.attempted[ev.ID] = true
-	a.attemptMu.Unlock()
+	a.revReports.mu.Lock()
+	seen := a.revReports.seen[ev.ID]
+	a.revReports.seen[ev.ID] = true
+	a.revReports.mu.Unlock()
 	if seen {
 		return
 	}
