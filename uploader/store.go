@@ -36,9 +36,11 @@ const (
 	// StatusUploadGiveup: the tile used up its per-tile attempt budget; a
 	// human decides what happens next (tiles reset).
 	StatusUploadGiveup Status = "upload_giveup"
-	// StatusTrusted: the tile was verified by a consumer (seed voting state).
+	// StatusTrusted: a consumer verified the tile (its vote; this agent
+	// never sets it).
 	StatusTrusted Status = "trusted"
-	// StatusRejected: a consumer rejected the tile (seed voting state).
+	// StatusRejected: a consumer rejected the tile (its vote; this agent
+	// never sets it).
 	StatusRejected Status = "rejected"
 )
 
