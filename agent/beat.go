@@ -78,6 +78,8 @@ func (a *Agent) publishBeat(ctx context.Context, beat heartbeat.Beat) int {
 	timeout := min(a.cfg.PublishTimeout, a.cfg.Lease.HeartbeatInterval)
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	start := time.Now()
+	defer func() { a.met.beatSeconds.Observe(time.Since(start).Seconds()) }()
 	evs := beat.Events()
 	var mu sync.Mutex
 	accepted := map[string]int{}

@@ -28,6 +28,7 @@ type metrics struct {
 	savedRows      prometheus.Counter
 	beatBytes      prometheus.Gauge // largest event of the last beat
 	beatEvents     prometheus.Gauge // events of the last beat
+	beatSeconds    prometheus.Histogram
 	backlog        prometheus.Gauge // workloads waiting for their commit
 }
 
@@ -97,6 +98,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		beatEvents: f.NewGauge(prometheus.GaugeOpts{
 			Name: "agent_heartbeat_events", Help: "Events of the last heartbeat beat: its shards and the ephemeral copy.",
+		}),
+		beatSeconds: f.NewHistogram(prometheus.HistogramOpts{
+			Name: "agent_heartbeat_publish_seconds", Help: "Time from the start of a heartbeat beat until every relay answered every event of it (at most one heartbeat interval, or publish_timeout if shorter).",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10},
 		}),
 		backlog: f.NewGauge(prometheus.GaugeOpts{
 			Name: "agent_backlog_workloads", Help: "Workloads of big machine steps waiting for their batch to be committed.",

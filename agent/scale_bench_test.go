@@ -153,6 +153,7 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	beatEvents := testutil.ToFloat64(sa.a.met.beatEvents)
 	rejected, _ := sa.publishNotAccepted(b)
 	b.Logf("workloads=%d: publish outcomes %v", n, publishOutcomes(b, sa.reg))
+	b.Logf("workloads=%d: beats published within (s: beats) %s", n, histogramCounts(b, sa.reg, "agent_heartbeat_publish_seconds"))
 	b.Logf("workloads=%d: after a %v soak RSS %.0f MiB (%+.1f%%); beat of %v events, largest %v bytes; %v publishes not accepted",
 		n, soak, soakRSS, growth, beatEvents, maxEvent, rejected)
 
@@ -327,6 +328,28 @@ func counterWith(tb testing.TB, reg prometheus.Gatherer, name, label, value stri
 		}
 	}
 	return n
+}
+
+// histogramCounts formats the cumulative bucket counts of histogram name
+// in reg ("0.5: 40, ...").
+func histogramCounts(tb testing.TB, reg prometheus.Gatherer, name string) string {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		var parts []string
+		for _, bk := range h.GetBucket() {
+			parts = append(parts, fmt.Sprintf("%g: %d", bk.GetUpperBound(), bk.GetCumulativeCount()))
+		}
+		return fmt.Sprintf("%s, all: %d", strings.Join(parts, ", "), h.GetSampleCount())
+	}
+	return "none"
 }
 
 // counterSum is the sum of every series of the counter name in reg.

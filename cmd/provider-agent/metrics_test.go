@@ -78,6 +78,8 @@ var documentedMetrics = []metricDoc{
 		help: "events of the last heartbeat beat: its shards and the ephemeral copy"},
 	{section: "agent", name: "agent_heartbeat_event_bytes", typ: "gauge",
 		help: "largest event of the last beat (NIP-01 JSON bytes); at most 60 KiB, or a relay's advertised limit"},
+	{section: "agent", name: "agent_heartbeat_publish_seconds", typ: "histogram",
+		help: "time from a beat's start until every relay answered every event of it, cut at one heartbeat interval (or publish_timeout if shorter): beats near the interval mean the relays barely keep up"},
 	{section: "agent", name: "agent_backlog_workloads", typ: "gauge",
 		help: "workloads of big machine steps waiting for their batch (256 per turn) to be committed"},
 	{section: "agent", name: "agent_saved_rows_total", typ: "counter",
