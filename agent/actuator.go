@@ -129,5 +129,6 @@ func (a *actuator) Fenced(id string) bool {
 	return !pending && !a.backend.Running(id)
 }
 
-// wait blocks until every worker has returned (after ctx ended).
+// wait blocks until every worker has returned: a worker returns once its
+// workload's queue is empty, or when ctx ends.
 func (a *actuator) wait() { a.wg.Wait() }

@@ -3,40 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nbd-wtf/go-nostr"
-
-	"provideragent/agent/relay"
 	"provideragent/lease"
 	"provideragent/lease/leasetest"
 )
-
-// countingPool is a RelayPool (never run) that counts what the agent asks
-// of the relays directly: publishes and claim reads. The outbox's sends go
-// through the courier, not through here.
-type countingPool struct {
-	RelayPool
-	mu        sync.Mutex
-	published int
-	reads     int
-}
-
-func (p *countingPool) Publish(context.Context, *nostr.Event) relay.PublishResult {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.published++
-	return relay.PublishResult{}
-}
-
-func (p *countingPool) QueryFilters(context.Context, []nostr.Filter) ([]relay.Received, int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.reads++
-	return nil, 0
-}
 
 // TestAgentPerformsEveryEffectAsWanted: every example effect, committed
 // and performed alone through the agent's step path (commitStep: the
@@ -46,15 +18,15 @@ func (p *countingPool) QueryFilters(context.Context, []nostr.Filter) ([]relay.Re
 // to. It fails if the agent performs any effect differently from the
 // simulator (a withdrawn marker published directly instead of queued in
 // the outbox, say). Counted: backend starts and stops, rows in the real
-// SQLite outbox, direct publishes, and claim reads queued for the batching
-// loop. The agent's effect metric names every effect type.
+// SQLite outbox, direct publishes (recPool), and claim reads queued for the
+// batching loop (which only Run starts). The agent's effect metric names every effect type.
 func TestAgentPerformsEveryEffectAsWanted(t *testing.T) {
 	for _, e := range leasetest.Effects() {
 		t.Run(fmt.Sprintf("%T", e), func(t *testing.T) {
 			if effectType(e) == "other" {
 				t.Errorf("effectType(%T) = other: the agent's metric does not name this effect", e)
 			}
-			pool := &countingPool{}
+			pool := &recPool{}
 			a := newStepAgent(t, stepOpts{pool: pool})
 			be := a.backend.(*memBackend)
 			ctx := context.Background()
@@ -67,7 +39,7 @@ func TestAgentPerformsEveryEffectAsWanted(t *testing.T) {
 			if err := a.commit(ctx, now, []lease.Effect{e}, nil); err != nil {
 				t.Fatalf("commit(%s) = %v", e, err)
 			}
-			a.act.idle(t)
+			a.act.wait()
 			a.claims.wg.Wait()
 			st, err := a.outbox.Stats(ctx)
 			if err != nil {
@@ -78,7 +50,7 @@ func TestAgentPerformsEveryEffectAsWanted(t *testing.T) {
 			reads := len(a.claims.reads.queue)
 			a.claims.reads.mu.Unlock()
 			pool.mu.Lock()
-			did := leasetest.Did{Started: s2 - starts, Stopped: p2 - stops, Queued: st.Pending, Published: pool.published, ClaimReads: reads + pool.reads}
+			did := leasetest.Did{Started: s2 - starts, Stopped: p2 - stops, Queued: st.Pending, Published: len(pool.evs), ClaimReads: reads}
 			pool.mu.Unlock()
 			if want := leasetest.Want(e); did != want {
 				t.Errorf("commit(%s) did %+v, want %+v (lease.DurabilityOf: %s)", e, did, want, lease.DurabilityOf(e))

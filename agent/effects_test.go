@@ -68,10 +68,7 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 			t.Errorf("%s: FENCE timeline lines = %v, want %d", tt.name, fences, tt.wantFences)
 		}
 		waitFor(t, 10*time.Second, tt.name+": actuator idle", func() bool { return a.act.Fenced(tt.id) })
-		b.mu.Lock()
-		stops := b.stops
-		b.mu.Unlock()
-		if stops != tt.wantStops {
+		if _, stops := b.counts(); stops != tt.wantStops {
 			t.Errorf("%s: backend Stop calls = %d, want %d", tt.name, stops, tt.wantStops)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/nbd-wtf/go-nostr"
 
@@ -67,14 +66,4 @@ func eoseCount(p RelayPool) int {
 		}
 	}
 	return n
-}
-
-// idle waits until the actuator has no queued or running operation.
-func (a *actuator) idle(tb testing.TB) {
-	tb.Helper()
-	waitFor(tb, 10*time.Second, "the actuator idle", func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return len(a.busy) == 0
-	})
 }

@@ -68,9 +68,8 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 		return &s
 	}
 	starts := func() int {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.starts
+		n, _ := b.counts()
+		return n
 	}
 
 	// w1 runs, persisted as provisioning.

@@ -62,6 +62,13 @@ func (b *memBackend) Close(context.Context) error {
 	return nil
 }
 
+// counts returns how many times Start and Stop were called.
+func (b *memBackend) counts() (starts, stops int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.starts, b.stops
+}
+
 func (b *memBackend) count() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -156,11 +163,4 @@ func TestSoakThousandWorkloads(t *testing.T) {
 	if got := liveCount(a); got != 1000 {
 		t.Fatalf("Live workloads after soak = %d, want 1000", got)
 	}
-}
-
-// counts returns how many times Start and Stop were called.
-func (b *memBackend) counts() (starts, stops int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.starts, b.stops
 }
