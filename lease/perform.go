@@ -6,8 +6,8 @@ package lease
 // perform an effect in a way the other does not (a withdrawn marker sent
 // fire-and-forget by one and through the outbox by the other, say).
 //
-// The method an effect reaches is decided by its durability class
-// (DurabilityOf), then by its type within the class.
+// The method an effect reaches is one of its durability class's
+// (DurabilityOf).
 type Performer interface {
 	// Record (class Record): log and count EnteredState, Failed and
 	// QuorumReport. Nothing else.
@@ -29,36 +29,27 @@ type Performer interface {
 	ReadClaims(ReadClaims)
 }
 
-// Perform hands e to the Performer method its class and type name (see
-// Performer). An effect of a class whose type the class does not list (a
-// programming error that lease's tests catch) is recorded, never dropped
-// silently.
+// Perform hands e to its Performer method (see Performer): the process
+// and feedback effects by type, the rest by class (Outbox: Queue; Record:
+// Record). lease's tests check that every effect type reaches a method of
+// its DurabilityOf class.
 func Perform(p Performer, e Effect) {
-	switch DurabilityOf(e) {
-	case Outbox:
-		p.Queue(e)
-		return
-	case Process:
-		switch e := e.(type) {
-		case StartWorkload:
-			p.Start(e)
-			return
-		case StopWorkload:
-			p.Stop(e)
-			return
-		case AttemptRespawn:
-			p.Respawn(e)
-			return
-		}
-	case Feedback:
-		switch e := e.(type) {
-		case PublishClaim:
-			p.PublishClaim(e)
-			return
-		case ReadClaims:
-			p.ReadClaims(e)
-			return
+	switch e := e.(type) {
+	case StartWorkload:
+		p.Start(e)
+	case StopWorkload:
+		p.Stop(e)
+	case AttemptRespawn:
+		p.Respawn(e)
+	case PublishClaim:
+		p.PublishClaim(e)
+	case ReadClaims:
+		p.ReadClaims(e)
+	default:
+		if DurabilityOf(e) == Outbox {
+			p.Queue(e)
+		} else {
+			p.Record(e)
 		}
 	}
-	p.Record(e)
 }

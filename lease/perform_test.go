@@ -20,8 +20,8 @@ func (p *methodPerformer) ReadClaims(lease.ReadClaims)     { p.calls = append(p.
 
 // TestPerformCallsTheMethodOfEachEffectsClass: Perform hands every effect
 // type to exactly one Performer method, one of its durability class's, and
-// no effect but a Record one reaches Record (a type its class's switch
-// forgot would be recorded instead of performed).
+// no effect but a Record one reaches Record (a process or feedback type
+// Perform does not name would be recorded instead of performed).
 func TestPerformCallsTheMethodOfEachEffectsClass(t *testing.T) {
 	methods := map[lease.Durability][]string{
 		lease.Record:   {"Record"},
