@@ -38,7 +38,6 @@ type op struct {
 	epoch   uint64
 	command []string
 	attempt int
-	reason  string
 }
 
 func newActuator(b backend.Backend, logger *slog.Logger, report func(ctx context.Context, in input)) *actuator {

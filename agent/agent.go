@@ -510,7 +510,7 @@ func normaliseKeys(m map[string]string) map[string]string {
 func (c Config) RelayConfig() relay.Config {
 	rc := relay.DefaultConfig()
 	rc.URLs = c.Lease.Relays
-	rc.DialAddrs = normaliseKeys(c.DialAddrs)
+	rc.DialAddrs = c.DialAddrs
 	rc.PublishTimeout = c.PublishTimeout
 	rc.BackoffMax = min(rc.BackoffMax, RelayBackoffMax)
 	return rc
@@ -522,9 +522,7 @@ func (a *Agent) newPool() (RelayPool, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc := a.cfg.RelayConfig()
-	rc.URLs = a.m.Relays()
-	return newRelayPool(rc, relay.Options{
+	return newRelayPool(a.cfg.RelayConfig(), relay.Options{
 		Interests: a.subs.interests(a), SinceFor: a.sinceFor, SecretKey: secret, Logger: a.logger, Registerer: a.reg, Now: a.now,
 		Known: a.beat.own.known,
 	})
@@ -769,7 +767,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 		if !ok {
 			return WorkloadStatus{}, false
 		}
-		return WorkloadView(w, a.self, false), true // Status fills Running
+		return WorkloadView(w, a.self), true // Status fills Running
 	}
 	sus, why := a.m.ClockSuspect()
 	a.view.mu.Lock()

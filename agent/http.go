@@ -61,7 +61,7 @@ type WorkloadStatus struct {
 	// Running is whether the workload's process runs on this node.
 	Running bool `json:"running"`
 	// Reason says why the workload's process last ended, for a failed or
-	// respawning workload (ExitReason of its log file), e.g.
+	// respawning workload (backend.ExitReason of its log file), e.g.
 	// "exit 127 (command not found): sh: 1: no-such-tool: not found".
 	Reason string `json:"reason,omitempty"`
 }
@@ -70,8 +70,9 @@ type WorkloadStatus struct {
 type RelayStatus struct {
 	URL       string `json:"url"`
 	Connected bool   `json:"connected"`
-	// EOSE: the current connection's subscription reached EOSE and every
-	// event the relay served before it has been handed to the agent.
+	// EOSE: the subscription reached EOSE and every event the relay served
+	// before it has been handed to the agent (after a reconnect it may read
+	// true before the new connection's EOSE: relayPool.passed).
 	EOSE        bool      `json:"eose"`
 	Reconnects  int       `json:"reconnects"`
 	LastMessage time.Time `json:"last_message,omitzero"`

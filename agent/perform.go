@@ -202,7 +202,7 @@ func (p *performer) Stop(e lease.StopWorkload) {
 	}
 	reason := p.word(e.Reason)
 	a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, reason)
-	a.act.enqueue(p.ctx, e.ID, op{kind: opStop, epoch: e.Epoch, reason: reason})
+	a.act.enqueue(p.ctx, e.ID, op{kind: opStop, epoch: e.Epoch})
 }
 
 func (p *performer) Respawn(e lease.AttemptRespawn) {

@@ -7,16 +7,17 @@ import (
 
 // WorkloadView renders one workload as /status and the CLI show it. self is
 // this agent's hex key ("" when unknown: the CLI reading the database while
-// the agent is down; Role is then left empty).
+// the agent is down; Role is then left empty). Running is left false:
+// only the backend knows (Status fills it).
 //
 // Standbys are the providers that can still take the workload over: the
 // lease's standbys without the current holder. After a failover the
 // promoted standby holds the workload and is no longer anyone's standby;
 // a lease that named one standby then has none (NoStandby).
-func WorkloadView(w lease.WorkloadSnapshot, self string, running bool) WorkloadStatus {
+func WorkloadView(w lease.WorkloadSnapshot, self string) WorkloadStatus {
 	ws := WorkloadStatus{
 		ID: w.Spec.ID, State: string(w.State), Epoch: w.Epoch, Primary: w.Holder,
-		Standbys: StandbysOf(w), Running: running,
+		Standbys: StandbysOf(w),
 	}
 	ws.NoStandby = len(ws.Standbys) == 0 && len(w.Spec.Standbys) > 0
 	if self != "" {

@@ -25,18 +25,18 @@ func TestWorkloadView(t *testing.T) {
 	}
 	for _, tt := range tests {
 		w := lease.WorkloadSnapshot{Spec: spec, State: tt.state, Holder: tt.holder, Epoch: 2}
-		got := WorkloadView(w, tt.self, true)
+		got := WorkloadView(w, tt.self)
 		if !slices.Equal(got.Standbys, tt.want) || got.NoStandby != tt.none || got.Role != tt.role || got.Primary != tt.holder {
 			t.Errorf("%s: WorkloadView = standbys %v no_standby %v role %q holder %s, want %v %v %q %s",
 				tt.name, got.Standbys, got.NoStandby, got.Role, got.Primary, tt.want, tt.none, tt.role, tt.holder)
 		}
 	}
 	one := lease.WorkloadSnapshot{Spec: lease.Spec{ID: "w", Primary: a, Standbys: []string{b}}, State: lease.StateLive, Holder: b}
-	if got := WorkloadView(one, b, true); len(got.Standbys) != 0 || !got.NoStandby {
+	if got := WorkloadView(one, b); len(got.Standbys) != 0 || !got.NoStandby {
 		t.Errorf("WorkloadView(only standby now holds it) = standbys %v no_standby %v, want none left, no_standby", got.Standbys, got.NoStandby)
 	}
 	solo := lease.WorkloadSnapshot{Spec: lease.Spec{ID: "w", Primary: a}, State: lease.StateLive, Holder: a}
-	if got := WorkloadView(solo, a, true); got.NoStandby {
+	if got := WorkloadView(solo, a); got.NoStandby {
 		t.Errorf("WorkloadView(lease without standbys) no_standby = true, want false (there never was one)")
 	}
 }

@@ -20,11 +20,6 @@ const Component = "agent_store"
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// migrations returns the store's embedded migrations, oldest first.
-func migrations() ([]sqlitedb.Migration, error) {
-	return sqlitedb.LoadMigrations(migrationFS, "migrations")
-}
-
 // Errors; classify with errors.Is.
 var (
 	// ErrNotFound means no row has the given key.

@@ -255,7 +255,7 @@ func TestStepAndOutboxCommitTogether(t *testing.T) {
 func TestMigrationsRollBack(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openTest(t)
-	migs, err := migrations()
+	migs, err := sqlitedb.LoadMigrations(migrationFS, "migrations")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,7 +144,7 @@ func statusFromDB(ctx context.Context, db *sql.DB, cfg config.Config) (agent.Sta
 	}
 	st := agent.Status{Source: "database", Now: time.Now().UTC()}
 	for _, w := range ws {
-		v := agent.WorkloadView(w, "", false)
+		v := agent.WorkloadView(w, "")
 		if agent.NeedsReason(w.State) {
 			v.Reason = backend.ExitReason(backend.LogFile(cfg.BackendLogDir(), w.Spec.ID))
 		}

@@ -158,7 +158,7 @@ func runWorkloadsShow(ctx context.Context, files *agentFiles, args []string, std
 		if w.Spec.ID != pos[0] {
 			continue
 		}
-		view := agent.WorkloadView(w, "", false)
+		view := agent.WorkloadView(w, "")
 		out := workloadShow{WorkloadSnapshot: w, StandbysLeft: view.Standbys, NoStandby: view.NoStandby,
 			Log: backend.LogFile(cfg.BackendLogDir(), w.Spec.ID)}
 		if agent.NeedsReason(w.State) {
