@@ -37,6 +37,15 @@ type agentFiles struct {
 	fs     *flag.FlagSet
 	flags  *config.Flags
 	db     string
+
+	// loaded caches config's result: the flags are fixed once parsed, and
+	// a command asks for the config from several places.
+	loaded *loadedConfig
+}
+
+type loadedConfig struct {
+	cfg config.Config
+	err error
 }
 
 // bindAgentFiles registers the flags on fs; parent may be nil.
@@ -63,13 +72,18 @@ func (a *agentFiles) set(name string) (string, bool) {
 
 // config resolves the agent's config without validating the relay set:
 // defaults, the config file, PROVIDER_AGENT_* and then the flags (parent's
-// first, so the subcommand's win).
+// first, so the subcommand's win). It is loaded once, after the flags
+// are parsed.
 func (a *agentFiles) config() (config.Config, error) {
-	var chain []*config.Flags
-	for cur := a; cur != nil; cur = cur.parent {
-		chain = append([]*config.Flags{cur.flags}, chain...)
+	if a.loaded == nil {
+		var chain []*config.Flags
+		for cur := a; cur != nil; cur = cur.parent {
+			chain = append([]*config.Flags{cur.flags}, chain...)
+		}
+		cfg, err := loadConfigLoose(chain...)
+		a.loaded = &loadedConfig{cfg: cfg, err: err}
 	}
-	return loadConfigLoose(chain...)
+	return a.loaded.cfg, a.loaded.err
 }
 
 // dbPath is the database file: --db, else the config's DBPath when --config
@@ -116,28 +130,20 @@ func (a *agentFiles) openDB(ctx context.Context, create bool) (*sql.DB, string, 
 	return db, path, nil
 }
 
-// openDBFor opens the database (openDB) and one component on it, which
-// applies its migrations: the agent's tables, the courier or the tile
-// store. The returned func closes the component (when it has a Close) and
-// then the database; an error opening the component names the cause an
-// operator can act on (diagnoseDB).
-func openDBFor[T any](ctx context.Context, a *agentFiles, create bool, open func(context.Context, *sql.DB) (T, error)) (T, string, func(), error) {
-	var zero T
+// openDBWith opens the database (openDB) and applies one component's
+// migrations with migrate (the agent's tables, the courier, the tile
+// store); when that fails the database is closed and the error names the
+// cause an operator can act on (diagnoseDB).
+func (a *agentFiles) openDBWith(ctx context.Context, create bool, migrate func(context.Context, *sql.DB) error) (*sql.DB, string, error) {
 	db, path, err := a.openDB(ctx, create)
 	if err != nil {
-		return zero, path, nil, err
+		return nil, path, err
 	}
-	v, err := open(ctx, db)
-	if err != nil {
+	if err := migrate(ctx, db); err != nil {
 		db.Close()
-		return zero, path, nil, diagnoseDB(path, err)
+		return nil, path, diagnoseDB(path, err)
 	}
-	return v, path, func() {
-		if c, ok := any(v).(interface{ Close() error }); ok {
-			c.Close()
-		}
-		db.Close()
-	}, nil
+	return db, path, nil
 }
 
 // diagnoseDB adds the cause an operator can act on to SQLite's words for a

@@ -89,10 +89,15 @@ func openCourier(ctx context.Context, files *agentFiles, create bool, stderr io.
 		return nil, nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c, _, closeFn, err := openDBFor(ctx, files, create, func(ctx context.Context, db *sql.DB) (*courier.Courier, error) {
-		return courier.Open(ctx, db, cfg.CourierConfig(), courier.Deps{Logger: logger})
+	var c *courier.Courier
+	db, _, err := files.openDBWith(ctx, create, func(ctx context.Context, db *sql.DB) (err error) {
+		c, err = courier.Open(ctx, db, cfg.CourierConfig(), courier.Deps{Logger: logger})
+		return err
 	})
-	return c, closeFn, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, func() { c.Close(); db.Close() }, nil
 }
 
 func parseCourierID(cmd, s string) (courier.ID, error) {
@@ -190,10 +195,8 @@ func runCourierList(ctx context.Context, files *agentFiles, args []string, stdou
 	if *state != "" && !courier.State(*state).Valid() {
 		return usagef("courier list: --state %q: want pending, acknowledged or dead", *state)
 	}
-	if *dest != "" {
-		if _, err := courier.ParseDestination(*dest); err != nil {
-			return usagef("courier list: --destination %q: want nostr or http", *dest)
-		}
+	if *dest != "" && !courier.Destination(*dest).Valid() {
+		return usagef("courier list: --destination %q: want nostr or http", *dest)
 	}
 	return courierList(ctx, sub, courier.ListOptions{State: courier.State(*state), Destination: courier.Destination(*dest), Limit: *limit}, stdout, stderr)
 }

@@ -63,10 +63,15 @@ var tilesGroup = group{name: "tiles", usage: tilesUsage, subs: []sub{
 // openTilesStore opens the agent's SQLite file and the tile store on it.
 // Only create (tiles add) makes a missing database.
 func openTilesStore(ctx context.Context, files *agentFiles, create bool) (*uploader.Store, func(), error) {
-	s, _, closeFn, err := openDBFor(ctx, files, create, func(ctx context.Context, db *sql.DB) (*uploader.Store, error) {
-		return uploader.NewStore(ctx, db, nil)
+	var s *uploader.Store
+	db, _, err := files.openDBWith(ctx, create, func(ctx context.Context, db *sql.DB) (err error) {
+		s, err = uploader.NewStore(ctx, db, nil)
+		return err
 	})
-	return s, closeFn, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func() { db.Close() }, nil
 }
 
 const tilesAddUsage = `provider-agent tiles add FILE --workload W splits FILE into fixed-size tiles,

@@ -73,11 +73,7 @@ var workloadsGroup = group{name: "workloads", usage: workloadsUsage, subs: []sub
 // openAgentDB opens the agent's database with the agent's migrations
 // applied; only create (grant) makes a missing one.
 func openAgentDB(ctx context.Context, files *agentFiles, create bool) (*sql.DB, string, error) {
-	// The caller closes db (openDBFor's close func is not used).
-	db, path, _, err := openDBFor(ctx, files, create, func(ctx context.Context, db *sql.DB) (*sql.DB, error) {
-		return db, agent.Migrate(ctx, db)
-	})
-	return db, path, err
+	return files.openDBWith(ctx, create, agent.Migrate)
 }
 
 func runWorkloadsList(ctx context.Context, files *agentFiles, args []string, stdout, _ io.Writer) error {
