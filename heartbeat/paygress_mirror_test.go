@@ -31,6 +31,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/identity"
+	"provideragent/lease"
 )
 
 // pgCapacityInfo mirrors wire.rs CapacityInfo.
@@ -358,7 +359,7 @@ func checkPaygressTags(t *testing.T, got, want nostr.Tags, extras ...string) {
 // checkHexKey checks a key field is lowercase hex naming want (hex).
 func checkHexKey(t *testing.T, field, got, want string) {
 	t.Helper()
-	if len(got) != 64 || !identity.IsLowerHex(got) || got != want {
+	if !lease.IsHexPubkey(got) || got != want {
 		t.Fatalf("%s = %q, want the lowercase hex key %s (Paygress writes to_hex() and compares strings)", field, got, want)
 	}
 }

@@ -64,7 +64,7 @@ func NewBlossomUploader(cfg Config, deps Deps) (*BlossomUploader, error) {
 	}
 	keys, err := identity.NewKeys(deps.SecretKey)
 	if err != nil {
-		// heartbeat's key errors never echo the key.
+		// identity's key errors never echo the key.
 		return nil, fmt.Errorf("new blossom uploader: %w: %w", ErrBadKey, err)
 	}
 	client := deps.HTTPClient

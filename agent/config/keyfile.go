@@ -101,7 +101,7 @@ func LoadKeyFile(path string) (secretHex string, err error) {
 	}
 	sk, err := identity.ParseSecretKey(string(data))
 	if err != nil {
-		// heartbeat's errors never echo the input.
+		// identity's errors never echo the input.
 		return "", fmt.Errorf("load key file %s: %w: %w", path, ErrKeyFileContent, err)
 	}
 	return sk, nil
