@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -51,8 +52,7 @@ func TestRunAndStatusLive(t *testing.T) {
 	if code, _, errs := run(t, "keygen", "--out", filepath.Join(dir, "identity.key")); code != 0 {
 		t.Fatalf("keygen = exit %d %q", code, errs)
 	}
-	listen := freeAddr(t)
-	common := []string{"--data-dir", dir, "--listen", listen, "--quorum", "2"}
+	common := []string{"--data-dir", dir, "--quorum", "2"}
 	for range 3 {
 		common = append(common, "--relay", relaytest.Start(t).URL())
 	}
@@ -65,13 +65,29 @@ func TestRunAndStatusLive(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb lockedWriter
 	done := make(chan int, 1)
-	go func() { done <- runMain(ctx, append([]string{"run"}, common...), &out, &errb) }()
+	// Port 0: run binds a free port and prints it (a port picked here and
+	// closed could be taken by another process before run binds it).
+	go func() {
+		done <- runMain(ctx, append([]string{"run", "--listen", "127.0.0.1:0"}, common...), &out, &errb)
+	}()
 	defer func() {
 		cancel()
 		<-done
 	}()
 
 	deadline := time.Now().Add(30 * time.Second)
+	statusAddr := regexp.MustCompile(`status http://(\S+)/status`)
+	var listen []string
+	for listen == nil {
+		if m := statusAddr.FindStringSubmatch(out.String()); m != nil {
+			listen = []string{"--listen", m[1]}
+		} else if time.Now().After(deadline) {
+			t.Fatalf("run never printed its status address:\nrun stdout:\n%s\nrun stderr:\n%s", out.String(), errb.String())
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	common = append(common, listen...)
 	var status string
 	for {
 		code, o, _ := run(t, append([]string{"status"}, common...)...)
