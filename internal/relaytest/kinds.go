@@ -62,7 +62,7 @@ func StartKind(tb testing.TB, k Kind, o KindOptions) *Relay {
 		if o.ServiceURL != "" {
 			args = append(args, "--service-url", o.ServiceURL)
 		}
-		return start(tb, k, func(tb testing.TB) []string { return []string{Binary(tb)} }, args)
+		return start(tb, k, localrelayd, args)
 	case NostrRelay:
 		if o.RequireAuth {
 			args = append(args, "--require-auth")

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,23 @@ const pkgPath = "provideragent/internal/localrelay/localrelayd"
 // buildFlags build localrelayd (part of the binary's name through
 // sourceHash).
 var buildFlags = []string{"-tags", "libsecp256k1"}
+
+// ProfileDirEnv names an environment variable that, when set to a
+// directory, makes every localrelayd child write its CPU profile there
+// (localrelayd-<test pid>-<n>.prof, written when the relay stops).
+const ProfileDirEnv = "RELAYTEST_CPUPROFILE_DIR"
+
+var profiles atomic.Int64
+
+// localrelayd is the command of one localrelayd child (a start or restart).
+func localrelayd(tb testing.TB) []string {
+	cmd := []string{Binary(tb)}
+	if dir := os.Getenv(ProfileDirEnv); dir != "" {
+		name := fmt.Sprintf("localrelayd-%d-%d.prof", os.Getpid(), profiles.Add(1))
+		cmd = append(cmd, "--cpuprofile", filepath.Join(dir, name))
+	}
+	return cmd
+}
 
 // startTimeout bounds how long a child relay may take to come up.
 const startTimeout = 30 * time.Second
@@ -186,7 +204,7 @@ type child struct {
 // until it accepts a websocket. The relay is stopped when the test ends.
 func Start(tb testing.TB, args ...string) *Relay {
 	tb.Helper()
-	return start(tb, Khatru, func(tb testing.TB) []string { return []string{Binary(tb)} }, args)
+	return start(tb, Khatru, localrelayd, args)
 }
 
 func start(tb testing.TB, kind Kind, program func(testing.TB) []string, args []string) *Relay {

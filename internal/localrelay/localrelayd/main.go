@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +53,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		stdinEOF  = fs.Bool("exit-on-stdin-eof", false, "exit when standard input closes (set by test harnesses)")
 		verbose   = fs.Bool("v", false, "log at debug level to stderr")
 		authAllow = fs.String("auth-allow", "", "comma-separated hex pubkeys allowed after AUTH (needs --require-auth)")
+		cpuProf   = fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file (written at exit)")
 	)
 	fs.BoolVar(&o.RejectWrites, "reject-writes", false, "answer every EVENT with OK false")
 	fs.StringVar(&o.RejectReason, "reject-reason", localrelay.DefaultRejectReason, "OK reason for --reject-writes")
@@ -86,6 +88,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if err := o.Validate(); err != nil {
 		return err
+	}
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
