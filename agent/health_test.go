@@ -23,6 +23,9 @@ func (p *upPool) Run(ctx context.Context, _ chan<- relay.Received) error { <-ctx
 func (p *upPool) Publish(context.Context, *nostr.Event) relay.PublishResult {
 	return relay.PublishResult{}
 }
+func (p *upPool) PublishTo(_ context.Context, url string, _ relay.Frame) relay.RelayOutcome {
+	return relay.RelayOutcome{Relay: url, Outcome: relay.OutcomeTimedOut}
+}
 func (p *upPool) Query(context.Context, nostr.Filter) ([]relay.Received, int) {
 	return nil, 0
 }

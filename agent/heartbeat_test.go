@@ -13,14 +13,17 @@ import (
 
 	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
 
-// publishRecord is one publish made through a recordingPool.
+// publishRecord is one publish made through a recordingPool: to every
+// relay (Publish), or to the one relay named (PublishTo).
 type publishRecord struct {
-	at  time.Time
-	ev  *nostr.Event
-	res relay.PublishResult
+	at, done time.Time
+	relay    string // PublishTo's relay; "" for Publish
+	ev       *nostr.Event
+	res      relay.PublishResult
 }
 
 // recordingPool is a real RelayPool that also records every publish and
@@ -37,6 +40,50 @@ func (p *recordingPool) Publish(ctx context.Context, ev *nostr.Event) relay.Publ
 	p.recs = append(p.recs, publishRecord{at: time.Now(), ev: ev, res: res})
 	p.mu.Unlock()
 	return res
+}
+
+func (p *recordingPool) PublishTo(ctx context.Context, url string, f relay.Frame) relay.RelayOutcome {
+	at := time.Now()
+	o := p.RelayPool.PublishTo(ctx, url, f)
+	ev := f.Event
+	res := relay.PublishResult{EventID: ev.ID, All: []relay.RelayOutcome{o}}
+	if o.Outcome == relay.OutcomeAccepted {
+		res.Accepted = []string{url}
+	}
+	p.mu.Lock()
+	p.recs = append(p.recs, publishRecord{at: at, done: time.Now(), relay: url, ev: ev, res: res})
+	p.mu.Unlock()
+	return o
+}
+
+// acceptedBy returns the relays that accepted the event id, over every
+// publish of it.
+func (p *recordingPool) acceptedBy(id string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, r := range p.recs {
+		if r.ev.ID == id {
+			out = append(out, r.res.Accepted...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// to returns the publishes of kind made to the one relay url, in the
+// order they started.
+func (p *recordingPool) to(url string, kind int) []publishRecord {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []publishRecord
+	for _, r := range p.recs {
+		if r.relay == url && r.ev.Kind == kind {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b publishRecord) int { return a.at.Compare(b.at) })
+	return out
 }
 
 // last returns the latest publish of kind started after since, if any.
@@ -117,10 +164,56 @@ func TestHeartbeatsListLivePairs(t *testing.T) {
 		if got := hb.Expiration.Sub(hb.CreatedAt); got != 300*time.Second {
 			t.Errorf("heartbeat kind %d expiration = created_at + %v, want + 5m0s", tc.kind, got)
 		}
-		if !tc.ephemeral && len(r.res.Accepted) < lcfg.M {
-			t.Errorf("stored heartbeat accepted by %v (%s), want at least %d relays",
-				r.res.Accepted, r.res.Refusals(), lcfg.M)
+		if !tc.ephemeral {
+			waitFor(t, 5*time.Second, fmt.Sprintf("stored heartbeat %s accepted by %d relays", r.ev.ID, lcfg.M), func() bool {
+				return len(rec.acceptedBy(r.ev.ID)) >= lcfg.M
+			})
 		}
+	}
+}
+
+// Every relay takes our beats one at a time (issue 10): a relay slow to
+// answer (every OK 1.5 s late, beats every second) delays no other relay's
+// beats, is never sent a beat while it still answers the one before, and
+// the beats built meanwhile replace each other, counted in
+// agent_heartbeats_superseded_total.
+func TestSlowRelayTakesOneBeatAtATime(t *testing.T) {
+	t.Parallel()
+	rs := []*relaytest.Relay{relaytest.Start(t), relaytest.Start(t), relaytest.Start(t, "--write-delay", "1500ms")}
+	urls := []string{rs[0].URL(), rs[1].URL(), rs[2].URL()}
+	lcfg := DemoLeaseConfig(urls)
+	rec := &recordingPool{}
+	ta := startAgent(t, agentOpts{name: "slow-relay", lcfg: lcfg, wrapPool: func(p RelayPool) RelayPool {
+		rec.RelayPool = p
+		return rec
+	}})
+	ta.a.Track(context.Background(), soloSpec("w1", ta.pub))
+	fast, slow := urls[0], urls[2]
+	waitFor(t, 30*time.Second, "8 beats published to a fast relay", func() bool {
+		return len(rec.to(fast, heartbeat.KindHeartbeat)) >= 8
+	})
+	beats := rec.to(slow, heartbeat.KindHeartbeat)
+	for i := 1; i < len(beats); i++ {
+		if beats[i].at.Before(beats[i-1].done) {
+			t.Fatalf("beat %d sent to the slow relay at %v, before it answered beat %d (at %v)",
+				i, beats[i].at.Format(time.StampMilli), i-1, beats[i-1].done.Format(time.StampMilli))
+		}
+	}
+	for _, b := range beats {
+		if b.done.Sub(b.at) < time.Second || len(b.res.Accepted) != 1 {
+			t.Fatalf("slow relay answered a beat after %v (accepted %v), want accepted after its 1.5 s delay", b.done.Sub(b.at), b.res.Accepted)
+		}
+	}
+	// Coupled to the slow relay, beats would start at least 1.5 s apart.
+	fastBeats := rec.to(fast, heartbeat.KindHeartbeat)
+	if n := len(fastBeats); fastBeats[n-1].at.Sub(fastBeats[0].at) > time.Duration(n-1)*1250*time.Millisecond {
+		t.Errorf("a fast relay was sent %d beats in %v, want one a second: delayed by the slow relay?", n, fastBeats[n-1].at.Sub(fastBeats[0].at))
+	}
+	if v := counterWith(t, ta.reg, "agent_heartbeats_superseded_total", "relay", slow); v < 1 {
+		t.Errorf("agent_heartbeats_superseded_total{relay=slow} = %v, want >= 1", v)
+	}
+	if v := counterWith(t, ta.reg, "agent_heartbeats_superseded_total", "relay", fast); v != 0 {
+		t.Errorf("agent_heartbeats_superseded_total{relay=fast} = %v, want 0", v)
 	}
 }
 

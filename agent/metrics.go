@@ -29,7 +29,8 @@ type metrics struct {
 	beatBytes      prometheus.Gauge // largest event of the last beat
 	beatEvents     prometheus.Gauge // events of the last beat
 	beatSeconds    prometheus.Histogram
-	backlog        prometheus.Gauge // workloads waiting for their commit
+	beatSuperseded *prometheus.CounterVec // by relay
+	backlog        prometheus.Gauge       // workloads waiting for their commit
 }
 
 // The bounded label values of the agent_* metrics (exported at 0 from the
@@ -100,9 +101,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "agent_heartbeat_events", Help: "Events of the last heartbeat beat: its shards and the ephemeral copy.",
 		}),
 		beatSeconds: f.NewHistogram(prometheus.HistogramOpts{
-			Name: "agent_heartbeat_publish_seconds", Help: "Time from the start of a heartbeat beat until every relay answered every event of it (at most one heartbeat interval, or publish_timeout if shorter).",
+			Name: "agent_heartbeat_publish_seconds", Help: "Time to publish one heartbeat beat to one relay: from sending its first event there until the relay answered every event of it (at most publish_timeout).",
 			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10},
 		}),
+		beatSuperseded: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_heartbeats_superseded_total", Help: "Heartbeat beats never sent to a relay because it was still answering the beat before and a newer one was built (each relay takes one beat at a time).",
+		}, []string{"relay"}),
 		backlog: f.NewGauge(prometheus.GaugeOpts{
 			Name: "agent_backlog_workloads", Help: "Workloads of big machine steps waiting for their batch to be committed.",
 		}),

@@ -23,6 +23,9 @@ type RelayPool interface {
 	// Publish sends ev to every connected relay and waits for their OKs
 	// until ctx ends.
 	Publish(ctx context.Context, ev *nostr.Event) relay.PublishResult
+	// PublishTo is Publish of an encoded event on the one relay url (as
+	// Status names it).
+	PublishTo(ctx context.Context, url string, f relay.Frame) relay.RelayOutcome
 	// Query runs a one-shot REQ on every connected relay and returns what
 	// each relay served before its EOSE (or ctx's end), and how many relays
 	// answered with EOSE.
@@ -108,6 +111,10 @@ func (r *relayPool) Run(ctx context.Context, out chan<- relay.Received) error {
 
 func (r *relayPool) Publish(ctx context.Context, ev *nostr.Event) relay.PublishResult {
 	return r.p.Publish(ctx, *ev)
+}
+
+func (r *relayPool) PublishTo(ctx context.Context, url string, f relay.Frame) relay.RelayOutcome {
+	return r.p.PublishTo(ctx, url, f)
 }
 
 // PublishQuorum returns once need relays accepted (need <= 0: wait for all);

@@ -125,7 +125,7 @@ func failoverOn(t *testing.T, kind relaytest.Kind) {
 	for _, k := range []int{heartbeat.KindHeartbeat, heartbeat.KindHeartbeatEphemeral} {
 		waitFor(t, 15*time.Second, "primary-1 heartbeat accepted by 3 relays", func() bool {
 			r, ok := rec.last(k, live)
-			return ok && len(r.res.Accepted) == 3 && strings.Contains(r.ev.Content, `"w1"`)
+			return ok && len(rec.acceptedBy(r.ev.ID)) == 3 && strings.Contains(r.ev.Content, `"w1"`)
 		})
 	}
 

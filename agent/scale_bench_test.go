@@ -48,6 +48,9 @@ import (
 //     neither accepted nor muted) up to here and through the restart, and
 //     relay-limit-refusals what the relays refused for strfry's limits
 //     (event too large, too many REQs, filter item too large);
+//     beats-superseded are beats a relay was never sent because it still
+//     answered the one before (agent_heartbeats_superseded_total, up to
+//     the restart): each relay takes one beat at a time;
 //  4. a graceful stop and a new agent on the same database, until all N are
 //     Live again (restart-s-to-all-live);
 //  5. every proxy cut at once: the agent loses its quorum and evicts every
@@ -152,6 +155,7 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	maxEvent := testutil.ToFloat64(sa.a.met.beatBytes)
 	beatEvents := testutil.ToFloat64(sa.a.met.beatEvents)
 	rejected, _ := sa.publishNotAccepted(b)
+	superseded := counterWith(b, sa.reg, "agent_heartbeats_superseded_total", "", "")
 	b.Logf("workloads=%d: publish outcomes %v", n, publishOutcomes(b, sa.reg))
 	b.Logf("workloads=%d: beats published within (s: beats) %s", n, histogramCounts(b, sa.reg, "agent_heartbeat_publish_seconds"))
 	b.Logf("workloads=%d: after a %v soak RSS %.0f MiB (%+.1f%%); beat of %v events, largest %v bytes; %v publishes not accepted",
@@ -218,6 +222,7 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	b.ReportMetric(maxEvent, "max-event-bytes")
 	b.ReportMetric(beatEvents, "beat-events")
 	b.ReportMetric(rejected, "relay-rejections")
+	b.ReportMetric(superseded, "beats-superseded")
 	b.ReportMetric(float64(limitRefusals), "relay-limit-refusals")
 	if stopScaleAgent(b, sa) != nil {
 		shutdownErrors++
@@ -307,7 +312,8 @@ func publishOutcomes(tb testing.TB, reg prometheus.Gatherer) map[string]float64 
 	return out
 }
 
-// counterWith is the counter name's series with label = value in reg.
+// counterWith is the counter name's series with label = value in reg (the
+// sum of all its series when label is "").
 func counterWith(tb testing.TB, reg prometheus.Gatherer, name, label, value string) float64 {
 	tb.Helper()
 	mfs, err := reg.Gather()
@@ -320,6 +326,9 @@ func counterWith(tb testing.TB, reg prometheus.Gatherer, name, label, value stri
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if label == "" {
+				n += m.GetCounter().GetValue()
+			}
 			for _, lp := range m.GetLabel() {
 				if lp.GetName() == label && lp.GetValue() == value {
 					n += m.GetCounter().GetValue()

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 
 	"github.com/nbd-wtf/go-nostr"
 )
@@ -40,9 +39,10 @@ func (it *Interest) filterJSON(j, i int) []byte {
 	return encodeFilter(it.Alternatives[j][i])
 }
 
-// encodeFilter is f's JSON (nil when it cannot be encoded).
+// encodeFilter is f's JSON (nil when it cannot be encoded), by go-nostr's
+// encoder called directly (json.Marshal scans its output once more).
 func encodeFilter(f nostr.Filter) []byte {
-	b, err := json.Marshal(f)
+	b, err := f.MarshalJSON()
 	if err != nil {
 		return nil
 	}

@@ -311,6 +311,62 @@ func TestPoolPublishQuorumDoesNotWaitForSlowRelay(t *testing.T) {
 	}
 }
 
+// PublishTo publishes on the one relay named: a relay that holds its OK
+// delays no publish to another, the event reaches only the relay named,
+// outcomes are counted as Publish counts them, and an url the pool does
+// not have fails at once.
+func TestPoolPublishToOneRelay(t *testing.T) {
+	rs := []*relaytest.Relay{relaytest.Start(t), relaytest.Start(t, "--hold-ok")}
+	urls := []string{rs[0].URL(), rs[1].URL()}
+	h := newPool(t, fastConfig(urls...), relay.Options{})
+	eventually(t, "all connected", func() bool {
+		for _, s := range h.pool.Status() {
+			if !s.Connected {
+				return false
+			}
+		}
+		return true
+	})
+	held := make(chan relay.RelayOutcome, 1)
+	hctx, hcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer hcancel()
+	heldEv := signed(t, 1, "held", time.Now())
+	go func() { held <- h.pool.PublishTo(hctx, urls[1], frame(t, heldEv)) }()
+	ev := signed(t, 1, "one relay", time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if o := h.pool.PublishTo(ctx, urls[0], frame(t, ev)); o.Outcome != relay.OutcomeAccepted || o.Relay != urls[0] {
+		t.Fatalf("PublishTo(%s) = %+v, want accepted there while the other relay holds its OK", urls[0], o)
+	}
+	if o := <-held; o.Outcome != relay.OutcomeTimedOut {
+		t.Fatalf("PublishTo(holding relay) = %+v, want timed out", o)
+	}
+	for _, q := range h.pool.Query(context.Background(), nostr.Filter{IDs: []string{ev.ID}}) {
+		if want := q.Relay == urls[0]; !q.Complete() || (len(q.Events) == 1) != want {
+			t.Fatalf("query on %s = %d events (complete %v), want the event only on %s", q.Relay, len(q.Events), q.Complete(), urls[0])
+		}
+	}
+	if v := testutil.ToFloat64(h.publishCounter(urls[0], "accepted", "")); v != 1 {
+		t.Errorf("relay_publish_total{%s,accepted} = %v, want 1", urls[0], v)
+	}
+	if v := testutil.ToFloat64(h.publishCounter(urls[1], "timed_out", "")); v != 1 {
+		t.Errorf("relay_publish_total{%s,timed_out} = %v, want 1", urls[1], v)
+	}
+	if o := h.pool.PublishTo(ctx, "ws://127.0.0.1:1", frame(t, ev)); o.Outcome != relay.OutcomeFailed {
+		t.Fatalf("PublishTo(unknown relay) = %+v, want failed", o)
+	}
+}
+
+// frame is ev's relay.Frame.
+func frame(t *testing.T, ev nostr.Event) relay.Frame {
+	t.Helper()
+	f, err := relay.NewFrame(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // A relay that holds the OK and is then killed is never counted as accepted.
 func TestPoolPublishRelayKilledBeforeOK(t *testing.T) {
 	rs := []*relaytest.Relay{relaytest.Start(t), relaytest.Start(t), relaytest.Start(t, "--hold-ok")}

@@ -3,9 +3,9 @@ package relay
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,16 +129,13 @@ func (p *Pool) Publish(ctx context.Context, ev nostr.Event) PublishResult {
 // caller that only needs M acceptances (the outbox) thus does not wait out
 // the deadline on a relay that is down.
 func (p *Pool) PublishQuorum(ctx context.Context, ev nostr.Event, need int) PublishResult {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.cfg.PublishTimeout)
-		defer cancel()
-	}
+	ctx, cancel := p.publishDeadline(ctx)
+	defer cancel()
 	res := PublishResult{EventID: ev.ID, All: make([]RelayOutcome, len(p.sups))}
-	frame, err := json.Marshal(nostr.EventEnvelope{Event: ev})
+	frame, err := encodeEvent(ev)
 	if err != nil {
 		for i, s := range p.sups {
-			res.All[i] = RelayOutcome{Relay: s.url, Outcome: OutcomeFailed, Reason: "encode event: " + err.Error(), cause: causeEncode}
+			res.All[i] = encodeFailed(s.url, err)
 		}
 	} else {
 		enough, stop := context.WithCancel(ctx)
@@ -166,7 +163,7 @@ func (p *Pool) PublishQuorum(ctx context.Context, ev nostr.Event, need int) Publ
 		if o.Outcome == OutcomeNotAwaited {
 			continue
 		}
-		p.m.publish.WithLabelValues(o.Relay, string(o.Outcome), o.reasonLabel()).Inc()
+		p.count(o)
 		switch o.Outcome {
 		case OutcomeAccepted:
 			res.Accepted = append(res.Accepted, o.Relay)
@@ -181,6 +178,67 @@ func (p *Pool) PublishQuorum(ctx context.Context, ev nostr.Event, need int) Publ
 		}
 	}
 	return res
+}
+
+// Frame is a signed event with its EVENT frame, encoded once for
+// publishing it to several relays one by one (PublishTo).
+type Frame struct {
+	Event *nostr.Event
+	b     []byte
+}
+
+// NewFrame encodes ev's EVENT frame.
+func NewFrame(ev *nostr.Event) (Frame, error) {
+	b, err := encodeEvent(*ev)
+	if err != nil {
+		return Frame{}, fmt.Errorf("encode event %s: %w", ev.ID, err)
+	}
+	return Frame{Event: ev, b: b}, nil
+}
+
+// PublishTo is Publish of f on one relay of the pool (url as URLs gives
+// it): its outcome, retried, logged and counted as Publish does. A caller
+// that keeps a pipeline per relay (the agent's heartbeats) uses it so that
+// a slow relay delays no other. An url the pool does not have fails (and
+// is not counted).
+func (p *Pool) PublishTo(ctx context.Context, url string, f Frame) RelayOutcome {
+	i := slices.IndexFunc(p.sups, func(s *supervisor) bool { return s.url == url })
+	if i < 0 {
+		return RelayOutcome{Relay: url, Outcome: OutcomeFailed, Reason: "not a relay of this pool"}
+	}
+	s := p.sups[i]
+	ctx, cancel := p.publishDeadline(ctx)
+	defer cancel()
+	o := s.publish(ctx, f.Event.ID, f.b)
+	s.noteOutcome(f.Event.Kind, f.Event.ID, o)
+	p.count(o)
+	return o
+}
+
+// publishDeadline is ctx, with Config.PublishTimeout when it has no
+// deadline.
+func (p *Pool) publishDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, p.cfg.PublishTimeout)
+}
+
+// encodeEvent is ev's EVENT frame (go-nostr's encoder, called directly:
+// through json.Marshal every frame was scanned and compacted once more,
+// half the cost of publishing a large event).
+func encodeEvent(ev nostr.Event) ([]byte, error) {
+	return nostr.EventEnvelope{Event: ev}.MarshalJSON()
+}
+
+// encodeFailed is the outcome on url of an event that could not be encoded.
+func encodeFailed(url string, err error) RelayOutcome {
+	return RelayOutcome{Relay: url, Outcome: OutcomeFailed, Reason: "encode event: " + err.Error(), cause: causeEncode}
+}
+
+// count adds o to relay_publish_total.
+func (p *Pool) count(o RelayOutcome) {
+	p.m.publish.WithLabelValues(o.Relay, string(o.Outcome), o.reasonLabel()).Inc()
 }
 
 func (s *supervisor) publish(ctx context.Context, id string, frame []byte) RelayOutcome {
