@@ -99,6 +99,19 @@ func (h *harness) next(pred func(relay.Received) bool) relay.Received {
 	}
 }
 
+// waitConnected waits until every relay of the pool is connected.
+func (h *harness) waitConnected() {
+	h.t.Helper()
+	eventually(h.t, "all connected", func() bool {
+		for _, s := range h.pool.Status() {
+			if !s.Connected {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func (h *harness) waitEOSE(urls ...string) {
 	h.t.Helper()
 	want := make(map[string]bool)
@@ -289,14 +302,7 @@ func TestPoolPublishQuorumDoesNotWaitForSlowRelay(t *testing.T) {
 	rs := []*relaytest.Relay{relaytest.Start(t), relaytest.Start(t), relaytest.Start(t, "--hold-ok")}
 	urls := []string{rs[0].URL(), rs[1].URL(), rs[2].URL()}
 	h := newPool(t, fastConfig(urls...), relay.Options{})
-	eventually(t, "all connected", func() bool {
-		for _, s := range h.pool.Status() {
-			if !s.Connected {
-				return false
-			}
-		}
-		return true
-	})
+	h.waitConnected()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res := h.pool.PublishQuorum(ctx, signed(t, 1, "x", time.Now()), 2)
@@ -319,14 +325,7 @@ func TestPoolPublishToOneRelay(t *testing.T) {
 	rs := []*relaytest.Relay{relaytest.Start(t), relaytest.Start(t, "--hold-ok")}
 	urls := []string{rs[0].URL(), rs[1].URL()}
 	h := newPool(t, fastConfig(urls...), relay.Options{})
-	eventually(t, "all connected", func() bool {
-		for _, s := range h.pool.Status() {
-			if !s.Connected {
-				return false
-			}
-		}
-		return true
-	})
+	h.waitConnected()
 	held := make(chan relay.RelayOutcome, 1)
 	hctx, hcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer hcancel()
@@ -372,14 +371,7 @@ func TestPoolPublishRelayKilledBeforeOK(t *testing.T) {
 	rs := []*relaytest.Relay{relaytest.Start(t), relaytest.Start(t), relaytest.Start(t, "--hold-ok")}
 	urls := []string{rs[0].URL(), rs[1].URL(), rs[2].URL()}
 	h := newPool(t, fastConfig(urls...), relay.Options{})
-	eventually(t, "all connected", func() bool {
-		for _, s := range h.pool.Status() {
-			if !s.Connected {
-				return false
-			}
-		}
-		return true
-	})
+	h.waitConnected()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	done := make(chan relay.PublishResult, 1)
