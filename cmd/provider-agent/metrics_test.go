@@ -282,7 +282,7 @@ func TestMetricsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = blossom.Shutdown(context.Background()) })
-	cfg := fastConfig(t, tmp, dir, freeAddr(t), relays, 2)
+	cfg := fastConfig(t, tmp, dir, "127.0.0.1:0", relays, 2)
 	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

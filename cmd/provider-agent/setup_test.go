@@ -226,7 +226,7 @@ func TestMissingCommandShowsItsReason(t *testing.T) {
 	dir := filepath.Join(tmp, "data")
 	newKey(t, filepath.Join(dir, "identity.key"))
 	relay := relaytest.Start(t)
-	cfg := fastConfig(t, tmp, dir, freeAddr(t), []string{relay.URL()}, 1)
+	cfg := fastConfig(t, tmp, dir, "127.0.0.1:0", []string{relay.URL()}, 1)
 	must(t, nil, "workloads", "grant", "--config", cfg, "--id", "broken", "--command", "no-such-tool-4711 --serve", "--restart", "never")
 	a := startRun(t, "--config", cfg)
 	st := a.waitStatus(t, "workload broken failed", 60*time.Second, func(st agent.Status) bool {
@@ -239,8 +239,8 @@ func TestMissingCommandShowsItsReason(t *testing.T) {
 			t.Errorf("/status reason of the failed workload = %q, want it to contain %q", w.Reason, want)
 		}
 	}
-	live := must(t, nil, "status", "--config", cfg)
-	if !strings.Contains(live.stdout, "broken: failed: exit 127 (command not found)") {
+	live := must(t, nil, "status", "--config", cfg, "--url", a.status)
+	if !strings.Contains(live.stdout, "source: agent") || !strings.Contains(live.stdout, "broken: failed: exit 127 (command not found)") {
 		t.Errorf("status (live) = %q, want the reason line", live.stdout)
 	}
 	a.stop(t)
@@ -358,8 +358,8 @@ func TestStatusAfterFailover(t *testing.T) {
 	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
 	pubA := newKey(t, filepath.Join(dirA, "identity.key"))
 	pubB := newKey(t, filepath.Join(dirB, "identity.key"))
-	cfgA := fastConfig(t, tmp, dirA, freeAddr(t), relays, 2)
-	cfgB := fastConfig(t, tmp, dirB, freeAddr(t), relays, 2, npubOf(t, pubA))
+	cfgA := fastConfig(t, tmp, dirA, "127.0.0.1:0", relays, 2)
+	cfgB := fastConfig(t, tmp, dirB, "127.0.0.1:0", relays, 2, npubOf(t, pubA))
 	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "web-1", "--command", "sleep 1000",
 		"--standby", npubOf(t, pubB), "--publish")
 
@@ -388,8 +388,8 @@ func TestStatusAfterFailover(t *testing.T) {
 		t.Errorf("/status after the failover = standbys %v no_standby %v role %s epoch %d, want no standbys, no_standby, primary, epoch 2",
 			w.Standbys, w.NoStandby, w.Role, w.Epoch)
 	}
-	st := must(t, nil, "status", "--config", cfgB)
-	for _, want := range []string{"none", "web-1: no standby left"} {
+	st := must(t, nil, "status", "--config", cfgB, "--url", b.status)
+	for _, want := range []string{"source: agent", "none", "web-1: no standby left"} {
 		if !strings.Contains(st.stdout, want) {
 			t.Errorf("status after the failover = %q, want it to contain %q", st.stdout, want)
 		}

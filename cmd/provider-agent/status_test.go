@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,16 +13,6 @@ import (
 	"provideragent/agent"
 	"provideragent/internal/relaytest"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // lockedWriter is a bytes.Buffer safe for the run goroutine and the test.
 type lockedWriter struct {
