@@ -145,6 +145,26 @@ func TestRetakeAfterSelfFencing(t *testing.T) {
 			}
 		}
 	})
+	// props' TestSingleWriter seed 2070523810: relays that lost their
+	// storage hid alice's epoch from bob, who claimed it again and holds
+	// it. Retaking would start epoch 3 beside bob's copy; alice yields.
+	t.Run("another provider holds its own epoch: fenced, no retake", func(t *testing.T) {
+		h, ev := evicted(t)
+		cfg := h.m.Config()
+		effs := h.hb(ev+20*s, "bob", []int{1}, []WorkloadEpoch{{"w1", 1}})
+		h.wantEffects("ObserveHeartbeat(bob lists w1@1)", effs, "entered w1 evicted -> fenced epoch=1")
+		if ws, _ := h.m.Workload("w1"); ws.Holder != key("bob") || ws.Epoch != 1 {
+			t.Fatalf("Workload(w1) holder, epoch = %v, %d, want bob, 1", keyName(ws.Holder), ws.Epoch)
+		}
+		for d := ev + 60*s; d <= ev+3*cfg.TakeoverAfter; d += s {
+			if d%(60*s) == 0 {
+				h.hb(d, "alice", all3, []WorkloadEpoch{})
+			}
+			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
+				t.Fatalf("Tick(%v) = %v, want no retake of an epoch another provider holds", d, render(effs))
+			}
+		}
+	})
 	t.Run("not while cut off", func(t *testing.T) {
 		h, ev := evicted(t)
 		for d := ev; d <= ev+6*3600*s; d += 10 * s {

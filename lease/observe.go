@@ -13,7 +13,9 @@ import (
 // that lists a workload at a higher epoch than this provider knows fences a
 // copy held here (rule 9); one that lists it at the epoch a standby follows,
 // from another provider than the holder it follows, makes that provider the
-// holder (only the provider heard holding an epoch has its silence counted).
+// holder (only the provider heard holding an epoch has its silence counted),
+// and one that lists it at an evicted former holder's own epoch fences that
+// former holder for good (the epoch was claimed again: yieldsEpoch).
 // State changes that follow from quorum happen at the next Tick. In the
 // steady state it does not allocate.
 func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
@@ -94,13 +96,15 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 			if recv.After(w.ClaimAt[ri]) {
 				w.ClaimAt[ri] = recv
 			}
-		case we.Epoch > w.Epoch, we.Epoch == w.Epoch && m.mayFollow(w):
-			// A higher epoch, or the epoch followed here held by another
+		case we.Epoch > w.Epoch, we.Epoch == w.Epoch && m.yieldsEpoch(w):
+			// A higher epoch, or the epoch known here held by another
 			// provider than the one followed: the holder followed was a
 			// guess (adoptSettled follows a rival whose claim stood; its
-			// withdrawal may never have been seen), and at most one
-			// provider holds an epoch, so pi is the holder. Silence is
-			// counted only of the provider heard holding the epoch.
+			// withdrawal may never have been seen), or this provider's own
+			// epoch was claimed again by another (relays that lost their
+			// storage hid the claim), and at most one provider holds an
+			// epoch, so pi is the holder. Silence is counted only of the
+			// provider heard holding the epoch.
 			m.heardHolding(w, pi, we.Epoch, ri, recv, &out)
 		}
 	}
@@ -209,12 +213,17 @@ func (w *WorkloadSnapshot) names(pi int) bool {
 	return false
 }
 
-// mayFollow reports whether this provider merely watches w's holder (so it
-// may switch to another provider heard holding the same epoch): a standby,
-// or one in the claim step. A holder, and an evicted former holder, never
-// switch at their own epoch.
-func (m *Machine) mayFollow(w *WorkloadSnapshot) bool {
-	return w.State == StateStandby || w.State == StatePromoting
+// yieldsEpoch reports whether another provider heard holding w at the
+// epoch known here is taken as its holder: by a standby or one in the
+// claim step (they merely watch the holder), and by an evicted former
+// holder, which is then fenced for good. An evicted holder's epoch held by
+// another means the epoch was claimed again (relays that carried the first
+// claim lost their storage, and the claimer read the others); retaking
+// would start a copy beside that holder's (props' TestSingleWriter seed
+// 2070523810), while the heard holder, like any holder, fences itself once
+// it lacks quorum. A holder does not yield at its own epoch.
+func (m *Machine) yieldsEpoch(w *WorkloadSnapshot) bool {
+	return w.State == StateStandby || w.State == StatePromoting || w.State == StateEvicted
 }
 
 // heardHolding handles a heartbeat of provider pi that lists w at epoch e,
