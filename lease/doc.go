@@ -47,7 +47,9 @@
 //
 // Beyond them: silence is counted only of the provider heard holding the
 // epoch; an older version of a claim event never counts; a self-fenced
-// primary whose standbys never claimed takes the workload back (retake); a
+// primary whose standbys never claimed takes the workload back (retake),
+// unless another provider is heard holding its epoch (claimed again once
+// relays lost their storage: it is fenced for good instead); a
 // node whose clock the driver finds outside the bound takes over nothing and
 // fences what it holds (SetClockSuspect).
 //
