@@ -13,9 +13,12 @@ import (
 // epoch a provider holds Live never goes backwards. Checked after every
 // simulated event.
 //
-// The seed under testdata/rapid/TestSingleWriter/ replays first: a standby
-// that counted its own outage as the holder's silence (fixed in lease
-// 921d1ec; see TestStandbyOutageIsNotSilence).
+// The seeds under testdata/rapid/TestSingleWriter/ replay first (rapid
+// replays every fail file there): a standby that counted its own outage as
+// the holder's silence (fixed in lease 921d1ec; see
+// TestStandbyOutageIsNotSilence), and an evicted holder that retook while
+// another provider held its epoch, claimed again after two relays lost
+// their storage (seed 2070523810; lease's yieldsEpoch).
 func TestSingleWriter(t *testing.T) {
 	var st stats
 	props.Check(t, runSafety(leaseProtocol(), withinBounds(), &st))
