@@ -135,7 +135,7 @@ func (p *Pool) PublishQuorum(ctx context.Context, ev nostr.Event, need int) Publ
 	frame, err := encodeEvent(ev)
 	if err != nil {
 		for i, s := range p.sups {
-			res.All[i] = encodeFailed(s.url, err)
+			res.All[i] = RelayOutcome{Relay: s.url, Outcome: OutcomeFailed, Reason: "encode event: " + err.Error(), cause: causeEncode}
 		}
 	} else {
 		enough, stop := context.WithCancel(ctx)
@@ -229,11 +229,6 @@ func (p *Pool) publishDeadline(ctx context.Context) (context.Context, context.Ca
 // half the cost of publishing a large event).
 func encodeEvent(ev nostr.Event) ([]byte, error) {
 	return nostr.EventEnvelope{Event: ev}.MarshalJSON()
-}
-
-// encodeFailed is the outcome on url of an event that could not be encoded.
-func encodeFailed(url string, err error) RelayOutcome {
-	return RelayOutcome{Relay: url, Outcome: OutcomeFailed, Reason: "encode event: " + err.Error(), cause: causeEncode}
 }
 
 // count adds o to relay_publish_total.

@@ -348,8 +348,11 @@ func (c *conn) writeRaw(b []byte) error {
 	return nil
 }
 
-func (c *conn) write(v any) error {
-	b, err := json.Marshal(v)
+// write sends one of go-nostr's envelopes, encoded by its own encoder
+// (json.Marshal would scan and compact the result once more: the REQ
+// frames of the narrowed subscription are up to max_message_length).
+func (c *conn) write(v json.Marshaler) error {
+	b, err := v.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("encode frame: %w", err)
 	}
