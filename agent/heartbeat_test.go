@@ -3,16 +3,20 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/internal/logcapture"
 	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
@@ -255,5 +259,87 @@ func TestConfigValidateHeartbeatTTL(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), "heartbeat_ttl = "+tt.ttl.String()) {
 			t.Errorf("%s: Validate error %q does not name heartbeat_ttl = %v", tt.name, err, tt.ttl)
 		}
+	}
+}
+
+// Every event of our beats fits what each relay advertises in NIP-11
+// (issue 10 item 1), over three real relays enforcing their limits: one
+// with max_message_length 20,000, one with max_content_length 8,000, one
+// with max_event_tags 4, fewer than a heartbeat's tags, which the agent
+// cannot meet (the tags are Paygress's): it says so in a WARN line naming
+// the relay. With 1,000 workloads listed (about 27 KB of list) the first two
+// accept every event of a whole beat.
+func TestBeatsFitEveryRelaysAdvertisedLimits(t *testing.T) {
+	t.Parallel()
+	rs := []*relaytest.Relay{
+		relaytest.Start(t, "--max-message-length", "20000"),
+		relaytest.Start(t, "--max-content-length", "8000"),
+		relaytest.Start(t, "--max-event-tags", "4"),
+	}
+	urls := []string{rs[0].URL(), rs[1].URL(), rs[2].URL()}
+	logs := logcapture.New(slog.LevelWarn)
+	const n = 1000
+	a, _, stop := startBulkAgentLogging(t, n, DemoLeaseConfig(urls), filepath.Join(t.TempDir(), "limits.db"), slog.New(logs))
+	defer stop()
+	waitFor(t, 60*time.Second, "1000 workloads Live", func() bool { return liveCount(a) == n })
+
+	qcfg := relay.DefaultConfig()
+	qcfg.URLs = urls
+	qpool, err := relay.New(qcfg, relay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qpool.Close()
+	ours := nostr.Filter{Kinds: []int{heartbeat.KindHeartbeat, heartbeat.KindHeartbeatShard}, Authors: []string{a.self}}
+	var latest map[string][]nostr.Event // relay -> the events of its newest whole beat
+	waitFor(t, 30*time.Second, "a beat listing all 1,000 workloads on the first two relays", func() bool {
+		latest = map[string][]nostr.Event{}
+		for _, q := range qpool.Query(context.Background(), ours) {
+			var newest nostr.Timestamp
+			for _, ev := range q.Events {
+				newest = max(newest, ev.CreatedAt)
+			}
+			listed := 0
+			for _, ev := range q.Events {
+				if ev.CreatedAt != newest {
+					continue
+				}
+				hb, err := heartbeat.DecodeHeartbeat(&ev)
+				if err != nil {
+					t.Fatalf("relay %s serves our heartbeat %s that does not decode: %v", q.Relay, ev.ID, err)
+				}
+				listed += len(hb.Workloads)
+				latest[q.Relay] = append(latest[q.Relay], ev)
+			}
+			if q.Relay != urls[2] && listed != n {
+				return false
+			}
+		}
+		return true
+	})
+	for _, ev := range latest[urls[0]] {
+		if frame, _ := (nostr.EventEnvelope{Event: ev}).MarshalJSON(); len(frame) > 20000 {
+			t.Errorf("relay with max_message_length 20,000 holds a heartbeat frame of %d bytes", len(frame))
+		}
+	}
+	if len(latest[urls[1]]) < 4 {
+		t.Errorf("a beat of 1,000 workloads in %d events, want at least 4 under max_content_length 8,000 (about 27 KB of list)", len(latest[urls[1]]))
+	}
+	for _, ev := range latest[urls[1]] {
+		if c := utf8.RuneCountInString(ev.Content); c > 8000 {
+			t.Errorf("relay with max_content_length 8,000 holds a heartbeat of %d characters", c)
+		}
+	}
+	if len(latest[urls[2]]) != 0 {
+		t.Errorf("the relay with max_event_tags 4 holds %d of our heartbeats, want none (they have 5 tags)", len(latest[urls[2]]))
+	}
+	for _, st := range a.pool.Status() {
+		if lr := st.LastRejection; st.URL != urls[2] && lr != nil {
+			t.Errorf("relay %s refused %s: %s", st.URL, lr.EventID, lr.Reason)
+		}
+	}
+	warned := logs.Find("relay takes fewer tags per event than a heartbeat has: it will refuse our heartbeats")
+	if len(warned) != 1 || warned[0].String("relay") != urls[2] {
+		t.Errorf("WARN lines about max_event_tags = %+v, want one naming %s", warned, urls[2])
 	}
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"testing"
@@ -79,6 +80,13 @@ func (b *memBackend) count() int {
 // in-memory backend.
 func startBulkAgent(tb testing.TB, n int, lcfg lease.Config, dbPath string) (*Agent, *memBackend, func()) {
 	tb.Helper()
+	return startBulkAgentLogging(tb, n, lcfg, dbPath, nil)
+}
+
+// startBulkAgentLogging is startBulkAgent with the agent's logs going to
+// logger (nil: discarded).
+func startBulkAgentLogging(tb testing.TB, n int, lcfg lease.Config, dbPath string, logger *slog.Logger) (*Agent, *memBackend, func()) {
+	tb.Helper()
 	key := nostr.GeneratePrivateKey()
 	pub, _ := nostr.GetPublicKey(key)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -92,7 +100,7 @@ func startBulkAgent(tb testing.TB, n int, lcfg lease.Config, dbPath string) (*Ag
 	cfg.Listen = ""
 	cfg.Name = "bulk"
 	be := newMemBackend()
-	a, err := New(ctx, cfg, Deps{DB: db, Backend: be})
+	a, err := New(ctx, cfg, Deps{DB: db, Backend: be, Logger: logger})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fiatjaf/khatru"
 	"github.com/nbd-wtf/go-nostr"
@@ -43,11 +44,15 @@ const InjectPath = "/localrelay/inject"
 const StatsPath = "/localrelay/stats"
 
 // Limits are the NIP-11 limitations the relay advertises (zero = absent).
-// MaxLimit is also enforced: larger filter limits are clamped.
+// MaxLimit is also enforced: larger filter limits are clamped; so are
+// MaxContentLength and MaxEventTags: a longer content (in characters) or
+// more tags get OK false "invalid: ...".
 type Limits struct {
 	MaxMessageLength int
 	MaxSubscriptions int
 	MaxLimit         int
+	MaxContentLength int
+	MaxEventTags     int
 }
 
 // Options configure a local relay; the zero value is a well-behaved relay.
@@ -145,7 +150,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: FutureShift = %v, want >= 0", ErrInvalidOptions, o.FutureShift)
 	case o.PastShift < 0:
 		return fmt.Errorf("%w: PastShift = %v, want >= 0", ErrInvalidOptions, o.PastShift)
-	case o.Limits.MaxMessageLength < 0 || o.Limits.MaxSubscriptions < 0 || o.Limits.MaxLimit < 0:
+	case o.Limits.MaxMessageLength < 0 || o.Limits.MaxSubscriptions < 0 || o.Limits.MaxLimit < 0 ||
+		o.Limits.MaxContentLength < 0 || o.Limits.MaxEventTags < 0:
 		return fmt.Errorf("%w: Limits = %+v, want no negative value", ErrInvalidOptions, o.Limits)
 	}
 	if o.ServiceURL != "" && !strings.HasPrefix(o.ServiceURL, "ws://") && !strings.HasPrefix(o.ServiceURL, "wss://") {
@@ -425,6 +431,8 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 			MaxMessageLength: l.MaxMessageLength,
 			MaxSubscriptions: l.MaxSubscriptions,
 			MaxLimit:         l.MaxLimit,
+			MaxContentLength: l.MaxContentLength,
+			MaxEventTags:     l.MaxEventTags,
 			AuthRequired:     r.opts.RequireAuth,
 			RestrictedWrites: r.opts.RejectWrites,
 		}
@@ -445,6 +453,17 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 		})
 		kr.RejectEvent = append(kr.RejectEvent, func(ctx context.Context, _ *nostr.Event) (bool, string) {
 			return r.rejectUnauthed(ctx)
+		})
+	}
+	if l := r.opts.Limits; l.MaxContentLength > 0 || l.MaxEventTags > 0 {
+		kr.RejectEvent = append(kr.RejectEvent, func(_ context.Context, ev *nostr.Event) (bool, string) {
+			if n := utf8.RuneCountInString(ev.Content); l.MaxContentLength > 0 && n > l.MaxContentLength {
+				return true, fmt.Sprintf("invalid: content of %d characters, max_content_length is %d", n, l.MaxContentLength)
+			}
+			if l.MaxEventTags > 0 && len(ev.Tags) > l.MaxEventTags {
+				return true, fmt.Sprintf("invalid: %d tags, max_event_tags is %d", len(ev.Tags), l.MaxEventTags)
+			}
+			return false, ""
 		})
 	}
 	if r.opts.HoldOK || r.opts.WriteDelay > 0 {

@@ -72,6 +72,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.Limits.MaxMessageLength, "max-message-length", 0, "NIP-11 max_message_length (0: absent)")
 	fs.IntVar(&o.Limits.MaxSubscriptions, "max-subscriptions", 0, "NIP-11 max_subscriptions (0: absent)")
 	fs.IntVar(&o.Limits.MaxLimit, "max-limit", 0, "NIP-11 max_limit, also enforced (0: absent)")
+	fs.IntVar(&o.Limits.MaxContentLength, "max-content-length", 0, "NIP-11 max_content_length (characters), also enforced (0: absent)")
+	fs.IntVar(&o.Limits.MaxEventTags, "max-event-tags", 0, "NIP-11 max_event_tags, also enforced (0: absent)")
 	fs.BoolVar(&o.Strfry, "strfry", false, "behave as strfry with its default limits and message forms (event 65536 B, frame 131072 B, 200 REQs, 255 B filter items, 'ERROR: ' on CLOSED/NOTICE, strfry's NIP-42 and NIP-11)")
 	fs.StringVar(&o.ServiceURL, "service-url", "", "public URL that AUTH's relay tag must name (strfry's relay.auth.serviceUrl; default: its own ws://host:port with --strfry, the Host header otherwise)")
 	fs.BoolVar(&o.Admin, "admin", false, "enable "+localrelay.InjectPath+" and "+localrelay.StatsPath)
