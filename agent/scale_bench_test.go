@@ -161,7 +161,7 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	maxEvent := testutil.ToFloat64(sa.a.met.beatBytes)
 	beatEvents := testutil.ToFloat64(sa.a.met.beatEvents)
 	rejected, _ := sa.publishNotAccepted(b)
-	superseded := counterWith(b, sa.reg, "agent_heartbeats_superseded_total", "", "")
+	superseded := counterSum(b, sa.reg, "agent_heartbeats_superseded_total")
 	b.Logf("workloads=%d: publish outcomes %v", n, publishOutcomes(b, sa.reg))
 	b.Logf("workloads=%d: beats published within (s: beats) %s", n, histogramCounts(b, sa.reg, "agent_heartbeat_publish_seconds"))
 	b.Logf("workloads=%d: after a %v soak RSS %.0f MiB (%+.1f%% after runtime.GC alone), %.0f MiB once freed pages are returned (%+.1f%%), heap %.0f MiB (%+.1f%%); beat of %v events, largest %v bytes; %v publishes not accepted",
@@ -337,8 +337,7 @@ func publishOutcomes(tb testing.TB, reg prometheus.Gatherer) map[string]float64 
 	return out
 }
 
-// counterWith is the counter name's series with label = value in reg (the
-// sum of all its series when label is "").
+// counterWith is the counter name's series with label = value in reg.
 func counterWith(tb testing.TB, reg prometheus.Gatherer, name, label, value string) float64 {
 	tb.Helper()
 	mfs, err := reg.Gather()
@@ -351,9 +350,6 @@ func counterWith(tb testing.TB, reg prometheus.Gatherer, name, label, value stri
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if label == "" {
-				n += m.GetCounter().GetValue()
-			}
 			for _, lp := range m.GetLabel() {
 				if lp.GetName() == label && lp.GetValue() == value {
 					n += m.GetCounter().GetValue()
