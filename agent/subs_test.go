@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/agent/relay"
+	"provideragent/heartbeat"
+	"provideragent/identity"
+	"provideragent/lease"
+)
+
+// The agent subscribes only to what its leases need (issue 10 item 2), over
+// real relays: a heartbeat of a provider no lease names, a revocation
+// addressed to another provider, a grant naming this one from an issuer it
+// does not trust and a claim for a workload it does not track never reach
+// its ingest (no signature check, no rejection), while the heartbeat of the
+// standby its lease names does.
+func TestOtherProvidersTrafficNeverReachesTheAgent(t *testing.T) {
+	t.Parallel()
+	_, urls := startRelays(t, 3)
+	lcfg := DemoLeaseConfig(urls)
+	lcfg.TakeoverAfter = 10 * time.Minute
+	trusted := newTestKeys(t)
+	ta := startAgent(t, agentOpts{name: "narrow", lcfg: lcfg, issuers: []string{trusted.PublicKey()}})
+	standby, foreign, untrusted := newTestKeys(t), newTestKeys(t), newTestKeys(t)
+	ctx := context.Background()
+	ta.a.Track(ctx, warmSpec("w1", ta.pub, standby.PublicKey(), urls))
+	ta.waitState("w1", lease.StateLive, 1, 15*time.Second)
+	time.Sleep(3 * subsEvery) // the subscription, updated at most every subsEvery, names w1's standby
+
+	qcfg := relay.DefaultConfig()
+	qcfg.URLs = urls
+	pub, err := relay.New(qcfg, relay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	publish := func(what string, ev *nostr.Event, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("build %s: %v", what, err)
+		}
+		if res := pub.Publish(ctx, *ev); res.AcceptedCount() != len(urls) {
+			t.Fatalf("publish %s: %s", what, res.Refusals())
+		}
+	}
+	beat := func(k *identity.Keys) (*nostr.Event, error) {
+		ev, _, err := heartbeat.BuildHeartbeats(k, heartbeat.HeartbeatParams{At: time.Now(), Workloads: []heartbeat.WorkloadEpoch{}})
+		return ev, err
+	}
+	now := time.Now()
+	checks := func() float64 { return counterSum(t, ta.reg, "heartbeat_signature_checks_total") }
+	before := checks()
+	rejected := func() float64 { return counterSum(t, ta.reg, "heartbeat_events_rejected_total") }
+	rejectedBefore := rejected()
+	ev, err := beat(foreign)
+	publish("a heartbeat of a provider no lease names", ev, err)
+	ev, err = heartbeat.BuildRevocation(standby, heartbeat.RevocationParams{WorkloadID: "w1", Epoch: 1, Standbys: []string{foreign.PublicKey()}, Reason: "test", At: now})
+	publish("a revocation addressed to another provider", ev, err)
+	ev, err = heartbeat.BuildLeaseGrant(untrusted, heartbeat.LeaseGrantParams{
+		WorkloadID: "w2", Primary: ta.pub, Relays: urls, Quorum: 2, Replication: lease.ReplicationNone,
+		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever}, Command: []string{"true"}, At: now,
+	})
+	publish("a grant from an issuer not trusted", ev, err)
+	ev, err = heartbeat.BuildPromotion(standby, heartbeat.PromotionParams{WorkloadID: "not-tracked", At: now, Epoch: 2})
+	publish("a claim for a workload not tracked", ev, err)
+	// The control, published last: each relay sends the agent what it
+	// matches in order, so an event above that matched would be checked
+	// before the control's copy from the same relay, and the others' copies
+	// within the wait after it.
+	ev, err = beat(standby)
+	publish("the standby's heartbeat", ev, err)
+	waitFor(t, 10*time.Second, "the standby's heartbeat checked", func() bool { return checks() > before })
+	time.Sleep(500 * time.Millisecond)
+	if got := checks() - before; got != 1 {
+		t.Fatalf("signature checks after the four foreign events and the control = %v, want 1 (the control only)", got)
+	}
+	if got := rejected() - rejectedBefore; got != 0 {
+		t.Fatalf("events the ingest rejected (before any signature check) = %v, want 0: none of the four reached it", got)
+	}
+}
