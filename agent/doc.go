@@ -36,8 +36,8 @@
 //     exit while the database refuses writes: it keeps fencing and reports
 //     the failure (/healthz, agent_step_errors_total, the log).
 //
-// The subscription cursor (README, "Relay connections") reserves an event's point
-// before the event is verified and accepts it only once it passed every
-// check, so a rejected event never moves the cursor; since is clamped to
-// the clock when used and saved, and healed at start.
+// The subscription cursor (docs/protocol.md, "Relay connections") reserves
+// an event's point before the event is verified and accepts it only once it
+// passed every check, so a rejected event never moves the cursor; since is
+// clamped to the clock when used and saved, and healed at start.
 package agent

@@ -34,7 +34,7 @@ type metrics struct {
 }
 
 // The bounded label values of the agent_* metrics (exported at 0 from the
-// start; the README's metric table lists them).
+// start; the metric table in docs/operations.md lists them).
 var (
 	// EventKinds are agent_events_accepted_total's kind values.
 	EventKinds = []string{"heartbeat", "revocation", "promotion", "lease_grant"}

@@ -67,8 +67,9 @@ type AgentSection struct {
 }
 
 // LeaseSection is the [lease] section: the relay set, quorum and the timings
-// of the lease state machine (README "Rules" and lease/doc.go). The defaults are
-// lease.DefaultConfig's; LeaseConfig maps the section onto lease.Config.
+// of the lease state machine (docs/reliability.md "Rules" and lease/doc.go).
+// The defaults are lease.DefaultConfig's; LeaseConfig maps the section onto
+// lease.Config.
 type LeaseSection struct {
 	// Relays are the N relay URLs (ws:// or wss://), normalised by
 	// Validate. Default: three public relays (set your own in production).

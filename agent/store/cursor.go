@@ -14,7 +14,7 @@ var ErrUnknownToken = errors.New("unknown cursor token")
 type Token uint64
 
 // CursorTracker computes a relay subscription's safe resume point when
-// events are processed concurrently and finish out of order (README,
+// events are processed concurrently and finish out of order (docs/protocol.md,
 // "Relay connections"). A point is an event's created_at in unix seconds.
 //
 // Safe is the highest point below which every registered event has

@@ -14,9 +14,10 @@ import (
 	"time"
 )
 
-// TestDevBlossomUploadRestore: the README's checkpoint walk-through against
-// 'provider-agent dev-blossom' in a child process: tiles add, tiles
-// upload, tiles restore give back the file; SIGINT stops the server.
+// TestDevBlossomUploadRestore: the checkpoint walk-through of
+// docs/uploader.md against 'provider-agent dev-blossom' in a child process:
+// tiles add, tiles upload, tiles restore give back the file; SIGINT stops
+// the server.
 func TestDevBlossomUploadRestore(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()

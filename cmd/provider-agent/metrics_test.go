@@ -24,7 +24,7 @@ import (
 	"provideragent/internal/relaytest"
 )
 
-// metricDoc is one documented metric: the README's metric tables are
+// metricDoc is one documented metric: the metric tables in docs/ are
 // generated from documentedMetrics, and TestMetricsDocumented checks every
 // row on the /metrics endpoint of a running agent.
 type metricDoc struct {
@@ -318,7 +318,7 @@ func TestMetricsDocumented(t *testing.T) {
 		t.Run(d.name, func(t *testing.T) {
 			f := fams[d.name]
 			if f == nil || len(f.samples) == 0 {
-				t.Fatalf("%s is not on /metrics (documented in the README's %s table)", d.name, d.section)
+				t.Fatalf("%s is not on /metrics (documented in the %s metric table in docs/)", d.name, d.section)
 			}
 			if f.typ != d.typ {
 				t.Errorf("%s type = %s, want %s", d.name, f.typ, d.typ)
@@ -357,7 +357,7 @@ func TestMetricsDocumented(t *testing.T) {
 		documented := slices.ContainsFunc(documentedMetrics, func(d metricDoc) bool { return d.name == name })
 		ignored := slices.ContainsFunc(undocumentedPrefixes, func(p string) bool { return strings.HasPrefix(name, p) })
 		if !documented && !ignored {
-			t.Errorf("%s is on /metrics but not documented: add it to documentedMetrics and regenerate the README", name)
+			t.Errorf("%s is on /metrics but not documented: add it to documentedMetrics and regenerate the tables in docs/", name)
 		}
 	}
 }
@@ -380,10 +380,14 @@ func scrape(url string) (map[string]*family, error) {
 	return parseMetrics(resp.Body)
 }
 
-var updateREADME = flag.Bool("update-readme", false, "rewrite the README's generated metric tables from documentedMetrics")
+var (
+	updateDocs = flag.Bool("update-docs", false, "rewrite the generated metric tables in README.md and docs/*.md from documentedMetrics")
+	// updateREADME is another name for -update-docs.
+	updateREADME = flag.Bool("update-readme", false, "same as -update-docs")
+)
 
-// metricsTable renders one section of documentedMetrics as the README's
-// markdown table.
+// metricsTable renders one section of documentedMetrics as a markdown
+// table of the docs.
 func metricsTable(section string) string {
 	var b strings.Builder
 	b.WriteString("| metric | type | labels | what |\n|---|---|---|---|\n")
@@ -406,55 +410,66 @@ func metricsTable(section string) string {
 
 var metricsBlock = regexp.MustCompile(`(?s)(<!-- metrics:([a-z]+) [^>]*-->\n)(.*?)(<!-- /metrics:([a-z]+) -->)`)
 
-// TestREADMEMetricTables: the README's metric tables are the rendering of
-// documentedMetrics (one generated block per section), and every metric
-// name the README mentions is documented. Regenerate with
-// go test ./cmd/provider-agent -run TestREADMEMetricTables -update-readme.
-func TestREADMEMetricTables(t *testing.T) {
-	path := filepath.Join("..", "..", "README.md")
-	raw, err := os.ReadFile(path)
+// TestDocMetricTables: the metric tables of the docs (README.md and
+// docs/*.md) are the rendering of documentedMetrics (one generated block per
+// section, in whichever file covers that part), and every metric name the
+// docs mention is documented. Regenerate with
+// go test ./cmd/provider-agent -run TestDocMetricTables -update-docs.
+func TestDocMetricTables(t *testing.T) {
+	update := *updateDocs || *updateREADME
+	root := filepath.Join("..", "..")
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(raw)
+	files := append([]string{filepath.Join(root, "README.md")}, docs...)
 	sections := map[string]bool{}
 	for _, d := range documentedMetrics {
 		sections[d.section] = true
 	}
-	found := map[string]bool{}
-	out := metricsBlock.ReplaceAllStringFunc(readme, func(block string) string {
-		m := metricsBlock.FindStringSubmatch(block)
-		if m[2] != m[5] {
-			t.Errorf("README: metrics block %q ends as %q", m[2], m[5])
-			return block
-		}
-		found[m[2]] = true
-		want := metricsTable(m[2])
-		if m[3] != want {
-			if !*updateREADME {
-				t.Errorf("README's %s metric table differs from documentedMetrics; run: go test ./cmd/provider-agent -run TestREADMEMetricTables -update-readme\ngot:\n%s\nwant:\n%s", m[2], m[3], want)
-			}
-		}
-		return m[1] + want + m[4]
-	})
-	for s := range sections {
-		if !found[s] {
-			t.Errorf("README has no generated metrics block for %q (<!-- metrics:%s ... --> ... <!-- /metrics:%s -->)", s, s, s)
-		}
-	}
-	// Metric-looking names in the prose: counters, histograms, sizes, and
-	// anything written with labels.
+	found := map[string]string{} // section -> file holding its block
 	mention := regexp.MustCompile("`((?:agent|heartbeat|relay|courier|uploader)_[a-z_]+)(\\{[^`]*\\})?`")
-	for _, m := range mention.FindAllStringSubmatch(readme, -1) {
-		looks := m[2] != "" || strings.HasSuffix(m[1], "_total") || strings.HasSuffix(m[1], "_seconds") || strings.HasSuffix(m[1], "_size")
-		if looks && !slices.ContainsFunc(documentedMetrics, func(d metricDoc) bool { return d.name == m[1] }) {
-			t.Errorf("README mentions %s, which is not a documented metric", m[1])
-		}
-	}
-	if *updateREADME && out != readme {
-		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+	for _, path := range files {
+		raw, err := os.ReadFile(path)
+		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("rewrote the metric tables of %s", path)
+		name, _ := filepath.Rel(root, path)
+		doc := string(raw)
+		out := metricsBlock.ReplaceAllStringFunc(doc, func(block string) string {
+			m := metricsBlock.FindStringSubmatch(block)
+			if m[2] != m[5] {
+				t.Errorf("%s: metrics block %q ends as %q", name, m[2], m[5])
+				return block
+			}
+			if prev, ok := found[m[2]]; ok {
+				t.Errorf("%s: a second metrics block %q (the first is in %s)", name, m[2], prev)
+			}
+			found[m[2]] = name
+			want := metricsTable(m[2])
+			if m[3] != want && !update {
+				t.Errorf("%s: the %s metric table differs from documentedMetrics; run: go test ./cmd/provider-agent -run TestDocMetricTables -update-docs\ngot:\n%s\nwant:\n%s", name, m[2], m[3], want)
+			}
+			return m[1] + want + m[4]
+		})
+		// Metric-looking names in the prose: counters, histograms, sizes,
+		// and anything written with labels.
+		for _, m := range mention.FindAllStringSubmatch(doc, -1) {
+			looks := m[2] != "" || strings.HasSuffix(m[1], "_total") || strings.HasSuffix(m[1], "_seconds") || strings.HasSuffix(m[1], "_size")
+			if looks && !slices.ContainsFunc(documentedMetrics, func(d metricDoc) bool { return d.name == m[1] }) {
+				t.Errorf("%s mentions %s, which is not a documented metric", name, m[1])
+			}
+		}
+		if update && out != doc {
+			if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("rewrote the metric tables of %s", name)
+		}
+	}
+	for s := range sections {
+		if found[s] == "" {
+			t.Errorf("no file of the docs has a generated metrics block for %q (<!-- metrics:%s ... --> ... <!-- /metrics:%s -->)", s, s, s)
+		}
 	}
 }
