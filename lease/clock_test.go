@@ -65,12 +65,15 @@ func TestClockSuspect(t *testing.T) {
 		h.wantEffects("SetClockSuspect", h.m.SetClockSuspect(at(took+s), true, "skewed"),
 			"withdraw w1 epoch=2", "entered w1 promoting -> standby epoch=1")
 	})
-	t.Run("a revocation naming us still starts the claim step", func(t *testing.T) {
+	t.Run("a revocation naming us starts no claim step", func(t *testing.T) {
+		// Its deadline (RevocationDeadline) compares the holder's clock
+		// with ours, which is outside the bound.
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
 		h.m.SetClockSuspect(at(s), true, "skewed")
-		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
-		h.wantEffects("ObserveRevocation", effs, "entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
+		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10*s)})
+		h.wantEffects("ObserveRevocation", effs)
+		h.wantState("w1", StateStandby)
 	})
 	t.Run("the flag survives a restart", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)

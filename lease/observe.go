@@ -96,13 +96,13 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 			if recv.After(w.ClaimAt[ri]) {
 				w.ClaimAt[ri] = recv
 			}
-		case we.Epoch > w.Epoch, we.Epoch == w.Epoch && m.yieldsEpoch(w):
+		case we.Epoch > w.Epoch, we.Epoch == w.Epoch && m.yieldsEpoch(w, pi):
 			// A higher epoch, or the epoch known here held by another
 			// provider than the one followed: the holder followed was a
 			// guess (adoptSettled follows a rival whose claim stood; its
 			// withdrawal may never have been seen), or this provider's own
 			// epoch was claimed again by another (relays that lost their
-			// storage hid the claim), and at most one provider holds an
+			// storage hid the claim), and at most one provider may hold an
 			// epoch, so pi is the holder. Silence is counted only of the
 			// provider heard holding the epoch.
 			m.heardHolding(w, pi, we.Epoch, ri, recv, &out)
@@ -213,17 +213,42 @@ func (w *WorkloadSnapshot) names(pi int) bool {
 	return false
 }
 
-// yieldsEpoch reports whether another provider heard holding w at the
+// yieldsEpoch reports whether another provider pi heard holding w at the
 // epoch known here is taken as its holder: by a standby or one in the
-// claim step (they merely watch the holder), and by an evicted former
-// holder, which is then fenced for good. An evicted holder's epoch held by
-// another means the epoch was claimed again (relays that carried the first
-// claim lost their storage, and the claimer read the others); retaking
-// would start a copy beside that holder's (props' TestSingleWriter seed
-// 2070523810), while the heard holder, like any holder, fences itself once
-// it lacks quorum. A holder does not yield at its own epoch.
-func (m *Machine) yieldsEpoch(w *WorkloadSnapshot) bool {
-	return w.State == StateStandby || w.State == StatePromoting || w.State == StateEvicted
+// claim step (they merely watch the holder), by an evicted former holder,
+// which is then fenced for good, and by a holder that pi outranks.
+//
+// An evicted holder's epoch held by another means the epoch was claimed
+// again (relays that carried the first claim lost their storage, and the
+// claimer read the others); retaking would start a copy beside that
+// holder's (props' TestSingleWriter seed 2070523810), while the heard
+// holder, like any holder, fences itself once it lacks quorum.
+//
+// Two holders of one epoch should never exist; if relays lost a claim the
+// claim step needed (outside the storage assumption, lease/doc.go), they
+// resolve as a second line of defence: the one the lease ranks lower
+// (primary first, then the standbys in order) fences itself as soon as it
+// hears the other's heartbeat, and the other keeps running. Both decide
+// from the same lease, so exactly one of them stops.
+func (m *Machine) yieldsEpoch(w *WorkloadSnapshot, pi int) bool {
+	switch {
+	case w.State == StateStandby || w.State == StatePromoting || w.State == StateEvicted:
+		return true
+	case w.State.Holding():
+		return w.leaseRank(pi) < w.leaseRank(m.selfIdx)
+	}
+	return false
+}
+
+// leaseRank is provider pi's place in w's lease: 0 for the primary, i+1 for
+// standby i (len(named) for a provider the lease does not name).
+func (w *WorkloadSnapshot) leaseRank(pi int) int {
+	for i, n := range w.named {
+		if n == pi {
+			return i
+		}
+	}
+	return len(w.named)
 }
 
 // heardHolding handles a heartbeat of provider pi that lists w at epoch e,
@@ -234,6 +259,8 @@ func (m *Machine) yieldsEpoch(w *WorkloadSnapshot) bool {
 func (m *Machine) heardHolding(w *WorkloadSnapshot, pi int, e uint64, ri int, recv time.Time, out *[]Effect) {
 	holder := m.provs[pi].ID
 	switch {
+	case w.State.Holding() && e == w.Epoch:
+		m.fence(w, fmt.Sprintf("epoch %d also held by %s, which the lease ranks first", e, holder), out)
 	case w.State.Holding():
 		m.fence(w, fmt.Sprintf("epoch %d held by %s", e, holder), out)
 	case w.State == StateEvicted:
@@ -410,8 +437,13 @@ func (m *Machine) announcedSince(w *WorkloadSnapshot, created time.Time) bool {
 
 // ObserveRevocation feeds a verified lease revocation. It is accepted only
 // from the workload's current holder at its current epoch (rule 4), and only
-// when made under the current grant (see Revocation.CreatedAt); a standby
-// named as successor enters the claim step (rule 8).
+// when made under the current grant (see Revocation.CreatedAt). A standby
+// named as successor enters the claim step (rule 8), but only before its
+// RevocationDeadline: a revocation heard later says nothing about who runs
+// the workload now (another standby may have taken over meanwhile, and
+// relays that lost their storage may hide its claim), so it starts no
+// claim that the takeover rule would not start; the standby waits for the
+// takeover instead. A node whose clock is suspect claims nothing.
 func (m *Machine) ObserveRevocation(now time.Time, r Revocation) []Effect {
 	w := m.byID[r.Workload]
 	if w == nil || w.State.Terminal() || r.Signer == m.self {
@@ -427,10 +459,60 @@ func (m *Machine) ObserveRevocation(now time.Time, r Revocation) []Effect {
 	now = m.clock(now)
 	m.touch(w)
 	w.Revoked = true
-	if w.State == StateStandby && r.Successor == m.self {
-		var out []Effect
-		m.promote(w, TriggerRevocation, &out)
-		return out
+	if w.State != StateStandby || r.Successor != m.self || m.clockSuspect {
+		return nil
 	}
-	return nil
+	by := m.RevocationDeadline(r)
+	if !now.Before(by) {
+		return nil // too late: the takeover rule decides (takeoverDue)
+	}
+	var out []Effect
+	m.promote(w, TriggerRevocation, &out)
+	w.RevokeBy = by
+	return out
+}
+
+// MaxDriftPPM is the clock rate error (parts per million) the machine
+// allows for each provider's clock when it compares intervals measured on
+// two clocks (RevocationDeadline); props states the same bound for the
+// guarantee.
+const MaxDriftPPM = 1000
+
+// RevocationDeadline is the latest local time at which a claim step that
+// revocation r started may still read the relays and start the workload:
+// the earliest moment any standby could begin a takeover of the revoking
+// holder, less every allowance. The holder's heartbeats listing the
+// workload came back to it from M relays at r.QuorumAt (its clock); those
+// events were published at most RelayDelay earlier, and any N-M+1 relays on
+// which a standby counts silence include one of those M, so no standby's
+// TakeoverAfter of silence ends before QuorumAt - RelayDelay +
+// TakeoverAfter on the holder's clock; ours may differ from it by MaxSkew,
+// and the two clocks' rates by 2*MaxDriftPPM over TakeoverAfter. Before it,
+// no other provider can have claimed the next epoch (a retake needs
+// TakeoverAfter after the eviction too), so the claim read cannot miss a
+// rival; after it, only the takeover rule may start a claim. Zero (no
+// claim by revocation) when QuorumAt is unknown.
+func (m *Machine) RevocationDeadline(r Revocation) time.Time {
+	if r.QuorumAt.IsZero() {
+		return time.Time{}
+	}
+	drift := m.cfg.TakeoverAfter / 1_000_000 * (2 * MaxDriftPPM)
+	return r.QuorumAt.UTC().Add(m.cfg.TakeoverAfter - m.cfg.RelayDelay - m.cfg.MaxSkew - drift)
+}
+
+// quorumAt is the last time this provider's own heartbeats listing w at its
+// epoch came back from M relays (the M-th newest of its own relay table's
+// times), for its revocations; zero when that never happened since it
+// began holding w at this epoch (a beat that came back within RelayDelay
+// of HoldFrom may have been published before it, without w).
+func (m *Machine) quorumAt(w *WorkloadSnapshot) time.Time {
+	until := m.provs[m.selfIdx].QuorumUntil
+	if until.IsZero() {
+		return time.Time{}
+	}
+	q := until.Add(-m.cfg.Stale)
+	if q.Before(w.HoldFrom.Add(m.cfg.RelayDelay)) {
+		return time.Time{}
+	}
+	return q
 }

@@ -107,6 +107,10 @@ type WorkloadSnapshot struct {
 	PhaseAt      time.Time  `json:"phase_at,omitzero"`
 	ClaimFrom    time.Time  `json:"claim_from,omitzero"`
 	Trigger      Trigger    `json:"trigger,omitempty"`
+	// RevokeBy is the RevocationDeadline of the revocation that started a
+	// claim step (TriggerRevocation): the claim step must have read the
+	// relays by then, else it gives way to the takeover rule.
+	RevokeBy time.Time `json:"revoke_by,omitzero"`
 
 	holder   int       // provider index of Holder
 	named    []int     // provider indices of Spec.Primary and Spec.Standbys
@@ -346,6 +350,7 @@ func (w *WorkloadSnapshot) normaliseTimes() {
 	w.ResumeSince = w.ResumeSince.UTC()
 	w.PhaseAt = w.PhaseAt.UTC()
 	w.ClaimFrom = w.ClaimFrom.UTC()
+	w.RevokeBy = w.RevokeBy.UTC()
 	w.Spec.CreatedAt = w.Spec.CreatedAt.UTC()
 	w.Spec.ExpiresAt = w.Spec.ExpiresAt.UTC()
 	for i := range w.ClaimAt {

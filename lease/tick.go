@@ -243,6 +243,7 @@ func (m *Machine) handOff(w *WorkloadSnapshot, epoch uint64, reason string, out 
 	}
 	*out = append(*out, PublishRevocation{
 		ID: w.Spec.ID, Epoch: epoch, Successor: m.successor(standbys), Standbys: standbys, Reason: reason,
+		QuorumAt: m.quorumAt(w),
 	})
 }
 

@@ -81,6 +81,9 @@ type faultSpace struct {
 	// crash or pause a provider); and cut a provider off a random subset
 	// of the relays at once.
 	Targeted bool
+	// WipeAnyClaim drops the storage assumption (sim.KeepClaims): a relay
+	// may lose the claim of a claimer that is not yet Live.
+	WipeAnyClaim bool
 	// CheckTakeoverBound also checks the takeover rule directly
 	// (sim.AddTakeoverBound): no claim by takeover within TakeoverAfter,
 	// less the drift allowance, of a heartbeat of the followed epoch
@@ -155,6 +158,9 @@ type world struct {
 	s  *sim.Sim
 	sc scenario
 	fs faultSpace
+	// revs are the revocations published so far (lateRevocation aims at
+	// the next one).
+	revs []sim.RevocationPublished
 }
 
 func newWorld(t *rapid.T, proto protocol, fs faultSpace) *world {
@@ -173,9 +179,18 @@ func newWorld(t *rapid.T, proto protocol, fs faultSpace) *world {
 		lc := lease.DefaultConfig()
 		s.AddTakeoverBound(workloadID, sc.M, lc.TakeoverAfter-assumed.DriftAllowance(lc))
 	}
+	if !fs.WipeAnyClaim {
+		s.KeepClaims(workloadID, assumed.ClaimsKeptLive)
+	}
 	t.Logf("world: %s, %s", proto.name, sc)
+	w := &world{s: s, sc: sc, fs: fs}
+	s.AddReportProbe(func(_ sim.ProviderID, v any) {
+		if r, ok := v.(sim.RevocationPublished); ok && r.Workload == workloadID {
+			w.revs = append(w.revs, r)
+		}
+	})
 	s.Boot()
-	return &world{s: s, sc: sc, fs: fs}
+	return w
 }
 
 func (w *world) provider(t *rapid.T) sim.ProviderID {
@@ -382,6 +397,10 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			w.cutSubset(t, w.provider(t))
 			w.wait(t)
 		}
+		a["lateRevocation"] = func(t *rapid.T) {
+			w.lateRevocation(t)
+			w.wait(t)
+		}
 	}
 	if fs.ExtraDelay > 0 {
 		a["slowPair"] = func(t *rapid.T) {
@@ -431,6 +450,94 @@ func (w *world) cutSubset(t *rapid.T, p sim.ProviderID) {
 		}
 	}
 	t.Logf("t=%v P%d cut off relays %v (healed to the others)", w.s.Now(), p, cut)
+}
+
+// lateRevocation aims at a revocation that its successor hears late, after
+// another standby took over and a relay lost the new holder's claim (issue
+// 24's schedule, with every choice drawn): the holder loses quorum but keeps
+// a relay or more to revoke on; at its revocation the named successor is
+// cut off every relay or its agent crashes, so that it reads the revocation
+// only when it comes back; once a new epoch starts, its holder is cut off a
+// drawn subset of relays and a drawn relay crashes (losing its storage when
+// wipes are allowed and the storage assumption lets it); then the successor
+// comes back to a drawn subset of relays. Each step that finds nothing to
+// aim at within the horizon ends the action there.
+func (w *world) lateRevocation(t *rapid.T) {
+	if h, ok := w.liveHolder(); ok {
+		keep := rapid.IntRange(0, w.sc.N-1).Draw(t, "holderKeeps")
+		for r := 0; r < w.sc.N; r++ {
+			if r != keep && rapid.Bool().Draw(t, fmt.Sprintf("holderCut%d", r)) {
+				w.s.Partition(h, sim.RelayID(r))
+			}
+		}
+		t.Logf("t=%v lateRevocation: holder P%d keeps at least R%d", w.s.Now(), h, keep)
+	}
+	n := len(w.revs)
+	if w.s.RunWhile(w.s.Now()+targetHorizon, func() bool { return len(w.revs) == n }) < 0 {
+		t.Logf("t=%v lateRevocation: no revocation within the horizon", w.s.Now())
+		return
+	}
+	succ := w.revs[n].Successor
+	if succ < 0 {
+		t.Logf("t=%v lateRevocation: the revocation names no successor", w.s.Now())
+		return
+	}
+	reboot := w.fs.ProviderCrash && rapid.Bool().Draw(t, "successorReboots")
+	if reboot {
+		w.s.CrashProvider(succ, rapid.Bool().Draw(t, "successorNodeCrash"))
+	} else {
+		for r := 0; r < w.sc.N; r++ {
+			w.s.Partition(succ, sim.RelayID(r))
+		}
+	}
+	t.Logf("t=%v lateRevocation: successor P%d misses the revocation (reboot %v)", w.s.Now(), succ, reboot)
+	_, e0 := w.s.Starts()
+	if w.s.RunWhile(w.s.Now()+targetHorizon, func() bool { _, e := w.s.Starts(); return e == e0 }) >= 0 {
+		if nh, ok := w.runnerAt(); ok && nh != succ {
+			w.cutSubset(t, nh)
+		}
+		w.s.RunFor(drawDuration(t, "beforeWipe", 0, 5*time.Minute))
+		r := w.relay(t)
+		wipe := w.fs.Wipes && rapid.Bool().Draw(t, "lateWipe")
+		down := drawDuration(t, "lateDown", 0, 2*time.Minute)
+		t.Logf("t=%v lateRevocation: crash R%d (wipe %v) for %v", w.s.Now(), r, wipe, down)
+		w.s.CrashRelay(r, wipe)
+		w.s.After(down, func() { w.s.RestartRelay(r) })
+	}
+	w.s.RunFor(drawDuration(t, "successorAway", 0, 5*time.Minute))
+	if reboot {
+		w.s.RestartProvider(succ)
+	}
+	healed := 0
+	for r := 0; r < w.sc.N; r++ {
+		if rapid.Bool().Draw(t, fmt.Sprintf("successorHeal%d", r)) || (r == w.sc.N-1 && healed == 0) {
+			w.s.Heal(succ, sim.RelayID(r))
+			healed++
+		}
+	}
+	t.Logf("t=%v lateRevocation: successor P%d back on %d relays", w.s.Now(), succ, healed)
+}
+
+// liveHolder is a provider holding the workload Live, if any.
+func (w *world) liveHolder() (sim.ProviderID, bool) {
+	for p := 0; p < w.sc.K; p++ {
+		if _, ok := w.s.Node(sim.ProviderID(p)).Live(workloadID); ok && w.s.Up(sim.ProviderID(p)) {
+			return sim.ProviderID(p), true
+		}
+	}
+	return 0, false
+}
+
+// runnerAt is the provider running the workload at the highest epoch.
+func (w *world) runnerAt() (sim.ProviderID, bool) {
+	best, found := sim.ProviderID(0), false
+	var top uint64
+	for p := 0; p < w.sc.K; p++ {
+		if e, ok := w.s.Running(sim.ProviderID(p), workloadID); ok && (!found || e > top) {
+			best, top, found = sim.ProviderID(p), e, true
+		}
+	}
+	return best, found
 }
 
 // strike applies one fault drawn from those the fault space allows, at

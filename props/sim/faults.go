@@ -35,6 +35,12 @@ func (s *Sim) CrashRelay(r RelayID, wipe bool) {
 	if !rs.up {
 		return
 	}
+	if wipe {
+		if c := s.claimAtRisk(r); c != "" {
+			s.Logf("relay R%d would lose %s: crashes keeping its storage (the storage assumption)", r, c)
+			wipe = false
+		}
+	}
 	rs.up = false
 	if wipe {
 		rs.store = map[storeKey]*Event{}
@@ -102,6 +108,7 @@ func (s *Sim) CrashProvider(p ProviderID, nodeCrash bool) {
 
 // stopAll stops every workload process of pr (not through its node).
 func (s *Sim) stopAll(pr *provider, why string) {
+	clear(pr.stopping)
 	for w := range pr.running {
 		delete(pr.running, w)
 		s.trace = append(s.trace, Entry{At: s.now, Who: pr.name, What: "workload " + w + " STOPPED (" + why + ")"})
@@ -248,6 +255,16 @@ func (s *Sim) ExitWorkload(p ProviderID, w string) {
 		return
 	}
 	delete(pr.running, w)
+	if op := pr.stopping[w]; op != nil {
+		// It was being stopped: the agent reads the exit as its stop's,
+		// and runs a start queued behind the stop.
+		delete(pr.stopping, w)
+		s.trace = append(s.trace, Entry{At: s.now, Who: pr.name, What: fmt.Sprintf("workload %s STOPPED (exited while stopping)", w)})
+		if op.restart != 0 {
+			s.start(pr, w, op.restart)
+		}
+		return
+	}
 	s.trace = append(s.trace, Entry{At: s.now, Who: pr.name, What: fmt.Sprintf("workload %s EXITED (epoch %d)", w, epoch)})
 	if !pr.up {
 		return

@@ -26,6 +26,7 @@ type LeaseRevocation struct {
 	Successor string
 	Standbys  []string
 	Reason    string
+	QuorumAt  int64 // unix seconds, the revoker's clock; 0 unknown
 }
 
 // LeaseClaim is the body of a promotion claim or withdrawn marker (kind
@@ -345,6 +346,24 @@ func (n *LeaseNode) Live(w string) (uint64, bool) {
 	return 0, false
 }
 
+// Holding implements Holder: the epoch the machine holds w at (a Holding
+// state), or the one it claims (Promoting).
+func (n *LeaseNode) Holding(w string) (uint64, bool, bool) {
+	if n.m == nil {
+		return 0, false, false
+	}
+	ws, ok := n.m.Workload(w)
+	switch {
+	case !ok:
+		return 0, false, false
+	case ws.State == lease.StatePromoting:
+		return ws.Target, true, true
+	case ws.State.Holding():
+		return ws.Epoch, false, true
+	}
+	return 0, false, false
+}
+
 // Claiming reports whether the machine is in the claim step for w
 // (Promoting), for fault schedules aimed at claim rounds.
 func (n *LeaseNode) Claiming(w string) bool {
@@ -477,6 +496,7 @@ func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 		n.apply(env, now, n.m.ObserveRevocation(now, lease.Revocation{
 			Workload: b.Workload, Signer: author, Epoch: b.Epoch,
 			Successor: b.Successor, Standbys: b.Standbys, Reason: b.Reason, CreatedAt: time.Unix(ev.CreatedAt, 0),
+			QuorumAt: unixOrZero(b.QuorumAt),
 		}))
 	default:
 		return
@@ -761,6 +781,11 @@ func (p simPerformer) Queue(e lease.Effect) {
 	switch e := e.(type) {
 	case lease.PublishRevocation:
 		env.Logf("publishes revocation of epoch %d, successor %s (%s)", e.Epoch, n.name(e.Successor), e.Reason)
+		succ, ok := n.keys[e.Successor]
+		if !ok {
+			succ = -1
+		}
+		env.Report(RevocationPublished{Workload: e.ID, Epoch: e.Epoch, Successor: succ})
 	case lease.WithdrawClaim:
 		env.Logf("withdraws claim for epoch %d", e.Epoch)
 	case lease.AnnouncePromotion:
@@ -791,8 +816,12 @@ func (p simPerformer) ReadClaims(e lease.ReadClaims) {
 func (n *LeaseNode) outboxEvent(now time.Time, e lease.Effect) Event {
 	switch e := e.(type) {
 	case lease.PublishRevocation:
+		var q int64
+		if !e.QuorumAt.IsZero() {
+			q = e.QuorumAt.Unix() // whole seconds, rounded down, as on the wire
+		}
 		return Event{Kind: KindRevocation, CreatedAt: n.createdAt("rev:"+e.ID, now), D: e.ID, Body: LeaseRevocation{
-			Workload: e.ID, Epoch: e.Epoch, Successor: e.Successor, Standbys: e.Standbys, Reason: e.Reason,
+			Workload: e.ID, Epoch: e.Epoch, Successor: e.Successor, Standbys: e.Standbys, Reason: e.Reason, QuorumAt: q,
 		}}
 	case lease.WithdrawClaim:
 		return Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, now), D: ClaimD(e.ID), Body: LeaseClaim{
@@ -825,6 +854,14 @@ func orNew(s lease.State) string {
 }
 
 var _ Node = (*LeaseNode)(nil)
+
+// unixOrZero is the time of unix seconds u, or the zero time for 0.
+func unixOrZero(u int64) time.Time {
+	if u == 0 {
+		return time.Time{}
+	}
+	return time.Unix(u, 0)
+}
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
