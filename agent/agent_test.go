@@ -196,6 +196,30 @@ func (ta *testAgent) waitState(id string, want lease.State, epoch uint64, limit 
 	})
 }
 
+// waitListedOnQuorum waits until ta's own heartbeat listing workload id
+// was accepted by at least M relays, and one heartbeat interval more for it
+// to come back: only then does ta's revocation of id carry quorum_at, which
+// its successor's claim by revocation needs (lease.RevocationDeadline).
+func (ta *testAgent) waitListedOnQuorum(id string, limit time.Duration) {
+	ta.t.Helper()
+	m := ta.a.cfg.Lease.M
+	waitFor(ta.t, limit, fmt.Sprintf("%s: a heartbeat listing %s accepted by %d relays", ta.a.name, id, m), func() bool {
+		_, ok := ta.log.find(func(e Event) bool {
+			var n, of int
+			var listing string
+			if e.Kind != "heartbeat" {
+				return false
+			}
+			if _, err := fmt.Sscanf(e.Detail, "heartbeat published, accepted by %d of %d relays, listing %s", &n, &of, &listing); err != nil {
+				return false
+			}
+			return n >= m && strings.Contains(e.Detail, id+"@")
+		})
+		return ok
+	})
+	time.Sleep(ta.a.cfg.Lease.HeartbeatInterval)
+}
+
 func warmSpec(id, primary, standby string, relays []string) lease.Spec {
 	return lease.Spec{
 		ID: id, Primary: primary, Standbys: []string{standby}, Replication: lease.ReplicationWarmStandby, Epoch: 1,

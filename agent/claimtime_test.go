@@ -63,7 +63,7 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 		t.Fatalf("commit(grant) = %v", err)
 	}
 	rev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
-		Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1})
+		Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1, QuorumAt: t0})
 	if err != nil {
 		t.Fatal(err)
 	}

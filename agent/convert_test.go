@@ -130,7 +130,7 @@ func TestRevocationSuccessor(t *testing.T) {
 	}{
 		{"ours naming the first standby", func(self *identity.Keys) *nostr.Event {
 			ev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
-				Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1})
+				Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1, QuorumAt: t0})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,6 +152,11 @@ func TestRevocationSuccessor(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			a, self := firstStandby(t, t0, primary, second)
+			// The primary's heartbeats on M relays: a Paygress one carries
+			// no quorum_at, and these bound its takeover instead.
+			for _, r := range stepRelays[:2] {
+				feedInput(a, t0, input{hb: &lease.Heartbeat{Provider: primary.PublicKey(), Relay: r, CreatedAt: t0.Truncate(time.Second), ReceivedAt: t0}})
+			}
 			effs := step(t, a, t0.Add(time.Second), tt.build(self), nil)
 			w, _ := a.m.Workload("w1")
 			if got := hasEffect[lease.PublishClaim](effs); got != tt.wantClaim {
@@ -217,7 +222,7 @@ func TestPaygressAnnouncementCompetes(t *testing.T) {
 			t.Parallel()
 			a, self := firstStandby(t, t0, primary, other)
 			rev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
-				Standbys: []string{self.PublicKey(), other.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1})
+				Standbys: []string{self.PublicKey(), other.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1, QuorumAt: t0})
 			if err != nil {
 				t.Fatal(err)
 			}

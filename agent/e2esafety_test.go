@@ -59,7 +59,7 @@ func refuseWrites(t *testing.T, a *Agent, refuse bool) {
 func buildRevocation(t *testing.T, k *identity.Keys, id, successor string, at time.Time) nostr.Event {
 	t.Helper()
 	ev, err := heartbeat.BuildRevocation(k, heartbeat.RevocationParams{WorkloadID: id, Standbys: []string{successor},
-		Reason: "test", At: at, Successor: successor, Epoch: 1})
+		Reason: "test", At: at, Successor: successor, Epoch: 1, QuorumAt: at})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +101,7 @@ func TestDiskFullPrimaryStillFences(t *testing.T) {
 			standby.log.dump(t, "standby")
 		}
 	}()
+	primary.waitListedOnQuorum("w1", 10*time.Second)
 
 	refuseWrites(t, primary.a, true)
 	for _, p := range proxies {

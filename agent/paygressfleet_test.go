@@ -62,6 +62,7 @@ func TestPaygressStandbySeesOnlyTheWinner(t *testing.T) {
 	primary.a.Track(t.Context(), spec)
 	standby.a.Track(t.Context(), spec)
 	primary.waitState("w1", lease.StateLive, 1, 15*time.Second)
+	primary.waitListedOnQuorum("w1", 10*time.Second)
 	peers := []string{primary.pub, standby.pub}
 
 	for _, p := range standbyCut {

@@ -95,7 +95,7 @@ func BuildRevocationFor(k *identity.Keys, e lease.PublishRevocation, at time.Tim
 		StateURI:   stateURI,
 		Successor:  e.Successor,
 		Epoch:      e.Epoch,
-		QuorumAt:   e.QuorumAt.Truncate(time.Second),
+		QuorumAt:   e.QuorumAt.Truncate(time.Millisecond),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("revocation for %s: %w", e.ID, err)

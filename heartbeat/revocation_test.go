@@ -8,7 +8,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 )
 
-// TestRevocationQuorumAt: our revocations carry quorum_at, when the holder
+// TestRevocationQuorumAt: our revocations carry quorum_at_ms, when the holder
 // last had relay quorum at the epoch (its successor's claim deadline rests
 // on it); absent means unknown, and a value after the event's created_at
 // is refused, since a holder cannot have had quorum after it revoked.
@@ -22,7 +22,7 @@ func TestRevocationQuorumAt(t *testing.T) {
 		}
 		return ev
 	}
-	for _, q := range []time.Time{{}, t0.Add(-5 * time.Minute), t0} {
+	for _, q := range []time.Time{{}, t0.Add(-5 * time.Minute), t0, t0.Add(999 * time.Millisecond)} {
 		r, err := DecodeRevocation(build(q))
 		if err != nil {
 			t.Fatalf("DecodeRevocation(quorum_at %v) = %v", q, err)
@@ -35,14 +35,14 @@ func TestRevocationQuorumAt(t *testing.T) {
 		t.Errorf("BuildRevocation(quorum_at after At) = nil error, want one")
 	}
 	ev := build(t0)
-	for _, bad := range []string{`"quorum_at":0`, `"quorum_at":` + itoa(t0.Unix()+1)} {
+	for _, bad := range []string{`"quorum_at_ms":0`, `"quorum_at_ms":` + itoa(t0.UnixMilli()+1000)} {
 		forged := *ev
-		forged.Content = strings.Replace(ev.Content, `"quorum_at":`+itoa(t0.Unix()), bad, 1)
+		forged.Content = strings.Replace(ev.Content, `"quorum_at_ms":`+itoa(t0.UnixMilli()), bad, 1)
 		if err := p.Sign(&forged); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := DecodeRevocation(&forged); err == nil || !strings.Contains(err.Error(), "quorum_at") {
-			t.Errorf("DecodeRevocation(%s) = %v, want an error naming quorum_at", bad, err)
+		if _, err := DecodeRevocation(&forged); err == nil || !strings.Contains(err.Error(), "quorum_at_ms") {
+			t.Errorf("DecodeRevocation(%s) = %v, want an error naming quorum_at_ms", bad, err)
 		}
 	}
 }

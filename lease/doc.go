@@ -34,7 +34,9 @@
 //	    on which the standby itself is healthy) and one claim step: publish a
 //	    claim for epoch+1, wait for M acceptances plus RelayDelay, read N-M+1
 //	    relays, start only if no competing claim was seen, else withdraw and
-//	    retry after a backoff staggered by rank.
+//	    retry after a backoff staggered by rank. A revocation starts the
+//	    claim step, and its read must complete, only before any takeover
+//	    of the revoking holder could have begun (RevocationDeadline).
 //	 9  Epochs fence everything: a provider that sees a higher epoch (claimed
 //	    or held) for a workload it holds stops it at once; heartbeats list the
 //	    (workload, epoch) pairs a provider holds.
@@ -49,9 +51,27 @@
 // epoch; an older version of a claim event never counts; a self-fenced
 // primary whose standbys never claimed takes the workload back (retake),
 // unless another provider is heard holding its epoch (claimed again once
-// relays lost their storage: it is fenced for good instead); a
-// node whose clock the driver finds outside the bound takes over nothing and
-// fences what it holds (SetClockSuspect).
+// relays lost their storage: it is fenced for good instead); two holders
+// of one epoch resolve by lease rank (the primary, then the standbys in
+// order): the lower one fences itself when it hears the other's heartbeat;
+// a node whose clock the driver finds outside the bound takes over
+// nothing, claims nothing by revocation, and fences what it holds
+// (SetClockSuspect).
+//
+// # Relay storage
+//
+// The guarantee allows relays to lose their storage at any time, except a
+// promotion claim whose claimer still claims or holds that epoch and has
+// not yet been Live at it for one HeartbeatInterval plus RelayDelay. The
+// claim read is the only evidence of a claimer nobody has heard with
+// quorum yet; afterwards its heartbeats are (a takeover or retake watches
+// N-M+1 relays for TakeoverAfter and hears any holder that had quorum
+// meanwhile, and any holder that had none fenced itself), and a claim by
+// revocation reads before any other claim of the epoch can exist
+// (RevocationDeadline). A revocation heard later says nothing about who
+// runs the workload now, so it starts nothing: a successor that heard it
+// late once claimed the epoch a takeover had already won, read relays that
+// had lost the winner's claim, and ran beside it for good.
 //
 // # States
 //

@@ -62,18 +62,18 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 		}
 		recv = b.first
 		if b.add(hb.Shard, shards) {
-			m.seen(p, ri, recv)
+			m.seen(p, ri, recv, created)
 		}
 	default:
 		p.Created[ri] = created
 		if shards == 1 {
-			m.seen(p, ri, recv)
+			m.seen(p, ri, recv, created)
 			break
 		}
 		b := p.beat(ri)
 		b.reset(recv, shards)
 		if b.add(hb.Shard, shards) {
-			m.seen(p, ri, recv)
+			m.seen(p, ri, recv, created)
 		}
 	}
 	if !hb.Listed {
@@ -111,9 +111,15 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 	return out
 }
 
-// seen records that a whole beat of provider p arrived from relay ri at
-// recv: it refreshes p's relay table and quorum.
-func (m *Machine) seen(p *ProviderSnapshot, ri int, recv time.Time) {
+// seen records that a whole beat of provider p, created at created,
+// arrived from relay ri at recv: it refreshes p's relay table and quorum.
+func (m *Machine) seen(p *ProviderSnapshot, ri int, recv, created time.Time) {
+	if p.Complete == nil {
+		p.Complete = make([]time.Time, len(p.Seen))
+	}
+	if created.After(p.Complete[ri]) {
+		p.Complete[ri] = created
+	}
 	if recv.After(p.Seen[ri]) {
 		if p.Seen[ri].IsZero() || recv.Sub(p.Seen[ri]) > m.watchGap() {
 			p.Stretch[ri] = recv // a gap: this relay was not watched meanwhile
@@ -481,37 +487,88 @@ const MaxDriftPPM = 1000
 // RevocationDeadline is the latest local time at which a claim step that
 // revocation r started may still read the relays and start the workload:
 // the earliest moment any standby could begin a takeover of the revoking
-// holder, less every allowance. The holder's heartbeats listing the
-// workload came back to it from M relays at r.QuorumAt (its clock); those
-// events were published at most RelayDelay earlier, and any N-M+1 relays on
-// which a standby counts silence include one of those M, so no standby's
-// TakeoverAfter of silence ends before QuorumAt - RelayDelay +
-// TakeoverAfter on the holder's clock; ours may differ from it by MaxSkew,
-// and the two clocks' rates by 2*MaxDriftPPM over TakeoverAfter. Before it,
-// no other provider can have claimed the next epoch (a retake needs
-// TakeoverAfter after the eviction too), so the claim read cannot miss a
-// rival; after it, only the takeover rule may start a claim. Zero (no
-// claim by revocation) when QuorumAt is unknown.
+// holder, less every allowance. Heartbeats the holder created at
+// r.QuorumAt (its clock), listing the workload, were on M relays, and any
+// N-M+1 relays on which a standby counts silence include one of those M,
+// so no standby's TakeoverAfter of silence ends before QuorumAt +
+// TakeoverAfter in true time; our clock may differ from the holder's by
+// MaxSkew, and the clocks' rates by MaxDriftPPM each over TakeoverAfter.
+// Before it, no other provider can have claimed the next epoch (a retake
+// needs TakeoverAfter after the eviction too), so the claim read cannot
+// miss a rival; after it, only the takeover rule may start a claim.
+//
+// A holder whose heartbeats list no workloads (a Paygress peer) claims
+// everything it holds with every heartbeat, so the creation time of its
+// newest heartbeat this provider got from M relays bounds a takeover the
+// same way when its revocation carries no QuorumAt. Zero (no claim by
+// revocation) when neither is known.
 func (m *Machine) RevocationDeadline(r Revocation) time.Time {
-	if r.QuorumAt.IsZero() {
+	at := r.QuorumAt.UTC()
+	if w := m.byID[r.Workload]; w != nil && r.Signer == w.Holder {
+		if c := m.unlistedQuorum(&m.provs[w.holder]); c.After(at) {
+			at = c
+		}
+	}
+	if at.IsZero() {
 		return time.Time{}
 	}
 	drift := m.cfg.TakeoverAfter / 1_000_000 * (2 * MaxDriftPPM)
-	return r.QuorumAt.UTC().Add(m.cfg.TakeoverAfter - m.cfg.RelayDelay - m.cfg.MaxSkew - drift)
+	return at.Add(m.cfg.TakeoverAfter - m.cfg.MaxSkew - drift)
 }
 
-// quorumAt is the last time this provider's own heartbeats listing w at its
-// epoch came back from M relays (the M-th newest of its own relay table's
-// times), for its revocations; zero when that never happened since it
-// began holding w at this epoch (a beat that came back within RelayDelay
-// of HoldFrom may have been published before it, without w).
-func (m *Machine) quorumAt(w *WorkloadSnapshot) time.Time {
-	until := m.provs[m.selfIdx].QuorumUntil
-	if until.IsZero() {
+// unlistedQuorum is, for a provider whose heartbeats list no workloads (a
+// Paygress peer: on each relay its newest counting heartbeat was unlisted),
+// the M-th newest over the relays of that heartbeat's created_at; zero for
+// a provider that lists workloads.
+func (m *Machine) unlistedQuorum(p *ProviderSnapshot) time.Time {
+	var created [MaxRelays]time.Time
+	n := 0
+	for r := range p.Seen {
+		if p.Unlisted[r].IsZero() || !p.Unlisted[r].Equal(p.Seen[r]) {
+			continue
+		}
+		created[n] = p.Created[r]
+		n++
+	}
+	return mthNewest(created[:n], m.cfg.M)
+}
+
+// mthNewest is the m-th newest of times (zero times ignored), or zero when
+// fewer than m are set.
+func mthNewest(times []time.Time, m int) time.Time {
+	var top [MaxRelays]time.Time // newest first
+	n := 0
+	for _, c := range times {
+		if c.IsZero() {
+			continue
+		}
+		j := min(n, m)
+		for j > 0 && c.After(top[j-1]) {
+			j--
+		}
+		if j >= m {
+			continue
+		}
+		if n < m {
+			n++
+		}
+		copy(top[j+1:n], top[j:n-1])
+		top[j] = c
+	}
+	if n < m {
 		return time.Time{}
 	}
-	q := until.Add(-m.cfg.Stale)
-	if q.Before(w.HoldFrom.Add(m.cfg.RelayDelay)) {
+	return top[m-1]
+}
+
+// quorumAt is, for this provider's revocation of w, the creation time of
+// its newest heartbeat that came back from M relays (the M-th newest, over
+// the relays, of the newest complete own beat each delivered), provided it
+// was created since this provider began holding w at its epoch, so that it
+// listed w; zero otherwise.
+func (m *Machine) quorumAt(w *WorkloadSnapshot) time.Time {
+	q := mthNewest(m.provs[m.selfIdx].Complete, m.cfg.M)
+	if q.Before(w.HoldFrom) {
 		return time.Time{}
 	}
 	return q

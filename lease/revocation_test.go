@@ -14,7 +14,7 @@ func revokeAt(q time.Duration) Revocation {
 
 // TestRevocationDeadline: a revocation starts the claim step only before
 // any takeover of the revoking holder could have begun (its last quorum
-// plus TakeoverAfter, less RelayDelay, MaxSkew and the drift of two
+// plus TakeoverAfter, less MaxSkew and the drift of two
 // clocks), and the claim step it started must read the relays before then;
 // otherwise the standby falls back on the takeover rule. A revocation heard
 // late (a successor cut off or rebooted while another standby took over,
@@ -23,7 +23,7 @@ func revokeAt(q time.Duration) Revocation {
 func TestRevocationDeadline(t *testing.T) {
 	cfg := testConfig()
 	drift := cfg.TakeoverAfter * 2 * MaxDriftPPM / 1_000_000
-	slack := cfg.TakeoverAfter - cfg.RelayDelay - cfg.MaxSkew - drift
+	slack := cfg.TakeoverAfter - cfg.MaxSkew - drift
 	const q = 100 * time.Second
 	h := newHarness(t, "bob", nil)
 	h.track(0, warmSpec("w1", "alice", "bob"))
@@ -216,4 +216,32 @@ func TestSameEpochHoldersResolve(t *testing.T) {
 			"entered w1 live -> fenced epoch=2",
 			`stop w1 epoch=2 reason="epoch 2 also held by alice, which the lease ranks first"`)
 	})
+}
+
+// TestPaygressRevocationDeadline: a Paygress holder's revocation carries no
+// quorum_at, but every heartbeat of such a holder (it lists no workloads)
+// claims everything it holds, so the newest one this standby got from M
+// relays bounds a takeover instead.
+func TestPaygressRevocationDeadline(t *testing.T) {
+	cfg := testConfig()
+	drift := cfg.TakeoverAfter * 2 * MaxDriftPPM / 1_000_000
+	h := newHarness(t, "bob", nil)
+	h.track(0, warmSpec("w1", "alice", "bob"))
+	h.hb(90*s, "alice", []int{1, 2}, nil)
+	h.hb(100*s, "alice", []int{1}, nil) // on one relay only: not yet M
+	r := Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), CreatedAt: at(100 * s)}
+	if got, want := h.m.RevocationDeadline(r), at(90*s+cfg.TakeoverAfter-cfg.MaxSkew-drift); !got.Equal(want) {
+		t.Fatalf("RevocationDeadline(paygress) = %v, want %v", humanise(got.Format(time.RFC3339Nano)), humanise(want.Format(time.RFC3339Nano)))
+	}
+	h.wantEffects("ObserveRevocation(paygress)", h.m.ObserveRevocation(at(101*s), r),
+		"entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
+
+	// A holder that lists its workloads gets no such bound from its
+	// heartbeats: after its revocation they no longer list the workload.
+	h = newHarness(t, "bob", nil)
+	h.track(0, warmSpec("w1", "alice", "bob"))
+	h.hb(90*s, "alice", all3, []WorkloadEpoch{})
+	if got := h.m.RevocationDeadline(r); !got.IsZero() {
+		t.Fatalf("RevocationDeadline(listing holder, no quorum_at) = %v, want zero", got)
+	}
 }

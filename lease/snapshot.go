@@ -133,6 +133,9 @@ type ProviderSnapshot struct {
 	// QuorumUntil is when this provider loses quorum unless more heartbeats
 	// arrive: the M-th most recent Seen plus Stale. Zero: never had quorum.
 	QuorumUntil time.Time `json:"quorum_until,omitzero"`
+	// Complete holds, per relay, the created_at of the newest whole beat it
+	// delivered (see Machine.quorumAt); nil until one did.
+	Complete []time.Time `json:"complete,omitempty"`
 
 	beats []beat // per relay, the sharded beat being assembled (not persisted)
 }
@@ -177,6 +180,7 @@ func (p *ProviderSnapshot) copy() ProviderSnapshot {
 	c.Created = append([]time.Time(nil), p.Created...)
 	c.Unlisted = append([]time.Time(nil), p.Unlisted...)
 	c.Stretch = append([]time.Time(nil), p.Stretch...)
+	c.Complete = append([]time.Time(nil), p.Complete...)
 	c.beats = nil
 	return c
 }
@@ -271,7 +275,8 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 		if p.Stretch == nil { // written before stretches were kept
 			p.Stretch = append([]time.Time(nil), p.Seen...)
 		}
-		if len(p.Seen) != n || len(p.Created) != n || len(p.Unlisted) != n || len(p.Stretch) != n {
+		if len(p.Seen) != n || len(p.Created) != n || len(p.Unlisted) != n || len(p.Stretch) != n ||
+			(p.Complete != nil && len(p.Complete) != n) {
 			return bad("provider %s relay table has wrong size", p.ID)
 		}
 		i := m.provider(p.ID)
@@ -279,6 +284,9 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 		for j := range c.Seen {
 			c.Seen[j], c.Created[j], c.Unlisted[j] = c.Seen[j].UTC(), c.Created[j].UTC(), c.Unlisted[j].UTC()
 			c.Stretch[j] = c.Stretch[j].UTC()
+		}
+		for j := range c.Complete {
+			c.Complete[j] = c.Complete[j].UTC()
 		}
 		c.QuorumUntil = c.QuorumUntil.UTC()
 		m.provs[i] = c

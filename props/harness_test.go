@@ -2,6 +2,7 @@ package props_test
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"pgregory.net/rapid"
@@ -81,9 +82,6 @@ type faultSpace struct {
 	// crash or pause a provider); and cut a provider off a random subset
 	// of the relays at once.
 	Targeted bool
-	// WipeAnyClaim drops the storage assumption (sim.KeepClaims): a relay
-	// may lose the claim of a claimer that is not yet Live.
-	WipeAnyClaim bool
 	// CheckTakeoverBound also checks the takeover rule directly
 	// (sim.AddTakeoverBound): no claim by takeover within TakeoverAfter,
 	// less the drift allowance, of a heartbeat of the followed epoch
@@ -179,9 +177,7 @@ func newWorld(t *rapid.T, proto protocol, fs faultSpace) *world {
 		lc := lease.DefaultConfig()
 		s.AddTakeoverBound(workloadID, sc.M, lc.TakeoverAfter-assumed.DriftAllowance(lc))
 	}
-	if !fs.WipeAnyClaim {
-		s.KeepClaims(workloadID, assumed.ClaimsKeptLive)
-	}
+	s.KeepClaims(workloadID, assumed.ClaimsKeptLive)
 	t.Logf("world: %s, %s", proto.name, sc)
 	w := &world{s: s, sc: sc, fs: fs}
 	s.AddReportProbe(func(_ sim.ProviderID, v any) {
@@ -454,24 +450,34 @@ func (w *world) cutSubset(t *rapid.T, p sim.ProviderID) {
 
 // lateRevocation aims at a revocation that its successor hears late, after
 // another standby took over and a relay lost the new holder's claim (issue
-// 24's schedule, with every choice drawn): the holder loses quorum but keeps
-// a relay or more to revoke on; at its revocation the named successor is
-// cut off every relay or its agent crashes, so that it reads the revocation
-// only when it comes back; once a new epoch starts, its holder is cut off a
-// drawn subset of relays and a drawn relay crashes (losing its storage when
-// wipes are allowed and the storage assumption lets it); then the successor
-// comes back to a drawn subset of relays. Each step that finds nothing to
-// aim at within the horizon ends the action there.
+// 24's schedule, its choices drawn): the holder loses quorum but keeps some
+// relays (where its revocation will be); at its revocation the named
+// successor is cut off every relay or its agent crashes, so that it reads
+// the revocation only when it comes back; every other provider is cut off
+// a drawn part of the relays the holder kept (so that a new holder's claim
+// may miss them); once a new epoch starts, a drawn relay crashes (losing
+// its storage when wipes are allowed and the storage assumption lets it);
+// and the successor comes back within a minute of its restart, to the
+// holder's relays and the crashed one, or to a drawn subset. Each step
+// that finds nothing to aim at within the horizon ends the action there.
 func (w *world) lateRevocation(t *rapid.T) {
-	if h, ok := w.liveHolder(); ok {
-		keep := rapid.IntRange(0, w.sc.N-1).Draw(t, "holderKeeps")
-		for r := 0; r < w.sc.N; r++ {
-			if r != keep && rapid.Bool().Draw(t, fmt.Sprintf("holderCut%d", r)) {
-				w.s.Partition(h, sim.RelayID(r))
-			}
-		}
-		t.Logf("t=%v lateRevocation: holder P%d keeps at least R%d", w.s.Now(), h, keep)
+	h, ok := w.liveHolder()
+	if !ok {
+		t.Logf("t=%v lateRevocation: no live holder", w.s.Now())
+		return
 	}
+	kept := map[int]bool{rapid.IntRange(0, w.sc.N-1).Draw(t, "holderKeeps"): true}
+	for r := 0; r < w.sc.N; r++ {
+		if !kept[r] && len(kept) < w.sc.M-1 && rapid.Bool().Draw(t, fmt.Sprintf("holderKeeps%d", r)) {
+			kept[r] = true
+		}
+	}
+	for r := 0; r < w.sc.N; r++ {
+		if !kept[r] {
+			w.s.Partition(h, sim.RelayID(r))
+		}
+	}
+	t.Logf("t=%v lateRevocation: holder P%d keeps relays %v", w.s.Now(), h, keys(kept))
 	n := len(w.revs)
 	if w.s.RunWhile(w.s.Now()+targetHorizon, func() bool { return len(w.revs) == n }) < 0 {
 		t.Logf("t=%v lateRevocation: no revocation within the horizon", w.s.Now())
@@ -490,32 +496,60 @@ func (w *world) lateRevocation(t *rapid.T) {
 			w.s.Partition(succ, sim.RelayID(r))
 		}
 	}
+	for p := 0; p < w.sc.K; p++ {
+		if sim.ProviderID(p) == succ || sim.ProviderID(p) == h {
+			continue
+		}
+		for r := range kept {
+			if rapid.Bool().Draw(t, fmt.Sprintf("P%dOffKept%d", p, r)) {
+				w.s.Partition(sim.ProviderID(p), sim.RelayID(r))
+			}
+		}
+	}
 	t.Logf("t=%v lateRevocation: successor P%d misses the revocation (reboot %v)", w.s.Now(), succ, reboot)
 	_, e0 := w.s.Starts()
-	if w.s.RunWhile(w.s.Now()+targetHorizon, func() bool { _, e := w.s.Starts(); return e == e0 }) >= 0 {
-		if nh, ok := w.runnerAt(); ok && nh != succ {
-			w.cutSubset(t, nh)
-		}
-		w.s.RunFor(drawDuration(t, "beforeWipe", 0, 5*time.Minute))
-		r := w.relay(t)
-		wipe := w.fs.Wipes && rapid.Bool().Draw(t, "lateWipe")
-		down := drawDuration(t, "lateDown", 0, 2*time.Minute)
-		t.Logf("t=%v lateRevocation: crash R%d (wipe %v) for %v", w.s.Now(), r, wipe, down)
-		w.s.CrashRelay(r, wipe)
-		w.s.After(down, func() { w.s.RestartRelay(r) })
+	if w.s.RunWhile(w.s.Now()+targetHorizon, func() bool { _, e := w.s.Starts(); return e == e0 }) < 0 {
+		t.Logf("t=%v lateRevocation: no new epoch within the horizon", w.s.Now())
+		return
 	}
-	w.s.RunFor(drawDuration(t, "successorAway", 0, 5*time.Minute))
+	w.s.RunFor(drawDuration(t, "beforeCrash", 0, 5*time.Minute))
+	r := w.relay(t)
+	wipe := w.fs.Wipes && rapid.Bool().Draw(t, "lateWipe")
+	down := drawDuration(t, "lateDown", 0, 2*time.Minute)
+	t.Logf("t=%v lateRevocation: crash R%d (wipe %v) for %v", w.s.Now(), r, wipe, down)
+	w.s.CrashRelay(r, wipe)
+	w.s.RunFor(down)
+	w.s.RestartRelay(r)
+	w.s.RunFor(drawDuration(t, "successorAway", 0, time.Minute))
 	if reboot {
 		w.s.RestartProvider(succ)
 	}
-	healed := 0
-	for r := 0; r < w.sc.N; r++ {
-		if rapid.Bool().Draw(t, fmt.Sprintf("successorHeal%d", r)) || (r == w.sc.N-1 && healed == 0) {
-			w.s.Heal(succ, sim.RelayID(r))
-			healed++
+	back := map[int]bool{}
+	if rapid.Bool().Draw(t, "successorBackToEvidence") {
+		back[int(r)] = true
+		for k := range kept {
+			back[k] = true
+		}
+	} else {
+		for q := 0; q < w.sc.N; q++ {
+			if rapid.Bool().Draw(t, fmt.Sprintf("successorBack%d", q)) {
+				back[q] = true
+			}
 		}
 	}
-	t.Logf("t=%v lateRevocation: successor P%d back on %d relays", w.s.Now(), succ, healed)
+	for q := range back {
+		w.s.Heal(succ, sim.RelayID(q))
+	}
+	t.Logf("t=%v lateRevocation: successor P%d back on relays %v", w.s.Now(), succ, keys(back))
+}
+
+func keys(m map[int]bool) []int {
+	var out []int
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // liveHolder is a provider holding the workload Live, if any.

@@ -26,7 +26,7 @@ type LeaseRevocation struct {
 	Successor string
 	Standbys  []string
 	Reason    string
-	QuorumAt  int64 // unix seconds, the revoker's clock; 0 unknown
+	QuorumAt  int64 // unix milliseconds, the revoker's clock; 0 unknown
 }
 
 // LeaseClaim is the body of a promotion claim or withdrawn marker (kind
@@ -496,7 +496,7 @@ func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 		n.apply(env, now, n.m.ObserveRevocation(now, lease.Revocation{
 			Workload: b.Workload, Signer: author, Epoch: b.Epoch,
 			Successor: b.Successor, Standbys: b.Standbys, Reason: b.Reason, CreatedAt: time.Unix(ev.CreatedAt, 0),
-			QuorumAt: unixOrZero(b.QuorumAt),
+			QuorumAt: unixMilliOrZero(b.QuorumAt),
 		}))
 	default:
 		return
@@ -818,7 +818,7 @@ func (n *LeaseNode) outboxEvent(now time.Time, e lease.Effect) Event {
 	case lease.PublishRevocation:
 		var q int64
 		if !e.QuorumAt.IsZero() {
-			q = e.QuorumAt.Unix() // whole seconds, rounded down, as on the wire
+			q = e.QuorumAt.UnixMilli() // whole milliseconds, rounded down, as on the wire
 		}
 		return Event{Kind: KindRevocation, CreatedAt: n.createdAt("rev:"+e.ID, now), D: e.ID, Body: LeaseRevocation{
 			Workload: e.ID, Epoch: e.Epoch, Successor: e.Successor, Standbys: e.Standbys, Reason: e.Reason, QuorumAt: q,
@@ -855,12 +855,12 @@ func orNew(s lease.State) string {
 
 var _ Node = (*LeaseNode)(nil)
 
-// unixOrZero is the time of unix seconds u, or the zero time for 0.
-func unixOrZero(u int64) time.Time {
+// unixMilliOrZero is the time of unix milliseconds u, or the zero time for 0.
+func unixMilliOrZero(u int64) time.Time {
 	if u == 0 {
 		return time.Time{}
 	}
-	return time.Unix(u, 0)
+	return time.UnixMilli(u)
 }
 
 func maxTime(a, b time.Time) time.Time {
