@@ -71,7 +71,7 @@ func TestClockSuspect(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
 		h.m.SetClockSuspect(at(s), true, "skewed")
-		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10*s)})
+		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
 		h.wantEffects("ObserveRevocation", effs)
 		h.wantState("w1", StateStandby)
 	})

@@ -175,7 +175,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 	h.hb(300*s, "carol", []int{1}, nil)
 	h.m.ObserveClaim(at(301*s), PromotionClaim{Workload: "w3", Claimer: key("dave"), Epoch: 2, Active: true}) // not named: ignored
-	h.m.ObserveRevocation(at(302*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(302*s)})
+	h.m.ObserveRevocation(at(302*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(302 * s)})
 	h.m.ClaimPublished(at(303*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
 
 	snap := h.m.Snapshot()

@@ -130,7 +130,7 @@ func TestAfterHeld(t *testing.T) {
 	h.track(0, warmSpec("run", "bob", "alice"))
 	h.track(0, warmSpec("gone", "bob", "alice"))
 	h.track(0, warmSpec("claim", "alice", "bob"))
-	h.m.ObserveRevocation(at(10*s), Revocation{Workload: "claim", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10*s)})
+	h.m.ObserveRevocation(at(10*s), Revocation{Workload: "claim", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
 	h.m.ObserveClaim(at(11*s), PromotionClaim{Workload: "gone", Claimer: key("alice"), Epoch: 2, Active: true}) // fences "gone"
 	held := []Effect{
 		StartWorkload{ID: "run", Epoch: 1},

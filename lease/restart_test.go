@@ -61,7 +61,7 @@ func TestRestoreReissuesStopForUnheldWorkloads(t *testing.T) {
 		{"promoting", func(t *testing.T) *harness {
 			h := newHarness(t, "bob", nil)
 			h.track(0, warmSpec("w1", "alice", "bob"))
-			h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10*s)})
+			h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
 			return h
 		}, StatePromoting, true},
 		{"live (held: resumes after sync)", func(t *testing.T) *harness {

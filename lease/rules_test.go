@@ -142,20 +142,20 @@ func TestRule4_SignerChecks(t *testing.T) {
 	t.Run("revocation from a standby is ignored", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, spec)
-		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("carol"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10*s)})
+		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("carol"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
 		h.wantEffects("ObserveRevocation(carol)", effs)
 		h.wantState("w1", StateStandby)
 	})
 	t.Run("revocation for another epoch is ignored", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, spec)
-		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 2, Successor: key("bob"), QuorumAt: at(10*s)})
+		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 2, Successor: key("bob"), QuorumAt: at(10 * s)})
 		h.wantEffects("ObserveRevocation(epoch 2)", effs)
 	})
 	t.Run("revocation from the holder is accepted", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, spec)
-		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10*s)})
+		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
 		h.wantEffects("ObserveRevocation(alice)", effs, "entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
 	})
 	t.Run("claim from a provider the lease does not name does not fence", func(t *testing.T) {
@@ -314,7 +314,7 @@ func claimStep(h *harness, d time.Duration, epoch uint64) []Effect {
 func TestRule8_HandoffByRevocation(t *testing.T) {
 	h := newHarness(t, "bob", nil)
 	h.track(0, warmSpec("w1", "alice", "bob", "carol"))
-	effs := h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(100*s)})
+	effs := h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(100 * s)})
 	h.wantEffects("ObserveRevocation", effs, "entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
 	h.wantEffects("ClaimsRead(too early)", h.m.ClaimsRead(at(100*s), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3}))
 	h.wantEffects("ClaimPublished", h.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 2}),
@@ -412,9 +412,9 @@ func TestRule8_ConcurrentClaimersNeverBothStart(t *testing.T) {
 	spec := warmSpec("w1", "alice", "bob", "carol")
 	bob.track(0, spec)
 	carol.track(0, spec)
-	bob.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(100*s)})
-	carol.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("carol"), QuorumAt: at(100*s)}) // conflicting successor (e.g. a lying primary)
-	board := map[string]bool{"bob": true, "carol": true}                                                                      // both active
+	bob.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(100 * s)})
+	carol.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("carol"), QuorumAt: at(100 * s)}) // conflicting successor (e.g. a lying primary)
+	board := map[string]bool{"bob": true, "carol": true}                                                                                             // both active
 	bob.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
 	carol.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
 	read := func(h *harness, self, other string, d time.Duration) []Effect {
@@ -447,7 +447,7 @@ func TestRule8_ConcurrentClaimersNeverBothStart(t *testing.T) {
 func TestRule8_CompetingClaimRetriesAfterRankedBackoff(t *testing.T) {
 	h := newHarness(t, "carol", nil)
 	h.track(0, warmSpec("w1", "alice", "bob", "carol"))
-	h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("carol"), QuorumAt: at(100*s)})
+	h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("carol"), QuorumAt: at(100 * s)})
 	h.m.ObserveClaim(at(100*s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true})
 	h.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 2})
 	effs := h.m.ClaimsRead(at(111*s), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3})

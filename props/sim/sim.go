@@ -1021,6 +1021,7 @@ func (e env) Stop(w string) {
 		}
 	})
 }
+
 // start runs workload w at epoch on p (not already running at it).
 func (s *Sim) start(p *provider, w string, epoch uint64) {
 	if old, ok := p.running[w]; ok && old == epoch {
