@@ -112,6 +112,8 @@ func TestSpecValidate(t *testing.T) {
 		{"unknown restart", func(s *Spec) { s.RestartPolicy.Policy = "always" }, "restart_policy.policy"},
 		{"negative attempts", func(s *Spec) { s.RestartPolicy.MaxAttempts = -1 }, "max_attempts = -1"},
 		{"epoch zero", func(s *Spec) { s.Epoch = 0 }, "epoch = 0"},
+		{"highest epoch a standby can succeed", func(s *Spec) { s.Epoch = MaxEpoch - 1 }, ""},
+		{"epoch without a successor epoch", func(s *Spec) { s.Epoch = MaxEpoch }, "epoch = 4611686018427387904, must be 1 to 2^62-1"},
 		{"expiry before creation", func(s *Spec) { s.ExpiresAt = s.CreatedAt.Add(-time.Second) }, "expires_at"},
 		{"bad relay", func(s *Spec) { s.Relays = []string{"http://x"} }, "relays[0]"},
 	}
