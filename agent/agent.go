@@ -63,8 +63,10 @@ type Config struct {
 	// CommitWait bounds how long one machine step's commit (and the
 	// periodic save) waits for the database: for the connection, and for
 	// SQLite's write lock when another process holds it. A step that could
-	// not commit is held and retried; fencing never waits for it. Default
-	// 1 s.
+	// not commit is held and retried, each retry waiting 20 ms at most;
+	// fencing never waits for it, and the machine's ticks wait for the
+	// database at most this long once per episode. Default 250 ms, one
+	// tick.
 	CommitWait time.Duration
 	// HeartbeatTTL is the NIP-40 expiration of our heartbeats, after
 	// created_at. 0 (the default) means
@@ -134,7 +136,7 @@ func DefaultConfig() Config {
 		TickInterval:       DefaultTickInterval,
 		PublishTimeout:     DefaultPublishTimeout,
 		MaxStepAge:         DefaultMaxStepAge,
-		CommitWait:         time.Second,
+		CommitWait:         DefaultTickInterval,
 		RestartMaxAttempts: DefaultRestartMaxAttempts,
 		ClockCheckInterval: time.Minute,
 		Ingest:             ing,

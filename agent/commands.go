@@ -20,7 +20,7 @@ const cmdBatch = 256
 // database in one step; a release ends the batch (it removes the workload
 // from the machine once committed). cmdsMore says whether more wait.
 func (a *Agent) applyCommands(ctx context.Context) {
-	lctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
+	lctx, cancel := context.WithTimeout(ctx, a.dbWait())
 	cmds, err := listCommands(lctx, a.st, true, cmdBatch+1)
 	cancel()
 	a.cmdsMore = false

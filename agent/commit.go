@@ -114,6 +114,11 @@ func (a *Agent) commitPieces(ctx context.Context, now time.Time, pieces []*piece
 	err := a.persist(ctx, now, writeIDs, writeRows, later, extra, run)
 	a.noteWrite(err)
 	if err != nil {
+		// The next attempt without new effects comes commitRetryEvery
+		// after this one ended: counted from the step's start, an attempt
+		// that waited for the database made every later step retry (and
+		// wait) at once, and the loop never reached its tick.
+		a.commits.pend.retryAt = a.now().Add(commitRetryEvery)
 		if !held {
 			a.commits.pend.add(effs, rows, toks)
 		}
@@ -129,7 +134,6 @@ func (a *Agent) commitPieces(ctx context.Context, now time.Time, pieces []*piece
 		default:
 			a.logger.Debug("database write still failing", "err", err, "held_steps", a.commits.pend.steps)
 		}
-		a.commits.pend.retryAt = now.Add(commitRetryEvery)
 		return fmt.Errorf("commit step: %w", err)
 	}
 	if held {
@@ -148,6 +152,21 @@ func (a *Agent) commitPieces(ctx context.Context, now time.Time, pieces []*piece
 // no new step comes.
 const commitRetryEvery = time.Second
 
+// commitProbeWait bounds how long a retry of held steps waits for the
+// database: the first failure showed it busy (another process holding the
+// write lock, a full disk), so a retry only looks whether that ended, and
+// never keeps the machine loop from its inputs and ticks for longer.
+const commitProbeWait = 20 * time.Millisecond
+
+// dbWait is how long the machine goroutine's next database access may wait
+// for the database: CommitWait, or commitProbeWait while steps are held.
+func (a *Agent) dbWait() time.Duration {
+	if !a.commits.pend.empty() {
+		return min(a.cfg.CommitWait, commitProbeWait)
+	}
+	return a.cfg.CommitWait
+}
+
 // persist commits the rows of workloads ids (their current snapshots), the
 // outbox rows, the created_at of the claims among later, and extra in one
 // transaction that waits at most CommitWait for the database; once it
@@ -165,7 +184,8 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 		}
 		wrows = append(wrows, r)
 	}
-	wctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
+	wait := a.dbWait()
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	// created_at of claims and withdrawn markers, strictly increasing per
 	// workload (claimtime.go), persisted with the step.
@@ -194,7 +214,7 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 			stamped = append(stamped, id)
 		}
 	}
-	err := sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error {
+	err := sqlitedb.InTxWait(ctx, a.db, wait, func(tx *sql.Tx) error {
 		step := store.Step{Workloads: storeRows(wrows), KV: a.commits.claimTimes.kv(stamped)}
 		if err := a.st.SaveStep(ctx, tx, step); err != nil {
 			return fmt.Errorf("save step: %w", err)
@@ -298,7 +318,7 @@ func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
 		KV:        map[string][]byte{kvMachine: meta},
 		Cursors:   map[string]int64{cursorKey: max(min(a.cursor.Cursor(), now.Unix()), 0)},
 	}
-	err = sqlitedb.InTxWait(ctx, a.db, a.cfg.CommitWait, func(tx *sql.Tx) error { return a.st.SaveStep(ctx, tx, step) })
+	err = sqlitedb.InTxWait(ctx, a.db, a.dbWait(), func(tx *sql.Tx) error { return a.st.SaveStep(ctx, tx, step) })
 	a.noteWrite(err)
 	if err != nil {
 		return fmt.Errorf("save machine: %w", err)

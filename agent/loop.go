@@ -80,8 +80,10 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			began = time.Now()
 			kind = "tick"
 			// The heartbeats that arrived during a long turn count before
-			// the tick judges quorum (they carry their arrival times).
-			for len(a.in.beats) > 0 {
+			// the tick judges quorum (they carry their arrival times):
+			// those queued now, not those that keep arriving meanwhile, so
+			// that no input rate keeps the tick from running.
+			for n := len(a.in.beats); n > 0; n -= maxBatch {
 				a.step(ctx, <-a.in.beats, true)
 			}
 			now := a.now()

@@ -59,7 +59,7 @@ func (a *Agent) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
 		j := job{e: e, at: now}
 		switch e := e.(type) {
 		case lease.WithdrawClaim:
-			tctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
+			tctx, cancel := context.WithTimeout(ctx, a.dbWait())
 			t, err := a.commits.claimTimes.next(tctx, a.st, e.ID, now)
 			cancel()
 			if err != nil {
