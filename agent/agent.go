@@ -388,6 +388,10 @@ type commitState struct {
 	dirty      dirtySet          // workloads an input may have changed since saveMeta (persist.go)
 	rivalWatch dirtySet          // workloads with claims seen: Tick may adopt a rival (persist.go)
 	claimTimes claimTimes        // created_at of claims per workload
+	// metaSaved is set once the machine's metadata (kvMachine) is in the
+	// database; until then every step commit writes it too, so that no
+	// committed workload row is ever without it.
+	metaSaved bool
 }
 
 // New builds an agent: it migrates the agent and courier tables, restores
@@ -540,6 +544,22 @@ func (a *Agent) restore(ctx context.Context) error {
 	if !ok {
 		a.m, err = lease.New(a.cfg.Lease, a.self)
 		return err
+	}
+	if snap.Self == "" {
+		// Workload rows without the machine's metadata: restore them with
+		// empty relay tables (held workloads wait for relay sync as after
+		// any restart; standbys count silence afresh).
+		a.logger.Warn("machine metadata missing: restoring the workload rows with empty relay tables", "workloads", len(snap.Workloads))
+		snap.Self = a.self
+		for _, r := range a.cfg.Lease.Relays {
+			n, err := lease.NormalizeRelayURL(r)
+			if err != nil {
+				return fmt.Errorf("restore: %w", err)
+			}
+			snap.Relays = append(snap.Relays, n)
+		}
+	} else {
+		a.commits.metaSaved = true
 	}
 	if snap.Self != a.self {
 		return fmt.Errorf("restore: database belongs to provider %s, this key is %s", snap.Self, a.self)

@@ -214,8 +214,19 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 			stamped = append(stamped, id)
 		}
 	}
+	kv := a.commits.claimTimes.kv(stamped)
+	if !a.commits.metaSaved {
+		meta, err := json.Marshal(a.m.MetaSnapshot())
+		if err != nil {
+			return fmt.Errorf("save machine: %w", err)
+		}
+		if kv == nil {
+			kv = map[string][]byte{}
+		}
+		kv[kvMachine] = meta
+	}
 	err := sqlitedb.InTxWait(ctx, a.db, wait, func(tx *sql.Tx) error {
-		step := store.Step{Workloads: storeRows(wrows), KV: a.commits.claimTimes.kv(stamped)}
+		step := store.Step{Workloads: storeRows(wrows), KV: kv}
 		if err := a.st.SaveStep(ctx, tx, step); err != nil {
 			return fmt.Errorf("save step: %w", err)
 		}
@@ -233,6 +244,7 @@ func (a *Agent) persist(ctx context.Context, now time.Time, ids []string, rows [
 	if err != nil {
 		return err
 	}
+	a.commits.metaSaved = true
 	for _, r := range wrows {
 		a.commits.saved[r.ID] = r.hash
 		a.commits.dirty.remove(r.ID)
@@ -323,6 +335,7 @@ func (a *Agent) saveMetaRun(ctx context.Context, run bool) error {
 	if err != nil {
 		return fmt.Errorf("save machine: %w", err)
 	}
+	a.commits.metaSaved = true
 	for _, r := range changed {
 		a.commits.saved[r.ID] = r.hash
 	}

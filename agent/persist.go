@@ -79,22 +79,36 @@ func storeRows(rows []workloadRow) []store.WorkloadRow {
 	return out
 }
 
-// loadSnapshot reads the persisted machine; ok is false on a fresh database.
+// loadSnapshot reads the persisted machine; ok is false on a fresh database
+// (no machine metadata and no workload row). Workload rows without the
+// metadata (written by a step that committed before the first save of an
+// agent older than this one) come back with an empty Snapshot.Self: the
+// caller restores them with empty relay tables, since every committed
+// workload row must be restored (a crash in the first seconds of a run
+// once forgot the workloads it held).
 func loadSnapshot(ctx context.Context, st *store.Store) (lease.Snapshot, bool, error) {
 	var snap lease.Snapshot
 	meta, err := st.KV(ctx, kvMachine)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return snap, false, nil
+		meta = nil
 	case err != nil:
 		return snap, false, fmt.Errorf("load machine: %w", err)
 	}
-	if err := json.Unmarshal(meta, &snap); err != nil {
-		return snap, false, fmt.Errorf("load machine: %w", err)
+	if meta != nil {
+		if err := json.Unmarshal(meta, &snap); err != nil {
+			return snap, false, fmt.Errorf("load machine: %w", err)
+		}
 	}
 	ws, err := loadWorkloads(ctx, st)
 	if err != nil {
 		return snap, false, err
+	}
+	if meta == nil && len(ws) == 0 {
+		return snap, false, nil
+	}
+	if meta == nil {
+		snap.Version = lease.SnapshotVersion
 	}
 	snap.Workloads = ws
 	return snap, true, nil
