@@ -177,9 +177,7 @@ func TestScrubbedDaemonOutlivesNoSupervisor(t *testing.T) {
 			daemon := readPids(t, pidFile, 1)[0]
 			t.Cleanup(func() { killPids([]int{daemon}) })
 			waitFor(t, "the daemon to write", func() bool { return countLines(out) > 0 })
-			if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
+			stopAndWait(t, h.cmd.Process.Pid)
 			if err := syscall.Kill(h.shim, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}

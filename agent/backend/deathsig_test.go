@@ -82,7 +82,14 @@ func startHelperAgent(t *testing.T, bin, dir, line string, c containCase, cred *
 	}
 	waited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(waited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-waited })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-waited
+		// What the test left (and the backend's cgroups).
+		if _, err := KillLeftovers(filepath.Join(dir, "logs"), nil); err != nil {
+			t.Errorf("KillLeftovers at cleanup: %v", err)
+		}
+	})
 	line0, _ := bufio.NewReader(out).ReadString('\n')
 	f := strings.SplitN(strings.TrimSpace(line0), " ", 3)
 	if len(f) != 3 || f[0] != "started" {
@@ -91,6 +98,29 @@ func startHelperAgent(t *testing.T, bin, dir, line string, c containCase, cred *
 	h := &helperAgent{cmd: cmd, containment: f[2]}
 	h.shim, _ = strconv.Atoi(f[1])
 	return h
+}
+
+// stopAndWait sends SIGSTOP to pid and waits until every thread of it is
+// stopped: a thread that is running on another CPU stops only a moment
+// later, and could still act on what the test does next.
+func stopAndWait(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("every thread of %d to stop", pid), func() bool {
+		tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		if err != nil {
+			return false
+		}
+		for _, task := range tasks {
+			tid, _ := strconv.Atoi(task.Name())
+			if st, ok := readStat(tid); !ok || (st.state != 'T' && st.state != 't') {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // recordPid is a shell command that appends its own pid (as the test's

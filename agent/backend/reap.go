@@ -70,6 +70,7 @@ func KillLeftovers(logDir string, logger *slog.Logger) (int, error) {
 				logger.Warn("could not remove a leftover workload cgroup", "err", err)
 			}
 		}
+		t.remove() // if empty; a new backend makes it again
 	}
 	k, err := killMarked(logger, MarkerEnv+"="+marker)
 	n += k
