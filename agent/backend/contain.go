@@ -75,6 +75,8 @@ type Containment struct {
 	// Warning says what a workload can get away with on this host; "" when
 	// a workload's processes cannot outlive its supervisor.
 	Warning string `json:"warning,omitempty"`
+	// Summary is String's text, for a reader that has only the value.
+	Summary string `json:"summary"`
 
 	tree *cgroupTree
 }
@@ -93,7 +95,7 @@ func (c *Containment) String() string {
 		}
 		parts = append(parts, s)
 	}
-	if c.tree != nil {
+	if c.Cgroup != "" {
 		v := "cgroup v2"
 		if c.CgroupVersion == 1 {
 			v = "cgroup v1 freezer"
@@ -253,6 +255,7 @@ func detectContainment(mode ContainMode, marker string, cgroupVersion int) (*Con
 		c.Warning = "no PID namespace (" + nsWhy + ") and no cgroup (" + cgWhy + "): " + escapeRisk +
 			"; run the agent as root, allow it user namespaces, or give it a cgroup it may write (systemd: Delegate=yes)"
 	}
+	c.Summary = c.String()
 	return c, nil
 }
 

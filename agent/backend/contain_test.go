@@ -384,3 +384,49 @@ func writersSince(file string, since time.Time, d time.Duration) []int {
 	}
 	return out
 }
+
+// TestUnprivilegedAgentUsesAUserNamespace: an agent that is not root (here
+// uid 65534, where it may write no cgroup) holds each workload in a PID
+// namespace inside a user namespace, under its own uid, and warns about
+// nothing: a scrubbed daemon dies with its supervisor when agent and
+// supervisor are killed together.
+func TestUnprivilegedAgentUsesAUserNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the agent as another user")
+	}
+	const nobody = 65534
+	dir, err := os.MkdirTemp("", "backend-userns-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "backend.test")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(dir, "pids")
+	h := startHelperAgent(t, bin, dir, scrubbedDaemon(pidFile, "")+` while :; do sleep 1; done`,
+		containCase{"auto", ContainAuto, 0}, &syscall.Credential{Uid: nobody, Gid: nobody})
+	if h.containment != "pid namespace (in a user namespace)" {
+		t.Errorf("containment of an agent running as uid %d = %q, want a pid namespace in a user namespace", nobody, h.containment)
+	}
+	daemon := readPids(t, pidFile, 1)[0]
+	t.Cleanup(func() { killPids([]int{daemon}) })
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/"+strconv.Itoa(daemon), &st); err != nil || st.Uid != nobody {
+		t.Errorf("the workload's uid = %d (%v), want the agent's, %d", st.Uid, err, nobody)
+	}
+	stopAndWait(t, h.cmd.Process.Pid)
+	if err := syscall.Kill(h.shim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.cmd.Process.Kill()
+	waitFor(t, "the daemon to die with its supervisor", func() bool { return !alive(daemon) })
+}

@@ -98,10 +98,10 @@ type Process struct {
 	contain *Containment
 	marker  string // PROVIDER_AGENT_BACKEND value; "" without LogDir
 	queue   *exitQueue
-	exits  chan Exit
-	quit   chan struct{}
-	qdone  chan struct{}
-	closer sync.Once
+	exits   chan Exit
+	quit    chan struct{}
+	qdone   chan struct{}
+	closer  sync.Once
 }
 
 type proc struct {

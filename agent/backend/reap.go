@@ -3,8 +3,8 @@ package backend
 import (
 	"bytes"
 	"crypto/sha256"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"

@@ -159,6 +159,9 @@ func printStatus(w io.Writer, st agent.Status) {
 		who = "(unknown: agent down)"
 	}
 	fmt.Fprintf(w, "provider %s (source: %s, synced: %v)\n", who, st.Source, st.Synced)
+	if st.ContainmentWarning != "" {
+		fmt.Fprintf(w, "WARNING: workloads are not fully contained (%s): %s\n", st.Containment, st.ContainmentWarning)
+	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKLOAD\tSTATE\tEPOCH\tROLE\tRUNNING\tHOLDER\tSTANDBYS")
 	for _, x := range st.Workloads {
