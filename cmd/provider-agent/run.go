@@ -101,9 +101,6 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("data dir %s is not writable (%s): run creates %s, its -wal and -shm files, %s and logs/ there",
 			cfg.Agent.DataDir, pathErrCause(err), config.DBFileName, lockFileName)
 	}
-	if err := config.CheckDataDirMode(cfg.Agent.DataDir); errors.Is(err, config.ErrDataDirMode) {
-		logger.Warn(err.Error())
-	}
 	// One agent per data dir, for the whole run (released when run returns,
 	// after the workloads were stopped, or by the kernel when it dies).
 	lock, err := lockDataDir(cfg.Agent.DataDir)
@@ -111,6 +108,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer lock.Close()
+	if err := config.CheckDataDirMode(cfg.Agent.DataDir); errors.Is(err, config.ErrDataDirMode) {
+		logger.Warn(err.Error())
+	}
 	// Before anything that can fail: an earlier agent on this data dir that
 	// was killed must not keep its workloads running because this one
 	// cannot open its database or read its key.
