@@ -26,7 +26,7 @@ type containCase struct {
 // containCases returns every containment this host offers (a PID
 // namespace, a v2 cgroup, a v1 freezer cgroup) and none. A host that
 // offers none of the first three fails the test: CI must cover them.
-func containCases(t *testing.T) []containCase {
+func containCases(t testing.TB) []containCase {
 	t.Helper()
 	all := []containCase{
 		{"pidns", ContainPIDNS, 0},

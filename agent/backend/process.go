@@ -382,22 +382,25 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 		return fail(err)
 	}
 	p.group = group
-	scfg := shimConfig{agent: os.Getpid(), grace: b.cfg.StopGrace, token: p.token}
-	if group != nil {
-		scfg.cgroup = group.procsFile()
+	// Its own process group: signals meant for the agent's group (a
+	// terminal's ^C) do not reach the workloads; the agent stops them.
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	b.contain.Apply(attr)
+	cgDir, cgProcs, err := b.contain.place(group, attr)
+	if err != nil {
+		return fail(err)
+	}
+	if cgDir != nil {
+		defer cgDir.Close()
 	}
 	// The shim reads its settings from this one and removes it.
-	env = append(env, scfg.env())
+	env = append(env, shimConfig{agent: os.Getpid(), grace: b.cfg.StopGrace, token: p.token, cgroup: cgProcs}.env())
 
 	hsR, hsW, err := os.Pipe()
 	if err != nil {
 		return fail(fmt.Errorf("handshake pipe: %w", err))
 	}
 	defer hsR.Close()
-	// Its own process group: signals meant for the agent's group (a
-	// terminal's ^C) do not reach the workloads; the agent stops them.
-	attr := &syscall.SysProcAttr{Setpgid: true}
-	b.contain.Apply(attr)
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
 		Args:        append([]string{shimArgv0, path}, spec.Command...),
