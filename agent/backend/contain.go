@@ -139,20 +139,20 @@ func (c *Containment) newGroup(name string) (*cgroupGroup, error) {
 // place arranges for the supervisor to be in cgroup g (nil: none): born
 // there (attr's cgroup fd; the returned file must stay open until the
 // process was started, then be closed), or by moving itself there before
-// it starts anything (the returned cgroup.procs, for its config).
-func (c *Containment) place(g *cgroupGroup, attr *syscall.SysProcAttr) (dir *os.File, procs string, err error) {
+// it starts anything (join).
+func (c *Containment) place(g *cgroupGroup, attr *syscall.SysProcAttr) (dir *os.File, join bool, err error) {
 	if g == nil {
-		return nil, "", nil
+		return nil, false, nil
 	}
 	if !c.cloneInto {
-		return nil, g.procsFile(), nil
+		return nil, true, nil
 	}
 	dir, err = os.Open(g.dir)
 	if err != nil {
-		return nil, "", fmt.Errorf("open cgroup: %w", err)
+		return nil, false, fmt.Errorf("open cgroup: %w", err)
 	}
 	attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
-	return dir, "", nil
+	return dir, false, nil
 }
 
 // close removes the backend's cgroup directory once its workloads' cgroups

@@ -170,8 +170,9 @@ func readPids(t *testing.T, file string, n int) []int {
 // with a workload of each shape a shell line can take, kills the agent
 // with SIGKILL, and checks that every process of the workload dies with
 // it, without any later agent's help: a shell pipeline (the shell forks
-// each element: grandchildren of the agent), and a double fork whose
-// setsid'ed daemon leaves the shell's session and is reparented.
+// each element: grandchildren of the agent), a double fork whose setsid'ed
+// daemon leaves the shell's session and is reparented, and a daemon that
+// also clears its environment. No cgroup is left behind either.
 func TestWorkloadTreeDiesWithKilledAgent(t *testing.T) {
 	tests := []struct {
 		name string
@@ -205,6 +206,11 @@ func TestWorkloadTreeDiesWithKilledAgent(t *testing.T) {
 					t.Fatal(err)
 				}
 				waitFor(t, "every workload process to die with the agent", func() bool { return allDead(pids) })
+				// Nor does a cgroup outlive it: the supervisor removes its own
+				// and the backend's on its way out.
+				for _, tr := range cgroupTrees(mustMarker(t, filepath.Join(dir, "logs"))) {
+					waitFor(t, "the cgroup dir "+tr.dir+" to go", func() bool { _, err := os.Stat(tr.dir); return os.IsNotExist(err) })
+				}
 			})
 		}
 	}

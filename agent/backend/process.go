@@ -386,15 +386,19 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 	// terminal's ^C) do not reach the workloads; the agent stops them.
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	b.contain.Apply(attr)
-	cgDir, cgProcs, err := b.contain.place(group, attr)
+	cgDir, join, err := b.contain.place(group, attr)
 	if err != nil {
 		return fail(err)
 	}
 	if cgDir != nil {
 		defer cgDir.Close()
 	}
+	scfg := shimConfig{agent: os.Getpid(), grace: b.cfg.StopGrace, token: p.token, join: join}
+	if group != nil {
+		scfg.cgroup = group.dir
+	}
 	// The shim reads its settings from this one and removes it.
-	env = append(env, shimConfig{agent: os.Getpid(), grace: b.cfg.StopGrace, token: p.token, cgroup: cgProcs}.env())
+	env = append(env, scfg.env())
 
 	hsR, hsW, err := os.Pipe()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -31,13 +32,16 @@ import (
 // all before the shim's exit is reported. Without one the shim is a child
 // subreaper, so every process the workload forks, double-forked setsid
 // daemons included, stays below it and is found through /proc. With a
-// cgroup the shim joins the workload's cgroup before it starts anything;
-// the backend kills that cgroup whole when the shim was killed.
+// cgroup the shim is born in the workload's cgroup, or joins it before it
+// starts anything; the backend kills that cgroup whole when the shim was
+// killed, and removes it when the shim has exited. When the agent died,
+// the shim removes it itself on its way out.
 //
 // The protocol between the backend and the shim:
 //   - environment shimEnv = "v2,<agent pid>,<stop grace in ns>,<token>,
-//     <cgroup.procs to join or empty>"; the shim removes it from the
-//     workload's environment;
+//     <join: 0 or 1>,<the workload's cgroup directory or empty>"; the shim
+//     joins that cgroup first when join is 1, and removes the variable from
+//     the workload's environment;
 //   - argv = [shimArgv0, path, workload argv...];
 //   - fd 3: the lifeline's read end (one pipe per backend: one descriptor
 //     in the agent however many workloads run);
@@ -86,17 +90,22 @@ type shimConfig struct {
 	agent  int
 	grace  time.Duration
 	token  uint64 // names this shim's line on the status pipe
-	cgroup string // cgroup.procs of the workload's cgroup; "" for none
+	join   bool   // join cgroup (else it was born there)
+	cgroup string // the workload's cgroup directory; "" for none
 }
 
 func (c shimConfig) env() string {
-	return fmt.Sprintf("%s=v2,%d,%d,%d,%s", shimEnv, c.agent, int64(c.grace), c.token, c.cgroup)
+	join := 0
+	if c.join {
+		join = 1
+	}
+	return fmt.Sprintf("%s=v2,%d,%d,%d,%d,%s", shimEnv, c.agent, int64(c.grace), c.token, join, c.cgroup)
 }
 
 func parseShimConfig(v string) (shimConfig, error) {
-	bad := fmt.Errorf("%s = %q: want v2,<pid>,<grace ns>,<token>,<cgroup.procs or empty>", shimEnv, v)
-	f := strings.SplitN(v, ",", 5)
-	if len(f) != 5 || f[0] != "v2" {
+	bad := fmt.Errorf("%s = %q: want v2,<pid>,<grace ns>,<token>,<join 0|1>,<cgroup dir or empty>", shimEnv, v)
+	f := strings.SplitN(v, ",", 6)
+	if len(f) != 6 || f[0] != "v2" || (f[4] != "0" && f[4] != "1") || (f[4] == "1" && f[5] == "") {
 		return shimConfig{}, bad
 	}
 	pid, err1 := strconv.Atoi(f[1])
@@ -105,7 +114,7 @@ func parseShimConfig(v string) (shimConfig, error) {
 	if err1 != nil || err2 != nil || err3 != nil || pid <= 1 || grace <= 0 {
 		return shimConfig{}, bad
 	}
-	return shimConfig{agent: pid, grace: time.Duration(grace), token: token, cgroup: f[4]}, nil
+	return shimConfig{agent: pid, grace: time.Duration(grace), token: token, join: f[4] == "1", cgroup: f[5]}, nil
 }
 
 // shimNote writes one line of the shim's own to its stderr (the workload's
@@ -146,8 +155,8 @@ func runShim(v string, args []string) int {
 			return 1
 		}
 	}
-	if cfg.cgroup != "" {
-		if err := joinCgroup(cfg.cgroup); err != nil {
+	if cfg.join {
+		if err := joinCgroup(filepath.Join(cfg.cgroup, "cgroup.procs")); err != nil {
 			started("error " + err.Error())
 			return 1
 		}
@@ -286,6 +295,9 @@ func superviseShim(cfg shimConfig, t shimTree, main int, sigs <-chan os.Signal, 
 		case <-lifeline:
 			n := t.kill(main, true)
 			shimNote("the agent died: killed the workload's %d processes", n)
+			if cfg.cgroup != "" {
+				leaveCgroup(cfg.cgroup)
+			}
 			os.Exit(137)
 		case s := <-sigs:
 			switch s {
@@ -345,6 +357,21 @@ func (t shimTree) kill(main int, mainUnreaped bool) int {
 		}
 		time.Sleep(pause)
 	}
+}
+
+// leaveCgroup removes the workload's cgroup dir, which holds only the
+// shim now, and the backend's directory above it if that is empty (the
+// last shim out removes it), so that a dead agent leaves no cgroup behind.
+// The shim moves itself to the cgroup the agent ran in first: a cgroup
+// with a process in it cannot be removed. Best effort: a restarted agent's
+// KillLeftovers removes what is left.
+func leaveCgroup(dir string) {
+	tree := filepath.Dir(dir)
+	if joinCgroup(filepath.Join(filepath.Dir(tree), "cgroup.procs")) != nil {
+		return
+	}
+	_ = os.Remove(dir)
+	_ = os.Remove(tree)
 }
 
 // watchLifeline returns a channel closed when no process holds the

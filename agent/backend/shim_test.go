@@ -166,13 +166,15 @@ func TestNewProcessNeedsTheShimHook(t *testing.T) {
 func TestParseShimConfig(t *testing.T) {
 	for _, good := range []shimConfig{
 		{agent: 1234, grace: 1500 * time.Millisecond, token: 7},
-		{agent: 1234, grace: time.Second, token: 8, cgroup: "/sys/fs/cgroup/a,b/w1-x/cgroup.procs"},
+		{agent: 1234, grace: time.Second, token: 8, cgroup: "/sys/fs/cgroup/a,b/w1-x"},
+		{agent: 1234, grace: time.Second, token: 9, join: true, cgroup: "/sys/fs/cgroup/a,b/w2-x"},
 	} {
 		if got, err := parseShimConfig(good.env()[len(shimEnv)+1:]); err != nil || got != good {
 			t.Errorf("parseShimConfig(%q) = %+v, %v, want %+v", good.env(), got, err, good)
 		}
 	}
-	for _, bad := range []string{"", "1", "v1,1234,5", "v2,1234,5", "v2,x,5,1,", "v2,1234,0,1,", "v2,1,5,1,", "v2,1234,5,-1,"} {
+	for _, bad := range []string{"", "1", "v1,1234,5", "v2,1234,5", "v2,1234,5,1,", "v2,x,5,1,0,", "v2,1234,0,1,0,",
+		"v2,1,5,1,0,", "v2,1234,5,-1,0,", "v2,1234,5,1,2,", "v2,1234,5,1,1,"} {
 		if _, err := parseShimConfig(bad); err == nil {
 			t.Errorf("parseShimConfig(%q) = nil error, want one", bad)
 		}

@@ -2,7 +2,8 @@
 # scrubbed.sh BIN {shim|both} [CONTAINMENT]: how long a workload daemon that
 # clears its environment and leaves its supervisor's process tree
 # (env -i ... setsid) keeps writing after kill -9 of its supervisor alone
-# (shim) or of the agent and its supervisor together (both). Three
+# (shim) or of the agent and its supervisor together (both: the agent is
+# SIGSTOPped first, so that neither can act on the other's death). Three
 # dev-relays, one agent, a local lease. The daemon appends
 # "<time> <its pid>" every 20 ms. Prints the time from the kill to the old
 # daemon's last line (<= 0: nothing after the kill) and, for "shim", how
@@ -55,11 +56,16 @@ fi
 sleep ${SETTLE:-6}
 first=$(tail -n1 "$OUT" | cut -d' ' -f2)
 shim=$(cat "$SHIM")
-killed=$(date +%s.%N)
 if [ "$MODE" = both ]; then
-	kill -9 $agent $shim
+	# Together, so that neither can act: the agent stopped first (its
+	# threads take a moment to stop), then the supervisor, then the agent.
+	kill -STOP $agent
+	sleep 0.1
+	killed=$(date +%s.%N)
+	kill -9 $shim $agent
 	wait $agent 2>/dev/null
 else
+	killed=$(date +%s.%N)
 	kill -9 $shim
 fi
 # The old daemon's last line: wait until it wrote nothing for 2 s, or LIMIT s.
