@@ -26,8 +26,9 @@ import (
 // 5.14; freeze, kill each, thaw before that) and the v1 freezer hierarchy
 // (freeze, kill each, thaw). The cgroups of one backend live under
 // <the agent's own cgroup>/provider-agent-<marker>/, one per start
-// ("w<n>-<log name>"): the agent's own cgroup is the one a service manager
-// delegates to it (systemd: Delegate=yes), and root may write anywhere.
+// ("w<n>-<log name>"), a directory that exists only while it holds one:
+// the agent's own cgroup is the one a service manager delegates to it
+// (systemd: Delegate=yes), and root may write anywhere.
 
 // cgroupBasePrefix starts the name of a backend's cgroup directory.
 const cgroupBasePrefix = "provider-agent-"
@@ -165,10 +166,22 @@ func (t cgroupTree) create() error {
 	return nil
 }
 
-// newGroup makes the cgroup of one start.
+// newGroup makes the cgroup of one start, and the tree's directory if it
+// is not there: the tree exists only while it holds a workload's cgroup,
+// so an agent killed while it ran nothing leaves no directory behind.
 func (t cgroupTree) newGroup(name string) (*cgroupGroup, error) {
 	g := &cgroupGroup{dir: filepath.Join(t.dir, name), version: t.version}
-	if err := os.Mkdir(g.dir, 0o755); err != nil {
+	var err error
+	// Twice: the last workload's exit may remove the tree in between.
+	for range 2 {
+		if err = t.create(); err != nil {
+			continue
+		}
+		if err = os.Mkdir(g.dir, 0o755); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("create cgroup %s: %w", g.dir, err)
 	}
 	return g, nil
@@ -189,7 +202,7 @@ func (t cgroupTree) groups() []*cgroupGroup {
 	return out
 }
 
-// remove removes the tree's directory if it is empty (best effort).
+// remove removes the tree's directory if it holds no cgroup (best effort).
 func (t cgroupTree) remove() { _ = os.Remove(t.dir) }
 
 // procsFile is the file a process writes "0" to in order to join g.

@@ -302,6 +302,8 @@ func probeCgroup(c *Containment, t cgroupTree) error {
 	}
 	attr := &syscall.SysProcAttr{}
 	c.Apply(attr)
+	// The tree is made again by the first workload's cgroup.
+	defer t.remove()
 	if t.version == 2 {
 		// Born in the cgroup, where the kernel can.
 		c.cloneInto = true
@@ -322,7 +324,6 @@ func probeCgroup(c *Containment, t cgroupTree) error {
 	_, _ = g.kill()
 	_ = g.remove()
 	if err != nil {
-		t.remove()
 		return fmt.Errorf("cgroup v%d %s: %w", t.version, t.dir, err)
 	}
 	return nil

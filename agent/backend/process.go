@@ -347,6 +347,7 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 				b.logger.Error("workload start failed and its cgroup could not be emptied", "workload", spec.WorkloadID, "err", kerr)
 			}
 			_ = p.group.remove()
+			b.contain.tree.remove()
 		}
 		return nil, 0, fmt.Errorf("start %s: %w", spec.WorkloadID, err)
 	}
@@ -516,6 +517,7 @@ func (b *Process) wait(p *proc) {
 		if err := p.group.remove(); err != nil {
 			b.logger.Warn("could not remove the workload's cgroup", "workload", p.id, "err", err)
 		}
+		b.contain.tree.remove() // when it was the last
 	}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
