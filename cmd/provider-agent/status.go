@@ -29,9 +29,12 @@ func init() {
 const statusUsage = `provider-agent status asks the running agent for its /status document
 (workloads, states, epochs, holders, the standbys each has left, relays).
 When the agent does not answer, it reads the workloads from the agent's
-SQLite file instead and says so. Under the table it prints one line per
-workload that needs attention: why a failed or respawning workload's
-process ended (from its log), and a workload with no standby left.
+SQLite file instead and says so. Above the table a WARNING line says when
+the running agent cannot keep every process of a workload from outliving
+its supervisor on this host (backend.containment). Under the table it
+prints one line per workload that needs attention: why a failed or
+respawning workload's process ended (from its log), and a workload with
+no standby left.
 
 ` + agentFilesHelp + `
 
