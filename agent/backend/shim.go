@@ -123,8 +123,7 @@ func shimNote(format string, args ...any) {
 	_, _ = fmt.Fprintf(os.Stderr, "=== provider-agent shim: "+format+"\n", args...)
 }
 
-// runShim is the shim's main; it returns the exit code for the cases where
-// it does not mirror the workload's status itself.
+// runShim is the shim's main; it returns the shim's exit code.
 func runShim(v string, args []string) int {
 	cfg, err := parseShimConfig(v)
 	if err != nil || len(args) < 3 || !isPipe(shimLifelineFd) || !isPipe(shimStartFd) || !isPipe(shimStatusFd) {
