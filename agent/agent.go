@@ -278,7 +278,8 @@ type Agent struct {
 	st       *store.Store
 	http     *httpServer
 
-	ownedProc      *backend.Process // closed by Run when the agent made it
+	ownedProc      *backend.Process    // closed by Run when the agent made it
+	containment    backend.Containment // from a backend that says; shown on /status
 	uploader       uploader.Uploader
 	uploadInterval time.Duration
 
@@ -453,6 +454,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 			return nil, fmt.Errorf("new agent: %w", err)
 		}
 		a.ownedProc, a.backend = proc, proc
+	}
+	if c, ok := a.backend.(interface{ Containment() backend.Containment }); ok {
+		a.containment = c.Containment()
 	}
 	if err := Migrate(ctx, a.db); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
@@ -832,7 +836,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 	}
 	clear(a.view.ids)
 	a.view.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.m.AwaitingSync(), Workloads: ws,
-		ClockSuspect: sus, ClockWhy: why}
+		ClockSuspect: sus, ClockWhy: why, Containment: a.containment.Summary, ContainmentWarning: a.containment.Warning}
 	a.view.counts = counts
 	a.view.mu.Unlock()
 	// Quorum of this provider and of every holder it watches (ws is written

@@ -180,7 +180,8 @@ func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 	primaryPub, _ := nostr.GetPublicKey(primaryKey)
 	dir := t.TempDir()
 	spec := warmSpec("w1", primaryPub, standby.pub, urls)
-	spec.Command = []string{"sh", "-c", `echo $$ > "$0/pid-$PROVIDER_AGENT_EPOCH"; while :; do sleep 0.2; done`, dir}
+	// The pid as /proc names it ($$ is a pid in the workload's namespace).
+	spec.Command = []string{"sh", "-c", `read -r p _ </proc/self/stat; echo $p > "$0/pid-$PROVIDER_AGENT_EPOCH"; while :; do sleep 0.2; done`, dir}
 	standby.a.Track(context.Background(), spec)
 	cc := childConfig{Key: primaryKey, Relays: urls, Dial: dial, DBPath: filepath.Join(dir, "primary.db"), LogDir: filepath.Join(dir, "logs"), Spec: spec}
 

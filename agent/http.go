@@ -38,6 +38,14 @@ type Status struct {
 	ClockWhy     string           `json:"clock_why,omitempty"`
 	Workloads    []WorkloadStatus `json:"workloads"`
 	Relays       []RelayStatus    `json:"relays"`
+
+	// Containment says how the backend holds each workload's processes
+	// together ("pid namespace + cgroup v2 …", "none"); ContainmentWarning
+	// is set when a workload process can outlive its supervisor on this
+	// host (backend.Containment). Both are empty for a backend that does
+	// not say.
+	Containment        string `json:"containment,omitempty"`
+	ContainmentWarning string `json:"containment_warning,omitempty"`
 }
 
 // WorkloadStatus is one workload as this agent sees it (WorkloadView

@@ -5,7 +5,11 @@
 // which every main and TestMain that starts a Process must call first) that
 // kills the command's whole process tree when the agent dies, logs its
 // output to one file per workload, and stops it with SIGTERM and then
-// SIGKILL after a grace period. KillLeftovers kills what a killed agent's
+// SIGKILL after a grace period. The kernel holds each tree together
+// (Containment, chosen by ContainMode): the supervisor is the init of the
+// workload's PID namespace, and each workload has a cgroup, so no process
+// of a workload outlives its supervisor, whatever it does to its
+// environment or session. KillLeftovers kills what a killed agent's
 // supervisors could not.
 //
 // Exits caused by Stop or Close are reported with Stopped set, so the lease

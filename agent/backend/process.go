@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -35,12 +37,19 @@ type ProcessConfig struct {
 	BaseEnv []string
 	// Now is the clock stamped on exits. Default time.Now.
 	Now func() time.Time
+	// Containment says how each workload's processes are held together
+	// (see ContainMode). Default ContainAuto; "" means the same.
+	Containment ContainMode
+
+	// cgroupVersion, when not 0, restricts cgroups to that version (tests
+	// of the v1 freezer on a host that has both).
+	cgroupVersion int
 }
 
-// DefaultProcessConfig returns the defaults: a 10 s grace period and output
-// discarded.
+// DefaultProcessConfig returns the defaults: a 10 s grace period, output
+// discarded, containment auto.
 func DefaultProcessConfig() ProcessConfig {
-	return ProcessConfig{StopGrace: 10 * time.Second}
+	return ProcessConfig{StopGrace: 10 * time.Second, Containment: ContainAuto}
 }
 
 // Validate checks the config, naming the bad field.
@@ -48,19 +57,22 @@ func (c ProcessConfig) Validate() error {
 	if c.StopGrace <= 0 {
 		return fmt.Errorf("backend: stop_grace = %s: must be > 0", c.StopGrace)
 	}
-	return nil
+	return c.Containment.Validate()
 }
 
 // Process is the process backend. A dead agent cannot fence its workload,
 // so no workload may outlive it, whatever its shape (a shell line, a
-// pipeline, a double-forked daemon): each workload runs under a supervisor
-// process, the shim (see RunShimIfRequested), that is a child subreaper,
-// starts the workload in its own process group and kills the workload's
-// whole tree when the workload's main process ends, when a stop's grace
-// runs out, or at once when the agent dies (EOF on the backend's lifeline
-// pipe). When LogDir is set, NewProcess also kills whatever a previous
-// incarnation using the same LogDir left running (KillLeftovers), the
-// second line of defence for a shim that was itself SIGKILLed.
+// pipeline, a double-forked daemon, a daemon that clears its environment):
+// each workload runs under a supervisor process, the shim (see
+// RunShimIfRequested), that starts the workload in its own process group
+// and kills the workload's whole tree when the workload's main process
+// ends, when a stop's grace runs out, or at once when the agent dies (EOF
+// on the backend's lifeline pipe). The kernel holds the tree together
+// (Containment): the shim is the init of the workload's PID namespace, so
+// nothing of the workload survives the shim, and each workload has a
+// cgroup, which the backend kills whole when a shim was killed. When
+// LogDir is set, NewProcess also kills whatever a previous incarnation
+// using the same LogDir left running (KillLeftovers).
 type Process struct {
 	cfg    ProcessConfig
 	logger *slog.Logger
@@ -75,12 +87,21 @@ type Process struct {
 	// at its start), the agent alone holds the write end and never writes.
 	lifeR, lifeW *os.File
 
-	marker string // PROVIDER_AGENT_BACKEND value; "" without LogDir
-	queue  *exitQueue
-	exits  chan Exit
-	quit   chan struct{}
-	qdone  chan struct{}
-	closer sync.Once
+	// The status pipe: every shim holds the write end and writes its
+	// workload's exact wait status there before it exits; readStatuses
+	// hands each line to the waiter of that shim.
+	statusR, statusW *os.File
+	statuses         *statusBoard
+	statusDone       chan struct{}
+	tokens           atomic.Uint64
+
+	contain *Containment
+	marker  string // PROVIDER_AGENT_BACKEND value; "" without LogDir
+	queue   *exitQueue
+	exits   chan Exit
+	quit    chan struct{}
+	qdone   chan struct{}
+	closer  sync.Once
 }
 
 type proc struct {
@@ -88,6 +109,10 @@ type proc struct {
 	log     string        // log file path; "" when output goes to cfg.Output
 	started chan struct{} // closed once the start succeeded or failed
 	done    chan struct{} // closed once the process was reaped (or the start failed)
+
+	token  uint64       // its shim's status line
+	status chan uint32  // receives that line's wait status
+	group  *cgroupGroup // its cgroup; nil without one
 
 	// guarded by Process.mu
 	epoch    uint64
@@ -114,9 +139,13 @@ const shimStopMargin = 5 * time.Second
 // shimStartTimeout bounds the wait for a shim's handshake.
 const shimStartTimeout = time.Minute
 
-// NewProcess returns a process backend. LogDir is created (mode 0750) if
-// needed, and the processes an earlier backend on it left are killed. The
-// binary must call RunShimIfRequested at the start of main (ErrNoShim).
+// NewProcess returns a process backend. LogDir is created (mode 0700) if
+// needed (a WARN says so when it exists readable by others: workload logs
+// may hold secrets), and the processes an earlier backend on it left are
+// killed. It resolves cfg.Containment on this host: an explicit mode that
+// is not available is an error (ErrNoContainment); with auto, what is
+// missing is logged as a WARN and reported by Containment. The binary
+// must call RunShimIfRequested at the start of main (ErrNoShim).
 func NewProcess(cfg ProcessConfig, logger *slog.Logger) (*Process, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -132,8 +161,12 @@ func NewProcess(cfg ProcessConfig, logger *slog.Logger) (*Process, error) {
 	}
 	var marker string
 	if cfg.LogDir != "" {
-		if err := os.MkdirAll(cfg.LogDir, 0o750); err != nil {
+		if err := os.MkdirAll(cfg.LogDir, 0o700); err != nil {
 			return nil, fmt.Errorf("backend: log dir: %w", err)
+		}
+		if st, err := os.Stat(cfg.LogDir); err == nil && st.Mode().Perm()&0o077 != 0 {
+			logger.Warn("workload log dir is open to group or others: workload logs may hold secrets; chmod 700 it",
+				"log_dir", cfg.LogDir, "mode", fmt.Sprintf("%04o", st.Mode().Perm()))
 		}
 		m, err := markerFor(cfg.LogDir)
 		if err != nil {
@@ -144,27 +177,58 @@ func NewProcess(cfg ProcessConfig, logger *slog.Logger) (*Process, error) {
 			return nil, err
 		}
 	}
+	contain, err := detectContainment(cfg.Containment, marker, cfg.cgroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	if contain.Warning != "" {
+		logger.Warn("workloads are not fully contained: "+contain.Warning, "containment", contain.String())
+	} else {
+		logger.Info("workload containment", "containment", contain.String())
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
+		contain.close()
 		return nil, fmt.Errorf("backend: lifeline: %w", err)
 	}
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		r.Close()
+		w.Close()
+		contain.close()
+		return nil, fmt.Errorf("backend: status pipe: %w", err)
+	}
 	b := &Process{
-		cfg:    cfg,
-		logger: logger,
-		procs:  map[string]*proc{},
-		lifeR:  r,
-		lifeW:  w,
-		queue:  newExitQueue(),
-		exits:  make(chan Exit),
-		quit:   make(chan struct{}),
-		qdone:  make(chan struct{}),
-		marker: marker,
+		cfg:        cfg,
+		logger:     logger,
+		procs:      map[string]*proc{},
+		lifeR:      r,
+		lifeW:      w,
+		statusR:    sr,
+		statusW:    sw,
+		statuses:   &statusBoard{waiting: map[uint64]chan uint32{}},
+		statusDone: make(chan struct{}),
+		contain:    contain,
+		queue:      newExitQueue(),
+		exits:      make(chan Exit),
+		quit:       make(chan struct{}),
+		qdone:      make(chan struct{}),
+		marker:     marker,
 	}
 	if cfg.LogDir == "" && cfg.Output != nil {
 		b.out = &lockedWriter{w: cfg.Output}
 	}
 	go b.dispatch()
+	go b.readStatuses()
 	return b, nil
+}
+
+// Containment reports how this backend contains its workloads (the agent
+// shows it, and its warning, on /status).
+func (b *Process) Containment() Containment {
+	c := *b.contain
+	c.tree = nil
+	return c
 }
 
 // LogPath returns the log file of a workload under LogDir ("" when output
@@ -241,6 +305,7 @@ func (b *Process) Start(ctx context.Context, spec StartSpec) error {
 		return err
 	}
 	p := &proc{id: spec.WorkloadID, epoch: spec.Epoch, started: make(chan struct{}), done: make(chan struct{})}
+	p.token, p.status = b.statuses.register(&b.tokens)
 	b.procs[spec.WorkloadID] = p
 	b.mu.Unlock()
 
@@ -249,6 +314,7 @@ func (b *Process) Start(ctx context.Context, spec StartSpec) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err != nil {
+		b.statuses.drop(p.token)
 		p.startErr = err
 		if b.procs[p.id] == p {
 			delete(b.procs, p.id)
@@ -275,6 +341,13 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 	fail := func(err error) (*exec.Cmd, int, error) {
 		if p.log != "" {
 			appendLog(p.log, fmt.Sprintf(logMarker+"start failed: %v\n", err))
+		}
+		if p.group != nil {
+			if _, kerr := p.group.kill(); kerr != nil {
+				b.logger.Error("workload start failed and its cgroup could not be emptied", "workload", spec.WorkloadID, "err", kerr)
+			}
+			_ = p.group.remove()
+			b.contain.tree.remove()
 		}
 		return nil, 0, fmt.Errorf("start %s: %w", spec.WorkloadID, err)
 	}
@@ -305,8 +378,28 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 		// Last, so a spec cannot override it.
 		env = append(env, MarkerEnv+"="+b.marker)
 	}
+	group, err := b.contain.newGroup("w" + strconv.FormatUint(p.token, 10) + "-" + strings.TrimSuffix(logName(spec.WorkloadID), ".log"))
+	if err != nil {
+		return fail(err)
+	}
+	p.group = group
+	// Its own process group: signals meant for the agent's group (a
+	// terminal's ^C) do not reach the workloads; the agent stops them.
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	b.contain.Apply(attr)
+	cgDir, join, err := b.contain.place(group, attr)
+	if err != nil {
+		return fail(err)
+	}
+	if cgDir != nil {
+		defer cgDir.Close()
+	}
+	scfg := shimConfig{agent: os.Getpid(), grace: b.cfg.StopGrace, token: p.token, join: join}
+	if group != nil {
+		scfg.cgroup = group.dir
+	}
 	// The shim reads its settings from this one and removes it.
-	env = append(env, shimConfig{agent: os.Getpid(), grace: b.cfg.StopGrace}.env())
+	env = append(env, scfg.env())
 
 	hsR, hsW, err := os.Pipe()
 	if err != nil {
@@ -314,20 +407,18 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 	}
 	defer hsR.Close()
 	cmd := &exec.Cmd{
-		Path:       "/proc/self/exe",
-		Args:       append([]string{shimArgv0, path}, spec.Command...),
-		Env:        env,
-		Dir:        spec.Dir,
-		ExtraFiles: []*os.File{b.lifeR, hsW},
-		// Its own process group: signals meant for the agent's group (a
-		// terminal's ^C) do not reach the workloads; the agent stops them.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		Path:        "/proc/self/exe",
+		Args:        append([]string{shimArgv0, path}, spec.Command...),
+		Env:         env,
+		Dir:         spec.Dir,
+		ExtraFiles:  []*os.File{b.lifeR, hsW, b.statusW},
+		SysProcAttr: attr,
 	}
 	if p.log != "" {
-		f, err := os.OpenFile(p.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+		f, err := os.OpenFile(p.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
 			hsW.Close()
-			return nil, 0, fmt.Errorf("start %s: open log: %w", spec.WorkloadID, err)
+			return fail(fmt.Errorf("open log: %w", err))
 		}
 		fmt.Fprintf(f, logMarker+"start %s epoch %d at %s: %q\n",
 			spec.WorkloadID, spec.Epoch, b.cfg.Now().UTC().Format(time.RFC3339), spec.Command)
@@ -391,8 +482,10 @@ func readHandshake(ctx context.Context, r *os.File) (string, error) {
 	return msg, nil
 }
 
-// wait owns one shim: it reaps it and reports the exit, which mirrors the
-// workload's main process.
+// wait owns one shim: it reaps it and reports the exit of the workload's
+// main process, which the shim wrote on the status pipe. A shim that died
+// by a signal was killed (it never dies by one itself): what it left is
+// killed before the exit is reported, so a respawn never runs beside it.
 func (b *Process) wait(p *proc) {
 	defer b.wg.Done()
 	err := p.cmd.Wait()
@@ -401,15 +494,30 @@ func (b *Process) wait(p *proc) {
 		e.Code = st.ExitCode()
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			e.Signal = signalName(ws.Signal())
-			if ws.Signal() == syscall.SIGKILL && b.marker != "" {
-				// The shim mirrors a SIGKILLed workload this way, but a
-				// SIGKILLed shim (OOM killer, kill -9) left its tree
-				// behind: whatever carries this workload's tags goes too.
-				if n, _ := killMarked(b.logger, MarkerEnv+"="+b.marker, "PROVIDER_AGENT_WORKLOAD_ID="+p.id); n > 0 {
-					b.logger.Warn("workload supervisor was killed: killed what it left", "workload", p.id, "processes", n)
-				}
+			b.killRemains(p, e.Signal)
+		} else if ok {
+			// The shim wrote the line before it exited; its reader may be a
+			// moment behind.
+			select {
+			case raw := <-p.status:
+				e.Code, e.Signal = statusOf(syscall.WaitStatus(raw))
+			case <-time.After(statusWait):
+				b.logger.Warn("workload supervisor exited without reporting the workload's status: reporting its own",
+					"workload", p.id, "exit", e.Code)
 			}
 		}
+	}
+	b.statuses.drop(p.token)
+	if p.group != nil {
+		// Empty unless the shim was killed, but a cgroup is removed only
+		// empty.
+		if _, err := p.group.kill(); err != nil {
+			b.logger.Error("could not empty the workload's cgroup", "workload", p.id, "err", err)
+		}
+		if err := p.group.remove(); err != nil {
+			b.logger.Warn("could not remove the workload's cgroup", "workload", p.id, "err", err)
+		}
+		b.contain.tree.remove() // when it was the last
 	}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
@@ -434,6 +542,40 @@ func (b *Process) wait(p *proc) {
 	}
 	b.logger.Log(context.Background(), level, "workload exited", "workload", p.id, "epoch", e.Epoch, "exit", e.String())
 	b.queue.push(e)
+}
+
+// statusWait bounds the wait for a shim's status line after its exit.
+const statusWait = 5 * time.Second
+
+// statusOf returns an Exit's Code and Signal for a wait status.
+func statusOf(ws syscall.WaitStatus) (int, string) {
+	if ws.Signaled() {
+		return -1, signalName(ws.Signal())
+	}
+	return ws.ExitStatus(), ""
+}
+
+// killRemains kills what a killed shim left. In a PID namespace the
+// kernel did it before the shim's exit was reported; a cgroup is killed
+// whole; without either, the processes that still carry the backend's
+// tag go (a process that cleared its environment and left the shim's
+// tree escapes this last way: see Containment's warning).
+func (b *Process) killRemains(p *proc, signal string) {
+	n := 0
+	if p.group != nil {
+		k, err := p.group.kill()
+		if err != nil {
+			b.logger.Error("workload supervisor was killed and its workload's cgroup could not be emptied", "workload", p.id, "err", err)
+		}
+		n += k
+	}
+	if b.marker != "" {
+		k, _ := killMarked(b.logger, MarkerEnv+"="+b.marker, "PROVIDER_AGENT_WORKLOAD_ID="+p.id)
+		n += k
+	}
+	if n > 0 {
+		b.logger.Warn("workload supervisor was killed: killed what it left", "workload", p.id, "signal", signal, "processes", n)
+	}
 }
 
 // Stop implements Backend: it asks the workload's shim to stop it (SIGTERM
@@ -496,6 +638,10 @@ func (b *Process) killShim(p *proc) {
 		_ = syscall.Kill(-p.wpid, syscall.SIGKILL)
 	}
 	_ = shim.Kill()
+	if p.group != nil {
+		k, _ := p.group.kill()
+		n += k
+	}
 	b.logger.Error("workload supervisor did not stop the workload in time: killed it and its tree",
 		"workload", p.id, "shim_pid", shim.Pid, "processes", n, "waited", b.cfg.StopGrace+shimStopMargin)
 }
@@ -538,11 +684,66 @@ func (b *Process) Close(ctx context.Context) error {
 	b.closer.Do(func() {
 		close(b.quit)
 		<-b.qdone
-		// Every shim is gone: nothing reads the lifeline any more.
+		// Every shim is gone: nothing reads the lifeline any more, and
+		// nothing else holds the status pipe's write end.
 		_ = b.lifeW.Close()
 		_ = b.lifeR.Close()
+		_ = b.statusW.Close()
+		<-b.statusDone
+		_ = b.statusR.Close()
+		b.contain.close()
 	})
 	return nil
+}
+
+// readStatuses hands each shim's status line to its waiter, until every
+// write end of the status pipe is closed (Close).
+func (b *Process) readStatuses() {
+	defer close(b.statusDone)
+	sc := bufio.NewScanner(b.statusR)
+	for sc.Scan() {
+		tok, ws, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		token, err1 := strconv.ParseUint(tok, 10, 64)
+		raw, err2 := strconv.ParseUint(ws, 10, 32)
+		if err1 == nil && err2 == nil {
+			b.statuses.deliver(token, uint32(raw))
+		}
+	}
+}
+
+// statusBoard routes status lines to the waiters of their shims.
+type statusBoard struct {
+	mu      sync.Mutex
+	waiting map[uint64]chan uint32
+}
+
+// register returns a new token and the channel its line will arrive on.
+func (s *statusBoard) register(seq *atomic.Uint64) (uint64, chan uint32) {
+	token := seq.Add(1)
+	ch := make(chan uint32, 1)
+	s.mu.Lock()
+	s.waiting[token] = ch
+	s.mu.Unlock()
+	return token, ch
+}
+
+func (s *statusBoard) deliver(token uint64, ws uint32) {
+	s.mu.Lock()
+	ch := s.waiting[token]
+	delete(s.waiting, token)
+	s.mu.Unlock()
+	if ch != nil {
+		ch <- ws // buffered, one line per token
+	}
+}
+
+func (s *statusBoard) drop(token uint64) {
+	s.mu.Lock()
+	delete(s.waiting, token)
+	s.mu.Unlock()
 }
 
 // dispatch forwards queued exits to the Exits channel so that process
@@ -601,7 +802,7 @@ func (q *exitQueue) pop() (Exit, bool) {
 
 // appendLog appends a line of the agent's own to a workload log, best effort.
 func appendLog(path, line string) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return
 	}

@@ -138,7 +138,7 @@ func TestStopKillsAfterGrace(t *testing.T) {
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "ready")
 	// The shell and its children ignore SIGTERM.
-	line := `trap "" TERM; sleep 60 & echo $! > ` + filepath.Join(dir, "child") + `; touch ` + ready + `; wait`
+	line := `trap "" TERM; ` + recordPid(filepath.Join(dir, "child"), "sleep 60") + ` & while [ ! -s ` + filepath.Join(dir, "child") + ` ]; do sleep 0.01; done; touch ` + ready + `; wait`
 	if err := b.Start(ctx, StartSpec{WorkloadID: "stubborn", Epoch: 1, Command: ShellCommand(line)}); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestOrphansDieWithLeader(t *testing.T) {
 	b := newTest(t, 5*time.Second)
 	ctx := context.Background()
 	pidFile := filepath.Join(t.TempDir(), "child")
-	line := `sleep 60 & echo $! > ` + pidFile + `; exit 0`
+	line := recordPid(pidFile, "sleep 60") + ` & while [ ! -s ` + pidFile + ` ]; do sleep 0.01; done; exit 0`
 	if err := b.Start(ctx, StartSpec{WorkloadID: "forker", Command: ShellCommand(line)}); err != nil {
 		t.Fatal(err)
 	}

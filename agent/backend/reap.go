@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,8 +15,10 @@ import (
 
 // MarkerEnv is the environment variable that tags every process a Process
 // backend with a LogDir starts (its supervisors and their workloads); its
-// value identifies the LogDir. A restarted agent uses it to find and kill
-// what its previous incarnation left.
+// value identifies the LogDir, and names the backend's cgroups. A
+// restarted agent uses it to find and kill what its previous incarnation
+// left. A workload can clear its environment: the tag finds supervisors
+// (which a PID namespace makes enough), not workloads.
 const MarkerEnv = "PROVIDER_AGENT_BACKEND"
 
 // markerFor returns the MarkerEnv value of a backend using logDir.
@@ -28,16 +31,20 @@ func markerFor(logDir string) (string, error) {
 	return hex.EncodeToString(sum[:8]), nil
 }
 
-// KillLeftovers SIGKILLs every process (and its process group) that a
-// Process backend with this LogDir started and that is still running: the
-// second line of defence behind the workload supervisors, for workloads
-// whose supervisor was itself SIGKILLed (an OOM kill, kill -9 of the whole
-// process group). It must run before anything starts workloads on logDir
-// and, in the daemon, as early as possible: before opening the database,
-// whose failure must not leave an earlier agent's workloads running. The
-// caller must make sure no live agent uses logDir (the daemon holds the
-// data dir lock). Processes it may not inspect are skipped. It returns
-// the number of processes killed.
+// KillLeftovers SIGKILLs every process that a Process backend with this
+// LogDir started and that is still running: what a crashed agent's
+// supervisors could not kill (a supervisor SIGSTOPped, or killed together
+// with the agent where no PID namespace holds its workload). It kills the
+// backend's cgroups whole (every process in them, whatever its
+// environment; then removes them), then every process that carries the
+// backend's tag in its environment (supervisors, and workload processes
+// where there is no cgroup). Killing a supervisor that is a PID
+// namespace's init kills its whole namespace. It must run before anything
+// starts workloads on logDir and, in the daemon, as early as possible:
+// before opening the database, whose failure must not leave an earlier
+// agent's workloads running. The caller must make sure no live agent uses
+// logDir (the daemon holds the data dir lock). Processes it may not
+// inspect are skipped. It returns the number of processes killed.
 func KillLeftovers(logDir string, logger *slog.Logger) (int, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -46,12 +53,35 @@ func KillLeftovers(logDir string, logger *slog.Logger) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := killMarked(logger, MarkerEnv+"="+marker)
+	n := 0
+	var errs []error
+	for _, t := range cgroupTrees(marker) {
+		for _, g := range t.groups() {
+			k, err := g.kill()
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if k > 0 {
+				logger.Warn("killed a leftover workload cgroup", "cgroup", g.dir, "processes", k)
+			}
+			n += k
+			if err := g.remove(); err != nil {
+				logger.Warn("could not remove a leftover workload cgroup", "err", err)
+			}
+		}
+		t.remove() // if empty; a new backend makes it again
+	}
+	k, err := killMarked(logger, MarkerEnv+"="+marker)
+	n += k
 	if err != nil {
-		return n, fmt.Errorf("backend: kill leftovers: %w", err)
+		errs = append(errs, err)
 	}
 	if n > 0 {
 		logger.Warn("killed workload processes left running by a previous agent", "processes", n, "log_dir", logDir)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return n, fmt.Errorf("backend: kill leftovers: %w", err)
 	}
 	return n, nil
 }

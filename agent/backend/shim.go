@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -12,39 +13,55 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // A Process backend does not start a workload itself: it starts its own
 // binary again (/proc/self/exe) as a small supervisor, the shim, which
-// starts the workload and stays its parent. The shim is a child subreaper,
-// so every process the workload forks, including double-forked setsid
-// daemons, stays below it. It holds the read end of the backend's lifeline
-// pipe, whose only write end the agent holds: when the agent dies, however
-// it dies, the kernel closes that end, the shim reads EOF and SIGKILLs the
-// whole tree. Pdeathsig alone cannot do this: it reaches one child, and
-// a shell line's real workload is a grandchild.
+// starts the workload and stays its parent. The shim holds the read end of
+// the backend's lifeline pipe, whose only write end the agent holds: when
+// the agent dies, however it dies, the kernel closes that end, the shim
+// reads EOF and SIGKILLs the whole tree. Pdeathsig alone cannot do this: it
+// reaches one child, and a shell line's real workload is a grandchild.
+//
+// What "the whole tree" is depends on the backend's Containment. With a
+// PID namespace the shim is its init (pid 1): every process the workload
+// starts is in the namespace, kill(-1) reaches all of them and nothing
+// else, and when the shim dies, SIGKILL included, the kernel kills them
+// all before the shim's exit is reported. Without one the shim is a child
+// subreaper, so every process the workload forks, double-forked setsid
+// daemons included, stays below it and is found through /proc. With a
+// cgroup the shim is born in the workload's cgroup, or joins it before it
+// starts anything; the backend kills that cgroup whole when the shim was
+// killed, and removes it when the shim has exited. When the agent died,
+// the shim removes it itself on its way out.
 //
 // The protocol between the backend and the shim:
-//   - environment shimEnv = "v1,<agent pid>,<stop grace in ns>"; the shim
-//     removes it from the workload's environment;
+//   - environment shimEnv = "v2,<agent pid>,<stop grace in ns>,<token>,
+//     <join: 0 or 1>,<the workload's cgroup directory or empty>"; the shim
+//     joins that cgroup first when join is 1, and removes the variable from
+//     the workload's environment;
 //   - argv = [shimArgv0, path, workload argv...];
 //   - fd 3: the lifeline's read end (one pipe per backend: one descriptor
 //     in the agent however many workloads run);
 //   - fd 4: the handshake pipe's write end: "ok <workload pid>\n" once the
-//     workload was exec'd, or "error <reason>\n", then closed;
+//     workload was exec'd (its pid as the agent's /proc names it), or
+//     "error <reason>\n", then closed;
+//   - fd 5: the backend's status pipe (shared, like the lifeline): when the
+//     workload's main process has ended and the rest of its tree is dead,
+//     the shim writes "<token> <wait status>\n" there and exits with the
+//     shell's code for it (the status, or 128 + the signal). A PID
+//     namespace's init cannot die by a signal it sends itself, so the
+//     shim never mirrors a signal: a shim that died by a signal was killed;
 //   - SIGTERM (or SIGINT) asks for a stop: the shim forwards SIGTERM to the
-//     workload's tree and SIGKILLs it after the grace;
-//   - the shim exits when the workload's main process has ended and the
-//     rest of its tree is dead, with the main process's status: the same
-//     exit code, or killed by the same signal.
+//     workload's tree and SIGKILLs it after the grace.
 const (
 	shimEnv        = "PROVIDER_AGENT_SHIM"
 	shimArgv0      = "provider-agent-shim"
 	shimLifelineFd = 3
 	shimStartFd    = 4
+	shimStatusFd   = 5
 )
 
 // shimHooked is set when this binary called RunShimIfRequested: only then
@@ -62,30 +79,42 @@ func RunShimIfRequested() {
 		shimHooked.Store(true)
 		return
 	}
+	if v == probeEnvValue || strings.HasPrefix(v, probeEnvValue+",") {
+		os.Exit(runProbe(v))
+	}
 	os.Exit(runShim(v, os.Args))
 }
 
 // shimConfig is what the backend passes in shimEnv.
 type shimConfig struct {
-	agent int
-	grace time.Duration
+	agent  int
+	grace  time.Duration
+	token  uint64 // names this shim's line on the status pipe
+	join   bool   // join cgroup (else it was born there)
+	cgroup string // the workload's cgroup directory; "" for none
 }
 
 func (c shimConfig) env() string {
-	return fmt.Sprintf("%s=v1,%d,%d", shimEnv, c.agent, int64(c.grace))
+	join := 0
+	if c.join {
+		join = 1
+	}
+	return fmt.Sprintf("%s=v2,%d,%d,%d,%d,%s", shimEnv, c.agent, int64(c.grace), c.token, join, c.cgroup)
 }
 
 func parseShimConfig(v string) (shimConfig, error) {
-	f := strings.Split(v, ",")
-	if len(f) != 3 || f[0] != "v1" {
-		return shimConfig{}, fmt.Errorf("%s = %q: want v1,<pid>,<grace ns>", shimEnv, v)
+	bad := fmt.Errorf("%s = %q: want v2,<pid>,<grace ns>,<token>,<join 0|1>,<cgroup dir or empty>", shimEnv, v)
+	f := strings.SplitN(v, ",", 6)
+	if len(f) != 6 || f[0] != "v2" || (f[4] != "0" && f[4] != "1") || (f[4] == "1" && f[5] == "") {
+		return shimConfig{}, bad
 	}
 	pid, err1 := strconv.Atoi(f[1])
 	grace, err2 := strconv.ParseInt(f[2], 10, 64)
-	if err1 != nil || err2 != nil || pid <= 1 || grace <= 0 {
-		return shimConfig{}, fmt.Errorf("%s = %q: want v1,<pid>,<grace ns>", shimEnv, v)
+	token, err3 := strconv.ParseUint(f[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || pid <= 1 || grace <= 0 {
+		return shimConfig{}, bad
 	}
-	return shimConfig{agent: pid, grace: time.Duration(grace)}, nil
+	return shimConfig{agent: pid, grace: time.Duration(grace), token: token, join: f[4] == "1", cgroup: f[5]}, nil
 }
 
 // shimNote writes one line of the shim's own to its stderr (the workload's
@@ -94,18 +123,18 @@ func shimNote(format string, args ...any) {
 	_, _ = fmt.Fprintf(os.Stderr, "=== provider-agent shim: "+format+"\n", args...)
 }
 
-// runShim is the shim's main; it returns the exit code for the cases where
-// it does not mirror the workload's status itself.
+// runShim is the shim's main; it returns the shim's exit code.
 func runShim(v string, args []string) int {
 	cfg, err := parseShimConfig(v)
-	if err != nil || len(args) < 3 || !isPipe(shimLifelineFd) || !isPipe(shimStartFd) {
+	if err != nil || len(args) < 3 || !isPipe(shimLifelineFd) || !isPipe(shimStartFd) || !isPipe(shimStatusFd) {
 		// Not started by a backend (someone set the variable by hand).
 		fmt.Fprintf(os.Stderr, "provider-agent: %s is set but this process was not started as a workload supervisor (%v)\n", shimEnv, err)
 		return 2
 	}
-	// Neither pipe may reach the workload.
+	// None of the pipes may reach the workload.
 	syscall.CloseOnExec(shimLifelineFd)
 	syscall.CloseOnExec(shimStartFd)
+	syscall.CloseOnExec(shimStatusFd)
 	// Signals the shim handles: stop requests, and everything whose Go
 	// default would kill the shim without its tree. Handled (not ignored)
 	// signals are reset to their defaults in the workload at exec.
@@ -118,15 +147,24 @@ func runShim(v string, args []string) int {
 		_, _ = syscall.Write(shimStartFd, []byte(msg+"\n"))
 		_ = syscall.Close(shimStartFd)
 	}
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		started("error set child subreaper: " + err.Error())
-		return 1
+	t := newShimTree()
+	if !t.nsInit {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			started("error set child subreaper: " + err.Error())
+			return 1
+		}
+	}
+	if cfg.join {
+		if err := joinCgroup(filepath.Join(cfg.cgroup, "cgroup.procs")); err != nil {
+			started("error " + err.Error())
+			return 1
+		}
 	}
 	// The agent may have died between forking the shim and now: then the
 	// shim was reparented and the lifeline is already at EOF. Start
 	// nothing.
 	lifeline := watchLifeline(shimLifelineFd)
-	if os.Getppid() != cfg.agent {
+	if t.parent() != cfg.agent {
 		started("error the agent is gone")
 		return 1
 	}
@@ -146,15 +184,87 @@ func runShim(v string, args []string) int {
 		started("error " + (&os.PathError{Op: "fork/exec", Path: path, Err: err}).Error())
 		return 127
 	}
-	started("ok " + strconv.Itoa(main))
+	started("ok " + strconv.Itoa(t.agentPid(main)))
 	debug.FreeOSMemory()
-	return superviseShim(cfg, main, sigs, lifeline)
+	ws := superviseShim(cfg, t, main, sigs, lifeline)
+	// The exact status for the backend, then the shell's code for it.
+	_, _ = syscall.Write(shimStatusFd, []byte(fmt.Sprintf("%d %d\n", cfg.token, uint32(ws))))
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// shimTree is the set of processes a shim is responsible for: everything
+// in its PID namespace when it is the namespace's init, else everything
+// below it.
+type shimTree struct {
+	// nsInit: the shim is pid 1 of its own PID namespace. Only then is
+	// kill(-1) the workload's tree (elsewhere it is every process the
+	// agent's user may signal), and only then does /proc, which shows the
+	// agent's namespace, name processes by other numbers than the shim's.
+	nsInit bool
+	self   int // the shim's pid as /proc names it
+}
+
+func newShimTree() shimTree {
+	t := shimTree{nsInit: os.Getpid() == 1, self: os.Getpid()}
+	if t.nsInit {
+		// /proc/self resolves in the namespace /proc was mounted in: the
+		// agent's.
+		if s, err := os.Readlink("/proc/self"); err == nil {
+			if pid, err := strconv.Atoi(s); err == nil {
+				t.self = pid
+			}
+		}
+	}
+	return t
+}
+
+// parent returns the shim's parent's pid as the agent knows it.
+func (t shimTree) parent() int {
+	if !t.nsInit {
+		return os.Getppid()
+	}
+	if st, ok := readStat(t.self); ok {
+		return st.ppid
+	}
+	return 0
+}
+
+// agentPid returns the pid of the shim's child main as the agent's /proc
+// names it (main itself when that cannot be found).
+func (t shimTree) agentPid(main int) int {
+	if !t.nsInit {
+		return main
+	}
+	// main is the shim's only child right after the fork.
+	if kids := childrenOf(t.self); len(kids) == 1 {
+		return kids[0]
+	}
+	return main
+}
+
+// signal sends sig to every process of the tree: the main process's group
+// at once, then every other process, each once.
+func (t shimTree) signal(main int, sig syscall.Signal) {
+	if t.nsInit {
+		_ = syscall.Kill(-1, sig)
+		return
+	}
+	_ = syscall.Kill(-main, sig)
+	for _, pid := range descendants(t.self) {
+		if pg, err := syscall.Getpgid(pid); err == nil && pg == main {
+			continue
+		}
+		_ = syscall.Kill(pid, sig)
+	}
 }
 
 // superviseShim waits for the workload's main process, forwards stops,
-// kills the tree when the main process ends or the agent dies, and exits
-// like the main process.
-func superviseShim(cfg shimConfig, main int, sigs <-chan os.Signal, lifeline <-chan struct{}) int {
+// kills the tree when the main process ends or the agent dies, and
+// returns the main process's wait status.
+func superviseShim(cfg shimConfig, t shimTree, main int, sigs <-chan os.Signal, lifeline <-chan struct{}) syscall.WaitStatus {
 	var (
 		ws       syscall.WaitStatus
 		mainDone bool
@@ -182,9 +292,12 @@ func superviseShim(cfg shimConfig, main int, sigs <-chan os.Signal, lifeline <-c
 	for !mainDone {
 		select {
 		case <-lifeline:
-			n := killTree(main, true)
+			n := t.kill(main, true)
 			shimNote("the agent died: killed the workload's %d processes", n)
-			return 137
+			if cfg.cgroup != "" {
+				leaveCgroup(cfg.cgroup)
+			}
+			os.Exit(137)
 		case s := <-sigs:
 			switch s {
 			case syscall.SIGCHLD:
@@ -192,49 +305,40 @@ func superviseShim(cfg shimConfig, main int, sigs <-chan os.Signal, lifeline <-c
 			case syscall.SIGTERM, syscall.SIGINT:
 				if !stopping {
 					stopping = true
-					signalTree(main, syscall.SIGTERM)
+					t.signal(main, syscall.SIGTERM)
 					escalate = time.After(cfg.grace)
 				}
 			}
 		case <-escalate:
 			escalate = nil
 			shimNote("the workload ignored SIGTERM for %s: SIGKILL", cfg.grace)
-			signalTree(main, syscall.SIGKILL)
+			t.signal(main, syscall.SIGKILL)
 		case <-backstop.C:
 			reap()
 		}
 	}
 	// What the main process left behind goes with it.
-	killTree(main, false)
-	mirrorStatus(ws)
-	return 0 // not reached
+	t.kill(main, false)
+	return ws
 }
 
-// signalTree sends sig to the workload's process group at once, then to
-// every other process below the shim (setsid'ed daemons, processes that
-// changed group), each once.
-func signalTree(main int, sig syscall.Signal) {
-	_ = syscall.Kill(-main, sig)
-	for _, pid := range descendants(os.Getpid()) {
-		if pg, err := syscall.Getpgid(pid); err == nil && pg == main {
-			continue
-		}
-		_ = syscall.Kill(pid, sig)
-	}
-}
-
-// killTree SIGKILLs everything below the shim and reaps it, until the shim
-// has no child left: as a subreaper it inherits every orphan of the tree,
-// so no child means no descendant. The main process's group is killed at
-// once too while main is not reaped yet (after that its number may be
-// reused). It returns how many processes it killed.
-func killTree(main int, mainUnreaped bool) int {
+// kill SIGKILLs everything in the tree and reaps it, until the shim has
+// no child left: as init or as a subreaper it inherits every orphan of the
+// tree, so no child means no process left. The main process's group is
+// killed at once too while main is not reaped yet (after that its number
+// may be reused). It returns how many processes it signalled (as init:
+// how many it reaped).
+func (t shimTree) kill(main int, mainUnreaped bool) int {
 	n := 0
-	if mainUnreaped {
+	if mainUnreaped && !t.nsInit {
 		_ = syscall.Kill(-main, syscall.SIGKILL)
 	}
 	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
-		n += killDescendants(os.Getpid(), 1)
+		if t.nsInit {
+			_ = syscall.Kill(-1, syscall.SIGKILL)
+		} else {
+			n += killDescendants(t.self, 1)
+		}
 		for {
 			pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil)
 			if errors.Is(err, syscall.EINTR) {
@@ -246,9 +350,27 @@ func killTree(main int, mainUnreaped bool) int {
 			if pid <= 0 {
 				break
 			}
+			if t.nsInit {
+				n++
+			}
 		}
 		time.Sleep(pause)
 	}
+}
+
+// leaveCgroup removes the workload's cgroup dir, which holds only the
+// shim now, and the backend's directory above it if that is empty (the
+// last shim out removes it), so that a dead agent leaves no cgroup behind.
+// The shim moves itself to the cgroup the agent ran in first: a cgroup
+// with a process in it cannot be removed. Best effort: a restarted agent's
+// KillLeftovers removes what is left.
+func leaveCgroup(dir string) {
+	tree := filepath.Dir(dir)
+	if joinCgroup(filepath.Join(filepath.Dir(tree), "cgroup.procs")) != nil {
+		return
+	}
+	_ = os.Remove(dir)
+	_ = os.Remove(tree)
 }
 
 // watchLifeline returns a channel closed when no process holds the
@@ -284,30 +406,6 @@ func watchLifeline(fd int) <-chan struct{} {
 		}
 	}()
 	return gone
-}
-
-// mirrorStatus ends the shim with ws: the same exit code, or death by the
-// same signal (core dumps off, so the shim leaves none).
-func mirrorStatus(ws syscall.WaitStatus) {
-	if !ws.Signaled() {
-		os.Exit(ws.ExitStatus())
-	}
-	sig := ws.Signal()
-	runtime.LockOSThread()
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	_ = unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{})
-	// The default disposition, set directly: the Go runtime's handlers
-	// would turn some signals (SIGQUIT, SIGABRT, SIGSEGV) into an exit
-	// code. A zero struct sigaction is SIG_DFL with no flags and an empty
-	// mask on every architecture.
-	var act [8]uint64
-	_, _, _ = unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
-	set := uint64(1) << (uint(sig) - 1)
-	_, _, _ = unix.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_UNBLOCK, uintptr(unsafe.Pointer(&set)), 0, 8, 0, 0)
-	_ = unix.Tgkill(unix.Getpid(), unix.Gettid(), unix.Signal(sig))
-	// A signal whose default is not to terminate (it cannot have killed
-	// the workload, but be safe): the shell's convention.
-	os.Exit(128 + int(sig))
 }
 
 // isPipe reports whether fd is an open pipe.

@@ -151,6 +151,12 @@ type BackendSection struct {
 	// LogDir receives one stdout+stderr log file per workload. Default ""
 	// means <data_dir>/logs; see Config.BackendLogDir.
 	LogDir string `toml:"log_dir"`
+	// Containment says how each workload's processes are held together so
+	// that none outlives its supervisor (backend.ContainMode): "auto"
+	// (a PID namespace and a cgroup where the host allows, a WARN for what
+	// is missing), "pidns", "cgroup" (either required: run refuses to start
+	// without it) or "none" (a WARN). Default "auto".
+	Containment string `toml:"containment"`
 }
 
 // CourierSection is the [courier] section: the durable outbox.
@@ -245,7 +251,8 @@ func Default() Config {
 			ClaimTimeout:             lc.ClaimTimeout,
 		},
 		Heartbeat: HeartbeatSection{Interval: lc.HeartbeatInterval, TTL: heartbeat.DefaultHeartbeatTTL},
-		Backend:   BackendSection{Kind: "process", StopGrace: backend.DefaultProcessConfig().StopGrace},
+		Backend: BackendSection{Kind: "process", StopGrace: backend.DefaultProcessConfig().StopGrace,
+			Containment: string(backend.DefaultProcessConfig().Containment)},
 		Courier: CourierSection{
 			MaxAttempts:    ad.Courier.MaxAttempts,
 			BackoffInitial: ad.Courier.InitialBackoff,

@@ -98,6 +98,13 @@ stop_grace = "10s"
 # One log file per workload (<id>.log, stdout and stderr); "" means
 # <data_dir>/logs.
 log_dir = ""
+# How each workload's processes are held together so that none outlives
+# its supervisor, also one that clears its environment and calls setsid:
+# "auto" (a PID namespace whose init is the supervisor, and a cgroup killed
+# whole, where the host allows: root, or user namespaces, and a cgroup the
+# agent may write; a WARN at start and on /status for what is missing),
+# "pidns" or "cgroup" (run refuses to start without it), "none" (a WARN).
+containment = "auto"
 
 [courier]
 # Durable outbox for revocations (promotion claims are published by the

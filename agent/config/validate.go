@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"provideragent/agent/backend"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
@@ -149,6 +150,9 @@ func (c *Config) check(nRelays int) error {
 	}
 	if c.Backend.Kind != "process" {
 		return invalid("backend.kind", c.Backend.Kind, `want "process"`)
+	}
+	if c.Backend.Containment == "" || backend.ContainMode(c.Backend.Containment).Validate() != nil {
+		return invalid("backend.containment", c.Backend.Containment, "want auto, pidns, cgroup or none")
 	}
 	cr := c.Courier
 	if cr.MaxAttempts < 1 {

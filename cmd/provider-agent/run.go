@@ -39,10 +39,16 @@ SIGINT or SIGTERM.
 
 Workload processes never outlive the agent: each runs under a supervisor
 (this binary, re-executed) that kills the workload's whole process tree when
-the agent dies, even by kill -9. run holds <data_dir>/provider-agent.lock for
-its whole life, so a second run on the same data dir exits 1 naming the
+the agent dies, even by kill -9. The kernel holds that tree together
+(backend.containment): the supervisor is the init of the workload's PID
+namespace, so nothing of the workload survives the supervisor either, and
+each workload has a cgroup that is killed whole; where the host allows
+neither (not root, no user namespaces, no cgroup the agent may write) run
+says so in a WARN and on /status. run holds <data_dir>/provider-agent.lock
+for its whole life, so a second run on the same data dir exits 1 naming the
 holder's pid; right after taking it, before opening the database, it kills
-any workload process a killed earlier run on this data dir left.
+what a killed earlier run on this data dir left (its workloads' cgroups,
+and processes with its tag). A data dir open to group or others is a WARN.
 
 Settings come from the TOML config file, then PROVIDER_AGENT_<SECTION>_<KEY>
 environment variables, then these flags. The identity key file must not be
@@ -102,6 +108,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer lock.Close()
+	if err := config.CheckDataDirMode(cfg.Agent.DataDir); errors.Is(err, config.ErrDataDirMode) {
+		logger.Warn(err.Error())
+	}
 	// Before anything that can fail: an earlier agent on this data dir that
 	// was killed must not keep its workloads running because this one
 	// cannot open its database or read its key.
@@ -125,6 +134,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	pcfg := backend.DefaultProcessConfig()
 	pcfg.StopGrace = cfg.Backend.StopGrace
 	pcfg.LogDir = cfg.BackendLogDir()
+	pcfg.Containment = backend.ContainMode(cfg.Backend.Containment)
 	proc, err := backend.NewProcess(pcfg, logger)
 	if err != nil {
 		return fmt.Errorf("backend: %w", err)

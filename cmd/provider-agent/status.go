@@ -29,9 +29,12 @@ func init() {
 const statusUsage = `provider-agent status asks the running agent for its /status document
 (workloads, states, epochs, holders, the standbys each has left, relays).
 When the agent does not answer, it reads the workloads from the agent's
-SQLite file instead and says so. Under the table it prints one line per
-workload that needs attention: why a failed or respawning workload's
-process ended (from its log), and a workload with no standby left.
+SQLite file instead and says so. Above the table a WARNING line says when
+the running agent cannot keep every process of a workload from outliving
+its supervisor on this host (backend.containment). Under the table it
+prints one line per workload that needs attention: why a failed or
+respawning workload's process ended (from its log), and a workload with
+no standby left.
 
 ` + agentFilesHelp + `
 
@@ -159,6 +162,9 @@ func printStatus(w io.Writer, st agent.Status) {
 		who = "(unknown: agent down)"
 	}
 	fmt.Fprintf(w, "provider %s (source: %s, synced: %v)\n", who, st.Source, st.Synced)
+	if st.ContainmentWarning != "" {
+		fmt.Fprintf(w, "WARNING: workloads are not fully contained (%s): %s\n", st.Containment, st.ContainmentWarning)
+	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKLOAD\tSTATE\tEPOCH\tROLE\tRUNNING\tHOLDER\tSTANDBYS")
 	for _, x := range st.Workloads {
