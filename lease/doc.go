@@ -166,8 +166,9 @@
 //     relay sync), subscribe, feed what each relay returns, and call
 //     RelaySynced on each relay's EOSE. Performing Restore's stops before
 //     the outbox sends anything keeps rule 7 across the crash. The sync's
-//     last RelaySynced resumes Syncing workloads (StartWorkload) and
-//     re-issues any AttemptRespawn whose RespawnDone the restart lost.
+//     last RelaySynced resumes Syncing workloads and starts Provisioning
+//     ones again (StartWorkload), and re-issues any AttemptRespawn whose
+//     RespawnDone the restart lost.
 //
 // # Durability
 //

@@ -286,3 +286,24 @@ func TestNoRespawnAfterEviction(t *testing.T) {
 		})
 	}
 }
+
+// TestRestoredProvisioningStartsAfterSync: a holder restored before its
+// workload reached quorum (Provisioning) lost its process with the agent;
+// the sync's last RelaySynced starts it again, as it resumes Syncing ones,
+// so that reaching quorum afterwards does not make it Live without a
+// process (a kill -9 of run in its first second left it so).
+func TestRestoredProvisioningStartsAfterSync(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	h.track(0, warmSpec("w1", "alice", "bob"))
+	h.wantState("w1", StateProvisioning)
+	m, effs, err := Restore(at(2*s), h.m.Config(), h.m.Snapshot())
+	if err != nil {
+		t.Fatalf("Restore() = %v", err)
+	}
+	h.wantEffects("Restore", effs)
+	h.m = m
+	h.wantEffects("RelaySynced(r1)", h.m.RelaySynced(at(3*s), "wss://r1.test"))
+	h.wantEffects("RelaySynced(r2)", h.m.RelaySynced(at(3*s), "wss://r2.test"), "start w1 epoch=1")
+	h.hb(4*s, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+	h.wantEffects("Tick(quorum)", h.tick(4*s), "entered w1 provisioning -> live epoch=1")
+}
