@@ -15,10 +15,13 @@ import (
 
 // Every client connection of the relay writes through an outbound queue:
 // a write copies the bytes into the connection's queue and returns at once,
-// and the connection's own goroutine writes them to the socket. A client
-// that stops reading is dropped (its socket closed) when it accepts no byte
-// for the write timeout, or when its backlog would exceed the queue's bound;
-// until then its frames wait in its queue and nobody else waits for it.
+// and the connection's own goroutine writes them to the socket, in writes
+// of at most writeChunk bytes. A client that stops reading is dropped (its
+// socket closed) when one of those writes is not taken by the kernel within
+// the write timeout (gorilla/websocket's per-message write deadline, which
+// khatru means to apply), or when its backlog would exceed the queue's
+// bound; until then its frames wait in its queue and nobody else waits for
+// it.
 //
 // khatru v0.19.1 has no such protection: WebSocket.WriteJSON writes under
 // the connection's mutex with no deadline (Relay.WriteWait is declared but
@@ -41,6 +44,11 @@ const DefaultWriteTimeout = 10 * time.Second
 // worth of the largest events, so a client's own big query never trips it.
 const DefaultMaxPendingOutbound = StrfryMaxPendingOutbound
 
+// writeChunk is the most one socket write of the queue carries, so that
+// the write timeout asks a client with a backlog to read at least
+// writeChunk per timeout (6.4 KB/s by default), however much is queued.
+const writeChunk = 64 << 10
+
 // closeFlushTimeout bounds how long a closing connection spends writing
 // what is still queued (a close frame, a last OK) before its socket closes;
 // khatru gives its close frame the same second.
@@ -51,10 +59,13 @@ var errClientDropped = errors.New("client stopped reading: connection dropped")
 
 // outbound owns the queued connections of one HTTP server.
 type outbound struct {
-	// writeTimeout drops a client that accepts no byte for this long (0: never).
+	// writeTimeout drops a client that does not take a write (of at most
+	// writeChunk bytes) within this long (0: never).
 	writeTimeout time.Duration
 	// maxPending drops a client whose backlog would exceed it (0: unbounded).
 	maxPending int
+	// sendBuffer, when positive, is each connection's SO_SNDBUF.
+	sendBuffer int
 	logger     *slog.Logger
 	// onDrop is called once for each dropped connection.
 	onDrop func()
@@ -65,9 +76,9 @@ type outbound struct {
 	wg     sync.WaitGroup
 }
 
-func newOutbound(writeTimeout time.Duration, maxPending int, logger *slog.Logger, onDrop func()) *outbound {
-	return &outbound{writeTimeout: writeTimeout, maxPending: maxPending, logger: logger, onDrop: onDrop,
-		conns: map[*queuedConn]struct{}{}}
+func newOutbound(writeTimeout time.Duration, maxPending, sendBuffer int, logger *slog.Logger, onDrop func()) *outbound {
+	return &outbound{writeTimeout: writeTimeout, maxPending: maxPending, sendBuffer: sendBuffer, logger: logger,
+		onDrop: onDrop, conns: map[*queuedConn]struct{}{}}
 }
 
 // handler serves h with every connection h hijacks (websocket upgrades)
@@ -120,6 +131,11 @@ func (o *outbound) closeAll(ctx context.Context) error {
 }
 
 func (o *outbound) add(raw net.Conn) (*queuedConn, error) {
+	if tc, ok := raw.(*net.TCPConn); ok && o.sendBuffer > 0 {
+		if err := tc.SetWriteBuffer(o.sendBuffer); err != nil {
+			o.logger.Warn("set the send buffer of a client connection", "err", err)
+		}
+	}
 	q := &queuedConn{Conn: raw, o: o}
 	q.cond = sync.NewCond(&q.mu)
 	o.mu.Lock()
@@ -321,7 +337,11 @@ func (q *queuedConn) run() {
 				_ = q.Conn.Close()
 				return
 			}
-			q.drop(fmt.Sprintf("accepted no byte for %v (%v)", q.o.writeTimeout, err))
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				q.drop(fmt.Sprintf("a write not taken within %v", q.o.writeTimeout))
+			} else {
+				q.closeGone() // the peer closed or reset: not a stalled client
+			}
 			return
 		}
 		q.mu.Lock()
@@ -332,16 +352,15 @@ func (q *queuedConn) run() {
 	}
 }
 
-// write writes buf to the socket. A write that makes no progress for the
-// write timeout fails (progress restarts the clock); once the connection is
-// closing, everything must be written by closeBy.
+// write writes buf to the socket in writes of at most writeChunk bytes,
+// each of which must be taken within the write timeout; once the
+// connection is closing, everything must be written by closeBy.
 func (q *queuedConn) write(buf []byte) error {
 	for len(buf) > 0 {
 		q.mu.Lock()
-		closing := q.closing
 		var deadline time.Time
 		switch {
-		case closing:
+		case q.closing:
 			deadline = q.closeBy
 		case q.o.writeTimeout > 0:
 			deadline = time.Now().Add(q.o.writeTimeout)
@@ -351,17 +370,25 @@ func (q *queuedConn) write(buf []byte) error {
 		if err != nil {
 			return err
 		}
-		n, err := q.Conn.Write(buf)
+		n, err := q.Conn.Write(buf[:min(len(buf), writeChunk)])
 		buf = buf[n:]
 		q.mu.Lock()
 		q.pending -= n
 		q.mu.Unlock()
 		if err != nil {
-			if n > 0 && !closing && errors.Is(err, os.ErrDeadlineExceeded) {
-				continue
-			}
 			return err
 		}
 	}
 	return nil
+}
+
+// closeGone closes the socket of a peer that went away (a write failed
+// other than by the deadline), quietly.
+func (q *queuedConn) closeGone() {
+	q.mu.Lock()
+	q.closing = true
+	q.err = net.ErrClosed
+	q.queue, q.spare = nil, nil
+	q.mu.Unlock()
+	_ = q.Conn.Close()
 }

@@ -21,7 +21,7 @@ import (
 func queuedPipe(t *testing.T, writeTimeout time.Duration, maxPending int) (*outbound, *queuedConn, net.Conn, *atomic.Int64) {
 	t.Helper()
 	drops := &atomic.Int64{}
-	o := newOutbound(writeTimeout, maxPending, slog.New(slog.NewTextHandler(io.Discard, nil)), func() { drops.Add(1) })
+	o := newOutbound(writeTimeout, maxPending, 0, slog.New(slog.NewTextHandler(io.Discard, nil)), func() { drops.Add(1) })
 	server, peer := net.Pipe()
 	q, err := o.add(server)
 	if err != nil {
@@ -79,25 +79,46 @@ func TestQueuedConnWritesNeverWaitForAStalledPeer(t *testing.T) {
 }
 
 func TestQueuedConnSlowPeerIsNotDropped(t *testing.T) {
-	// A peer that keeps reading, however slowly, keeps its connection.
-	_, q, peer, drops := queuedPipe(t, 100*time.Millisecond, 0)
+	// A peer that reads more than a write's worth (here the whole 20 KB
+	// backlog, 0.4 s at 50 KB/s) per write timeout keeps its connection.
+	_, q, peer, drops := queuedPipe(t, time.Second, 0)
 	want := bytes.Repeat([]byte("0123456789"), 2000)
 	if _, err := q.Write(want); err != nil {
 		t.Fatal(err)
 	}
-	var got []byte
-	buf := make([]byte, 1000)
-	for len(got) < len(want) {
-		time.Sleep(20 * time.Millisecond) // 50 KB/s
-		n, err := peer.Read(buf)
-		if err != nil {
-			t.Fatalf("peer Read() after %d bytes = %v", len(got), err)
-		}
-		got = append(got, buf[:n]...)
-	}
-	if !bytes.Equal(got, want) || drops.Load() != 0 {
+	if got := readSlowly(peer, len(want), 1000, 20*time.Millisecond); !bytes.Equal(got, want) || drops.Load() != 0 {
 		t.Fatalf("peer got %d bytes (equal %v), drops %d; want all %d bytes and no drop", len(got), bytes.Equal(got, want), drops.Load(), len(want))
 	}
+}
+
+func TestQueuedConnTricklingPeerIsDropped(t *testing.T) {
+	// A peer that takes a little now and then, as a vanished peer's kernel
+	// may (zero-window probes), is dropped all the same: a write of 20 KB
+	// is not taken within the write timeout at 2 KB/s.
+	_, q, peer, drops := queuedPipe(t, 300*time.Millisecond, 0)
+	if _, err := q.Write(make([]byte, 20000)); err != nil {
+		t.Fatal(err)
+	}
+	got := readSlowly(peer, 20000, 100, 50*time.Millisecond)
+	if len(got) >= 20000 || drops.Load() != 1 {
+		t.Fatalf("peer got %d bytes, drops %d; want the connection dropped before the end", len(got), drops.Load())
+	}
+}
+
+// readSlowly reads up to want bytes from c, at most chunk every gap, until
+// an error.
+func readSlowly(c net.Conn, want, chunk int, gap time.Duration) []byte {
+	var got []byte
+	buf := make([]byte, chunk)
+	for len(got) < want {
+		time.Sleep(gap)
+		n, err := c.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	return got
 }
 
 func TestQueuedConnBacklogBound(t *testing.T) {
@@ -171,7 +192,7 @@ func TestQueuedConnCloseIsBounded(t *testing.T) {
 
 func TestOutboundHandlerQueuesHijackedConnections(t *testing.T) {
 	drops := &atomic.Int64{}
-	o := newOutbound(time.Second, 0, slog.New(slog.NewTextHandler(io.Discard, nil)), func() { drops.Add(1) })
+	o := newOutbound(time.Second, 0, 0, slog.New(slog.NewTextHandler(io.Discard, nil)), func() { drops.Add(1) })
 	var sawQueued atomic.Bool
 	srv := httptest.NewServer(o.handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		conn, brw, err := http.NewResponseController(w).Hijack()

@@ -131,6 +131,15 @@ type Options struct {
 	// relay.autoPingSeconds, a client that sent nothing since the previous
 	// ping is dropped at the next (default StrfryAutoPing, so 55-110 s).
 	PingInterval time.Duration
+	// SendBuffer, when positive, is the kernel's send buffer for each
+	// client connection (SO_SNDBUF, which Linux doubles); 0 leaves it to
+	// the kernel. Over loopback the kernel grows the buffer of a peer that
+	// stopped reading to hundreds of kilobytes, since its ACKs keep coming;
+	// over a network, a peer that vanished sends no ACK and the buffer stays
+	// at tens of kilobytes (72 KB in issue 31's trial). Tests of vanished
+	// peers set it so that the relay meets the stall after as little
+	// traffic as in the field.
+	SendBuffer int
 
 	// Strfry makes the relay behave as strfry does with its default
 	// configuration: a front end on the relay's address enforces strfry's
@@ -169,6 +178,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: MaxPendingOutbound = %d, want >= 0", ErrInvalidOptions, o.MaxPendingOutbound)
 	case o.PingInterval < 0:
 		return fmt.Errorf("%w: PingInterval = %v, want >= 0", ErrInvalidOptions, o.PingInterval)
+	case o.SendBuffer < 0:
+		return fmt.Errorf("%w: SendBuffer = %d, want >= 0", ErrInvalidOptions, o.SendBuffer)
 	case o.ReplayEvery < 0:
 		return fmt.Errorf("%w: ReplayEvery = %v, want >= 0", ErrInvalidOptions, o.ReplayEvery)
 	case o.FutureShift < 0:
@@ -333,7 +344,7 @@ func (r *Relay) Start(ctx context.Context, addr string) error {
 	r.started = true
 	r.store = st
 	r.kr = r.buildKhatru()
-	r.out = newOutbound(r.opts.WriteTimeout, r.opts.MaxPendingOutbound, r.logger, r.noteDrop)
+	r.out = newOutbound(r.opts.WriteTimeout, r.opts.MaxPendingOutbound, r.opts.SendBuffer, r.logger, r.noteDrop)
 	// khatru.Relay.Start's server settings, with the client connections
 	// queued (outbound.go).
 	r.srv = &http.Server{

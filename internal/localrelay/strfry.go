@@ -89,7 +89,7 @@ func (r *Relay) startStrfry(addr, backendURL string) (*strfryFront, error) {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
 	f := &strfryFront{r: r, backendURL: backendURL, ln: ln, conns: map[*strfryConn]bool{},
-		out: newOutbound(0, r.opts.MaxPendingOutbound, r.logger, r.noteDrop)}
+		out: newOutbound(0, r.opts.MaxPendingOutbound, r.opts.SendBuffer, r.logger, r.noteDrop)}
 	mux := http.NewServeMux()
 	if r.opts.Admin {
 		mux.HandleFunc("POST "+InjectPath, r.handleInject)

@@ -10,11 +10,15 @@ import (
 )
 
 // Socket settings of StallProxy's connections to the relay: those of a host
-// on an Ethernet path (MSS 1448) with a small receive buffer. Over loopback
-// (MSS 65,483) the relay's kernel would buffer megabytes for a peer that
-// stopped reading; with these it holds about 90 KB, as over a real network
-// when a peer vanishes (a partition trial measured 72 KB), so a relay meets
-// a stalled subscriber after the same traffic as in the field.
+// on an Ethernet path (MSS 1448, where loopback's is 65,483) with a small
+// receive buffer, so that little of what the relay sends a stalled client
+// waits on the proxy's side. The rest waits in the relay's kernel send
+// buffer, which over loopback Linux keeps growing for a peer that stopped
+// reading (its ACKs of zero-window probes keep coming), to hundreds of
+// kilobytes within a minute; over a network a vanished peer sends no ACK and
+// the buffer stays small (72 KB in issue 31's trial). Fix the relay's
+// buffer (KindOptions.SendBuffer) for a relay to meet the stall after as
+// little traffic as in the field.
 const (
 	stallProxyMSS     = 1448
 	stallProxyRcvBuf  = 4096

@@ -77,6 +77,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.WriteTimeout, "write-timeout", 0, "drop a client that accepts no byte for this long (0: 10s; not with --strfry, which has none)")
 	fs.IntVar(&o.MaxPendingOutbound, "max-pending-outbound", 0, "drop a client whose unsent backlog would exceed this many bytes (0: 32 MiB)")
 	fs.DurationVar(&o.PingInterval, "ping-interval", 0, "keep-alive ping period (0: khatru's 30s, a client without pong for twice that is dropped; strfry's 55s with --strfry, a client silent between two pings is dropped)")
+	fs.IntVar(&o.SendBuffer, "send-buffer", 0, "SO_SNDBUF of every client connection (0: the kernel's autotuning); small values make a stalled client's backlog reach the relay as over a real network")
 	fs.BoolVar(&o.Strfry, "strfry", false, "behave as strfry with its default limits and message forms (event 65536 B, frame 131072 B, 200 REQs, 255 B filter items, 'ERROR: ' on CLOSED/NOTICE, strfry's NIP-42 and NIP-11)")
 	fs.StringVar(&o.ServiceURL, "service-url", "", "public URL that AUTH's relay tag must name (strfry's relay.auth.serviceUrl; default: its own ws://host:port with --strfry, the Host header otherwise)")
 	fs.BoolVar(&o.Admin, "admin", false, "enable "+localrelay.InjectPath+" and "+localrelay.StatsPath)
