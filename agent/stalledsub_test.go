@@ -52,8 +52,15 @@ func vanishedStandby(t *testing.T, kind relaytest.Kind) {
 		dial[urls[i]] = proxies[i].URL()
 	}
 	lcfg := DemoLeaseConfig(urls)
-	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg})
+	// The standby subscribes first, so that in khatru's fan-out (its
+	// listeners in subscription order) the standby's listeners come before
+	// the primary's: with khatru's own blocking writes the primary's
+	// heartbeats then stop coming back once the standby's buffer is full
+	// (it loses quorum about 5 s later, as in the partition trial); with
+	// the primary's first it would be spared by luck.
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg, dial: dial})
+	waitFor(t, 20*time.Second, "the standby synced with 3 relays", func() bool { return eoseCount(standby.a.pool) == 3 })
+	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg})
 	defer func() {
 		if t.Failed() {
 			primary.log.dump(t, "primary")
@@ -62,8 +69,9 @@ func vanishedStandby(t *testing.T, kind relaytest.Kind) {
 	}()
 	spec := warmSpec("w1", primary.pub, standby.pub, urls)
 	ctx := context.Background()
-	primary.a.Track(ctx, spec)
 	standby.a.Track(ctx, spec)
+	time.Sleep(2 * time.Second) // the standby's subscription for the lease first
+	primary.a.Track(ctx, spec)
 	primary.waitState("w1", lease.StateLive, 1, 20*time.Second)
 	standby.waitState("w1", lease.StateStandby, 1, 20*time.Second)
 	// The standby's subscription names the primary (it follows Track
