@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -43,6 +44,12 @@ type KindOptions struct {
 	// @nostr-relay/core's hostname (only the hostname is compared). Empty:
 	// the relay's own address (khatru: the Host header).
 	ServiceURL string
+	// SendBuffer, when positive, fixes the relay's kernel send buffer for
+	// each client connection (localrelayd --send-buffer): a peer that
+	// stops reading then fills it after tens of kilobytes, as a vanished
+	// peer does over a network, where loopback would absorb hundreds.
+	// Khatru and StrfryEmulated only.
+	SendBuffer int
 }
 
 // StartKind starts a relay of kind k on a free 127.0.0.1 port; it is
@@ -62,8 +69,14 @@ func StartKind(tb testing.TB, k Kind, o KindOptions) *Relay {
 		if o.ServiceURL != "" {
 			args = append(args, "--service-url", o.ServiceURL)
 		}
+		if o.SendBuffer > 0 {
+			args = append(args, "--send-buffer", strconv.Itoa(o.SendBuffer))
+		}
 		return start(tb, k, localrelayd, args)
 	case NostrRelay:
+		if o.SendBuffer > 0 {
+			tb.Fatalf("relaytest: SendBuffer is not supported by %s", k)
+		}
 		if o.RequireAuth {
 			args = append(args, "--require-auth")
 		}
