@@ -20,6 +20,7 @@ import (
 	"provideragent/agent/relay"
 	"provideragent/agent/store"
 	"provideragent/courier"
+	"provideragent/driver"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
@@ -28,11 +29,6 @@ import (
 
 // ErrInvalidConfig wraps every Config.Validate failure.
 var ErrInvalidConfig = errors.New("agent: invalid config")
-
-// ErrUnpersisted means machine steps are held because their commit failed
-// (see Agent.commitStep): their stops were performed, their starts, claims
-// and revocations wait until a commit succeeds.
-var ErrUnpersisted = errors.New("agent: machine steps not persisted yet")
 
 // Config is the agent's runtime configuration (agent/config turns the TOML
 // file, environment and flags into one).
@@ -265,8 +261,9 @@ type Agent struct {
 	gatherer prometheus.Gatherer
 	met      *metrics
 
-	m        *lease.Machine
-	restored []lease.Effect
+	d     *driver.Driver // the one driver of the lease machine (machine goroutine only)
+	perf  *performer     // the driver's Performer
+	store *dbStore       // the driver's Store
 
 	pool     RelayPool
 	ingestor *heartbeat.Ingestor
@@ -292,7 +289,6 @@ type Agent struct {
 	view     statusView             // what /status shows (statusview.go)
 	quorum   quorumWatch            // this provider's own relay quorum, as last logged
 	turns    loopTurns              // the machine loop's timing
-	commits  commitState            // what is saved, held and waiting (persist.go, commit.go, backlog.go)
 
 	// holdInputs (tests only) makes the machine loop leave inputs in their
 	// channel, ingested but not applied, while it keeps ticking and saving.
@@ -380,21 +376,6 @@ type loopTurns struct {
 	slowLogged time.Time
 }
 
-// commitState is what the machine goroutine knows of its database: which
-// rows are saved, which steps are held or still to commit.
-type commitState struct {
-	saved      map[string]uint64 // workload id -> hash of the last saved snapshot, to skip unchanged rows
-	pend       unpersisted       // steps whose commit failed
-	bl         backlog           // pieces of big steps not committed yet (backlog.go)
-	dirty      dirtySet          // workloads an input may have changed since saveMeta (persist.go)
-	rivalWatch dirtySet          // workloads with claims seen: Tick may adopt a rival (persist.go)
-	claimTimes claimTimes        // created_at of claims per workload
-	// metaSaved is set once the machine's metadata (kvMachine) is in the
-	// database; until then every step commit writes it too, so that no
-	// committed workload row is ever without it.
-	metaSaved bool
-}
-
 // New builds an agent: it migrates the agent and courier tables, restores
 // the persisted machine (or starts an empty one) and opens the status
 // listener. Nothing runs until Run.
@@ -418,7 +399,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 			raw: make(chan relay.Received, 256), received: make(chan relay.Received, 256),
 		},
 		restoredDone: make(chan struct{}), quorum: quorumWatch{synced: map[string]bool{}},
-		commits:    commitState{saved: map[string]uint64{}},
 		revReports: revocationReports{seen: map[string]bool{}},
 		beat:       beatState{own: newOwnBeats()},
 		claims:     claimWork{sem: make(chan struct{}, maxClaimPublishes), reads: claimReads{kick: make(chan struct{}, 1)}},
@@ -464,11 +444,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	if a.st, err = store.Open(ctx, a.db); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
+	a.store = &dbStore{db: a.db, st: a.st}
 	if err := a.restore(ctx); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	a.policy = newSignerPolicy(cfg.TrustedIssuers)
-	a.refreshPolicy(a.m.IDs())
+	a.refreshPolicy(a.d.Machine().IDs())
 	a.subs.refresh(a)
 	icfg := cfg.Ingest
 	icfg.MaxSkew = cfg.Lease.MaxSkew
@@ -489,6 +470,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	if a.outbox, err = courier.Open(ctx, a.db, cfg.Courier, courier.Deps{Logger: a.logger, Registerer: a.reg}); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
+	a.store.outbox = a.outbox
 	a.act = newActuator(a.backend, a.logger, a.send)
 	if cfg.Listen != "" || deps.Listener != nil {
 		if a.http, err = newHTTPServerOn(cfg.Listen, deps.Listener, a.gatherer, a.Status, a.healthy); err != nil {
@@ -538,47 +520,40 @@ func (a *Agent) newPool() (RelayPool, error) {
 	})
 }
 
-// restore loads the persisted machine or creates an empty one.
+// restore opens the driver: the persisted machine (every workload row the
+// database holds), or an empty one.
 func (a *Agent) restore(ctx context.Context) error {
-	snap, ok, err := loadSnapshot(ctx, a.st)
-	if err != nil {
-		return err
-	}
-	now := a.now()
-	if !ok {
-		a.m, err = lease.New(a.cfg.Lease, a.self)
-		return err
-	}
-	if snap.Self == "" {
-		// Workload rows without the machine's metadata: restore them with
-		// empty relay tables (held workloads wait for relay sync as after
-		// any restart; standbys count silence afresh).
-		a.logger.Warn("machine metadata missing: restoring the workload rows with empty relay tables", "workloads", len(snap.Workloads))
-		snap.Self = a.self
-		for _, r := range a.cfg.Lease.Relays {
-			n, err := lease.NormalizeRelayURL(r)
-			if err != nil {
-				return fmt.Errorf("restore: %w", err)
+	a.perf = &performer{a: a, ctx: context.Background()} // Run sets its own
+	d, err := driver.Open(ctx, a.now(), driver.Config{CommitWait: a.cfg.CommitWait, CommitBatch: commitBatch}, a.cfg.Lease, a.self, driver.Deps{
+		Store: a.store, Outbox: eventBuilder{a}, Performer: a.perf, Events: commitEvents{a},
+		Finished: func(toks []driver.Token) {
+			for _, t := range toks {
+				a.cursor.Done(store.Token(t))
 			}
-			snap.Relays = append(snap.Relays, n)
-		}
-	} else {
-		a.commits.metaSaved = true
-	}
-	if snap.Self != a.self {
-		return fmt.Errorf("restore: database belongs to provider %s, this key is %s", snap.Self, a.self)
-	}
-	a.m, a.restored, err = lease.Restore(now, a.cfg.Lease, snap)
+		},
+	})
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	a.restored = append(a.restored, a.m.Outstanding()...)
-	// Restored holders may still run their process (we do not stop
-	// processes when the agent dies): Syncing keeps listing them, and
-	// RelaySynced starts them again idempotently.
-	a.logger.Info("restored lease machine", "workloads", a.m.Len(), "awaiting_sync", a.m.AwaitingSync())
+	a.d = d
+	if d.Restored() {
+		// Restored holders wait in syncing for M relays (rule 10), and
+		// RelaySynced starts them again.
+		if !d.MetaSaved() {
+			a.logger.Warn("machine metadata missing: restored the workload rows with empty relay tables", "workloads", d.Machine().Len())
+		}
+		a.logger.Info("restored lease machine", "workloads", d.Machine().Len(), "awaiting_sync", d.Machine().AwaitingSync())
+	}
 	return nil
 }
+
+// commitBatch bounds the workloads one commit writes (driver.Config's
+// CommitBatch): a bigger step is committed in pieces between the machine
+// loop's other turns.
+const commitBatch = 256
+
+// machine is the driven lease machine, for reading (machine goroutine).
+func (a *Agent) machine() *lease.Machine { return a.d.Machine() }
 
 // Addr is the status server's address ("" when disabled).
 func (a *Agent) Addr() string {
@@ -599,6 +574,7 @@ func (a *Agent) Npub() string { return a.keys.Npub() }
 func (a *Agent) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	a.perf.ctx = runCtx
 	var wg sync.WaitGroup
 	goLoop := func(name string, f func(context.Context) error) {
 		wg.Add(1)
@@ -643,7 +619,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.act.wait()
 	if a.cfg.StopWorkloadsOnExit {
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-		for _, id := range a.m.IDs() {
+		for _, id := range a.machine().IDs() {
 			_ = a.backend.Stop(sctx, id, stopReasonShutdown)
 		}
 		scancel()
@@ -770,7 +746,7 @@ func (a *Agent) Status() Status {
 // so a mass transition rebuilds the list a few times a second at most.
 func (a *Agent) publishHeld() {
 	a.beat.dirty = false
-	held := a.m.Held(nil) // a new slice: readers keep the one they loaded
+	held := a.machine().Held(nil) // a new slice: readers keep the one they loaded
 	a.beat.held.Store(&held)
 }
 
@@ -784,30 +760,30 @@ const statusRebuildEvery = 30 * time.Second
 // last refresh, every row every statusRebuildEvery.
 func (a *Agent) refreshStatus(now time.Time) {
 	a.view.refreshed, a.view.dirty = now, false
-	counts := a.m.StateCounts(nil)
+	counts := a.machine().StateCounts(nil)
 	for _, s := range lease.States {
 		a.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
 	row := func(id string) (WorkloadStatus, bool) {
-		w, ok := a.m.Workload(id)
+		w, ok := a.machine().Workload(id)
 		if !ok {
 			return WorkloadStatus{}, false
 		}
 		return WorkloadView(w, a.self), true // Status fills Running
 	}
-	sus, why := a.m.ClockSuspect()
+	sus, why := a.machine().ClockSuspect()
 	a.view.mu.Lock()
 	ws := a.view.status.Workloads
 	rebuild := a.view.idx == nil || now.Sub(a.view.built) >= statusRebuildEvery
 	for id := range a.view.ids {
 		_, listed := a.view.idx[id]
-		if _, tracked := a.m.State(id); listed && !tracked {
+		if _, tracked := a.machine().State(id); listed && !tracked {
 			rebuild = true // a removed workload: rebuild the list
 			break
 		}
 	}
 	if rebuild {
-		ids := a.m.IDs()
+		ids := a.machine().IDs()
 		ws = make([]WorkloadStatus, 0, len(ids))
 		a.view.idx = make(map[string]int, len(ids))
 		for _, id := range ids {
@@ -835,7 +811,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 		}
 	}
 	clear(a.view.ids)
-	a.view.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.m.AwaitingSync(), Workloads: ws,
+	a.view.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.machine().AwaitingSync(), Workloads: ws,
 		ClockSuspect: sus, ClockWhy: why, Containment: a.containment.Summary, ContainmentWarning: a.containment.Warning}
 	a.view.counts = counts
 	a.view.mu.Unlock()
@@ -847,7 +823,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 	}
 	for p := range providers {
 		q := 0.0
-		if a.m.HasQuorum(now, p) {
+		if a.machine().HasQuorum(now, p) {
 			q = 1
 		}
 		a.met.quorum.WithLabelValues(p).Set(q)

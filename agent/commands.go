@@ -6,10 +6,8 @@ package agent
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"provideragent/agent/store"
-	"provideragent/lease"
 )
 
 // cmdBatch bounds the operator commands applied in one step (one commit);
@@ -20,7 +18,7 @@ const cmdBatch = 256
 // database in one step; a release ends the batch (it removes the workload
 // from the machine once committed). cmdsMore says whether more wait.
 func (a *Agent) applyCommands(ctx context.Context) {
-	lctx, cancel := context.WithTimeout(ctx, a.dbWait())
+	lctx, cancel := context.WithTimeout(ctx, a.d.Wait())
 	cmds, err := listCommands(lctx, a.st, true, cmdBatch+1)
 	cancel()
 	a.cmdsMore = false
@@ -36,7 +34,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 		return
 	}
 	now := a.now()
-	var effs []lease.Effect
+	s := a.d.Begin(now)
 	type applied struct {
 		seq    int64
 		result string
@@ -51,22 +49,15 @@ func (a *Agent) applyCommands(ctx context.Context) {
 				result = "error: no spec"
 				break
 			}
-			a.commits.dirty.add(c.Spec.ID)
-			e, err := a.m.Track(now, *c.Spec)
-			if err != nil {
+			if err := s.Grant(*c.Spec); err != nil {
 				result = "error: " + err.Error()
 			}
-			effs = append(effs, e...)
 			a.subs.dirty = true
 			a.emit("grant", c.Workload, "local operator grant applied: %s", result)
 		case store.ActionRelease:
-			w, ok := a.m.Workload(c.Workload)
-			if !ok {
+			if !s.Release(c.Workload) {
 				result = "error: workload not tracked"
 				break
-			}
-			if w.State.Holding() {
-				effs = append(effs, lease.StopWorkload{ID: c.Workload, Epoch: w.Epoch, Reason: "released by operator"})
 			}
 			release = c.Workload
 		}
@@ -76,32 +67,20 @@ func (a *Agent) applyCommands(ctx context.Context) {
 			break
 		}
 	}
-	err = a.commit(ctx, now, effs, func(tx *sql.Tx) error {
-		if release != "" {
-			if err := a.st.DeleteWorkload(ctx, tx, release); err != nil {
-				return fmt.Errorf("delete workload %s: %w", release, err)
-			}
-			if err := a.commits.claimTimes.forget(ctx, a.st, tx, release); err != nil {
-				return err
-			}
-		}
+	s.Extra(commitExtra(func(ctx context.Context, tx *sql.Tx) error {
 		for _, m := range marks {
 			if err := a.st.MarkCommand(ctx, tx, m.seq, now, m.result); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
-	if err != nil {
+	}))
+	if err := s.Commit(ctx); err != nil {
 		a.logger.Error("apply operator commands", "first_seq", cmds[0].Seq, "commands", len(marks), "err", err)
 		a.cmdsMore = false // retried with the next second's turn
 		return
 	}
 	if release != "" {
-		a.m.Remove(release)
-		delete(a.commits.saved, release)
-		a.commits.dirty.remove(release)
-		a.commits.rivalWatch.remove(release)
 		a.beat.dirty, a.view.dirty, a.subs.dirty = true, true, true
 		a.view.ids.add(release)
 		a.refreshPolicy([]string{release})

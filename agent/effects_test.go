@@ -38,7 +38,8 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 	now := time.Now()
 
 	// Due in an hour by its schedule, performed now all the same.
-	a.perform(ctx, now, []lease.Effect{lease.AttemptRespawn{ID: "w1", Epoch: 1, Attempt: 1, At: now.Add(time.Hour)}}, nil)
+	a.perf.ctx = ctx
+	a.perf.Perform(lease.AttemptRespawn{ID: "w1", Epoch: 1, Attempt: 1, At: now.Add(time.Hour)}, time.Time{})
 	select {
 	case in := <-a.in.inputs:
 		if in.respawn == nil || !in.respawn.OK || in.respawn.Attempt != 1 {
@@ -63,7 +64,7 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 		{"repeated stop once stopped", "w1", 1, 1},
 	}
 	for _, tt := range tests {
-		a.perform(ctx, now, []lease.Effect{lease.StopWorkload{ID: tt.id, Epoch: 1, Reason: "restart: not held here (standby)"}}, nil)
+		a.perf.Perform(lease.StopWorkload{ID: tt.id, Epoch: 1, Reason: "restart: not held here (standby)"}, time.Time{})
 		if len(fences) != tt.wantFences {
 			t.Errorf("%s: FENCE timeline lines = %v, want %d", tt.name, fences, tt.wantFences)
 		}

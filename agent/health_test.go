@@ -97,16 +97,16 @@ func TestHealthz(t *testing.T) {
 			if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 				t.Fatal(err)
 			}
-			if err := a.saveMeta(ctx); err == nil {
-				t.Fatalf("saveMeta() with the database locked = nil, want an error")
+			if err := a.saveMachine(ctx); err == nil {
+				t.Fatalf("saveMachine() with the database locked = nil, want an error")
 			}
 		}, "database not writable"},
 		{"database writable again", func(t *testing.T) {
 			if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 				t.Fatal(err)
 			}
-			if err := a.saveMeta(ctx); err != nil {
-				t.Fatalf("saveMeta() = %v, want nil", err)
+			if err := a.saveMachine(ctx); err != nil {
+				t.Fatalf("saveMachine() = %v, want nil", err)
 			}
 		}, ""},
 	}

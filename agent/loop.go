@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"provideragent/agent/store"
+	"provideragent/driver"
 	"provideragent/heartbeat"
 	"provideragent/lease"
 )
@@ -22,14 +22,12 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // ready cases at random): the backlog of a big step one commitBatch at a
 // time, operator commands one cmdBatch at a time.
 func (a *Agent) machineLoop(ctx context.Context) error {
-	if len(a.restored) > 0 {
+	if a.d.Restored() {
 		// Restore's effects first (a StopWorkload for every workload not
 		// held here), then Outstanding's: lease/doc.go's restart protocol.
 		// The stops are performed even if the commit fails (then the rest
 		// is held and retried like any step).
-		effs := a.restored
-		a.restored = nil
-		_ = a.commit(ctx, a.now(), effs, nil)
+		a.timedCommit(func() error { return a.d.CommitRestored(ctx, a.now()) })
 	}
 	// The outbox may send now: every restored stop is performed or queued
 	// (the fence gate holds a revocation until its stop finished).
@@ -52,7 +50,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			inputs, beats = nil, nil
 		}
 		var backlogTurn, cmdsTurn <-chan struct{}
-		if !a.commits.bl.empty() {
+		if a.d.Backlogged() {
 			backlogTurn = closedChan
 		}
 		if a.cmdsMore {
@@ -62,7 +60,9 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 		kind := ""
 		select {
 		case <-ctx.Done():
-			return a.saveMetaRun(context.WithoutCancel(ctx), false)
+			err := a.d.Close(context.WithoutCancel(ctx), a.now(), a.cursor.Cursor())
+			a.noteWrite(err)
+			return err
 		case in := <-beats:
 			began = time.Now()
 			kind = "beats"
@@ -74,7 +74,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 		case <-backlogTurn:
 			began = time.Now()
 			kind = "backlog"
-			_ = a.drainBacklog(ctx, true)
+			_ = a.d.DrainBacklog(ctx, a.now())
 			a.turns.lastStep.Store(a.now().UnixNano())
 		case <-tick.C:
 			began = time.Now()
@@ -87,9 +87,10 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 				a.step(ctx, <-a.in.beats, true)
 			}
 			now := a.now()
-			effs := a.syncRelays(now)
-			effs = append(effs, a.m.Tick(now)...)
-			_ = a.commit(ctx, now, effs, nil)
+			s := a.d.Begin(now)
+			a.syncRelays(s)
+			s.Tick()
+			a.timedCommit(func() error { return s.Commit(ctx) })
 			a.turns.lastStep.Store(now.UnixNano())
 			a.watchQuorum(now)
 			if a.beat.dirty {
@@ -110,7 +111,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 		case <-save.C:
 			began = time.Now()
 			kind = "save"
-			if err := a.saveMeta(ctx); err != nil {
+			if err := a.saveMachine(ctx); err != nil {
 				a.logger.Error("save machine", "err", err)
 			}
 		}
@@ -118,13 +119,29 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 	}
 }
 
+// saveMachine is the periodic save (driver.Save, with the subscription
+// cursor), its outcome noted for /healthz.
+func (a *Agent) saveMachine(ctx context.Context) error {
+	err := a.d.Save(ctx, a.now(), a.cursor.Cursor())
+	a.noteWrite(err)
+	return err
+}
+
+// timedCommit runs a step's commit and observes how long it took
+// (agent_step_seconds; errors are counted and logged by commitEvents).
+func (a *Agent) timedCommit(commit func() error) {
+	start := time.Now()
+	if err := commit(); err == nil {
+		a.met.stepSeconds.Observe(time.Since(start).Seconds())
+	}
+}
+
 // step feeds in and the inputs waiting after it, heartbeats first (only
 // heartbeats when beatsOnly), up to maxBatch, as one step, and commits it.
 func (a *Agent) step(ctx context.Context, in input, beatsOnly bool) {
 	now := a.now()
-	var effs []lease.Effect
-	var cursors []store.Token
-	effs, cursors = a.feed(now, in, effs, cursors)
+	s := a.d.Begin(now)
+	a.feed(s, in)
 drain:
 	for i := 1; i < maxBatch; i++ {
 		select {
@@ -139,11 +156,11 @@ drain:
 				break drain
 			}
 		}
-		effs, cursors = a.feed(now, in, effs, cursors)
+		a.feed(s, in)
 	}
-	// Errors are logged and counted by commitStep; the step is held and
+	// Errors are logged and counted by commitEvents; a held step is
 	// retried, its cursor tokens finished only once persisted.
-	_ = a.commitStep(ctx, now, effs, cursors, nil, true)
+	a.timedCommit(func() error { return s.Commit(ctx) })
 	a.turns.lastStep.Store(now.UnixNano())
 	if a.view.dirty && now.Sub(a.view.refreshed) >= statusEvery {
 		a.refreshStatus(now)
@@ -170,7 +187,7 @@ func (a *Agent) noteTurn(kind string, d time.Duration) {
 	a.turns.slow++
 	if now := time.Now(); now.Sub(a.turns.slowLogged) >= slowTurnLogEvery {
 		a.logger.Warn("machine loop turn slow: inputs waited", "kind", kind, "took", d.Round(time.Millisecond),
-			"slow_turns", a.turns.slow, "backlog", a.commits.bl.len())
+			"slow_turns", a.turns.slow, "backlog", a.d.BacklogLen())
 		a.turns.slowLogged, a.turns.slow = now, 0
 	}
 }
@@ -187,87 +204,78 @@ func (a *Agent) StepMax() time.Duration { return time.Duration(a.turns.stepMax.L
 // ResetStepMax starts a new StepMax window.
 func (a *Agent) ResetStepMax() { a.turns.stepMax.Store(0) }
 
-// feed applies one input to the machine and appends its effects.
-func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []store.Token) ([]lease.Effect, []store.Token) {
+// feed applies one input to the driver's step s.
+func (a *Agent) feed(s *driver.Step, in input) {
 	if in.hasTok {
-		cursors = append(cursors, in.cursorTok)
+		s.Token(driver.Token(in.cursorTok))
 	}
 	switch {
 	case in.hb != nil:
-		effs = append(effs, a.m.ObserveHeartbeat(now, *in.hb)...)
+		s.Heartbeat(*in.hb)
 		if in.hb.Provider != a.self {
-			// A holder's heartbeat refreshes the claim times of what it
-			// lists (saveMeta writes those rows).
 			for _, we := range in.hb.Workloads {
-				if _, ok := a.m.State(we.ID); ok {
-					a.commits.dirty.add(we.ID)
-					if i, ok := a.view.idx[we.ID]; ok && a.view.status.Workloads[i].Epoch != we.Epoch {
-						a.view.ids.add(we.ID) // a standby learns the epoch held
-						a.view.dirty = true
-					}
+				if i, ok := a.view.idx[we.ID]; ok && a.view.status.Workloads[i].Epoch != we.Epoch {
+					a.view.ids.add(we.ID) // a standby learns the epoch held
+					a.view.dirty = true
 				}
 			}
 		}
 	case in.rev != nil:
-		a.commits.dirty.add(in.rev.WorkloadID)
 		a.view.ids.add(in.rev.WorkloadID)
 		a.view.dirty = true
-		w, _ := a.m.Workload(in.rev.WorkloadID)
+		w, _ := a.machine().Workload(in.rev.WorkloadID)
 		r := heartbeat.RevocationInput(in.rev, w)
 		a.met.revocations.WithLabelValues("received").Inc()
 		if r.Signer != a.self {
 			a.emit("received", r.Workload, "revocation of epoch %d from %s, successor %s", r.Epoch, short(r.Signer), short(r.Successor))
 		}
-		effs = append(effs, a.m.ObserveRevocation(now, r)...)
+		s.Revocation(r)
 	case in.grant != nil:
-		a.commits.dirty.add(in.grant.ID)
 		a.subs.dirty = true
-		e, err := a.m.Track(now, *in.grant)
-		if err != nil {
+		if err := s.Grant(*in.grant); err != nil {
 			a.logger.Warn("lease grant refused", "workload", in.grant.ID, "err", err)
-		} else if len(e) > 0 {
+		} else {
 			a.refreshPolicy([]string{in.grant.ID})
 		}
-		effs = append(effs, e...)
 	case in.exit != nil:
-		a.commits.dirty.add(in.exit.Workload)
-		effs = append(effs, a.m.ProcessExited(now, *in.exit)...)
+		s.Exited(*in.exit)
 	case in.respawn != nil:
-		a.commits.dirty.add(in.respawn.Workload)
 		a.met.respawns.Inc()
-		effs = append(effs, a.m.RespawnDone(now, *in.respawn)...)
+		s.RespawnDone(*in.respawn)
 	case in.claimAck != nil:
-		a.commits.dirty.add(in.claimAck.Workload)
-		effs = append(effs, a.m.ClaimPublished(now, *in.claimAck)...)
+		s.ClaimPublished(*in.claimAck)
 	case in.clock != nil:
-		effs = append(effs, a.clockVerdict(now, *in.clock)...)
+		a.clockVerdict(s, *in.clock)
 	}
-	var rivals map[string]bool
-	if in.claimRead != nil {
-		rivals = map[string]bool{}
-	}
+	// As on the wire: lease decides what a Paygress announcement
+	// (EpochUnknown) counts as.
+	claims := make([]lease.PromotionClaim, 0, len(in.claims))
 	for _, pr := range in.claims {
-		// As on the wire: lease decides what a Paygress announcement
-		// (EpochUnknown) counts as, and records one that competes as a
-		// rival, which ClaimsRead sees; Competing counts epoch claims.
 		c := heartbeat.ClaimInput(pr.p, pr.relay)
-		a.commits.dirty.add(c.Workload)
 		a.view.ids.add(c.Workload)
 		a.view.dirty = true
-		a.commits.rivalWatch.add(c.Workload) // a rival may be adopted by a later Tick
-		effs = append(effs, a.m.ObserveClaim(now, c)...)
-		if r := in.claimRead; r != nil && c.Workload == r.Workload && c.Claimer != a.self && c.Active && c.Epoch >= r.Epoch {
+		claims = append(claims, c)
+	}
+	if r := in.claimRead; r != nil {
+		s.ClaimsRead(*r, claims)
+		a.emit("read", r.Workload, "read claims for epoch %d on %d relays: %d competing", r.Epoch, r.Relays, competing(a.self, *r, claims))
+		return
+	}
+	for _, c := range claims {
+		s.Claim(c)
+	}
+}
+
+// competing counts, as the driver does, the other providers with an active
+// claim at or above the epoch read (for the timeline).
+func competing(self string, r lease.ClaimRead, claims []lease.PromotionClaim) int {
+	rivals := map[string]bool{}
+	for _, c := range claims {
+		if c.Workload == r.Workload && c.Claimer != self && c.Active && c.Epoch >= r.Epoch {
 			rivals[c.Claimer] = true
 		}
 	}
-	if in.claimRead != nil {
-		a.commits.dirty.add(in.claimRead.Workload)
-		r := *in.claimRead
-		r.Competing = len(rivals)
-		a.emit("read", r.Workload, "read claims for epoch %d on %d relays: %d competing", r.Epoch, r.Relays, r.Competing)
-		effs = append(effs, a.m.ClaimsRead(now, r)...)
-	}
-	return effs, cursors
+	return len(rivals)
 }
 
 // relayClaim is a verified promotion claim (kind 38386) as one relay served
@@ -279,21 +287,19 @@ type relayClaim struct {
 
 // syncRelays reports relays that delivered EOSE (rule 10), once the events
 // they delivered before it have been fed.
-func (a *Agent) syncRelays(now time.Time) []lease.Effect {
-	if !a.m.AwaitingSync() || len(a.in.received) > 0 || a.in.routed.Load() > 0 || len(a.in.raw) > 0 || len(a.in.inputs) > 0 || len(a.in.beats) > 0 {
-		return nil
+func (a *Agent) syncRelays(s *driver.Step) {
+	if !a.machine().AwaitingSync() || len(a.in.received) > 0 || a.in.routed.Load() > 0 || len(a.in.raw) > 0 || len(a.in.inputs) > 0 || len(a.in.beats) > 0 {
+		return
 	}
-	var out []lease.Effect
 	for _, r := range a.pool.Status() {
 		if r.EOSE && !a.quorum.synced[r.URL] {
 			a.quorum.synced[r.URL] = true
-			out = append(out, a.m.RelaySynced(now, r.URL)...)
+			s.RelaySynced(r.URL)
 		}
 	}
-	if !a.m.AwaitingSync() {
+	if !a.machine().AwaitingSync() {
 		a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.quorum.synced))
 	}
-	return out
 }
 
 // watchQuorum logs changes of this provider's own relay quorum and of
@@ -303,7 +309,7 @@ func (a *Agent) syncRelays(now time.Time) []lease.Effect {
 // PublishTimeout after the loop started, so that the first connections
 // have time to come up); connections coming back after that are INFO.
 func (a *Agent) watchQuorum(now time.Time) {
-	q := a.m.HasQuorum(now, a.self)
+	q := a.machine().HasQuorum(now, a.self)
 	if q != a.quorum.had {
 		a.quorum.had = q
 		up := a.connected()

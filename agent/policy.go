@@ -74,7 +74,7 @@ func (a *Agent) refreshPolicy(ids []string) {
 	a.policy.mu.Lock()
 	defer a.policy.mu.Unlock()
 	for _, id := range ids {
-		w, ok := a.m.Workload(id)
+		w, ok := a.machine().Workload(id)
 		if !ok {
 			delete(a.policy.workloads, id)
 			continue

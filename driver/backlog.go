@@ -1,27 +1,24 @@
-package agent
+package driver
 
 import (
 	"time"
 
-	"provideragent/agent/store"
 	"provideragent/internal/fifo"
 	"provideragent/lease"
 )
 
-// Bulk work never starves the loop (issue 10 items 3 and 5). A step that
-// concerns more than commitBatch workloads (a quorum loss evicting 10,000
-// workloads at once, a restart's sync resuming them all) is committed in
-// pieces: its stops and reports are performed at once, as for any step
-// (fencing never waits), then the first commitBatch workloads are committed
-// with it and the rest wait in the backlog, one batch per turn of the
-// machine loop between inputs and ticks. Each workload's effects stay whole
-// and in order within one commit, with its outbox rows (signed when its
-// batch is committed, not all at once); a later step that concerns a
-// workload still in the backlog takes its piece along, so a row is never
-// written without the outbox rows of the transitions it records. The
-// cursor tokens of a step finish only when its last piece is committed, and
-// saveMeta writes no row of a workload in the backlog.
-const commitBatch = 256
+// Bulk work never starves the caller. A step that concerns more than
+// Config.CommitBatch workloads (a quorum loss evicting 10,000 workloads at
+// once, a restart's sync resuming them all) is committed in pieces: its
+// stops and reports are performed at once, as for any step (fencing never
+// waits), then the first CommitBatch workloads are committed with it and
+// the rest wait in the backlog, one batch per DrainBacklog. Each
+// workload's effects stay whole and in order within one commit, with its
+// outbox rows (built when its batch is committed, not all at once); a later
+// step that concerns a workload still in the backlog takes its piece along,
+// so a row is never written without the outbox rows of the transitions it
+// records. The tokens of a step finish only when its last piece is
+// committed, and Save writes no row of a workload in the backlog.
 
 // timedEffect is an effect with the time of the step that made it (the
 // created_at of its outbox event).
@@ -30,9 +27,9 @@ type timedEffect struct {
 	at time.Time
 }
 
-// tokGroup holds a step's cursor tokens until all its pieces are committed.
+// tokGroup holds a step's tokens until all its pieces are committed.
 type tokGroup struct {
-	toks []store.Token
+	toks []Token
 	left int
 }
 
@@ -44,8 +41,7 @@ type piece struct {
 	taken  bool // merged into a later step's piece: skip it in the queue
 }
 
-// backlog is the queue of pieces waiting for their commit (machine
-// goroutine only).
+// backlog is the queue of pieces waiting for their commit.
 type backlog struct {
 	queue fifo.Queue[*piece]
 	byID  map[string]*piece
@@ -64,7 +60,7 @@ func (b *backlog) has(id string) bool {
 // split cuts a step's effects into one piece per workload, in first-seen
 // order, each taking along the backlog's piece of the same workload (which
 // must commit with it). The step's tokens finish with its last piece.
-func (b *backlog) split(now time.Time, effs []lease.Effect, toks []store.Token) ([]*piece, *tokGroup) {
+func (b *backlog) split(now time.Time, effs []lease.Effect, toks []Token) ([]*piece, *tokGroup) {
 	g := &tokGroup{toks: toks}
 	var out []*piece
 	idx := map[string]*piece{}
@@ -118,8 +114,8 @@ func (b *backlog) next(n int) []*piece {
 
 // done counts pieces as committed and returns the tokens of the steps
 // whose last piece they were.
-func done(ps []*piece) []store.Token {
-	var out []store.Token
+func done(ps []*piece) []Token {
+	var out []Token
 	for _, p := range ps {
 		for _, g := range p.groups {
 			g.left--
@@ -136,20 +132,13 @@ func done(ps []*piece) []store.Token {
 func flatten(ps []*piece) ([]timedEffect, []lease.Effect, []string) {
 	var timed []timedEffect
 	var plain []lease.Effect
-	for _, p := range ps {
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.id
 		timed = append(timed, p.effs...)
 		for _, te := range p.effs {
 			plain = append(plain, te.e)
 		}
 	}
-	return timed, plain, pieceIDs(ps)
-}
-
-// pieceIDs are the workloads of ps, in order.
-func pieceIDs(ps []*piece) []string {
-	ids := make([]string, len(ps))
-	for i, p := range ps {
-		ids[i] = p.id
-	}
-	return ids
+	return timed, plain, ids
 }

@@ -1,0 +1,114 @@
+package agent
+
+// The agent's side of the driver: its database (dbStore), the events its
+// outbox sends (eventBuilder), and what an operator is told of commits
+// (commitEvents).
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"provideragent/agent/store"
+	"provideragent/courier"
+	"provideragent/driver"
+	"provideragent/internal/sqlitedb"
+)
+
+// claimKVPrefix prefixes the store key holding a workload's last claim
+// created_at (unix seconds, decimal); see driver's claim times.
+const claimKVPrefix = "claim_created_at:"
+
+// dbStore is the driver's Store over the agent's SQLite file: workload
+// rows, the machine's metadata and claim times in agent/store's tables, the
+// outbox rows in the courier's, and the subscription cursor, all in one
+// transaction per commit.
+type dbStore struct {
+	db     *sql.DB
+	st     *store.Store
+	outbox *courier.Courier
+}
+
+var _ driver.Store = (*dbStore)(nil)
+
+// commitExtra is a step's own rows (Step.Extra): the agent marks operator
+// commands applied with it.
+type commitExtra func(ctx context.Context, tx *sql.Tx) error
+
+func (s *dbStore) Load(ctx context.Context) (driver.Loaded, error) {
+	var l driver.Loaded
+	meta, err := s.st.KV(ctx, kvMachine)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return l, fmt.Errorf("load machine: %w", err)
+	default:
+		l.Meta = meta
+	}
+	rows, err := s.st.LoadAll(ctx)
+	if err != nil {
+		return l, fmt.Errorf("load workloads: %w", err)
+	}
+	for _, r := range rows {
+		l.Workloads = append(l.Workloads, r.Snapshot)
+	}
+	return l, nil
+}
+
+func (s *dbStore) LastClaimTime(ctx context.Context, id string, wait time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	v, err := s.st.KV(ctx, claimKVPrefix+id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	return strconv.ParseInt(string(v), 10, 64)
+}
+
+func (s *dbStore) Commit(ctx context.Context, b *driver.Batch, wait time.Duration) error {
+	step := store.Step{Workloads: make([]store.WorkloadRow, len(b.Workloads)), Deleted: b.Deleted}
+	for i, r := range b.Workloads {
+		step.Workloads[i] = store.WorkloadRow{ID: r.ID, State: string(r.State), Epoch: r.Epoch, Spec: r.Spec, Snapshot: r.Snapshot}
+	}
+	if b.Meta != nil || len(b.ClaimTimes) > 0 {
+		step.KV = make(map[string][]byte, len(b.ClaimTimes)+1)
+		if b.Meta != nil {
+			step.KV[kvMachine] = b.Meta
+		}
+		for id, at := range b.ClaimTimes {
+			var v []byte // 0: released, delete the key
+			if at != 0 {
+				v = []byte(strconv.FormatInt(at, 10))
+			}
+			step.KV[claimKVPrefix+id] = v
+		}
+	}
+	if b.Cursor != nil {
+		step.Cursors = map[string]int64{cursorKey: *b.Cursor}
+	}
+	return sqlitedb.InTxWait(ctx, s.db, wait, func(tx *sql.Tx) error {
+		if err := s.st.SaveStep(ctx, tx, step); err != nil {
+			return fmt.Errorf("save step: %w", err)
+		}
+		for _, r := range b.Outbox {
+			bundle, ok := r.Payload.([]byte)
+			if !ok {
+				return fmt.Errorf("queue %s: payload %T, want a signed event's JSON", r.Key, r.Payload)
+			}
+			if _, err := s.outbox.SendTx(ctx, tx, bundle, "agent", courier.SendOptions{IdempotencyKey: r.Key, Destination: courier.DestinationNostr}); err != nil &&
+				!errors.Is(err, courier.ErrIdempotencyConflict) {
+				return fmt.Errorf("queue %s: %w", r.Key, err)
+			}
+		}
+		if extra, ok := b.Extra.(commitExtra); ok && extra != nil {
+			return extra(ctx, tx)
+		}
+		return nil
+	})
+}
