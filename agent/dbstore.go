@@ -7,8 +7,10 @@ package agent
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"provideragent/courier"
 	"provideragent/driver"
 	"provideragent/internal/sqlitedb"
+	"provideragent/lease"
 )
 
 // claimKVPrefix prefixes the store key holding a workload's last claim
@@ -30,6 +33,10 @@ type dbStore struct {
 	db     *sql.DB
 	st     *store.Store
 	outbox *courier.Courier
+	// saved is the hash of each workload's last committed row, to skip
+	// writing a row equal to it (the driver's periodic save hands every
+	// row an input touched).
+	saved map[string]uint64
 }
 
 var _ driver.Store = (*dbStore)(nil)
@@ -46,14 +53,13 @@ func (s *dbStore) Load(ctx context.Context) (driver.Loaded, error) {
 	case err != nil:
 		return l, fmt.Errorf("load machine: %w", err)
 	default:
-		l.Meta = meta
+		l.Meta = &lease.Snapshot{}
+		if err := json.Unmarshal(meta, l.Meta); err != nil {
+			return l, fmt.Errorf("load machine: %w", err)
+		}
 	}
-	rows, err := s.st.LoadAll(ctx)
-	if err != nil {
-		return l, fmt.Errorf("load workloads: %w", err)
-	}
-	for _, r := range rows {
-		l.Workloads = append(l.Workloads, r.Snapshot)
+	if l.Workloads, err = loadWorkloads(ctx, s.st); err != nil {
+		return l, err
 	}
 	return l, nil
 }
@@ -72,14 +78,27 @@ func (s *dbStore) LastClaimTime(ctx context.Context, id string, wait time.Durati
 }
 
 func (s *dbStore) Commit(ctx context.Context, b *driver.Batch, wait time.Duration) error {
-	step := store.Step{Workloads: make([]store.WorkloadRow, len(b.Workloads)), Deleted: b.Deleted}
-	for i, r := range b.Workloads {
-		step.Workloads[i] = store.WorkloadRow{ID: r.ID, State: string(r.State), Epoch: r.Epoch, Spec: r.Spec, Snapshot: r.Snapshot}
+	step := store.Step{Deleted: b.Deleted}
+	hashes := make([]uint64, 0, len(b.Workloads))
+	for i := range b.Workloads {
+		r, h, err := rowOf(&b.Workloads[i])
+		if err != nil {
+			return err
+		}
+		if s.saved[r.ID] == h {
+			continue // unchanged since its last commit
+		}
+		step.Workloads = append(step.Workloads, r)
+		hashes = append(hashes, h)
 	}
 	if b.Meta != nil || len(b.ClaimTimes) > 0 {
 		step.KV = make(map[string][]byte, len(b.ClaimTimes)+1)
 		if b.Meta != nil {
-			step.KV[kvMachine] = b.Meta
+			meta, err := json.Marshal(b.Meta)
+			if err != nil {
+				return fmt.Errorf("save machine: %w", err)
+			}
+			step.KV[kvMachine] = meta
 		}
 		for id, at := range b.ClaimTimes {
 			var v []byte // 0: released, delete the key
@@ -92,7 +111,7 @@ func (s *dbStore) Commit(ctx context.Context, b *driver.Batch, wait time.Duratio
 	if b.Cursor != nil {
 		step.Cursors = map[string]int64{cursorKey: *b.Cursor}
 	}
-	return sqlitedb.InTxWait(ctx, s.db, wait, func(tx *sql.Tx) error {
+	err := sqlitedb.InTxWait(ctx, s.db, wait, func(tx *sql.Tx) error {
 		if err := s.st.SaveStep(ctx, tx, step); err != nil {
 			return fmt.Errorf("save step: %w", err)
 		}
@@ -111,4 +130,33 @@ func (s *dbStore) Commit(ctx context.Context, b *driver.Batch, wait time.Duratio
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if s.saved == nil {
+		s.saved = map[string]uint64{}
+	}
+	for i, r := range step.Workloads {
+		s.saved[r.ID] = hashes[i]
+	}
+	for _, id := range b.Deleted {
+		delete(s.saved, id)
+	}
+	return nil
+}
+
+// saveSeed seeds the hashes that detect unchanged workload rows.
+var saveSeed = maphash.MakeSeed()
+
+// rowOf encodes one workload's row, and the hash of its snapshot's JSON.
+func rowOf(w *lease.WorkloadSnapshot) (store.WorkloadRow, uint64, error) {
+	b, err := json.Marshal(w)
+	if err != nil {
+		return store.WorkloadRow{}, 0, fmt.Errorf("save workload %s: %w", w.Spec.ID, err)
+	}
+	spec, err := json.Marshal(w.Spec)
+	if err != nil {
+		return store.WorkloadRow{}, 0, fmt.Errorf("save workload %s: %w", w.Spec.ID, err)
+	}
+	return store.WorkloadRow{ID: w.Spec.ID, State: string(w.State), Epoch: w.Epoch, Spec: spec, Snapshot: b}, maphash.Bytes(saveSeed, b), nil
 }

@@ -2,9 +2,7 @@ package driver
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"hash/maphash"
 	"time"
 
 	"provideragent/lease"
@@ -119,15 +117,9 @@ func (d *Driver) persist(ctx context.Context, now time.Time, ids []string, rows 
 		if id == release {
 			continue
 		}
-		w, ok := d.m.Workload(id)
-		if !ok {
-			continue
+		if w, ok := d.m.Workload(id); ok {
+			b.Workloads = append(b.Workloads, w)
 		}
-		r, err := rowOf(&w)
-		if err != nil {
-			return err
-		}
-		b.Workloads = append(b.Workloads, r)
 	}
 	wait := d.dbWait()
 	// created_at of claims and withdrawn markers, strictly increasing per
@@ -163,23 +155,18 @@ func (d *Driver) persist(ctx context.Context, now time.Time, ids []string, rows 
 		b.ClaimTimes = d.claims.forget(b.ClaimTimes, release)
 	}
 	if !d.metaSaved {
-		meta, err := json.Marshal(d.m.MetaSnapshot())
-		if err != nil {
-			return fmt.Errorf("save machine: %w", err)
-		}
-		b.Meta = meta
+		meta := d.m.MetaSnapshot()
+		b.Meta = &meta
 	}
 	if err := d.deps.Store.Commit(ctx, b, wait); err != nil {
 		return err
 	}
 	d.metaSaved = true
-	for _, r := range b.Workloads {
-		d.saved[r.ID] = r.hash
-		d.dirty.remove(r.ID)
+	for _, w := range b.Workloads {
+		d.dirty.remove(w.Spec.ID)
 	}
 	if release != "" {
 		d.m.Remove(release)
-		delete(d.saved, release)
 		d.dirty.remove(release)
 		d.rivalWatch.remove(release)
 	}
@@ -245,28 +232,13 @@ type outRow struct {
 	claimTime string
 }
 
-// saveSeed seeds the hashes that detect unchanged workload rows.
-var saveSeed = maphash.MakeSeed()
-
-func rowOf(w *lease.WorkloadSnapshot) (Row, error) {
-	b, err := json.Marshal(w)
-	if err != nil {
-		return Row{}, fmt.Errorf("save workload %s: %w", w.Spec.ID, err)
-	}
-	spec, err := json.Marshal(w.Spec)
-	if err != nil {
-		return Row{}, fmt.Errorf("save workload %s: %w", w.Spec.ID, err)
-	}
-	return Row{ID: w.Spec.ID, State: w.State, Epoch: w.Epoch, Spec: spec, Snapshot: b, hash: maphash.Bytes(saveSeed, b)}, nil
-}
-
 // Save persists the machine's metadata (relay tables, clock, sync flags),
 // the workloads an input may have changed without an effect since the
 // last save (a holder's heartbeats refresh a standby's claim times; claims
 // add rivals, which a later Tick may adopt), and the caller's cursor, in one
 // transaction. Workloads whose effects were committed with their step are
-// written then, not here; no other row is encoded, however many workloads
-// are tracked. Held steps are committed first; while they cannot be,
+// written then, not here; no other row is copied, however many workloads
+// are tracked (the Store may skip rows equal to what it holds). Held steps are committed first; while they cannot be,
 // nothing is saved (ErrUnpersisted): the metadata would record their state
 // without their outbox rows. Rows of workloads in the backlog wait for
 // their batch.
@@ -295,45 +267,33 @@ func (d *Driver) save(ctx context.Context, now time.Time, cursor int64, run bool
 			return fmt.Errorf("save machine: %w: %w", ErrUnpersisted, err)
 		}
 	}
-	var changed []Row
+	var changed []lease.WorkloadSnapshot
 	var seen []string
-	encoded := map[string]bool{} // a workload may be in both sets
+	listed := map[string]bool{} // a workload may be in both sets
 	for _, set := range []idSet{d.dirty, d.rivalWatch} {
 		for id := range set {
-			if d.bl.has(id) || encoded[id] {
+			if d.bl.has(id) || listed[id] {
 				continue
 			}
-			encoded[id] = true
+			listed[id] = true
 			seen = append(seen, id)
 			w, ok := d.m.Workload(id)
 			if !ok {
 				continue
 			}
-			r, err := rowOf(&w)
-			if err != nil {
-				return fmt.Errorf("save machine: %w", err)
-			}
-			if d.saved[id] != r.hash {
-				changed = append(changed, r)
-			}
+			changed = append(changed, w)
 			if len(w.Rivals) == 0 {
 				d.rivalWatch.remove(id)
 			}
 		}
 	}
-	meta, err := json.Marshal(d.m.MetaSnapshot())
-	if err != nil {
-		return fmt.Errorf("save machine: %w", err)
-	}
+	meta := d.m.MetaSnapshot()
 	cur := max(min(cursor, now.Unix()), 0)
-	b := &Batch{Workloads: changed, Meta: meta, Cursor: &cur}
+	b := &Batch{Workloads: changed, Meta: &meta, Cursor: &cur}
 	if err := d.deps.Store.Commit(ctx, b, d.dbWait()); err != nil {
 		return fmt.Errorf("save machine: %w", err)
 	}
 	d.metaSaved = true
-	for _, r := range changed {
-		d.saved[r.ID] = r.hash
-	}
 	for _, id := range seen {
 		d.dirty.remove(id)
 	}

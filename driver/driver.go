@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -76,22 +75,23 @@ type Store interface {
 
 // Loaded is what Store.Load read.
 type Loaded struct {
-	// Meta is the machine's metadata (lease.Machine.MetaSnapshot as JSON),
-	// nil when none was committed.
-	Meta []byte
-	// Workloads are the workload rows' snapshots (lease.WorkloadSnapshot as
-	// JSON).
-	Workloads [][]byte
+	// Meta is the machine's metadata (lease.Machine.MetaSnapshot), nil
+	// when none was committed.
+	Meta *lease.Snapshot
+	// Workloads are the workload rows.
+	Workloads []lease.WorkloadSnapshot
 }
 
-// Batch is what one commit writes, in one transaction.
+// Batch is what one commit writes, in one transaction. Its values are the
+// Store's to keep (copies of the machine's state); the Store encodes them
+// as it likes (the agent as JSON, the simulator not at all).
 type Batch struct {
 	// Workloads are the rows to write: each workload's current snapshot.
-	Workloads []Row
+	Workloads []lease.WorkloadSnapshot
 	// Deleted are the workloads whose rows (and claim time) to delete.
 	Deleted []string
 	// Meta, when not nil, replaces the machine's metadata.
-	Meta []byte
+	Meta *lease.Snapshot
 	// ClaimTimes are created_at values (unix seconds) of claim events to
 	// keep per workload (see Store.LastClaimTime).
 	ClaimTimes map[string]int64
@@ -103,16 +103,6 @@ type Batch struct {
 	// Extra is the caller's own payload for this commit (Step.Extra): the
 	// agent marks operator commands applied with it.
 	Extra any
-}
-
-// Row is one workload's row.
-type Row struct {
-	ID       string
-	State    lease.State
-	Epoch    uint64
-	Spec     []byte // lease.Spec as JSON
-	Snapshot []byte // lease.WorkloadSnapshot as JSON
-	hash     uint64
 }
 
 // Outbox builds the events that outbox effects (lease.DurabilityOf ==
@@ -207,14 +197,13 @@ type Driver struct {
 	deps Deps
 	m    *lease.Machine
 
-	saved      map[string]uint64 // workload -> hash of its last committed row
-	dirty      idSet             // workloads an input may have changed without an effect (Save writes them)
-	rivalWatch idSet             // workloads with rival claims: a Tick may adopt one without an effect
-	pend       unpersisted       // steps whose commit failed
-	bl         backlog           // pieces of big steps not committed yet
-	claims     claimTimes        // created_at of claim events
-	metaSaved  bool              // the machine's metadata is in the database
-	restored   []lease.Effect    // Restore's and Outstanding's effects, for CommitRestored
+	dirty      idSet          // workloads an input may have changed without an effect (Save writes them)
+	rivalWatch idSet          // workloads with rival claims: a Tick may adopt one without an effect
+	pend       unpersisted    // steps whose commit failed
+	bl         backlog        // pieces of big steps not committed yet
+	claims     claimTimes     // created_at of claim events
+	metaSaved  bool           // the machine's metadata is in the database
+	restored   []lease.Effect // Restore's and Outstanding's effects, for CommitRestored
 }
 
 // Open restores the driver from what store holds, or starts an empty
@@ -238,9 +227,7 @@ func Open(ctx context.Context, now time.Time, cfg Config, lcfg lease.Config, sel
 	}
 	var snap lease.Snapshot
 	if loaded.Meta != nil {
-		if err := json.Unmarshal(loaded.Meta, &snap); err != nil {
-			return nil, fmt.Errorf("open driver: machine metadata: %w", err)
-		}
+		snap = *loaded.Meta
 		d.metaSaved = true
 	} else {
 		snap = lease.Snapshot{Version: lease.SnapshotVersion, Self: self}
@@ -255,13 +242,7 @@ func Open(ctx context.Context, now time.Time, cfg Config, lcfg lease.Config, sel
 	if snap.Self != self {
 		return nil, fmt.Errorf("open driver: database belongs to provider %s, this key is %s", snap.Self, self)
 	}
-	for i, b := range loaded.Workloads {
-		var w lease.WorkloadSnapshot
-		if err := json.Unmarshal(b, &w); err != nil {
-			return nil, fmt.Errorf("open driver: workload row %d: %w", i, err)
-		}
-		snap.Workloads = append(snap.Workloads, w)
-	}
+	snap.Workloads = loaded.Workloads
 	m, effs, err := lease.Restore(now, lcfg, snap)
 	if err != nil {
 		return nil, fmt.Errorf("open driver: %w", err)
@@ -282,7 +263,7 @@ func newDriver(cfg Config, deps Deps) *Driver {
 	if deps.Events == nil {
 		deps.Events = NopEvents{}
 	}
-	return &Driver{cfg: cfg.withDefaults(), deps: deps, saved: map[string]uint64{}}
+	return &Driver{cfg: cfg.withDefaults(), deps: deps}
 }
 
 // MetaSaved reports whether the machine's metadata was found in, or

@@ -70,7 +70,8 @@ type faultSpace struct {
 	MaxAgentDown          time.Duration
 
 	// CommitFailures lets a provider's database refuse every commit for up
-	// to 30 min (a full disk, a write lock held by another process).
+	// to 30 min (a full disk), or make each commit wait for it and fail
+	// (a write lock held by another process: the loop stalls behind it).
 	CommitFailures bool
 	// Forgeries lets relays serve forged events (bad signatures, or keys
 	// the lease does not name) dated anywhere up to the year 2100.
@@ -320,6 +321,16 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			}
 			w.wait(t)
 		}
+		a["crashBeforeCommit"] = func(t *rapid.T) {
+			p := w.provider(t)
+			down := fs.agentDown(t, "down", 30*time.Minute)
+			n, ok := w.s.Node(p).(interface{ ArmCrashBeforeCommit(time.Duration) })
+			if ok {
+				t.Logf("t=%v P%d's agent will crash mid-step (after its stops, before its commit), down %v", w.s.Now(), p, down)
+				n.ArmCrashBeforeCommit(down)
+			}
+			w.wait(t)
+		}
 	}
 	if fs.ProcessExits {
 		a["exit"] = func(t *rapid.T) {
@@ -353,6 +364,15 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			if n, ok := w.s.Node(p).(interface{ ArmCommitFailure(time.Duration) bool }); ok && n.ArmCommitFailure(d) {
 				t.Logf("t=%v P%d's database refuses every commit for %v", w.s.Now(), p, d)
 				w.s.Logf("P%d's database refuses every commit for %v", p, d)
+			}
+			w.wait(t)
+		}
+		a["commitStall"] = func(t *rapid.T) {
+			p := w.provider(t)
+			d := drawDuration(t, "stallFor", time.Second, 30*time.Minute)
+			if n, ok := w.s.Node(p).(interface{ ArmCommitStall(time.Duration) bool }); ok && n.ArmCommitStall(d) {
+				t.Logf("t=%v P%d's database is locked by another process for %v: each commit waits, then fails", w.s.Now(), p, d)
+				w.s.Logf("P%d's database is locked by another process for %v", p, d)
 			}
 			w.wait(t)
 		}

@@ -17,8 +17,8 @@ import (
 // as the MemStore does (a simulated provider keeps it across its agent's
 // crashes).
 type MemStore struct {
-	Meta       []byte
-	Rows       map[string]driver.Row
+	Meta       *lease.Snapshot
+	Rows       map[string]lease.WorkloadSnapshot
 	ClaimTimes map[string]int64
 	// Outbox holds every outbox row committed, in order.
 	Outbox []driver.OutboxRow
@@ -38,9 +38,10 @@ var _ driver.Store = (*MemStore)(nil)
 
 // Load implements driver.Store.
 func (s *MemStore) Load(context.Context) (driver.Loaded, error) {
-	l := driver.Loaded{Meta: slices.Clone(s.Meta)}
+	// The driver's restore copies what it reads: no copy here.
+	l := driver.Loaded{Meta: s.Meta}
 	for _, id := range slices.Sorted(maps.Keys(s.Rows)) {
-		l.Workloads = append(l.Workloads, slices.Clone(s.Rows[id].Snapshot))
+		l.Workloads = append(l.Workloads, s.Rows[id])
 	}
 	return l, nil
 }
@@ -58,19 +59,20 @@ func (s *MemStore) Commit(_ context.Context, b *driver.Batch, wait time.Duration
 		}
 	}
 	if s.Rows == nil {
-		s.Rows = map[string]driver.Row{}
+		s.Rows = map[string]lease.WorkloadSnapshot{}
 	}
 	if s.ClaimTimes == nil {
 		s.ClaimTimes = map[string]int64{}
 	}
-	for _, r := range b.Workloads {
-		s.Rows[r.ID] = r
+	// A batch's values are copies of the machine's state: kept as they are.
+	for _, w := range b.Workloads {
+		s.Rows[w.Spec.ID] = w
 	}
 	for _, id := range b.Deleted {
 		delete(s.Rows, id)
 	}
 	if b.Meta != nil {
-		s.Meta = slices.Clone(b.Meta)
+		s.Meta = b.Meta
 	}
 	for id, at := range b.ClaimTimes {
 		if at == 0 {
@@ -93,9 +95,9 @@ func (s *MemStore) Commit(_ context.Context, b *driver.Batch, wait time.Duration
 // State is the state workload id's row holds ("" when there is none).
 func (s *MemStore) State(id string) lease.State { return s.Rows[id].State }
 
-// Clone is a copy of what s holds, without its hooks.
+// Clone is a copy of what s holds, without its hooks (the values it holds
+// are never changed in place, so they are shared).
 func (s *MemStore) Clone() *MemStore {
-	c := &MemStore{Meta: slices.Clone(s.Meta), Rows: maps.Clone(s.Rows), ClaimTimes: maps.Clone(s.ClaimTimes),
+	return &MemStore{Meta: s.Meta, Rows: maps.Clone(s.Rows), ClaimTimes: maps.Clone(s.ClaimTimes),
 		Outbox: slices.Clone(s.Outbox), Cursor: s.Cursor, Commits: s.Commits}
-	return c
 }

@@ -204,6 +204,10 @@ type Env interface {
 	At(local time.Time, tag any)
 	// Logf adds a line to the timeline.
 	Logf(format string, args ...any)
+	// Stall makes this provider's agent handle nothing for d, from right
+	// after the current callback (its loop waits for the database):
+	// deliveries, results and ticks wait, as in a pause.
+	Stall(d time.Duration)
 	// CrashAgent crashes this provider's agent (not its node) right after
 	// the current callback and restarts it after d; its workload follows
 	// it as CrashProvider says.
@@ -1050,6 +1054,14 @@ func (e env) At(local time.Time, tag any) {
 		s.deliver(p, inc, func(now time.Time) { p.node.Timer(envFor(s, p), now, tag) })
 	}
 	s.schedule(p.clock.Sim(local), fire)
+}
+func (e env) Stall(d time.Duration) {
+	s, p, inc := e.s, e.p, e.p.incarnation
+	s.schedule(s.now, func() {
+		if p.up && p.incarnation == inc {
+			s.PauseFor(p.id, d)
+		}
+	})
 }
 func (e env) CrashAgent(d time.Duration) {
 	s, p, inc := e.s, e.p, e.p.incarnation
