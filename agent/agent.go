@@ -769,7 +769,9 @@ func (a *Agent) refreshStatus(now time.Time) {
 		if !ok {
 			return WorkloadStatus{}, false
 		}
-		return WorkloadView(w, a.self), true // Status fills Running
+		v := WorkloadView(w, a.self) // Status fills Running
+		v.NoStandby = w.Holder == a.self && w.State.Holding() && len(v.Standbys) > 0 && a.machine().Successor(id) == ""
+		return v, true
 	}
 	sus, why := a.machine().ClockSuspect()
 	a.view.mu.Lock()

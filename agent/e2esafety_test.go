@@ -126,9 +126,9 @@ func TestDiskFullPrimaryStillFences(t *testing.T) {
 	if got := testutil.ToFloat64(standby.a.met.revocations.WithLabelValues("received")); got < 1 {
 		t.Fatalf("standby revocations received = %v, want >= 1 (the handover came from the held revocation)", got)
 	}
-	waitFor(t, 20*time.Second, "primary's persisted state catches up (evicted or fenced)", func() bool {
+	waitFor(t, 20*time.Second, "primary's persisted state catches up (evicted, fenced, or rejoined as a standby)", func() bool {
 		st := persistedState(t, primary.dbPath, "w1")
-		return st == string(lease.StateEvicted) || st == string(lease.StateFenced)
+		return st == string(lease.StateEvicted) || st == string(lease.StateFenced) || st == string(lease.StateStandby)
 	})
 	if primary.backend.Running("w1") {
 		t.Fatalf("primary Running(w1) = true after the handover, want false")
@@ -200,8 +200,9 @@ func TestWriteLockHeldElsewhereDoesNotStallFencing(t *testing.T) {
 		t.Fatalf("persisted w1 with the lock held = %q, want live (the stop must not wait for the commit)", got)
 	}
 	release()
-	waitFor(t, 20*time.Second, "fenced persisted once the lock is released", func() bool {
-		return persistedState(t, primary.dbPath, "w1") == string(lease.StateFenced)
+	waitFor(t, 20*time.Second, "fenced (or rejoined as a standby) persisted once the lock is released", func() bool {
+		st := persistedState(t, primary.dbPath, "w1")
+		return st == string(lease.StateFenced) || st == string(lease.StateStandby)
 	})
 }
 

@@ -56,12 +56,13 @@ type WorkloadStatus struct {
 	Epoch uint64 `json:"epoch"`
 	// Primary is the current holder (hex key).
 	Primary string `json:"primary"`
-	// Standbys are the providers that can still take the workload over:
-	// the lease's standbys without the current holder.
+	// Standbys are the members of the lease that stand by for the current
+	// holder, in rank order: the lease's standbys without the holder, then
+	// the former primary (it rejoins as a standby after a failover).
 	Standbys []string `json:"standbys,omitempty"`
-	// NoStandby is true when the lease named standbys but none is left
-	// (after a failover the promoted standby is the holder): if the holder
-	// fails, nobody takes over.
+	// NoStandby is true when this provider holds the workload and sees none
+	// of its standbys alive (no heartbeat within stale): if it fails, nobody
+	// takes over until one is back.
 	NoStandby bool `json:"no_standby,omitempty"`
 	// Role is "primary" when this agent holds (or is promoting to) the
 	// lease, "standby" otherwise ("" when read from the database).

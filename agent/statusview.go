@@ -10,16 +10,16 @@ import (
 // the agent is down; Role is then left empty). Running is left false:
 // only the backend knows (Status fills it).
 //
-// Standbys are the providers that can still take the workload over: the
-// lease's standbys without the current holder. After a failover the
-// promoted standby holds the workload and is no longer anyone's standby;
-// a lease that named one standby then has none (NoStandby).
+// Standbys are the members of the lease that stand by for the current
+// holder (lease.StandbysOf): the lease's standbys without the holder, then
+// the former primary, which rejoins as a standby after a failover.
+// NoStandby (whether any of them is alive) needs the machine's relay
+// tables: the agent sets it (Status).
 func WorkloadView(w lease.WorkloadSnapshot, self string) WorkloadStatus {
 	ws := WorkloadStatus{
 		ID: w.Spec.ID, State: string(w.State), Epoch: w.Epoch, Primary: w.Holder,
-		Standbys: StandbysOf(w),
+		Standbys: lease.StandbysOf(w),
 	}
-	ws.NoStandby = len(ws.Standbys) == 0 && len(w.Spec.Standbys) > 0
 	if self != "" {
 		ws.Role = "standby"
 		if w.Holder == self || w.State == lease.StatePromoting {
@@ -27,18 +27,6 @@ func WorkloadView(w lease.WorkloadSnapshot, self string) WorkloadStatus {
 		}
 	}
 	return ws
-}
-
-// StandbysOf returns the lease's standbys that can still take w over: all
-// but the current holder, in rank order.
-func StandbysOf(w lease.WorkloadSnapshot) []string {
-	out := make([]string, 0, len(w.Spec.Standbys))
-	for _, s := range w.Spec.Standbys {
-		if s != w.Holder {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // fillReasons sets the Reason of every failed or respawning workload of ws

@@ -2,19 +2,19 @@ package lease
 
 import "time"
 
-// rank is this provider's standby rank for w: its index among the standbys
-// other than the current holder.
+// rank is this provider's standby rank for w: its index among the members
+// that stand by for the current holder (standbysBut: the standbys, then
+// the former primary); the holder itself, retaking, ranks after them all.
+// Ranks are distinct, so that claim-step retries stagger and two claimers
+// never back off in step for ever.
 func (m *Machine) rank(w *WorkloadSnapshot) int {
-	r := 0
-	for _, s := range w.Spec.Standbys {
+	others := w.standbysBut(w.Holder)
+	for i, s := range others {
 		if s == m.self {
-			return r
-		}
-		if s != w.Holder {
-			r++
+			return i
 		}
 	}
-	return r
+	return len(others)
 }
 
 // settle is how long an unwithdrawn rival claim must stand before a standby

@@ -25,8 +25,9 @@
 //	    after a healthy period) and end in Failed with an effect saying so;
 //	    success is accepted only from Respawning.
 //	 6  The restart policy applies to the workload process exiting. Loss of
-//	    relay quorum evicts only workloads that have a standby; for others it
-//	    is reported, unless EvictWithoutStandby.
+//	    relay quorum evicts every workload whose lease names other members
+//	    (warm-standby), whether or not one of them is alive now; for others
+//	    it is reported, unless EvictWithoutStandby.
 //	 7  Eviction fences: the holder stops its workload before it publishes
 //	    the revocation, and the revocation goes through the durable outbox.
 //	 8  Handoff has two triggers (the holder's revocation naming a successor;
@@ -46,6 +47,25 @@
 //	    higher epoch seen.
 //	11  No Provisioning forever: a workload that reaches no quorum within
 //	    ProvisionTimeout fails with a reason.
+//
+// Why rule 6 evicts a holder with no standby alive: once it goes silent,
+// the other members of its lease may start the workload. A standby (the
+// former primary rejoins as the last one after a failover) takes over after
+// TakeoverAfter of silence; a former holder that evicted itself and never
+// heard the higher epoch retakes after TakeoverAfter of watching; and the
+// claim read they rely on may no longer find this holder's claim (relays
+// may lose it once it was Live). Only its own eviction, within its
+// self-fencing time, keeps them from a second copy. A lease that names
+// nobody else has nobody who could: it keeps running and is reported.
+//
+// The members of a lease stand by for its holder in rank order: the lease's
+// standbys without the holder, then the former primary (StandbysOf). A
+// holder that is fenced (a higher epoch, or its own epoch held by a member
+// the lease ranks first) stops its copy and rejoins as a standby of the
+// holder it heard, so that a lease keeps a standby after a failover;
+// Failed and Expired are the only terminal states. Ranks are distinct (a
+// retaking former holder ranks after every member), so two claimers never
+// back off in step.
 //
 // Beyond them: silence is counted only of the provider heard holding the
 // epoch; an older version of a claim event never counts; a self-fenced
@@ -90,7 +110,9 @@
 // A successful respawn returns to provisioning instead of live when the
 // workload never was live at its epoch, so rule 11 still bounds it.
 // Any holding state (provisioning, live, suspect, respawning, syncing) goes
-// to fenced at once when a higher epoch is seen (rule 9). A restored machine
+// to fenced at once when a higher epoch is seen (rule 9); fenced and
+// evicted go on to standby once the holder of that epoch is heard (rejoin).
+// A restored machine
 // puts live and suspect workloads in syncing until M relays synced (rule 10).
 // Every non-terminal state goes to expired when the lease's ExpiresAt passes.
 //

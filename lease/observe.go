@@ -238,7 +238,7 @@ func (w *WorkloadSnapshot) names(pi int) bool {
 // from the same lease, so exactly one of them stops.
 func (m *Machine) yieldsEpoch(w *WorkloadSnapshot, pi int) bool {
 	switch {
-	case w.State == StateStandby || w.State == StatePromoting || w.State == StateEvicted:
+	case w.State == StateStandby || w.State == StatePromoting || w.State == StateEvicted || w.State == StateFenced:
 		return true
 	case w.State.Holding():
 		return w.leaseRank(pi) < w.leaseRank(m.selfIdx)
@@ -260,8 +260,9 @@ func (w *WorkloadSnapshot) leaseRank(pi int) int {
 // heardHolding handles a heartbeat of provider pi that lists w at epoch e,
 // either above the one known here or at it while another provider is
 // followed: pi holds w at e. A copy held here is fenced, an evicted one
-// fenced for good, a claim in progress is withdrawn, and pi becomes the
-// holder this provider watches, its silence counted from now.
+// fenced, a claim in progress is withdrawn, and pi becomes the holder this
+// provider watches, its silence counted from now: a fenced former holder
+// rejoins as its standby.
 func (m *Machine) heardHolding(w *WorkloadSnapshot, pi int, e uint64, ri int, recv time.Time, out *[]Effect) {
 	holder := m.provs[pi].ID
 	switch {
@@ -278,6 +279,9 @@ func (m *Machine) heardHolding(w *WorkloadSnapshot, pi int, e uint64, ri int, re
 	}
 	m.follow(w, pi, e, recv)
 	w.ClaimAt[ri] = recv
+	if w.State == StateFenced {
+		m.enter(w, StateStandby, out) // rejoin: a standby of the holder heard
+	}
 }
 
 // follow makes provider pi at epoch e the holder this provider watches.

@@ -250,9 +250,9 @@ func TestNoRespawnAfterEviction(t *testing.T) {
 		{"fenced by a claim before due", evictAt - 2*s, false, func(h *harness) []Effect {
 			return h.m.ObserveClaim(at(evictAt-s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true})
 		}, StateFenced},
-		{"fenced by a heartbeat before due", evictAt - 2*s, false, func(h *harness) []Effect {
+		{"fenced by a heartbeat before due (it rejoins as bob's standby)", evictAt - 2*s, false, func(h *harness) []Effect {
 			return h.hb(evictAt-s, "bob", all3, []WorkloadEpoch{{"w1", 2}})
-		}, StateFenced},
+		}, StateStandby},
 		{"issued, then evicted: the late report is refused", evictAt - 20*s, true, func(h *harness) []Effect { return h.tick(evictAt) }, StateEvicted},
 	}
 	for _, tt := range tests {

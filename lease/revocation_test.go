@@ -2,6 +2,7 @@ package lease
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 )
@@ -199,7 +200,8 @@ func TestSameEpochHoldersResolve(t *testing.T) {
 		h := holding(t, "carol")
 		h.wantEffects("heartbeat of bob at epoch 2", h.hb(100*s, "bob", []int{1}, []WorkloadEpoch{{"w1", 2}}),
 			"entered w1 live -> fenced epoch=2",
-			`stop w1 epoch=2 reason="epoch 2 also held by bob, which the lease ranks first"`)
+			`stop w1 epoch=2 reason="epoch 2 also held by bob, which the lease ranks first"`,
+			"entered w1 fenced -> standby epoch=2")
 	})
 	t.Run("the higher rank keeps running", func(t *testing.T) {
 		h := holding(t, "bob")
@@ -214,7 +216,8 @@ func TestSameEpochHoldersResolve(t *testing.T) {
 		h := holding(t, "bob")
 		h.wantEffects("heartbeat of alice at epoch 2", h.hb(100*s, "alice", []int{2}, []WorkloadEpoch{{"w1", 2}}),
 			"entered w1 live -> fenced epoch=2",
-			`stop w1 epoch=2 reason="epoch 2 also held by alice, which the lease ranks first"`)
+			`stop w1 epoch=2 reason="epoch 2 also held by alice, which the lease ranks first"`,
+			"entered w1 fenced -> standby epoch=2")
 	})
 }
 
@@ -244,4 +247,44 @@ func TestPaygressRevocationDeadline(t *testing.T) {
 	if got := h.m.RevocationDeadline(r); !got.IsZero() {
 		t.Fatalf("RevocationDeadline(listing holder, no quorum_at) = %v, want zero", got)
 	}
+}
+
+// TestFormerPrimaryRejoinsAsStandby: after a failover the lease keeps a
+// standby. The new holder's standbys are the lease's other standbys, then
+// the former primary; the former primary, fenced by the higher epoch,
+// rejoins as the new holder's standby as soon as it hears its heartbeats,
+// and the new holder's revocation may name it and hand the workload back.
+func TestFormerPrimaryRejoinsAsStandby(t *testing.T) {
+	cfg := testConfig()
+	// bob took over alice's epoch 1 and holds epoch 2.
+	bob := newHarness(t, "bob", nil)
+	bob.track(0, warmSpec("w1", "alice", "bob"))
+	bob.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
+	claimStep(bob, 11*s, 2)
+	if w, _ := bob.m.Workload("w1"); !slices.Equal(StandbysOf(w), []string{key("alice")}) {
+		t.Fatalf("StandbysOf(w1 held by bob) = %v, want [alice]", StandbysOf(w))
+	}
+	// alice, healthy, hears bob hold epoch 2: fenced, then bob's standby.
+	alice := liveAlice(t, warmSpec("w1", "alice", "bob"), 60*s, nil)
+	alice.wantEffects("heartbeat of bob at epoch 2", alice.hb(70*s, "bob", all3, []WorkloadEpoch{{"w1", 2}}),
+		"entered w1 live -> fenced epoch=1", `stop w1 epoch=1 reason="epoch 2 held by bob"`, "entered w1 fenced -> standby epoch=2")
+	// bob loses quorum while alice is alive: its revocation names her.
+	var rev PublishRevocation
+	for d := 20 * s; d <= 20*s+cfg.Stale+cfg.T1+cfg.T2+time.Minute; d += 10 * s {
+		if d <= 60*s {
+			bob.hb(d, "bob", all3, []WorkloadEpoch{{"w1", 2}})
+		}
+		bob.hb(d, "alice", all3, []WorkloadEpoch{})
+		for _, e := range bob.tick(d) {
+			if r, ok := e.(PublishRevocation); ok {
+				rev = r
+			}
+		}
+	}
+	if rev.Successor != key("alice") || !slices.Equal(rev.Standbys, []string{key("alice")}) {
+		t.Fatalf("bob's revocation names successor %s, standbys %v; want alice", keyName(rev.Successor), rev.Standbys)
+	}
+	r := Revocation{Workload: "w1", Signer: key("bob"), Epoch: 2, Successor: key("alice"), CreatedAt: at(400 * s), QuorumAt: rev.QuorumAt}
+	alice.wantEffects("alice hears bob's revocation", alice.m.ObserveRevocation(at(400*s), r),
+		"entered w1 standby -> promoting epoch=2", "claim w1 epoch=3")
 }

@@ -474,7 +474,8 @@ func TestRule9_HigherEpochFences(t *testing.T) {
 	t.Run("heartbeat listing a higher epoch", func(t *testing.T) {
 		h := liveAlice(t, warmSpec("w1", "alice", "bob"), 300*s, nil)
 		effs := h.hb(301*s, "bob", []int{2}, []WorkloadEpoch{{"w1", 2}})
-		h.wantEffects("ObserveHeartbeat", effs, "entered w1 live -> fenced epoch=1", `stop w1 epoch=1 reason="epoch 2 held by bob"`)
+		h.wantEffects("ObserveHeartbeat", effs, "entered w1 live -> fenced epoch=1", `stop w1 epoch=1 reason="epoch 2 held by bob"`,
+			"entered w1 fenced -> standby epoch=2")
 	})
 	t.Run("withdrawn or equal-epoch claims do not fence", func(t *testing.T) {
 		h := liveAlice(t, warmSpec("w1", "alice", "bob"), 300*s, nil)

@@ -206,7 +206,10 @@ func (m *Machine) becomeLive(w *WorkloadSnapshot, out *[]Effect) {
 	m.enter(w, StateLive, out)
 }
 
-// standbysBut returns the standbys other than the holder, in rank order.
+// standbysBut returns the members of the lease that stand by when holder
+// holds it, in rank order: the standbys other than the holder, then the
+// primary when it is not the holder (after a failover the former primary
+// rejoins as the last standby).
 func (w *WorkloadSnapshot) standbysBut(holder string) []string {
 	var out []string
 	for _, s := range w.Spec.Standbys {
@@ -214,7 +217,26 @@ func (w *WorkloadSnapshot) standbysBut(holder string) []string {
 			out = append(out, s)
 		}
 	}
+	if p := w.Spec.Primary; p != holder && len(w.Spec.Standbys) > 0 {
+		out = append(out, p)
+	}
 	return out
+}
+
+// StandbysOf returns the members of w's lease that stand by for its
+// current holder, in rank order (see standbysBut).
+func StandbysOf(w WorkloadSnapshot) []string { return w.standbysBut(w.Holder) }
+
+// Successor is the standby this provider's revocation of workload id would
+// name now: the first member standing by that it sees alive (a counting
+// heartbeat within Stale on a relay); "" when none is, or id is not
+// tracked. A holder without one has nobody to hand over to.
+func (m *Machine) Successor(id string) string {
+	w := m.byID[id]
+	if w == nil {
+		return ""
+	}
+	return m.successor(w.standbysBut(m.self))
 }
 
 // successor is the first standby this provider still sees alive: a counting

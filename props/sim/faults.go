@@ -42,6 +42,7 @@ func (s *Sim) CrashRelay(r RelayID, wipe bool) {
 		}
 	}
 	rs.up = false
+	rs.isFrozen, rs.frozen = false, nil
 	if wipe {
 		rs.store = map[storeKey]*Event{}
 		rs.hbs = map[ProviderID]int{}
@@ -53,6 +54,35 @@ func (s *Sim) CrashRelay(r RelayID, wipe bool) {
 		s.Logf("relay R%d crashed and lost its storage", r)
 	} else {
 		s.Logf("relay R%d crashed", r)
+	}
+}
+
+// FreezeRelay stalls relay r for everyone: it keeps its connections and
+// takes every message, but handles none (no OK, no fan-out, no query
+// answer, no subscription catch-up) until ThawRelay, which handles them in
+// the order they came. A relay stuck behind a slow disk or a blocked
+// writer does this; publishers time out meanwhile.
+func (s *Sim) FreezeRelay(r RelayID) {
+	rs := s.relays[r]
+	if rs.isFrozen {
+		return
+	}
+	rs.isFrozen = true
+	s.Logf("relay R%d freezes", r)
+}
+
+// ThawRelay ends FreezeRelay.
+func (s *Sim) ThawRelay(r RelayID) {
+	rs := s.relays[r]
+	if !rs.isFrozen {
+		return
+	}
+	rs.isFrozen = false
+	s.Logf("relay R%d thaws (%d messages waited)", r, len(rs.frozen))
+	q := rs.frozen
+	rs.frozen = nil
+	for _, fn := range q {
+		fn()
 	}
 }
 

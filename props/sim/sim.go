@@ -356,6 +356,10 @@ type relayState struct {
 	up    bool
 	store map[storeKey]*Event
 	hbs   map[ProviderID]int // stored heartbeats per author
+	// frozen holds what reached a frozen relay, in order: it keeps its
+	// connections but handles nothing until it thaws (FreezeRelay).
+	frozen []func()
+	isFrozen bool
 }
 
 // stopOp is a stop in progress: the process still runs until it completes;
@@ -721,8 +725,18 @@ func (s *Sim) maybeConnect(p ProviderID, r RelayID) {
 	})
 }
 
-// syncSubscription sends relay r's stored events then EOSE to p.
+// syncSubscription sends relay r's stored events then EOSE to p (once r
+// thaws, when it is frozen).
 func (s *Sim) syncSubscription(p ProviderID, r RelayID) {
+	if rs := s.relays[r]; rs.isFrozen {
+		l, gen := s.links[p][r], s.links[p][r].gen
+		rs.frozen = append(rs.frozen, func() {
+			if l.gen == gen && l.connected {
+				s.syncSubscription(p, r)
+			}
+		})
+		return
+	}
 	evs := s.Stored(r)
 	since := s.provs[p].node.Since()
 	for _, ev := range evs {
@@ -804,8 +818,13 @@ func (s *Sim) sendUp(p ProviderID, r RelayID, fn func(), dupable bool) bool {
 		}
 		l.lastUp = at
 	}
-	run := func() {
+	var run func()
+	run = func() {
 		if l.gen != gen || !l.connected || !s.relays[r].up {
+			return
+		}
+		if rs := s.relays[r]; rs.isFrozen {
+			rs.frozen = append(rs.frozen, run)
 			return
 		}
 		fn()
