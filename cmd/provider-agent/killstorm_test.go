@@ -2,13 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -51,8 +49,7 @@ func TestKillStormKeepsEveryHeldWorkload(t *testing.T) {
 	standby := newKey(t, filepath.Join(tmp, "standby", "identity.key")) // named, never running
 	cfg := fastConfig(t, tmp, dir, "127.0.0.1:0", urls, 2)
 	out := filepath.Join(tmp, "writes.txt")
-	cmd := fmt.Sprintf(`id=$RANDOM$RANDOM; while :; do echo "$(date +%%s%%3N) w1 $PROVIDER_AGENT_EPOCH $id" >> %s; sleep 0.02; done`, out)
-	must(t, nil, "workloads", "grant", "--config", cfg, "--id", "w1", "--command", cmd, "--standby", npubOf(t, standby))
+	must(t, nil, "workloads", "grant", "--config", cfg, "--id", "w1", "--command", appendLoop(out, "w1"), "--standby", npubOf(t, standby))
 	must(t, nil, "workloads", "grant", "--config", cfg, "--id", "solo", "--command", "sleep 100000")
 
 	var held []string // what the database held at the last kill
@@ -103,44 +100,6 @@ func heldInDB(t *testing.T, cfg string) []string {
 		}
 	}
 	return ids
-}
-
-// checkOneCopyAtATime fails when two copies (the lines' tags) wrote to
-// file at overlapping times.
-func checkOneCopyAtATime(t *testing.T, file string) {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type span struct{ first, last int64 }
-	spans := map[string]*span{}
-	var order []string
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) != 4 {
-			continue
-		}
-		ms, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		s := spans[f[3]]
-		if s == nil {
-			s = &span{first: ms, last: ms}
-			spans[f[3]] = s
-			order = append(order, f[3])
-		}
-		s.first, s.last = min(s.first, ms), max(s.last, ms)
-	}
-	slices.SortFunc(order, func(a, b string) int { return int(spans[a].first - spans[b].first) })
-	for i := 1; i < len(order); i++ {
-		prev, cur := spans[order[i-1]], spans[order[i]]
-		if cur.first <= prev.last {
-			t.Errorf("two copies: pid %s wrote until %d, pid %s from %d", order[i-1], prev.last, order[i], cur.first)
-		}
-	}
-	t.Logf("%d copies of the workload ran one after another", len(order))
 }
 
 func envInt(t *testing.T, name string, def int) int {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,8 +35,16 @@ type runChild struct {
 // test ends if it still runs; its output is logged when the test failed.
 func startRun(t *testing.T, args ...string) *runChild {
 	t.Helper()
+	return startRunWrapped(t, nil, args...)
+}
+
+// startRunWrapped is startRun with run's command prefixed by wrap (a
+// netlab node's ip netns exec: run then lives in that namespace).
+func startRunWrapped(t *testing.T, wrap []string, args ...string) *runChild {
+	t.Helper()
 	r := &runChild{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan error, 1)}
-	r.cmd = exec.Command(agentBinary(t), append([]string{"run"}, args...)...)
+	argv := append(append(slices.Clone(wrap), agentBinary(t), "run"), args...)
+	r.cmd = exec.Command(argv[0], argv[1:]...)
 	r.cmd.Env = runEnv()
 	r.cmd.Stderr = r.stderr
 	out, err := r.cmd.StdoutPipe()

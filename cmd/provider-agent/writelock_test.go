@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,65 +92,6 @@ func (h *sqliteLocker) release() {
 	}
 	_ = h.stdin.Close()
 	_ = h.cmd.Wait()
-}
-
-// appendLoop is a workload command that appends "<unix ms> <node> <epoch>"
-// to file every 20 ms: two writers show in the file to the millisecond.
-func appendLoop(file, node string) string {
-	return fmt.Sprintf(`while :; do echo "$(date +%%s%%3N) %s $PROVIDER_AGENT_EPOCH" >> %s; sleep 0.02; done`, node, file)
-}
-
-// writeLine is one line appendLoop wrote.
-type writeLine struct {
-	at    time.Time
-	node  string
-	epoch uint64
-}
-
-func readWrites(t *testing.T, file string) []writeLine {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	var out []writeLine
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) != 3 {
-			continue
-		}
-		ms, err1 := strconv.ParseInt(f[0], 10, 64)
-		e, err2 := strconv.ParseUint(f[2], 10, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		out = append(out, writeLine{at: time.UnixMilli(ms), node: f[1], epoch: e})
-	}
-	return out
-}
-
-// lastWrite is the time of the last line written at epoch, zero when none
-// was (every node runs the same command: the epoch tells who wrote).
-func lastWrite(ws []writeLine, epoch uint64) time.Time {
-	var last time.Time
-	for _, w := range ws {
-		if w.epoch == epoch && w.at.After(last) {
-			last = w.at
-		}
-	}
-	return last
-}
-
-// firstWrite is the time of the first line written at epoch, zero when
-// none was.
-func firstWrite(ws []writeLine, epoch uint64) time.Time {
-	var first time.Time
-	for _, w := range ws {
-		if w.epoch == epoch && (first.IsZero() || w.at.Before(first)) {
-			first = w.at
-		}
-	}
-	return first
 }
 
 // TestWriteLockHeldElsewhereDoesNotDelayTheFence (issue 25 item 1), over
