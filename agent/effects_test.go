@@ -91,3 +91,45 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestFenceWithAStartPending: a StopWorkload that arrives while the
+// workload's start is still in flight (the backend has not started the
+// process yet) or queued behind other work is never skipped as "not
+// running here": the stop is queued after the start, and once the backend
+// is done the workload does not run.
+func TestFenceWithAStartPending(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := newStepAgent(t, stepOpts{})
+	b := a.backend.(*memBackend)
+	gate := make(chan struct{})
+	b.startGate = gate
+	defer a.act.wait()
+	defer cancel()
+	a.perf.ctx = ctx
+	fence := lease.StopWorkload{ID: "w1", Epoch: 1, Reason: "relay quorum lost"}
+
+	// The start of epoch 1 is in flight: the backend holds it.
+	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
+	waitFor(t, 10*time.Second, "the start in flight", func() bool {
+		a.act.mu.Lock()
+		defer a.act.mu.Unlock()
+		return a.act.busy["w1"]
+	})
+	a.perf.Perform(fence, time.Time{})
+	// A start of epoch 2 queued behind that stop, and a fence of it while
+	// it is queued.
+	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 2}, time.Time{})
+	a.perf.Perform(lease.StopWorkload{ID: "w1", Epoch: 2, Reason: "relay quorum lost"}, time.Time{})
+	if b.Running("w1") {
+		t.Fatalf("w1 runs before the backend let any start through")
+	}
+	close(gate)
+	waitFor(t, 10*time.Second, "actuator idle", func() bool { return a.act.Fenced("w1") })
+	starts, stops := b.counts()
+	if b.Running("w1") || starts != 2 || stops != 2 {
+		t.Errorf("after start, fence, start, fence with the starts pending: running %v, starts %d, stops %d; want not running, 2 starts, 2 stops",
+			b.Running("w1"), starts, stops)
+	}
+}

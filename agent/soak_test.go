@@ -23,6 +23,9 @@ type memBackend struct {
 	starts  int // Start calls
 	stops   int // Stop calls
 	exits   chan backend.Exit
+	// startGate, when set, holds every Start until it is closed: a start
+	// in flight.
+	startGate chan struct{}
 }
 
 func newMemBackend() *memBackend {
@@ -30,6 +33,9 @@ func newMemBackend() *memBackend {
 }
 
 func (b *memBackend) Start(_ context.Context, spec backend.StartSpec) error {
+	if b.startGate != nil {
+		<-b.startGate
+	}
 	b.mu.Lock()
 	b.running[spec.WorkloadID] = spec.Epoch
 	b.starts++

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"fmt"
 	"errors"
 	"strings"
 	"testing"
@@ -460,6 +461,21 @@ func TestRule8_CompetingClaimRetriesAfterRankedBackoff(t *testing.T) {
 	h.wantEffects("Tick(retry)", h.tick(retry), "claim w1 epoch=2")
 	effs = claimStep(h, retry+s, 2)
 	h.wantEffects("claim step", effs, "read-claims w1 epoch=2 at=+2m32s", "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2", "announce w1 epoch=2")
+}
+
+// TestRule8_CompetingCountAloneWithdraws: a claim read that counted one
+// competing claim withdraws even when the rival's claim never reached the
+// machine as an input (the read found it; the live subscription did not
+// deliver it): the count alone decides.
+func TestRule8_CompetingCountAloneWithdraws(t *testing.T) {
+	for _, competing := range []int{1, 2} {
+		h := newHarness(t, "carol", nil)
+		h.track(0, warmSpec("w1", "alice", "bob", "carol"))
+		h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("carol"), QuorumAt: at(100 * s)})
+		h.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
+		effs := h.m.ClaimsRead(at(111*s), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3, Competing: competing})
+		h.wantEffects(fmt.Sprintf("ClaimsRead(competing=%d, no rival observed)", competing), effs, "withdraw w1 epoch=2")
+	}
 }
 
 func TestRule9_HigherEpochFences(t *testing.T) {
