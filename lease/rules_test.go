@@ -1,8 +1,8 @@
 package lease
 
 import (
-	"fmt"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"

@@ -1,8 +1,8 @@
 package relaytest
 
 import (
-	"cmp"
 	"bytes"
+	"cmp"
 	"fmt"
 	"net/url"
 	"os"

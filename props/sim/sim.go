@@ -358,7 +358,7 @@ type relayState struct {
 	hbs   map[ProviderID]int // stored heartbeats per author
 	// frozen holds what reached a frozen relay, in order: it keeps its
 	// connections but handles nothing until it thaws (FreezeRelay).
-	frozen []func()
+	frozen   []func()
 	isFrozen bool
 }
 
