@@ -146,7 +146,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
 	if err := c.Lease.Validate(); err != nil {
-		return fmt.Errorf("%w: lease: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if _, err := identity.NewKeys(c.SecretKey); err != nil {
 		return bad("secret key: %v", err)

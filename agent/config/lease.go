@@ -1,11 +1,6 @@
 package config
 
-import (
-	"errors"
-	"strings"
-
-	"provideragent/lease"
-)
+import "provideragent/lease"
 
 // LeaseConfig maps the [lease] and [heartbeat] sections onto the lease
 // machine's configuration (N is the number of relays). Call it on a
@@ -32,18 +27,4 @@ func (c Config) LeaseConfig() lease.Config {
 		ClaimRetryMax:       l.ClaimRetryMax,
 		ClaimTimeout:        l.ClaimTimeout,
 	}
-}
-
-// checkLease runs the lease machine's own validation as a backstop behind the
-// field checks of check, so a rule added to lease.Config.Validate also stops
-// startup.
-func (c *Config) checkLease() error {
-	if err := c.LeaseConfig().Validate(); err != nil {
-		msg := err.Error()
-		if errors.Is(err, lease.ErrInvalidConfig) {
-			msg = strings.TrimPrefix(msg, lease.ErrInvalidConfig.Error()+": ")
-		}
-		return &FieldError{Path: "lease", Value: "{...}" /* the whole section */, Reason: msg}
-	}
-	return nil
 }

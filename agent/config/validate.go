@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -27,9 +28,6 @@ func (c *Config) Validate() error {
 		if err != nil {
 			return invalid(fmt.Sprintf("lease.relays[%d]", i), r, err.Error())
 		}
-		if seen[n] {
-			return invalid(fmt.Sprintf("lease.relays[%d]", i), r, "duplicate relay (after normalisation: "+n+")")
-		}
 		seen[n] = true
 		relays = append(relays, n)
 	}
@@ -45,7 +43,7 @@ func (c *Config) Validate() error {
 	if err != nil {
 		return err
 	}
-	if err := c.check(len(relays)); err != nil {
+	if err := c.check(relays); err != nil {
 		return err
 	}
 	c.Lease.Relays = relays
@@ -54,7 +52,7 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func (c *Config) check(nRelays int) error {
+func (c *Config) check(relays []string) error {
 	a, l := c.Agent, c.Lease
 	if a.DataDir == "" {
 		return invalid("agent.data_dir", a.DataDir, "must not be empty")
@@ -64,40 +62,25 @@ func (c *Config) check(nRelays int) error {
 			return invalid("agent.listen", a.Listen, err.Error())
 		}
 	}
-	if nRelays == 0 {
-		return invalid("lease.relays", rawValue("[]"), "at least one relay is required (ws:// or wss:// URL)")
-	}
-	if l.Quorum < 1 {
-		return invalid("lease.quorum", l.Quorum, "must be >= 1")
-	}
-	if nRelays > lease.MaxRelays {
-		return invalid("lease.relays", rawValue(fmt.Sprintf("[%d relays]", nRelays)), fmt.Sprintf("at most %d relays", lease.MaxRelays))
-	}
-	if l.Quorum > nRelays {
-		return invalid("lease.quorum", l.Quorum, fmt.Sprintf("must be <= number of relays (%d)", nRelays))
+	// The lease rules (relays, quorum, timings and how they relate) are
+	// lease.Config.Validate's, which names the keys of this file.
+	lc := c.LeaseConfig()
+	lc.Relays = relays
+	if err := lc.Validate(); err != nil {
+		var ce *lease.ConfigError
+		if errors.As(err, &ce) {
+			return &FieldError{Path: ce.Key, Value: ce.Value, Reason: ce.Reason}
+		}
+		return err
 	}
 	for _, d := range []struct {
 		path string
 		v    time.Duration
 		zero bool // zero allowed
 	}{
-		{"lease.t1", l.T1, false},
-		{"lease.t2", l.T2, false},
-		{"lease.stale", l.Stale, false},
-		{"lease.max_skew", l.MaxSkew, true},
-		{"lease.provision_timeout", l.ProvisionTimeout, false},
-		{"lease.takeover_after", l.TakeoverAfter, false},
-		{"lease.relay_delay", l.RelayDelay, true},
-		{"lease.restart_backoff_initial", l.RestartBackoffInitial, false},
-		{"lease.restart_backoff_max", l.RestartBackoffMax, false},
-		{"lease.restart_backoff_reset_after", l.RestartBackoffResetAfter, false},
-		{"lease.claim_retry_base", l.ClaimRetryBase, false},
-		{"lease.claim_retry_max", l.ClaimRetryMax, false},
-		{"lease.claim_timeout", l.ClaimTimeout, false},
 		{"agent.tick_interval", a.TickInterval, false},
 		{"agent.publish_timeout", a.PublishTimeout, false},
 		{"agent.max_step_age", a.MaxStepAge, false},
-		{"heartbeat.interval", c.Heartbeat.Interval, false},
 		{"heartbeat.ttl", c.Heartbeat.TTL, false},
 		{"backend.stop_grace", c.Backend.StopGrace, false},
 		{"courier.backoff_initial", c.Courier.BackoffInitial, false},
@@ -121,27 +104,8 @@ func (c *Config) check(nRelays int) error {
 	if a.MaxStepAge <= a.TickInterval {
 		return invalid("agent.max_step_age", a.MaxStepAge, fmt.Sprintf("must exceed agent.tick_interval (%s)", a.TickInterval))
 	}
-	if l.RestartBackoffMax < l.RestartBackoffInitial {
-		return invalid("lease.restart_backoff_max", l.RestartBackoffMax,
-			fmt.Sprintf("must be >= lease.restart_backoff_initial (%s)", l.RestartBackoffInitial))
-	}
 	if l.RestartMaxAttempts < 0 || l.RestartMaxAttempts > lease.MaxRestartAttempts {
 		return invalid("lease.restart_max_attempts", l.RestartMaxAttempts, fmt.Sprintf("must be 0 to %d", lease.MaxRestartAttempts))
-	}
-	if l.ClaimRetryMax < l.ClaimRetryBase {
-		return invalid("lease.claim_retry_max", l.ClaimRetryMax,
-			fmt.Sprintf("must be >= lease.claim_retry_base (%s)", l.ClaimRetryBase))
-	}
-	if l.ProvisionTimeout > l.T1+l.T2 {
-		return invalid("lease.provision_timeout", l.ProvisionTimeout, fmt.Sprintf("must be <= t1+t2 (%s)", l.T1+l.T2))
-	}
-	if fence := l.T1 + l.T2 + l.Stale + l.MaxSkew + l.RelayDelay; l.TakeoverAfter <= fence {
-		return invalid("lease.takeover_after", l.TakeoverAfter, fmt.Sprintf(
-			"must exceed the holder's self-fencing time plus relay delay, t1+t2+stale+max_skew+relay_delay (%s)", fence))
-	}
-	if l.Stale < 2*c.Heartbeat.Interval {
-		return invalid("heartbeat.interval", c.Heartbeat.Interval,
-			fmt.Sprintf("must be at most half of lease.stale (%s) so a lost heartbeat does not cost quorum", l.Stale))
 	}
 	if minTTL := heartbeat.MinHeartbeatTTL(l.Stale, l.MaxSkew); c.Heartbeat.TTL < minTTL {
 		return invalid("heartbeat.ttl", c.Heartbeat.TTL, fmt.Sprintf(
@@ -174,7 +138,7 @@ func (c *Config) check(nRelays int) error {
 	default:
 		return invalid("log.format", c.Log.Format, "want text or json")
 	}
-	return c.checkLease()
+	return nil
 }
 
 // checkDialAddrs validates lease.dial_addrs against the normalised relay set
