@@ -380,6 +380,7 @@ func TestStatusAfterFailover(t *testing.T) {
 			w.Primary, w.Standbys, w.NoStandby, pubA, pubB)
 	}
 
+	waitMetricLine(t, strings.TrimSuffix(a.status, "/status")+"/metrics", "agent_workloads_without_standby 0")
 	a.kill(t)
 	after := b.waitStatus(t, "web-1 live on the standby, its former primary not alive", 120*time.Second, func(st agent.Status) bool {
 		w, ok := workloadIn(st, "web-1")
@@ -397,6 +398,10 @@ func TestStatusAfterFailover(t *testing.T) {
 			t.Errorf("status after the failover = %q, want it to contain %q", st.stdout, want)
 		}
 	}
+	// The alert rules' metrics (deploy/prometheus/alerts.yml) say the same.
+	metricsB := strings.TrimSuffix(b.status, "/status") + "/metrics"
+	waitMetricLine(t, metricsB, "agent_workloads_without_standby 1")
+	waitMetricLine(t, metricsB, "agent_own_quorum 1")
 	if strings.Contains(st.stdout, shortKey(pubB)+"  "+shortKey(pubB)) {
 		t.Errorf("status after the failover shows the holder as its own standby: %q", st.stdout)
 	}
