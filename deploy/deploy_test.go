@@ -363,3 +363,95 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("promtool check rules (the dashboard's expressions as recording rules): %v\n%s\n%s", err, out, names.String())
 	}
 }
+
+// unitLines returns a unit file's settings, comments and blank lines left
+// out, continuation lines joined.
+func unitLines(t *testing.T, path string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	cont := ""
+	for _, l := range strings.Split(string(raw), "\n") {
+		l = strings.TrimSpace(l)
+		if cont == "" && (l == "" || strings.HasPrefix(l, "#")) {
+			continue
+		}
+		if s, ok := strings.CutSuffix(l, "\\"); ok {
+			cont += s + " "
+			continue
+		}
+		out = append(out, cont+l)
+		cont = ""
+	}
+	return out
+}
+
+// TestPodmanUnitDiffersOnlyInExecStart keeps the two units one sandbox:
+// the podman unit may differ from the process backend's only in
+// Description and in ExecStart's config file.
+func TestPodmanUnitDiffersOnlyInExecStart(t *testing.T) {
+	proc := unitLines(t, filepath.Join("systemd", "provider-agent.service"))
+	pod := unitLines(t, filepath.Join("systemd", "provider-agent-podman.service"))
+	if len(proc) != len(pod) {
+		t.Fatalf("provider-agent.service has %d settings, provider-agent-podman.service %d; want the same", len(proc), len(pod))
+	}
+	for i := range proc {
+		if proc[i] == pod[i] {
+			continue
+		}
+		key, _, _ := strings.Cut(proc[i], "=")
+		if key != "Description" && key != "ExecStart" {
+			t.Errorf("the units differ in %q / %q: only Description and ExecStart may", proc[i], pod[i])
+		}
+	}
+}
+
+// TestSystemdUnits runs systemd-analyze verify on both units and the
+// unprivileged drop-in, with a stand-in for the binary (verify checks that
+// ExecStart's program exists); anything it prints fails (it exits 0 on an
+// unknown key or a bad value). CI runs the same check in .ci/run.
+func TestSystemdUnits(t *testing.T) {
+	analyze := tool(t, "systemd-analyze")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "provider-agent")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	units, err := filepath.Glob(filepath.Join("systemd", "*.service"))
+	if err != nil || len(units) != 2 {
+		t.Fatalf("units %v (%v), want provider-agent.service and provider-agent-podman.service", units, err)
+	}
+	var names []string
+	for _, u := range units {
+		raw, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.ReplaceAll(string(raw), "/usr/local/bin/provider-agent", bin)
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(u)), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, filepath.Base(u))
+	}
+	dropins := filepath.Join(dir, "provider-agent.service.d")
+	if err := os.Mkdir(dropins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join("systemd", "unprivileged.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dropins, "unprivileged.conf"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(analyze, append([]string{"verify"}, names...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "SYSTEMD_UNIT_PATH="+dir+":")
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("systemd-analyze verify %v: %v\n%s", names, err, out)
+	}
+}
