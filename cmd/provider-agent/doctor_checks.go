@@ -64,8 +64,8 @@ func doctorChecks(ctx context.Context, flags *config.Flags, opts doctorOptions, 
 
 func checkConfig(cfg config.Config, source string) checkResult {
 	return checkResult{Check: "config", Target: source, Status: checkOK,
-		Detail: fmt.Sprintf("valid: %d relays, quorum %d, heartbeat every %v, backend %s (containment %s)",
-			len(cfg.Lease.Relays), cfg.Lease.Quorum, cfg.Heartbeat.Interval, cfg.Backend.Kind, cfg.Backend.Containment)}
+		Detail: fmt.Sprintf("valid: %s, quorum %d, heartbeat every %v, backend %s (containment %s)",
+			plural(len(cfg.Lease.Relays), "relay"), cfg.Lease.Quorum, cfg.Heartbeat.Interval, cfg.Backend.Kind, cfg.Backend.Containment)}
 }
 
 // checkKeyFile loads the key file as run does; it returns the secret (hex;
@@ -346,7 +346,7 @@ func checkClock(ctx context.Context, cfg config.Config, now func() time.Time) ch
 		r.Detail = c.Why + ": the agent would take over nothing and fence what it holds; fix the clock (NTP: timedatectl set-ntp true)"
 	default:
 		r.Status = checkOK
-		r.Detail = fmt.Sprintf("offset %+.1fs against %d relays (bound %v)", c.Offset.Seconds(), c.Answered, c.Bound)
+		r.Detail = fmt.Sprintf("offset %+.1fs against %s (bound %v)", c.Offset.Seconds(), plural(c.Answered, "relay"), c.Bound)
 	}
 	return r
 }
@@ -441,4 +441,12 @@ func mib(b uint64) string {
 		return fmt.Sprintf("%d GiB", b>>30)
 	}
 	return fmt.Sprintf("%d MiB", b>>20)
+}
+
+// plural is "1 relay", "3 relays".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
