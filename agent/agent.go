@@ -823,7 +823,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 	noStandby := 0
 	for i := range ws {
 		providers[ws[i].Primary] = true
-		if ws[i].NoStandby && ws[i].Primary == a.self && !lease.State(ws[i].State).Terminal() {
+		if ws[i].NoStandby {
 			noStandby++
 		}
 	}

@@ -16,7 +16,7 @@ type metrics struct {
 	transitions    *prometheus.CounterVec // from, to
 	quorum         *prometheus.GaugeVec   // provider: 1 when it has relay quorum now
 	ownQuorum      prometheus.Gauge       // quorum's value for this agent's own key
-	noStandby      prometheus.Gauge       // held workloads whose standbys are all used up
+	noStandby      prometheus.Gauge       // held workloads with no standby alive (WorkloadStatus.NoStandby)
 	eventsAccepted *prometheus.CounterVec // kind
 	eventsRejected *prometheus.CounterVec // reason
 	revocations    *prometheus.CounterVec // direction: sent, received
@@ -66,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "agent_own_quorum", Help: "1 while this agent's own heartbeats are on at least M relays (its relay quorum), else 0.",
 		}),
 		noStandby: f.NewGauge(prometheus.GaugeOpts{
-			Name: "agent_workloads_without_standby", Help: "Workloads this agent holds whose lease named standbys of which none is left (after a failover): nobody takes over if this node fails.",
+			Name: "agent_workloads_without_standby", Help: "Workloads this agent holds that have standbys, none of which it sees alive (no heartbeat within stale): nobody takes over if this node fails.",
 		}),
 		eventsAccepted: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_events_accepted_total", Help: "Events that passed every check and were fed to the lease machine, by kind.",

@@ -55,7 +55,7 @@ var documentedMetrics = []metricDoc{
 	{section: "agent", name: "agent_own_quorum", typ: "gauge",
 		help: "1 while this agent's own heartbeats are on at least M relays (its relay quorum), else 0: `agent_provider_quorum` of its own key"},
 	{section: "agent", name: "agent_workloads_without_standby", typ: "gauge",
-		help: "workloads this agent holds whose lease named standbys of which none is left (after a failover; `status` says `no standby left`): nobody takes over if this node fails"},
+		help: "workloads this agent holds that have standbys, none of which it sees alive (no heartbeat within `stale`; `status` says `no standby alive`): nobody takes over if this node fails"},
 	{section: "agent", name: "agent_events_accepted_total", typ: "counter", labels: []string{"kind"},
 		values: map[string][]string{"kind": {"heartbeat", "revocation", "promotion", "lease_grant"}},
 		help:   "events that passed every check and were fed to the lease machine"},

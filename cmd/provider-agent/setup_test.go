@@ -380,7 +380,6 @@ func TestStatusAfterFailover(t *testing.T) {
 			w.Primary, w.Standbys, w.NoStandby, pubA, pubB)
 	}
 
-	waitMetricLine(t, strings.TrimSuffix(a.status, "/status")+"/metrics", "agent_workloads_without_standby 0")
 	a.kill(t)
 	after := b.waitStatus(t, "web-1 live on the standby, its former primary not alive", 120*time.Second, func(st agent.Status) bool {
 		w, ok := workloadIn(st, "web-1")
@@ -398,7 +397,8 @@ func TestStatusAfterFailover(t *testing.T) {
 			t.Errorf("status after the failover = %q, want it to contain %q", st.stdout, want)
 		}
 	}
-	// The alert rules' metrics (deploy/prometheus/alerts.yml) say the same.
+	// The alert rules' metrics (deploy/prometheus/alerts.yml) say the same,
+	// and again once the former primary stands by.
 	metricsB := strings.TrimSuffix(b.status, "/status") + "/metrics"
 	waitMetricLine(t, metricsB, "agent_workloads_without_standby 1")
 	waitMetricLine(t, metricsB, "agent_own_quorum 1")
@@ -417,6 +417,7 @@ func TestStatusAfterFailover(t *testing.T) {
 		return ok && w.State == "live" && !w.NoStandby
 	})
 	t.Logf("the holder had a standby again %v after the failover (the former primary restarted at once)", time.Since(failover).Round(time.Millisecond))
+	waitMetricLine(t, metricsB, "agent_workloads_without_standby 0")
 	b.stop(t)
 	list := must(t, nil, "workloads", "list", "--config", cfgB)
 	if !strings.Contains(list.stdout, shortKey(pubA)) {
