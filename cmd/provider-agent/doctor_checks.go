@@ -359,7 +359,7 @@ func checkContainment(cfg config.Config) checkResult {
 		r.Status, r.Detail = checkSkip, fmt.Sprintf("backend.kind = %s: doctor probes the process backend only", cfg.Backend.Kind)
 		return r
 	}
-	c, err := backend.ProbeContainment(backend.ContainMode(cfg.Backend.Containment))
+	c, err := probeContainment(backend.ContainMode(cfg.Backend.Containment))
 	switch {
 	case err != nil:
 		r.Detail = err.Error()
@@ -369,6 +369,34 @@ func checkContainment(cfg config.Config) checkResult {
 		r.Status, r.Detail = checkOK, c.Summary
 	}
 	return r
+}
+
+// probeContainment is backend.ProbeContainment, once per mode and
+// process: the host does not change while doctor runs, and each probe
+// starts this binary a few times (slow under the race detector, where the
+// tests run doctor a dozen times).
+func probeContainment(mode backend.ContainMode) (backend.Containment, error) {
+	probes.mu.Lock()
+	defer probes.mu.Unlock()
+	if r, ok := probes.done[mode]; ok {
+		return r.c, r.err
+	}
+	c, err := backend.ProbeContainment(mode)
+	if probes.done == nil {
+		probes.done = map[backend.ContainMode]probeResult{}
+	}
+	probes.done[mode] = probeResult{c, err}
+	return c, err
+}
+
+type probeResult struct {
+	c   backend.Containment
+	err error
+}
+
+var probes struct {
+	mu   sync.Mutex
+	done map[backend.ContainMode]probeResult
 }
 
 // checkBlossom checks that every uploader server answers.

@@ -84,7 +84,7 @@ func TestDoctor(t *testing.T) {
 	// A host that cannot contain workloads (no root, no user namespaces,
 	// no cgroup to write) fails the containment check whatever else holds.
 	uncontained := false
-	if c, err := backend.ProbeContainment(backend.ContainAuto); err != nil || c.Warning != "" {
+	if c, err := probeContainment(backend.ContainAuto); err != nil || c.Warning != "" {
 		uncontained = true
 		t.Logf("this host cannot contain workloads (%v %s): the containment check is expected to fail", err, c.Warning)
 	}
@@ -191,7 +191,7 @@ func TestDoctorText(t *testing.T) {
 	good := relaytest.Start(t).URL()
 	data := filepath.Join(t.TempDir(), "data")
 	newKey(t, filepath.Join(data, "identity.key"))
-	if c, err := backend.ProbeContainment(backend.ContainAuto); err != nil || c.Warning != "" {
+	if c, err := probeContainment(backend.ContainAuto); err != nil || c.Warning != "" {
 		t.Skipf("this host cannot contain workloads (%v %s): doctor cannot pass here", err, c.Warning)
 	}
 	var out bytes.Buffer
