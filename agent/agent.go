@@ -820,15 +820,23 @@ func (a *Agent) refreshStatus(now time.Time) {
 	// Quorum of this provider and of every holder it watches (ws is written
 	// only here, on the machine goroutine: no lock needed to read it).
 	providers := map[string]bool{a.self: true}
+	noStandby := 0
 	for i := range ws {
 		providers[ws[i].Primary] = true
+		if ws[i].NoStandby {
+			noStandby++
+		}
 	}
+	a.met.noStandby.Set(float64(noStandby))
 	for p := range providers {
 		q := 0.0
 		if a.machine().HasQuorum(now, p) {
 			q = 1
 		}
 		a.met.quorum.WithLabelValues(p).Set(q)
+		if p == a.self {
+			a.met.ownQuorum.Set(q)
+		}
 	}
 }
 

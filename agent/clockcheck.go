@@ -148,14 +148,7 @@ func (a *Agent) clockCheckLoop(ctx context.Context) error {
 	dial := normaliseKeys(a.cfg.DialAddrs)
 	var prev, sent *bool
 	for {
-		samples := make([]clockSample, len(relays))
-		for i, r := range relays {
-			d := r
-			if v, ok := dial[r]; ok {
-				d = v
-			}
-			samples[i] = sampleRelayClock(ctx, client, r, d, a.now, 2*time.Second)
-		}
+		samples := sampleClocks(ctx, client, relays, dial, a.now)
 		if v, ok := judgeClock(samples, a.cfg.Lease.M, bound); ok {
 			a.met.clockOffset.Set(v.offset.Seconds())
 			if prev != nil && *prev == v.suspect && (sent == nil || *sent != v.suspect) {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"provideragent/agent"
 	"provideragent/agent/backend"
 	"provideragent/agent/config"
+	"provideragent/internal/sdnotify"
 	"provideragent/internal/sqlitedb"
 	"provideragent/uploader"
 )
@@ -73,6 +75,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		_, err := io.WriteString(stdout, config.Example())
 		return err
 	}
+	// Before any workload can inherit $NOTIFY_SOCKET (systemd Type=notify).
+	notify := sdnotify.FromEnv()
 	cfg, err := flags.Resolve(os.Environ())
 	if err != nil {
 		return err
@@ -160,7 +164,13 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintf(stdout, "provider-agent: running as %s with %d relays (quorum %d); status %s; data %s\n",
 		a.Npub(), len(cfg.Lease.Relays), cfg.Lease.Quorum, where, cfg.DBPath())
+	nctx, stopNotify := context.WithCancel(ctx)
+	var notifying sync.WaitGroup
+	notifying.Go(func() { notifyReady(nctx, notify, a, cfg.Lease.Quorum, logger) })
 	runErr := a.Run(ctx)
+	stopNotify()
+	notifying.Wait()
+	_ = notify.Notify("STOPPING=1", "STATUS=stopping: workloads are being stopped")
 	// Workload processes keep running only as long as the backend: close it
 	// (stops them) with a bounded grace.
 	cctx, cancel := context.WithTimeout(context.Background(), cfg.Backend.StopGrace+5*time.Second)

@@ -397,6 +397,11 @@ func TestStatusAfterFailover(t *testing.T) {
 			t.Errorf("status after the failover = %q, want it to contain %q", st.stdout, want)
 		}
 	}
+	// The alert rules' metrics (deploy/prometheus/alerts.yml) say the same,
+	// and again once the former primary stands by.
+	metricsB := strings.TrimSuffix(b.status, "/status") + "/metrics"
+	waitMetricLine(t, metricsB, "agent_workloads_without_standby 1")
+	waitMetricLine(t, metricsB, "agent_own_quorum 1")
 	if strings.Contains(st.stdout, shortKey(pubB)+"  "+shortKey(pubB)) {
 		t.Errorf("status after the failover shows the holder as its own standby: %q", st.stdout)
 	}
@@ -412,6 +417,7 @@ func TestStatusAfterFailover(t *testing.T) {
 		return ok && w.State == "live" && !w.NoStandby
 	})
 	t.Logf("the holder had a standby again %v after the failover (the former primary restarted at once)", time.Since(failover).Round(time.Millisecond))
+	waitMetricLine(t, metricsB, "agent_workloads_without_standby 0")
 	b.stop(t)
 	list := must(t, nil, "workloads", "list", "--config", cfgB)
 	if !strings.Contains(list.stdout, shortKey(pubA)) {
