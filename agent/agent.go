@@ -769,9 +769,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 		if !ok {
 			return WorkloadStatus{}, false
 		}
-		v := WorkloadView(w, a.self) // Status fills Running
-		v.NoStandby = w.Holder == a.self && w.State.Holding() && len(v.Standbys) > 0 && a.machine().Successor(id) == ""
-		return v, true
+		return WorkloadView(w, a.self), true // Status fills Running; NoStandby is set below
 	}
 	sus, why := a.machine().ClockSuspect()
 	a.view.mu.Lock()
@@ -813,6 +811,16 @@ func (a *Agent) refreshStatus(now time.Time) {
 		}
 	}
 	clear(a.view.ids)
+	// Whether a standby is alive changes without any state change: every
+	// refresh sets it on every held row.
+	noStandby := 0
+	for i := range ws {
+		w := &ws[i]
+		w.NoStandby = w.Primary == a.self && lease.State(w.State).Holding() && len(w.Standbys) > 0 && !a.machine().StandbyAlive(w.ID)
+		if w.NoStandby {
+			noStandby++
+		}
+	}
 	a.view.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.machine().AwaitingSync(), Workloads: ws,
 		ClockSuspect: sus, ClockWhy: why, Containment: a.containment.Summary, ContainmentWarning: a.containment.Warning}
 	a.view.counts = counts
@@ -820,12 +828,8 @@ func (a *Agent) refreshStatus(now time.Time) {
 	// Quorum of this provider and of every holder it watches (ws is written
 	// only here, on the machine goroutine: no lock needed to read it).
 	providers := map[string]bool{a.self: true}
-	noStandby := 0
 	for i := range ws {
 		providers[ws[i].Primary] = true
-		if ws[i].NoStandby {
-			noStandby++
-		}
 	}
 	a.met.noStandby.Set(float64(noStandby))
 	for p := range providers {

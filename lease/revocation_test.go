@@ -288,3 +288,32 @@ func TestFormerPrimaryRejoinsAsStandby(t *testing.T) {
 	alice.wantEffects("alice hears bob's revocation", alice.m.ObserveRevocation(at(400*s), r),
 		"entered w1 standby -> promoting epoch=2", "claim w1 epoch=3")
 }
+
+// TestStandbyAlive: a holder sees a standby alive while one of the
+// members standing by for it sent a counting heartbeat within Stale, the
+// former primary included once another provider holds; Successor names
+// the first of them.
+func TestStandbyAlive(t *testing.T) {
+	h := liveAlice(t, warmSpec("w1", "alice", "bob", "carol"), 100*s, nil)
+	if h.m.StandbyAlive("w1") || h.m.Successor("w1") != "" {
+		t.Fatalf("no standby heard: StandbyAlive = %v, Successor = %q, want false, none", h.m.StandbyAlive("w1"), h.m.Successor("w1"))
+	}
+	h.hb(101*s, "carol", []int{1}, []WorkloadEpoch{})
+	h.tick(102 * s)
+	if !h.m.StandbyAlive("w1") || h.m.Successor("w1") != key("carol") {
+		t.Fatalf("carol heard: StandbyAlive = %v, Successor = %q, want true, carol", h.m.StandbyAlive("w1"), h.m.Successor("w1"))
+	}
+	h.hb(102*s, "bob", []int{2}, []WorkloadEpoch{})
+	h.tick(103 * s)
+	if got := h.m.Successor("w1"); got != key("bob") {
+		t.Fatalf("bob and carol heard: Successor = %q, want bob (the first standby)", got)
+	}
+	h.hb(100*s+h.m.Config().Stale, "alice", all3, []WorkloadEpoch{{"w1", 1}}) // alice keeps quorum
+	h.tick(102*s + h.m.Config().Stale)
+	if h.m.StandbyAlive("w1") {
+		t.Fatalf("Stale after the standbys' last heartbeats: StandbyAlive = true, want false")
+	}
+	if h.m.StandbyAlive("nope") {
+		t.Fatalf("StandbyAlive(untracked) = true")
+	}
+}

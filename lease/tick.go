@@ -239,21 +239,46 @@ func (m *Machine) Successor(id string) string {
 	return m.successor(w.standbysBut(m.self))
 }
 
-// successor is the first standby this provider still sees alive: a counting
-// heartbeat within Stale on at least one relay.
+// StandbyAlive reports whether anyone stands by for this provider's hold
+// of workload id: a member of standbysBut(self) it sees alive. It is
+// Successor(id) != "" without allocating, for status refreshes of every
+// held workload.
+func (m *Machine) StandbyAlive(id string) bool {
+	w := m.byID[id]
+	if w == nil {
+		return false
+	}
+	for _, s := range w.Spec.Standbys {
+		if s != m.self && m.alive(s) {
+			return true
+		}
+	}
+	return w.Spec.Primary != m.self && len(w.Spec.Standbys) > 0 && m.alive(w.Spec.Primary)
+}
+
+// successor is the first standby this provider still sees alive.
 func (m *Machine) successor(standbys []string) string {
 	for _, s := range standbys {
-		i, ok := m.provIdx[s]
-		if !ok {
-			continue
-		}
-		for _, seen := range m.provs[i].Seen {
-			if !seen.IsZero() && m.now.Sub(seen) < m.cfg.Stale {
-				return s
-			}
+		if m.alive(s) {
+			return s
 		}
 	}
 	return ""
+}
+
+// alive reports whether provider s sent a counting heartbeat within Stale
+// on at least one relay.
+func (m *Machine) alive(s string) bool {
+	i, ok := m.provIdx[s]
+	if !ok {
+		return false
+	}
+	for _, seen := range m.provs[i].Seen {
+		if !seen.IsZero() && m.now.Sub(seen) < m.cfg.Stale {
+			return true
+		}
+	}
+	return false
 }
 
 // handOff appends the stop and then the revocation (rule 7).

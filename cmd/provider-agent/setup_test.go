@@ -345,7 +345,7 @@ func TestReadOnlyDataDirReportsTheCause(t *testing.T) {
 
 // TestStatusAfterFailover: a primary and a standby, the grant published by
 // the primary and trusted by the standby (as the README says to set it
-// up). The primary is killed; the standby takes over. Its status shows it
+// up). The primary sees its standby alive. The primary is killed; the standby takes over. Its status shows it
 // as the holder, the former primary as its standby, none of them alive.
 // The former primary is started again: it is fenced by epoch 2 and rejoins
 // as the new holder's standby (issue 31 item 3), and the holder's status
@@ -379,6 +379,14 @@ func TestStatusAfterFailover(t *testing.T) {
 		t.Errorf("standby's /status before the failover = holder %s standbys %v no_standby %v, want holder %s standbys [%s]",
 			w.Primary, w.Standbys, w.NoStandby, pubA, pubB)
 	}
+
+	// The primary sees its standby alive within a few heartbeats of the
+	// standby's start (no state change of the workload marks the moment).
+	a.waitStatus(t, "the primary sees its standby alive", 10*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, "web-1")
+		return ok && w.State == "live" && !w.NoStandby
+	})
+	waitMetricLine(t, strings.TrimSuffix(a.status, "/status")+"/metrics", "agent_workloads_without_standby 0")
 
 	a.kill(t)
 	after := b.waitStatus(t, "web-1 live on the standby, its former primary not alive", 120*time.Second, func(st agent.Status) bool {
