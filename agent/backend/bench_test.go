@@ -30,7 +30,7 @@ func BenchmarkStartStop(b *testing.B) {
 	}
 	base := float64(baseN) / time.Since(start).Seconds()
 
-	for _, c := range append([]containCase{{"auto", ContainAuto, 0}}, containCases(b)...) {
+	for _, c := range append([]containCase{{"auto", ContainAuto, 0, ""}}, containCases(b)...) {
 		b.Run(c.name, func(b *testing.B) {
 			cfg := ProcessConfig{StopGrace: 10 * time.Second, LogDir: b.TempDir(), Containment: c.mode, cgroupVersion: c.cgroupVersion}
 			p, err := NewProcess(cfg, nil)
