@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(helperEnv); dir != "" {
 		os.Exit(runHelperAgent(dir, os.Getenv(helperLineEnv), os.Getenv(helperModeEnv)))
 	}
+	if dir := os.Getenv(podmanHelperEnv); dir != "" {
+		os.Exit(runPodmanHelper(dir, os.Getenv(podmanLineEnv), os.Getenv(podmanDirEnv)))
+	}
 	os.Exit(m.Run())
 }
 

@@ -117,6 +117,7 @@ func (f *agentFiles) checkUnchanged(t *testing.T) {
 // hostileLine is a workload that tries, each in turn, to read the key file
 // and the database, write into the data dir and the database, read another
 // workload's checkpoint directory and log, read the agent's environment,
+// reach the host's root through pid 1 (its supervisor, in a PID namespace),
 // and signal the agent and its own supervisor; it prints one line per
 // attempt: "ATTEMPT <what> failed: <error>" or "ATTEMPT <what> SUCCEEDED".
 // It also prints its environment and ids.
@@ -130,6 +131,7 @@ func hostileLine(f *agentFiles, agentPid int, victimCheckpoint, victimLog string
 		{"read-victim-checkpoint", "cat " + filepath.Join(victimCheckpoint, "secret")},
 		{"read-victim-log", "cat " + victimLog},
 		{"read-agent-environ", "cat /proc/" + strconv.Itoa(agentPid) + "/environ"},
+		{"host-root-via-pid1", "ls /proc/1/root/"},
 		{"signal-agent", "kill -KILL " + strconv.Itoa(agentPid)},
 		{"signal-supervisor", "kill -KILL 1"},
 	}
@@ -143,7 +145,7 @@ func hostileLine(f *agentFiles, agentPid int, victimCheckpoint, victimLog string
 }
 
 // hostileAttempts is the number of attempts of hostileLine.
-const hostileAttempts = 10
+const hostileAttempts = 11
 
 // deniedErrors are the errors an attempt may fail with: EACCES and EPERM;
 // ESRCH for a signal to a process outside the workload's PID namespace

@@ -192,9 +192,16 @@ func runShim(v string, args []string) int {
 			started("error a holding supervisor needs a PID namespace")
 			return 1
 		}
+		// A container sees this process as its pid 1: nothing of it (its
+		// root, which is the host's, its descriptors) may be reachable
+		// through /proc, whatever user the container runs as.
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			started("error set not dumpable: " + err.Error())
+			return 1
+		}
 		started("ok " + strconv.Itoa(t.self))
 		debug.FreeOSMemory()
-		ws := superviseHold(cfg, t, sigs, lifeline)
+		ws := superviseHold(cfg, sigs, lifeline)
 		_, _ = syscall.Write(shimStatusFd, []byte(fmt.Sprintf("%d %d\n", cfg.token, uint32(ws))))
 		return ws.ExitStatus()
 	}
@@ -405,7 +412,7 @@ func (t shimTree) kill(main int, mainUnreaped bool) int {
 // grace) and returns once the namespace holds nothing else; when the
 // container ended (SIGUSR1) it kills what is left at once; when the agent
 // dies it kills everything and exits.
-func superviseHold(cfg shimConfig, t shimTree, sigs <-chan os.Signal, lifeline <-chan struct{}) syscall.WaitStatus {
+func superviseHold(cfg shimConfig, sigs <-chan os.Signal, lifeline <-chan struct{}) syscall.WaitStatus {
 	var (
 		ending   bool // stop asked, or the container ended
 		escalate <-chan time.Time
