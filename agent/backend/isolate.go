@@ -200,7 +200,7 @@ func detectIsolation(cfg isolationConfig) (*Isolation, *workdirs, error) {
 	if err := w.open(cfg.dir, cfg.label); err != nil {
 		return nil, nil, err
 	}
-	iso.WorkloadDir = w.root
+	iso.WorkloadDir = w.where()
 	iso.Summary = iso.String()
 	return iso, w, nil
 }
@@ -264,10 +264,14 @@ func lookupUser(s string) (uid, gid uint32, name string, err error) {
 }
 
 // workdirs are a backend's workload directories (see the layout above)
-// and the uid each workload has.
+// and the uid each workload has. The directories are made by the first
+// start, so an agent that runs nothing leaves nothing behind.
 type workdirs struct {
-	root    string // <workload dir>/<marker>
+	dir     string // the workload dir; "" for a temporary one
+	label   string
+	root    string // <workload dir>/<label>; "" until a temporary one is made
 	temp    string // a temporary workload dir this backend made (removed by close)
+	made    bool   // root exists
 	isolate bool   // chown the leaves to the workloads' uids
 
 	fixed    *uint32 // one configured user for every workload
@@ -293,29 +297,18 @@ func (w *workdirs) probeID() uint32 {
 	return w.uids.First
 }
 
-// open makes the backend's directory under dir (a temporary dir when
-// dir is ""), checks that a workload user can reach it, and reads which
+// open names the backend's directory under dir (a temporary dir when dir
+// is ""), checks that a workload user can reach it, and reads which
 // workload has which uid.
 func (w *workdirs) open(dir, label string) error {
-	if dir == "" {
-		t, err := os.MkdirTemp("", "provider-agent-workloads-")
-		if err == nil {
-			err = os.Chmod(t, 0o711)
-		}
-		if err != nil {
-			return fmt.Errorf("backend: workload dir: %w", err)
-		}
-		w.temp, dir = t, t
-	} else if err := os.MkdirAll(dir, 0o711); err != nil {
-		return fmt.Errorf("backend: workload dir: %w", err)
-	}
 	if label == "" {
 		label = "backend"
 	}
-	w.root = filepath.Join(dir, label)
-	if err := mkdirOwned(w.root, 0o711, -1, -1); err != nil {
-		return fmt.Errorf("backend: workload dir: %w", err)
+	w.dir, w.label = dir, label
+	if dir == "" {
+		return nil
 	}
+	w.root = filepath.Join(dir, label)
 	if w.isolate {
 		if err := reachable(w.root); err != nil {
 			return fmt.Errorf("backend: workload_dir %s: %w: workload users could not reach their directories; "+
@@ -323,9 +316,13 @@ func (w *workdirs) open(dir, label string) error {
 		}
 	}
 	ents, err := os.ReadDir(w.root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("backend: workload dir: %w", err)
 	}
+	w.made = true
 	for _, e := range ents {
 		var st syscall.Stat_t
 		if syscall.Lstat(filepath.Join(w.root, e.Name(), "home"), &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
@@ -339,6 +336,39 @@ func (w *workdirs) open(dir, label string) error {
 }
 
 func (w *workdirs) inRange(uid uint32) bool { return uid >= w.uids.First && uid <= w.uids.Last }
+
+// make creates the backend's directory (and the workload dir, or a
+// temporary one). w.mu held.
+func (w *workdirs) make() error {
+	if w.made {
+		return nil
+	}
+	if w.dir == "" {
+		t, err := os.MkdirTemp("", "provider-agent-workloads-")
+		if err == nil {
+			err = os.Chmod(t, 0o711)
+		}
+		if err != nil {
+			return err
+		}
+		w.temp, w.root = t, filepath.Join(t, w.label)
+	} else if err := os.MkdirAll(w.dir, 0o711); err != nil {
+		return err
+	}
+	if err := mkdirOwned(w.root, 0o711, -1, -1); err != nil {
+		return err
+	}
+	w.made = true
+	return nil
+}
+
+// where names the workload dir for logs and /status.
+func (w *workdirs) where() string {
+	if w.dir == "" {
+		return "a temporary directory"
+	}
+	return w.root
+}
 
 // close removes a temporary workload dir.
 func (w *workdirs) close() {
@@ -355,6 +385,9 @@ var errNoUID = errors.New("every uid of backend.workload_uids belongs to a workl
 func (w *workdirs) prepare(name string, epoch uint64) (workdir, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if err := w.make(); err != nil {
+		return workdir{}, fmt.Errorf("workload directory: %w", err)
+	}
 	base := filepath.Join(w.root, name)
 	d := workdir{home: filepath.Join(base, "home"), checkpoint: filepath.Join(base, "checkpoint", strconv.FormatUint(epoch, 10))}
 	uid, gid := -1, -1
@@ -440,7 +473,7 @@ func mkdirOwned(dir string, mode os.FileMode, uid, gid int) error {
 }
 
 // reachable checks that a user other than the owner may search dir and
-// every directory above it.
+// every directory above it (those that do not exist yet are made so).
 func reachable(dir string) error {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -448,6 +481,9 @@ func reachable(dir string) error {
 	}
 	for p := abs; ; p = filepath.Dir(p) {
 		st, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) && p != filepath.Dir(p) {
+			continue
+		}
 		if err != nil {
 			return err
 		}

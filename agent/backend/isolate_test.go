@@ -7,11 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"provideragent/agent/backend/backendtest"
 )
 
 // sharedDir returns a directory every workload user may write (mode
@@ -114,93 +115,16 @@ func (f *agentFiles) checkUnchanged(t *testing.T) {
 	}
 }
 
-// hostileLine is a workload that tries, each in turn, to read the key file
-// and the database, write into the data dir and the database, read another
-// workload's checkpoint directory and log, read the agent's environment,
-// reach the host's root through pid 1 (its supervisor, in a PID namespace),
-// and signal the agent and its own supervisor; it prints one line per
-// attempt: "ATTEMPT <what> failed: <error>" or "ATTEMPT <what> SUCCEEDED".
-// It also prints its environment and ids.
+// hostileLine is backendtest.HostileScript against f.
 func hostileLine(f *agentFiles, agentPid int, victimCheckpoint, victimLog string) string {
-	attempts := [][2]string{
-		{"read-key", "cat " + f.key},
-		{"read-db", "cat " + f.db},
-		{"write-data-dir", "echo pwned > " + filepath.Join(f.dataDir, "pwned")},
-		{"write-db", "echo pwned >> " + f.db},
-		{"list-victim-checkpoint", "ls " + victimCheckpoint},
-		{"read-victim-checkpoint", "cat " + filepath.Join(victimCheckpoint, "secret")},
-		{"read-victim-log", "cat " + victimLog},
-		{"read-agent-environ", "cat /proc/" + strconv.Itoa(agentPid) + "/environ"},
-		{"host-root-via-pid1", "ls /proc/1/root/"},
-		{"signal-agent", "kill -KILL " + strconv.Itoa(agentPid)},
-		{"signal-supervisor", "kill -KILL 1"},
-	}
-	var b strings.Builder
-	b.WriteString(`try() { if out=$(eval "$2" 2>&1); then echo "ATTEMPT $1 SUCCEEDED: $out"; else echo "ATTEMPT $1 failed: $out"; fi; }; `)
-	for _, a := range attempts {
-		b.WriteString("try " + a[0] + " '" + a[1] + "'; ")
-	}
-	b.WriteString(`echo "IDS $(id -u) $(id -g) $(id -G)"; env | sed 's/^/ENV /'; echo DONE`)
-	return b.String()
+	return backendtest.HostileScript(backendtest.Targets{DataDir: f.dataDir, Key: f.key, DB: f.db, AgentPid: agentPid,
+		VictimCheckpoint: victimCheckpoint, VictimLog: victimLog})
 }
 
-// hostileAttempts is the number of attempts of hostileLine.
-const hostileAttempts = 11
-
-// deniedErrors are the errors an attempt may fail with: EACCES and EPERM;
-// ESRCH for a signal to a process outside the workload's PID namespace
-// (the agent), and ENOENT inside a container, where no path of the host
-// exists.
-var deniedErrors = []string{"Permission denied", "Operation not permitted", "No such process", "No such file or directory",
-	"nonexistent directory"}
-
-// checkHostile reads the hostile workload's output: every attempt failed
-// with one of allowed (a subset of deniedErrors), the agent's environment
-// did not reach it, and it did not run as the agent's user.
+// checkHostile is backendtest.CheckHostile with the test's secret.
 func checkHostile(t *testing.T, out string, allowed map[string][]string) {
 	t.Helper()
-	if !strings.Contains(out, "DONE") {
-		t.Fatalf("the hostile workload did not finish: %q", out)
-	}
-	n := 0
-	for _, line := range strings.Split(out, "\n") {
-		rest, ok := strings.CutPrefix(line, "ATTEMPT ")
-		if !ok {
-			continue
-		}
-		n++
-		what, result, _ := strings.Cut(rest, " ")
-		if !strings.HasPrefix(result, "failed: ") {
-			t.Errorf("hostile workload: %s", line)
-			continue
-		}
-		want := allowed[what]
-		if want == nil {
-			want = allowed[""]
-		}
-		found := false
-		for _, w := range want {
-			found = found || strings.Contains(result, w)
-		}
-		if !found {
-			t.Errorf("hostile workload: %s: want it refused with one of %q", line, want)
-		}
-	}
-	if n != hostileAttempts {
-		t.Errorf("hostile workload made %d attempts, want %d:\n%s", n, hostileAttempts, out)
-	}
-	if strings.Contains(out, "AGENT_ONLY_SECRET") {
-		t.Errorf("the agent's environment reached the workload:\n%s", out)
-	}
-	for _, line := range strings.Split(out, "\n") {
-		if ids, ok := strings.CutPrefix(line, "IDS "); ok {
-			for _, id := range strings.Fields(ids) {
-				if id == "0" || id == strconv.Itoa(os.Getuid()) {
-					t.Errorf("the workload runs with id %s (ids %s), the agent's or root's", id, ids)
-				}
-			}
-		}
-	}
+	backendtest.CheckHostile(t, out, "AGENT_ONLY_SECRET", allowed)
 }
 
 // TestIsolatedWorkloadReachesNothing: a hostile workload, run by a process
@@ -251,16 +175,16 @@ func TestIsolatedWorkloadReachesNothing(t *testing.T) {
 				t.Fatalf("exit %+v, want the hostile workload's", e)
 			}
 			out, _ := os.ReadFile(b.LogPath("hostile"))
-			signalAgent := []string{"No such process"}
+			signalAgent := backendtest.ESRCH
 			if c.mode == ContainNone {
-				signalAgent = []string{"Operation not permitted"}
+				signalAgent = backendtest.EPERM
 			}
 			checkHostile(t, string(out), map[string][]string{
-				"":             {"Permission denied"},
+				"":             backendtest.EACCES,
 				"signal-agent": signalAgent,
 				// pid 1 is its supervisor (root) in a PID namespace, the
 				// host's init without one.
-				"signal-supervisor": {"Operation not permitted"},
+				"signal-supervisor": backendtest.EPERM,
 			})
 			f.checkUnchanged(t)
 			if data, err := os.ReadFile(filepath.Join(ckpt, "secret")); err != nil || string(data) != "victim-secret\n" {

@@ -188,10 +188,10 @@ func TestPodmanHostileWorkload(t *testing.T) {
 	}
 	out, _ := os.ReadFile(p.LogPath("hostile"))
 	checkHostile(t, string(out), map[string][]string{
-		"":                   {"No such file or directory", "nonexistent directory"},
-		"host-root-via-pid1": {"Permission denied"},
-		"signal-agent":       {"No such process"},
-		"signal-supervisor":  {"Operation not permitted"},
+		"":                   backendtest.ENOENT,
+		"host-root-via-pid1": backendtest.EACCES,
+		"signal-agent":       backendtest.ESRCH,
+		"signal-supervisor":  backendtest.EPERM,
 	})
 	f.checkUnchanged(t)
 	if data, err := os.ReadFile(filepath.Join(ckpt, "secret")); err != nil || string(data) != "victim-secret\n" {

@@ -146,13 +146,14 @@ const scrubbedGrace = 2 * time.Second
 
 func newScrubbedSetup(t *testing.T, extra string) *scrubbedSetup {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "out")
+	out := filepath.Join(sharedDir(t), "out") // the workload's user writes it
 	s := &scrubbedSetup{out: writerLog(out)}
 	s.agentSetup = newAgentSetupLine(t, func(pidFile, shimFile string) string {
 		return recordParent(shimFile) + `; ` + scrubbedDaemon(pidFile, out) + ` while :; do sleep 1; done`
 	})
 	s.config = filepath.Join(t.TempDir(), "agent.toml")
-	body := fmt.Sprintf("[backend]\nstop_grace = %q\n%s\n[lease]\nrestart_backoff_initial = \"500ms\"\n", scrubbedGrace.String(), extra)
+	body := fmt.Sprintf("[backend]\nstop_grace = %q\nworkload_dir = %q\n%s\n[lease]\nrestart_backoff_initial = \"500ms\"\n",
+		scrubbedGrace.String(), workloadDir(t), extra)
 	if err := os.WriteFile(s.config, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
