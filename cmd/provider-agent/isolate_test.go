@@ -51,9 +51,8 @@ func workloadDir(t testing.TB) string {
 }
 
 // hostileConfig writes the config of a hostile-workload run: fastConfig's
-// on one relay, with the [backend] section given (a config today's binary
-// also accepts when it is "": isolation by default, the default workload
-// dir).
+// on one relay, with the [backend] section given (a binary older than
+// backend.workload_dir, run to see the test fail on it, gets none).
 func hostileConfig(t *testing.T, tmp, dataDir, relay, backendSection string) string {
 	t.Helper()
 	cfg := fastConfig(t, tmp, dataDir, "127.0.0.1:0", []string{relay}, 1)
@@ -95,11 +94,13 @@ func TestRunHostileWorkloadReachesNothing(t *testing.T) {
 			relay := relaytest.Start(t)
 			var victimLine, section string
 			allowed := map[string][]string{"": backendtest.EACCES, "signal-agent": backendtest.ESRCH, "signal-supervisor": backendtest.EPERM}
-			wdir := config.DefaultIsolatedWorkloadDir
+			wdir := workloadDir(t)
+			if knowsSetting(t, "workload_dir") {
+				section = fmt.Sprintf("[backend]\nworkload_dir = %q\n", wdir)
+			}
 			grantImage := func(args ...string) []string { return args }
 			if kind == "podman" {
 				image := backendtest.Busybox(t)
-				wdir = workloadDir(t)
 				section = fmt.Sprintf("[backend]\nkind = \"podman\"\nworkload_dir = %q\npodman_run_args = [%s]\n", wdir, quoteList(backendtest.RunArgs))
 				allowed = map[string][]string{"": backendtest.ENOENT, "host-root-via-pid1": backendtest.EACCES,
 					"signal-agent": backendtest.ESRCH, "signal-supervisor": backendtest.EPERM}
@@ -139,10 +140,6 @@ func TestRunHostileWorkloadReachesNothing(t *testing.T) {
 				data, _ := os.ReadFile(victimLog)
 				t.Fatalf("the victim did not write its checkpoint within 30 s:\n%s", data)
 			}
-			if kind == "process" && strings.HasPrefix(ckpt, config.DefaultIsolatedWorkloadDir) {
-				// The default workload dir: remove this agent's part of it.
-				t.Cleanup(func() { os.RemoveAll(filepath.Dir(filepath.Dir(filepath.Dir(ckpt)))) })
-			}
 			line := backendtest.HostileScript(backendtest.Targets{DataDir: dir, Key: filepath.Join(dir, "identity.key"),
 				DB: filepath.Join(dir, config.DBFileName), AgentPid: r.cmd.Process.Pid, VictimCheckpoint: ckpt, VictimLog: victimLog})
 			must(t, nil, grantImage("workloads", "grant", "--config", cfg, "--id", "hostile", "--restart", "never", "--command", line)...)
@@ -178,6 +175,13 @@ func TestRunHostileWorkloadReachesNothing(t *testing.T) {
 			r.stop(t)
 		})
 	}
+}
+
+// knowsSetting reports whether the binary under test has the backend
+// setting key (its example config names it).
+func knowsSetting(t *testing.T, key string) bool {
+	t.Helper()
+	return strings.Contains(must(t, nil, "run", "--print-example-config").stdout, "\n"+key+" = ")
 }
 
 // quoteList writes ss as the items of a TOML array.
