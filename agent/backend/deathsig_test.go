@@ -27,6 +27,10 @@ const (
 
 func TestMain(m *testing.M) {
 	RunShimIfRequested()
+	// A variable of the agent's environment that an isolated workload
+	// must not see (set here, not by t.Setenv, so that tests may run in
+	// parallel).
+	os.Setenv(agentSecretEnv, "s3cret-of-the-agent")
 	if dir := os.Getenv(helperEnv); dir != "" {
 		os.Exit(runHelperAgent(dir, os.Getenv(helperLineEnv), os.Getenv(helperModeEnv)))
 	}

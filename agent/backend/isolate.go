@@ -206,7 +206,9 @@ func detectIsolation(cfg isolationConfig) (*Isolation, *workdirs, error) {
 }
 
 // canIsolate says why the agent cannot run a process as uid id ("" when
-// it can): it starts its own binary as a probe that drops to that uid.
+// it can): it starts true(1) as that uid and gid without supplementary
+// groups, as a supervisor starts a workload (or, without a true, its own
+// binary as a probe that drops to that uid).
 func canIsolate(id uint32) string {
 	if os.Geteuid() != 0 {
 		return fmt.Sprintf("the agent runs as uid %d, not root: running workloads as other users needs root", os.Geteuid())
@@ -215,6 +217,13 @@ func canIsolate(id uint32) string {
 		Path: "/proc/self/exe",
 		Args: []string{shimArgv0 + "-probe"},
 		Env:  []string{shimEnv + "=" + probeEnvValue + ",uid=" + strconv.FormatUint(uint64(id), 10)},
+	}
+	for _, t := range []string{"/bin/true", "/usr/bin/true"} {
+		if st, err := os.Stat(t); err == nil && st.Mode()&0o001 != 0 {
+			cmd = &exec.Cmd{Path: t, Args: []string{"true"}, SysProcAttr: &syscall.SysProcAttr{
+				Credential: &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{}}}}
+			break
+		}
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -121,10 +121,14 @@ func hostileLine(f *agentFiles, agentPid int, victimCheckpoint, victimLog string
 		VictimCheckpoint: victimCheckpoint, VictimLog: victimLog})
 }
 
-// checkHostile is backendtest.CheckHostile with the test's secret.
+// agentSecretEnv is set in the test binary's environment (TestMain): the
+// agent's, which no isolated workload may see.
+const agentSecretEnv = "AGENT_ONLY_SECRET"
+
+// checkHostile is backendtest.CheckHostile with the agent's secret.
 func checkHostile(t *testing.T, out string, allowed map[string][]string) {
 	t.Helper()
-	backendtest.CheckHostile(t, out, "AGENT_ONLY_SECRET", allowed)
+	backendtest.CheckHostile(t, out, agentSecretEnv, allowed)
 }
 
 // TestIsolatedWorkloadReachesNothing: a hostile workload, run by a process
@@ -136,9 +140,10 @@ func checkHostile(t *testing.T, out string, allowed map[string][]string) {
 // unchanged. The victim workload keeps its checkpoint.
 func TestIsolatedWorkloadReachesNothing(t *testing.T) {
 	needRoot(t)
-	t.Setenv("AGENT_ONLY_SECRET", "s3cret-of-the-agent")
+	t.Parallel()
 	for _, c := range []containCase{{"auto", ContainAuto, 0, ""}, {"none", ContainNone, 0, ""}} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			f := newAgentFiles(t)
 			cfg := DefaultProcessConfig()
 			cfg.StopGrace, cfg.LogDir, cfg.WorkloadDir, cfg.Containment = time.Second, f.logDir, reachableDir(t), c.mode
@@ -204,6 +209,7 @@ func TestIsolatedWorkloadReachesNothing(t *testing.T) {
 // workload runs as that user.
 func TestWorkloadUIDs(t *testing.T) {
 	needRoot(t)
+	t.Parallel()
 	dir := reachableDir(t)
 	logs := filepath.Join(t.TempDir(), "logs")
 	uidOf := func(b *Process, id string) (uid int, home string) {
@@ -233,6 +239,7 @@ func TestWorkloadUIDs(t *testing.T) {
 	}
 	cfg := DefaultProcessConfig()
 	cfg.LogDir, cfg.WorkloadDir = logs, dir
+	cfg.Containment = ContainNone // about users, not containment: no probes
 	cfg.WorkloadUIDs = UIDRange{First: 1900000100, Last: 1900000101}
 	b, err := NewProcess(cfg, nil)
 	if err != nil {
@@ -280,6 +287,7 @@ func TestWorkloadUIDs(t *testing.T) {
 // starts nothing (ErrNotIsolated, naming backend.isolation = none).
 func TestUnprivilegedAgentCannotIsolate(t *testing.T) {
 	needRoot(t)
+	t.Parallel()
 	const nobody = 65534
 	dir := sharedDir(t)
 	self, err := os.ReadFile(os.Args[0])
@@ -305,7 +313,9 @@ func TestUnprivilegedAgentCannotIsolate(t *testing.T) {
 // others may not search (t.TempDir() here) is refused at start, naming it.
 func TestUnreachableWorkloadDirIsAnError(t *testing.T) {
 	needRoot(t)
+	t.Parallel()
 	cfg := DefaultProcessConfig()
+	cfg.Containment = ContainNone
 	cfg.WorkloadDir = filepath.Join(t.TempDir(), "workloads")
 	_, err := NewProcess(cfg, nil)
 	if err == nil || !strings.Contains(err.Error(), "could not reach") {

@@ -64,7 +64,7 @@ func logOf(t *testing.T, path, want string) string {
 // directory mounted and writable; its output and exit code are reported
 // as a process's; a command that is not an image is refused.
 func TestPodmanRunsAnImage(t *testing.T) {
-	t.Setenv("AGENT_ONLY_SECRET", "s3cret-of-the-agent")
+	t.Parallel()
 	p := newPodmanTest(t, 2*time.Second)
 	ctx := context.Background()
 	line := `echo "ids $(id -u) $(id -g)"; grep CapEff /proc/self/status; ls /sys/class/net | sed 's/^/net /'; env | sed 's/^/env /'; ` +
@@ -88,7 +88,7 @@ func TestPodmanRunsAnImage(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "AGENT_ONLY_SECRET") || strings.Contains(out, "ids 0 ") || strings.Contains(out, "net eth") {
+	if strings.Contains(out, agentSecretEnv) || strings.Contains(out, "ids 0 ") || strings.Contains(out, "net eth") {
 		t.Errorf("the container has the agent's environment, root or a network:\n%s", out)
 	}
 	state := filepath.Join(iso.WorkloadDir, "img", "checkpoint", "5", "state")
@@ -110,6 +110,7 @@ func TestPodmanRunsAnImage(t *testing.T) {
 // after the grace, and one that handles it with its own status; both are
 // reported stopped and leave no container.
 func TestPodmanStop(t *testing.T) {
+	t.Parallel()
 	const grace = time.Second
 	p := newPodmanTest(t, grace)
 	ctx := context.Background()
@@ -147,6 +148,7 @@ func TestPodmanStop(t *testing.T) {
 // its memory limit is reported as a crash (signal SIGKILL, not stopped),
 // as the process backend reports any killed process.
 func TestPodmanOOMIsAnExit(t *testing.T) {
+	t.Parallel()
 	p := newPodmanTest(t, time.Second)
 	if err := p.Start(context.Background(), bbSpec("hog", 1, imagespec.Image{MemoryMB: 16}, `exec tail /dev/zero`)); err != nil {
 		t.Fatal(err)
@@ -163,7 +165,7 @@ func TestPodmanOOMIsAnExit(t *testing.T) {
 // (pid 1) is root's (EPERM), and so is the host's root it has (EACCES);
 // the data dir and the victim are unchanged.
 func TestPodmanHostileWorkload(t *testing.T) {
-	t.Setenv("AGENT_ONLY_SECRET", "s3cret-of-the-agent")
+	t.Parallel()
 	backendtest.Busybox(t)
 	f := newAgentFiles(t)
 	cfg := DefaultPodmanConfig()
@@ -239,6 +241,7 @@ func runPodmanHelper(logDir, line, workloadDir string) int {
 // grace (sampled every 20 ms); the container record it leaves is removed
 // by KillPodmanLeftovers, as run does before it opens the database.
 func TestPodmanContainerDiesWithTheAgent(t *testing.T) {
+	t.Parallel()
 	backendtest.Busybox(t)
 	const grace = 2 * time.Second
 	for _, withShim := range []bool{false, true} {
