@@ -397,10 +397,9 @@ func (p *Podman) wait(c *container) {
 	p.holders.release(c.id)
 	select {
 	case <-c.holder:
-	case <-time.After(p.cfg.StopGrace + shimStopMargin):
-		sctx, scancel := context.WithTimeout(context.Background(), p.cfg.StopGrace+2*shimStopMargin)
-		_ = p.holders.Stop(sctx, c.id, "container ended")
-		scancel()
+	case <-time.After(shimStopMargin):
+		p.holders.killHolder(c.id)
+		<-c.holder
 	}
 	if out, err := exec.CommandContext(ctx, p.cfg.Podman, "rm", "--force", "--time", "0", c.name).CombinedOutput(); err != nil {
 		p.logger.Warn("could not remove a container (the next start removes it)", "workload", c.id, "container", c.name,

@@ -768,12 +768,27 @@ func (b *Process) holding(id string) (ns *os.File, wd workdir, done <-chan struc
 }
 
 // release tells a holding shim that its container ended: it kills what
-// is left in its namespace and exits.
+// is left in its namespace and exits. Until it has, a start of the same
+// workload is refused (ErrStopping), as during a stop.
 func (b *Process) release(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if p, ok := b.procs[id]; ok && p.hold && p.cmd != nil {
+		if !p.stopping {
+			p.stopping, p.reason = true, "container ended"
+		}
 		_ = p.cmd.Process.Signal(syscall.SIGUSR1)
+	}
+}
+
+// killHolder kills a holding shim that did not exit when released (the
+// kernel then kills what is left in its namespace).
+func (b *Process) killHolder(id string) {
+	b.mu.Lock()
+	p, ok := b.procs[id]
+	b.mu.Unlock()
+	if ok && p.hold && p.cmd != nil {
+		b.killShim(p)
 	}
 }
 
