@@ -19,8 +19,8 @@ func TestLeaseGrantImage(t *testing.T) {
 	im := imagespec.Image{Ref: "localhost/bb:1", CPUs: 0.5, MemoryMB: 64, Env: []string{"A=b"}, Network: true}
 	params := LeaseGrantParams{WorkloadID: "web", Primary: p.PublicKey(), Standbys: []string{s1.PublicKey()},
 		Relays: []string{"wss://r1", "wss://r2"}, Quorum: 2, Replication: lease.ReplicationWarmStandby,
-		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure, MaxAttempts: 3},
-		Image: &im, Command: []string{"/bin/sh", "-c", "httpd -f"}, At: t0}
+		RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure, MaxAttempts: 3}, At: t0,
+		Image: &im, Command: []string{"/bin/sh", "-c", "httpd -f"}}
 	ev, err := BuildLeaseGrant(p, params)
 	if err != nil {
 		t.Fatal(err)
