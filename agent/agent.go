@@ -16,21 +16,21 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"provideragent/agent/backend"
-	"provideragent/agent/relay"
-	"provideragent/agent/store"
+	"provideragent/agentdb"
+	"provideragent/backend"
 	"provideragent/courier"
 	"provideragent/driver"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 	"provideragent/uploader"
 )
 
 // ErrInvalidConfig wraps every Config.Validate failure.
 var ErrInvalidConfig = errors.New("agent: invalid config")
 
-// Config is the agent's runtime configuration (agent/config turns the TOML
+// Config is the agent's runtime configuration (config turns the TOML
 // file, environment and flags into one).
 type Config struct {
 	// Lease is the lease machine's configuration; Lease.Relays is the relay
@@ -94,7 +94,7 @@ type Config struct {
 }
 
 // The daemon's defaults, one owner each: DefaultConfig and the config file's
-// defaults (agent/config) are built from them.
+// defaults (config) are built from them.
 const (
 	DefaultListen             = "127.0.0.1:9464"
 	DefaultTickInterval       = 250 * time.Millisecond
@@ -106,7 +106,7 @@ const (
 	DefaultCourierMaxAttempts    = 10
 	DefaultCourierInitialBackoff = time.Second
 	// RelayBackoffMax caps the reconnect backoff of the agent's relay
-	// connections (agent/relay's own default is 30 s): a relay that comes
+	// connections (relay's own default is 30 s): a relay that comes
 	// back counts towards quorum again within seconds, well inside the
 	// lease's takeover_after.
 	RelayBackoffMax = 5 * time.Second
@@ -196,7 +196,7 @@ type Deps struct {
 	// courier); Gatherer serves /metrics. Default: a fresh registry.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
-	// Backend runs workloads. Default: agent/backend's Process with its
+	// Backend runs workloads. Default: backend's Process with its
 	// defaults (closed when Run returns). The agent never closes a Backend
 	// it was given.
 	Backend backend.Backend
@@ -242,7 +242,7 @@ type input struct {
 	claimAck  *lease.ClaimAck
 	claimRead *lease.ClaimRead
 	clock     *clockReport
-	cursorTok store.Token // cursor token of the event (hasTok: set)
+	cursorTok agentdb.Token // cursor token of the event (hasTok: set)
 	hasTok    bool
 }
 
@@ -272,7 +272,7 @@ type Agent struct {
 	act      *actuator
 	policy   *signerPolicy
 	cursor   *cursorTracker
-	st       *store.Store
+	st       *agentdb.Store
 	http     *httpServer
 
 	ownedProc      *backend.Process    // closed by Run when the agent made it
@@ -445,7 +445,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	if err := Migrate(ctx, a.db); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
-	if a.st, err = store.Open(ctx, a.db); err != nil {
+	if a.st, err = agentdb.Open(ctx, a.db); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	a.store = &dbStore{db: a.db, st: a.st}
@@ -500,7 +500,7 @@ func normaliseKeys(m map[string]string) map[string]string {
 }
 
 // RelayConfig is the relay pool for this agent's relays, the agent's own
-// and that of CLI commands that publish for it: agent/relay's defaults,
+// and that of CLI commands that publish for it: relay's defaults,
 // Lease.Relays dialled as DialAddrs says, PublishTimeout, and reconnects
 // backing off at most RelayBackoffMax.
 func (c Config) RelayConfig() relay.Config {
@@ -512,7 +512,7 @@ func (c Config) RelayConfig() relay.Config {
 	return rc
 }
 
-// newPool builds the default relay layer: agent/relay's supervised pool.
+// newPool builds the default relay layer: relay's supervised pool.
 func (a *Agent) newPool() (RelayPool, error) {
 	secret, err := identity.ParseSecretKey(a.cfg.SecretKey)
 	if err != nil {
@@ -532,7 +532,7 @@ func (a *Agent) restore(ctx context.Context) error {
 		Store: a.store, Outbox: eventBuilder{a}, Performer: a.perf, Events: commitEvents{a},
 		Finished: func(toks []driver.Token) {
 			for _, t := range toks {
-				a.cursor.Done(store.Token(t))
+				a.cursor.Done(agentdb.Token(t))
 			}
 		},
 	})

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/relay"
 )
 
 // heartbeatLoop publishes our heartbeats every interval: one beat of

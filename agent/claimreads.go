@@ -17,7 +17,7 @@ import (
 // REQ per claim read opened more subscriptions than strfry allows (200 per
 // connection; "too many concurrent REQs"), so reads that are due together
 // are batched: one query of the workloads' d tags, claimWorkloads per
-// filter, packed into few REQs per relay by agent/relay, at most
+// filter, packed into few REQs per relay by relay, at most
 // readBatches queries at once. Claim publishes are bounded the same way.
 const (
 	// readCoalesce is how long a due read waits for others to join its

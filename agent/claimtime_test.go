@@ -10,11 +10,11 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // recPool is a RelayPool that records what the agent publishes; every

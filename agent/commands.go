@@ -7,7 +7,7 @@ import (
 	"context"
 	"database/sql"
 
-	"provideragent/agent/store"
+	"provideragent/agentdb"
 )
 
 // cmdBatch bounds the operator commands applied in one step (one commit);
@@ -44,7 +44,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 	for i, c := range cmds {
 		result := "ok"
 		switch c.Action {
-		case store.ActionGrant:
+		case agentdb.ActionGrant:
 			if c.Spec == nil {
 				result = "error: no spec"
 				break
@@ -54,7 +54,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 			}
 			a.subs.dirty = true
 			a.emit("grant", c.Workload, "local operator grant applied: %s", result)
-		case store.ActionRelease:
+		case agentdb.ActionRelease:
 			if !s.Release(c.Workload) {
 				result = "error: workload not tracked"
 				break

@@ -8,10 +8,10 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // These tests drive one agent's ingest (decode) and machine step (feed)

@@ -24,7 +24,7 @@ func TestCursorNeverPassesAnUnappliedEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	lcfg.TakeoverAfter = 5 * time.Minute // the silent primary must not be taken over meanwhile
 	if err := lcfg.Validate(); err != nil {
 		t.Fatal(err)

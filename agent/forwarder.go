@@ -10,9 +10,9 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/heartbeat"
+	"provideragent/relay"
 )
 
 // ErrNoQuorum is returned (wrapped in a courier transport error) when fewer
@@ -145,7 +145,7 @@ func isRevocation(kind int) bool { return kind == heartbeat.KindRevocation }
 const cutOffTimeout = 500 * time.Millisecond
 
 // ConnectedRelays is how many of p's relays have an open connection now:
-// agent/relay counts them itself (Pool.Connected); another RelayPool is
+// relay counts them itself (Pool.Connected); another RelayPool is
 // counted from its Status.
 func ConnectedRelays(p RelayPool) int {
 	if c, ok := p.(interface{ Connected() int }); ok {
@@ -164,7 +164,7 @@ func ConnectedRelays(p RelayPool) int {
 const fenceRecheck = 100 * time.Millisecond
 
 // quorumPublisher is a RelayPool that can stop waiting once need relays
-// accepted (agent/relay's PublishQuorum); the outbox needs only M.
+// accepted (relay's PublishQuorum); the outbox needs only M.
 type quorumPublisher interface {
 	PublishQuorum(ctx context.Context, ev *nostr.Event, need int) relay.PublishResult
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/internal/sqlitedb"
+	"provideragent/relay"
 )
 
 // upPool is a RelayPool whose first `up` relays report connected; it never

@@ -10,11 +10,11 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
-	"provideragent/agent/store"
+	"provideragent/agentdb"
 	"provideragent/heartbeat"
 	"provideragent/internal/fifo"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // routeQueueBytes bounds the events routeLoop holds for ingest (their
@@ -104,7 +104,7 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 		// A rejected event - a forgery, a stranger's, one dated 2100 - is
 		// dropped without moving it. Its token is finished by the machine
 		// loop once the input's step is persisted.
-		var tok store.Token
+		var tok agentdb.Token
 		tracked := !heartbeat.IsHeartbeatKind(re.Event.Kind)
 		if tracked {
 			tok = a.cursor.Reserve(int64(re.Event.CreatedAt))

@@ -6,8 +6,8 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/relay"
 )
 
 // grantWarnEvery bounds the WARN lines about refused grants from trusted

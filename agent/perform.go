@@ -16,10 +16,10 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/driver"
 	"provideragent/heartbeat"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // eventBuilder is the driver's Outbox: it signs the events of a step's

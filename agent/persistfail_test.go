@@ -8,19 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"provideragent/agent/relay"
-	"provideragent/agent/store"
+	"provideragent/agentdb"
 	"provideragent/driver"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // rowState is the persisted state of workload id ("" when no row).
 func rowState(t *testing.T, a *Agent, id string) string {
 	t.Helper()
 	r, err := a.st.Workload(context.Background(), id)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, agentdb.ErrNotFound) {
 		return ""
 	}
 	if err != nil {
@@ -146,7 +146,7 @@ func TestFutureCursorHealedAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, db)
+	st, err := agentdb.Open(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}

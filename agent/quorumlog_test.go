@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"provideragent/lease"
 )
 
 // captureHandler is a slog handler that records every record at info and
@@ -49,7 +51,7 @@ func TestQuorumChangesLoggedOnce(t *testing.T) {
 	rs, urls := startRelays(t, 3)
 	proxies, dial := cutProxies(t, rs, urls, 3)
 	logs := &captureHandler{}
-	ta := startAgent(t, agentOpts{name: "agent", lcfg: DemoLeaseConfig(urls), dial: dial, logger: slog.New(logs)})
+	ta := startAgent(t, agentOpts{name: "agent", lcfg: lease.DemoConfig(urls), dial: dial, logger: slog.New(logs)})
 	base := "http://" + ta.a.Addr()
 	synced := func() bool {
 		var st Status

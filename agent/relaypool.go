@@ -8,12 +8,12 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
+	"provideragent/relay"
 )
 
 // RelayPool is what the agent needs of the relay layer: supervised
 // connections that deliver events, publish with real OK tracking, one-shot
-// queries, and per-relay state. relayPool implements it on agent/relay;
+// queries, and per-relay state. relayPool implements it on relay;
 // tests may substitute their own.
 type RelayPool interface {
 	// Run connects to every relay, keeps the subscription alive and sends
@@ -34,14 +34,14 @@ type RelayPool interface {
 	// into few REQs per relay, paged through relay limits); a relay counts
 	// when it answered all of them.
 	QueryFilters(ctx context.Context, fs []nostr.Filter) ([]relay.Received, int)
-	// SetInterests replaces the subscription (agent/relay.Interest): the
+	// SetInterests replaces the subscription (relay.Interest): the
 	// agent narrows it to its leases as they come and go.
 	SetInterests(in []relay.Interest)
 	// Status reports each relay connection.
 	Status() []RelayStatus
 }
 
-// relayPool is agent/relay's Pool (supervised websockets with pings,
+// relayPool is relay's Pool (supervised websockets with pings,
 // NIP-11 limits, NIP-42 AUTH, OK-tracked publish) as a RelayPool: it speaks
 // the relay layer's own Received and PublishResult, and turns its Status
 // into the /status view (RelayStatus).
@@ -51,7 +51,7 @@ type relayPool struct {
 	mu sync.Mutex
 	// passed holds the relays whose EOSE marker Run has passed: every event
 	// the relay delivered before its EOSE is then in Run's out channel.
-	// agent/relay sets Status.EOSESeen before its marker (and the events
+	// relay sets Status.EOSESeen before its marker (and the events
 	// ahead of it in Received's buffer) reach Run, so EOSE alone would let
 	// the agent count a relay as synced (rule 10) while stored events it
 	// served sit unread. It is not reset on a reconnect: after one, a
@@ -65,7 +65,7 @@ var (
 	_ quorumPublisher = (*relayPool)(nil)
 )
 
-// NewRelayPool starts agent/relay supervisors for the given config and
+// NewRelayPool starts relay supervisors for the given config and
 // options and returns them as a RelayPool (the courier's --relays
 // forwarder uses it). Run forwards their events and closes the pool when
 // its context ends.
@@ -123,7 +123,7 @@ func (r *relayPool) PublishQuorum(ctx context.Context, ev *nostr.Event, need int
 	return r.p.PublishQuorum(ctx, *ev, need)
 }
 
-// Connected is agent/relay's count of open connections (ConnectedRelays),
+// Connected is relay's count of open connections (ConnectedRelays),
 // without building every relay's status.
 func (r *relayPool) Connected() int { return r.p.Connected() }
 
@@ -138,7 +138,7 @@ type RelayRejection struct {
 	At      time.Time `json:"at"`
 	Kind    int       `json:"kind"`
 	EventID string    `json:"event_id"`
-	// Outcome is agent/relay's: rejected, rate_limited or timed_out.
+	// Outcome is relay's: rejected, rate_limited or timed_out.
 	Outcome string `json:"outcome"`
 	// Reason is the relay's words.
 	Reason string `json:"reason"`

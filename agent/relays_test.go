@@ -15,13 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/internal/localrelay"
 	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // TestFailoverOn runs the end-to-end paths that matter over each relay
@@ -55,7 +55,7 @@ func failoverOn(t *testing.T, kind relaytest.Kind) {
 		rs[i] = relaytest.StartKind(t, kind, relaytest.KindOptions{RequireAuth: true})
 		urls[i] = rs[i].URL()
 	}
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	issuerKey := nostr.GeneratePrivateKey()
 	issuer, err := identity.NewKeys(issuerKey)
 	if err != nil {
@@ -197,7 +197,7 @@ func (b *logBuffer) String() string {
 func newIngestAgent(t *testing.T, key string, issuers []string) (*Agent, *logBuffer, *prometheus.Registry) {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.Lease = DemoLeaseConfig(stepRelays)
+	cfg.Lease = lease.DemoConfig(stepRelays)
 	cfg.SecretKey = key
 	cfg.Listen = ""
 	cfg.TrustedIssuers = issuers
@@ -361,7 +361,7 @@ func TestStatusShowsARelaysLastRejection(t *testing.T) {
 	_, urls := startRelays(t, 2)
 	refusing := relaytest.Start(t, "--reject-writes")
 	urls = append(urls, refusing.URL())
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	ta := startAgent(t, agentOpts{name: "refused", lcfg: lcfg})
 	ta.a.Track(context.Background(), soloSpec("w1", ta.pub))
 	ta.waitState("w1", lease.StateLive, 1, 15*time.Second)

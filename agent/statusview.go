@@ -1,7 +1,7 @@
 package agent
 
 import (
-	"provideragent/agent/backend"
+	"provideragent/backend"
 	"provideragent/lease"
 )
 

@@ -18,11 +18,11 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
-	"provideragent/agent/config"
-	"provideragent/agent/relay"
+	"provideragent/backend"
+	"provideragent/config"
 	"provideragent/courier"
 	"provideragent/internal/atomicfile"
+	"provideragent/relay"
 )
 
 func init() {

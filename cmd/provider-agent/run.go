@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
-	"provideragent/agent/config"
+	"provideragent/backend"
+	"provideragent/config"
 	"provideragent/internal/sdnotify"
 	"provideragent/internal/sqlitedb"
 	"provideragent/uploader"

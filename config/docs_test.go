@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"provideragent/agent/backend"
+	"provideragent/backend"
 )
 
 // repoRoot is the repository root, seen from this package's directory.
-const repoRoot = "../.."
+const repoRoot = ".."
 
 // readDoc returns the text of a documentation file, path relative to the
 // repository root.

@@ -11,4 +11,4 @@
 // validated are reserved: they hold the cursor back while in flight but
 // move it only once accepted, so a rejected (forged, future-dated) event
 // never moves it.
-package store
+package agentdb

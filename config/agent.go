@@ -7,7 +7,7 @@ import (
 
 // AgentConfig maps the validated file config onto the agent's, starting
 // from agent.DefaultConfig for what the file does not set; secret is the
-// identity's secret key. (agent/config imports agent, never the reverse.)
+// identity's secret key. (config imports agent, never the reverse.)
 func (c Config) AgentConfig(secret string) agent.Config {
 	ac := agent.DefaultConfig()
 	ac.Lease = c.LeaseConfig()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
+	"provideragent/relay"
 	"provideragent/internal/relaytest"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"provideragent/agent/relay"
+	"provideragent/relay"
 	"provideragent/internal/logcapture"
 	"provideragent/internal/relaytest"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
+	"provideragent/backend"
 	"provideragent/heartbeat"
 	"provideragent/lease"
 	"provideragent/uploader"

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
+	"provideragent/relay"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/internal/relaytest"

@@ -1,4 +1,9 @@
-package agent
+// Package cutproxy is a TCP forwarder that a test or the demo cuts: the
+// agent dials the proxy (lease.dial_addrs) instead of the relay, and Cut
+// closes the listener and every connection through it, so the agent sees
+// its connection drop and its reconnects refused while others still reach
+// the relay directly; Restore opens the path again on the same address.
+package cutproxy
 
 import (
 	"context"
@@ -10,12 +15,7 @@ import (
 	"time"
 )
 
-// Proxy is a TCP forwarder used to cut one agent off from one relay with real
-// sockets: the agent dials the proxy (see Config.DialAddrs) instead of the
-// relay, and Cut closes the listener and every connection through it, so the
-// agent sees its connection drop and its reconnects refused, while other
-// agents still reach the relay directly. Restore opens the path again on the
-// same address. The demo and the end-to-end tests use it.
+// Proxy forwards every connection it accepts to one target until Cut.
 type Proxy struct {
 	target string
 
@@ -27,12 +27,12 @@ type Proxy struct {
 	wg    sync.WaitGroup
 }
 
-// ErrProxyClosed is returned by Restore after Close.
-var ErrProxyClosed = errors.New("proxy closed")
+// ErrClosed is returned by Restore after Close.
+var ErrClosed = errors.New("proxy closed")
 
-// NewProxy listens on 127.0.0.1 (a free port) and forwards every accepted
+// New listens on 127.0.0.1 (a free port) and forwards every accepted
 // connection to target (host:port).
-func NewProxy(target string) (*Proxy, error) {
+func New(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("proxy listen: %w", err)
@@ -74,7 +74,7 @@ func (p *Proxy) Restore() error {
 		return nil
 	}
 	if p.conns == nil {
-		return ErrProxyClosed
+		return ErrClosed
 	}
 	ln, err := net.Listen("tcp", p.addr)
 	if err != nil {

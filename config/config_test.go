@@ -15,7 +15,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
+	"provideragent/backend"
 	"provideragent/lease"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
+	"provideragent/relay"
 )
 
 // scripted is a hostile relay on a real httptest server: it serves a NIP-11

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"provideragent/agent/backend/backendtest"
+	"provideragent/backend/backendtest"
 	"provideragent/internal/imagespec"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
+	"provideragent/relay"
 )
 
 // pagingRelay answers a main REQ with as many stored events as its first

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"provideragent/agent/backend/backendtest"
+	"provideragent/backend/backendtest"
 )
 
 // sharedDir returns a directory every workload user may write (mode

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"provideragent/agent/backend"
+	"provideragent/backend"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"

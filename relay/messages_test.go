@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"provideragent/agent/relay"
+	"provideragent/relay"
 	"provideragent/internal/relaytest"
 )
 

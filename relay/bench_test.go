@@ -8,7 +8,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
+	"provideragent/relay"
 	"provideragent/internal/relaytest"
 )
 
