@@ -685,7 +685,7 @@ func (a *Agent) since() nostr.Timestamp {
 	return nostr.Timestamp(max(s, 1))
 }
 
-func (a *Agent) connected() int { return ConnectedRelays(a.pool) }
+func (a *Agent) connected() int { return a.pool.Connected() }
 
 // healthy is /healthz: it fails when fewer than M relays are connected,
 // when the machine loop has not completed a step for MaxStepAge (stuck, or

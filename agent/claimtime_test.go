@@ -32,6 +32,10 @@ func (p *recPool) Publish(_ context.Context, ev *nostr.Event) relay.PublishResul
 	return relay.PublishResult{}
 }
 
+func (p *recPool) PublishQuorum(ctx context.Context, ev *nostr.Event, _ int) relay.PublishResult {
+	return p.Publish(ctx, ev)
+}
+
 func (p *recPool) published(kind int) []*nostr.Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -33,6 +33,12 @@ func (p *upPool) QueryFilters(context.Context, []nostr.Filter) ([]relay.Received
 	return nil, 0
 }
 func (p *upPool) SetInterests([]relay.Interest) {}
+func (p *upPool) Connected() int                { return int(p.up.Load()) }
+
+// PublishQuorum is p's Publish (what embedding types record).
+func (p *upPool) PublishQuorum(ctx context.Context, ev *nostr.Event, _ int) relay.PublishResult {
+	return p.Publish(ctx, ev)
+}
 func (p *upPool) Status() []RelayStatus {
 	up := int(p.up.Load())
 	out := make([]RelayStatus, len(stepRelays))

@@ -46,6 +46,14 @@ func (p *recordingPool) Publish(ctx context.Context, ev *nostr.Event) relay.Publ
 	return res
 }
 
+func (p *recordingPool) PublishQuorum(ctx context.Context, ev *nostr.Event, need int) relay.PublishResult {
+	res := p.RelayPool.PublishQuorum(ctx, ev, need)
+	p.mu.Lock()
+	p.recs = append(p.recs, publishRecord{at: time.Now(), ev: ev, res: res})
+	p.mu.Unlock()
+	return res
+}
+
 func (p *recordingPool) PublishTo(ctx context.Context, url string, f relay.Frame) relay.RelayOutcome {
 	at := time.Now()
 	o := p.RelayPool.PublishTo(ctx, url, f)

@@ -23,6 +23,9 @@ type RelayPool interface {
 	// Publish sends ev to every connected relay and waits for their OKs
 	// until ctx ends.
 	Publish(ctx context.Context, ev *nostr.Event) relay.PublishResult
+	// PublishQuorum is Publish that stops waiting once need relays
+	// accepted (the outbox needs only M).
+	PublishQuorum(ctx context.Context, ev *nostr.Event, need int) relay.PublishResult
 	// PublishTo is Publish of an encoded event on the one relay url (as
 	// Status names it).
 	PublishTo(ctx context.Context, url string, f relay.Frame) relay.RelayOutcome
@@ -39,6 +42,8 @@ type RelayPool interface {
 	SetInterests(in []relay.Interest)
 	// Status reports each relay connection.
 	Status() []RelayStatus
+	// Connected is how many relays have an open connection now.
+	Connected() int
 }
 
 // relayPool is relay's Pool (supervised websockets with pings,
@@ -60,10 +65,7 @@ type relayPool struct {
 	passed map[string]bool
 }
 
-var (
-	_ RelayPool       = (*relayPool)(nil)
-	_ quorumPublisher = (*relayPool)(nil)
-)
+var _ RelayPool = (*relayPool)(nil)
 
 // NewRelayPool starts relay supervisors for the given config and
 // options and returns them as a RelayPool (the courier's --relays
@@ -123,7 +125,7 @@ func (r *relayPool) PublishQuorum(ctx context.Context, ev *nostr.Event, need int
 	return r.p.PublishQuorum(ctx, *ev, need)
 }
 
-// Connected is relay's count of open connections (ConnectedRelays),
+// Connected is relay's count of open connections,
 // without building every relay's status.
 func (r *relayPool) Connected() int { return r.p.Connected() }
 

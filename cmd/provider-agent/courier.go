@@ -458,7 +458,7 @@ func nostrForwarder(ctx context.Context, files *agentFiles, timeout time.Duratio
 	// Give the connections a moment to come up, as 'workloads grant
 	// --publish' does: a publish goes only to connected relays.
 	wait, wcancel := context.WithTimeout(ctx, timeout)
-	waitForRelays(wait, cfg.Lease.Quorum, func() int { return agent.ConnectedRelays(pool) })
+	waitForRelays(wait, cfg.Lease.Quorum, func() int { return pool.Connected() })
 	wcancel()
 	return &agent.NostrForwarder{Pool: pool, Quorum: cfg.Lease.Quorum, Timeout: timeout}, closeFn, nil
 }
