@@ -436,12 +436,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		}
 		a.ownedProc, a.backend = proc, proc
 	}
-	if c, ok := a.backend.(interface{ Containment() backend.Containment }); ok {
-		a.containment = c.Containment()
-	}
-	if c, ok := a.backend.(interface{ Isolation() backend.Isolation }); ok {
-		a.isolation = c.Isolation()
-	}
+	a.containment, a.isolation = a.backend.Containment(), a.backend.Isolation()
 	if err := Migrate(ctx, a.db); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}

@@ -60,6 +60,10 @@ func (b *memBackend) Running(id string) bool {
 
 func (b *memBackend) Exits() <-chan backend.Exit { return b.exits }
 
+func (b *memBackend) Containment() backend.Containment { return backend.Containment{} }
+func (b *memBackend) Isolation() backend.Isolation     { return backend.Isolation{} }
+func (b *memBackend) LogPath(string) string            { return "" }
+
 // Close forgets every workload; the exits channel stays open (the tests
 // that share a memBackend between agent restarts reuse it).
 func (b *memBackend) Close(context.Context) error {

@@ -43,6 +43,13 @@ type Backend interface {
 	// Close stops every workload the backend started and waits for them,
 	// then closes Exits; exits not yet received by then are dropped.
 	Close(ctx context.Context) error
+	// Containment and Isolation say how workloads are contained and as
+	// whom they run (for the start-up log and /status).
+	Containment() Containment
+	Isolation() Isolation
+	// LogPath is the file workload's output goes to ("" when none), where
+	// its exit reason is read from.
+	LogPath(workloadID string) string
 }
 
 // StartSpec says what to run.
