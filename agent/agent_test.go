@@ -189,7 +189,7 @@ func (ta *testAgent) state(id string) (string, uint64) {
 
 func (ta *testAgent) waitState(id string, want lease.State, epoch uint64, limit time.Duration) {
 	ta.t.Helper()
-	waitFor(ta.t, limit, fmt.Sprintf("%s: %s %s@%d (states %v)", ta.a.name, id, want, epoch, ta.log.states()), func() bool {
+	waitFor(ta.t, limit, fmt.Sprintf("%s: %s %s@%d (states %v)", ta.a.me.name, id, want, epoch, ta.log.states()), func() bool {
 		_, ok := ta.log.find(func(e Event) bool {
 			return e.Kind == "state" && e.Workload == id && e.State == string(want) && e.Epoch == epoch
 		})
@@ -204,7 +204,7 @@ func (ta *testAgent) waitState(id string, want lease.State, epoch uint64, limit 
 func (ta *testAgent) waitListedOnQuorum(id string, limit time.Duration) {
 	ta.t.Helper()
 	m := ta.a.cfg.Lease.M
-	waitFor(ta.t, limit, fmt.Sprintf("%s: a heartbeat listing %s accepted by %d relays", ta.a.name, id, m), func() bool {
+	waitFor(ta.t, limit, fmt.Sprintf("%s: a heartbeat listing %s accepted by %d relays", ta.a.me.name, id, m), func() bool {
 		_, ok := ta.log.find(func(e Event) bool {
 			var n, of int
 			var listing string

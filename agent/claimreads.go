@@ -147,10 +147,10 @@ func (a *Agent) readClaimBatch(ctx context.Context, batch []lease.ReadClaims) {
 	now := a.now()
 	byID := map[string][]relayClaim{}
 	for _, re := range evs {
-		if re.Event.PubKey == a.self {
+		if re.Event.PubKey == a.me.self {
 			continue // our own claims never compete (and need no check)
 		}
-		got, err := a.ingestor.Ingest(ctx, now, re.Event)
+		got, err := a.inbound.ingestor.Ingest(ctx, now, re.Event)
 		if err != nil || got.Promotion == nil || !want[got.Promotion.WorkloadID] {
 			continue
 		}

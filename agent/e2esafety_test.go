@@ -49,7 +49,7 @@ func refuseWrites(t *testing.T, a *Agent, refuse bool) {
 	if refuse {
 		q = "PRAGMA query_only = 1"
 	}
-	if _, err := a.db.ExecContext(context.Background(), q); err != nil {
+	if _, err := a.data.db.ExecContext(context.Background(), q); err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
 }

@@ -141,4 +141,3 @@ const cutOffTimeout = 500 * time.Millisecond
 
 // fenceRecheck is how soon a revocation deferred for its fence is due again.
 const fenceRecheck = 100 * time.Millisecond
-

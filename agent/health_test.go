@@ -59,7 +59,7 @@ func TestHealthz(t *testing.T) {
 	pool := &upPool{}
 	pool.up.Store(3)
 	a := newStepAgent(t, stepOpts{dbPath: dbPath, busyMillis: 50, pool: pool})
-	srv, err := newHTTPServer("127.0.0.1:0", a.gatherer, a.Status, a.healthy)
+	srv, err := newHTTPServer("127.0.0.1:0", a.obs.gatherer, a.Status, a.healthy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,14 +92,14 @@ func TestHealthz(t *testing.T) {
 		want  string // "" means healthy
 	}{
 		{"loop not started", func(*testing.T) {}, "machine loop not running"},
-		{"healthy", func(*testing.T) { a.turns.lastStep.Store(a.now().UnixNano()) }, ""},
+		{"healthy", func(*testing.T) { a.loop.turns.lastStep.Store(a.now().UnixNano()) }, ""},
 		{"relays below quorum", func(*testing.T) { pool.up.Store(1) }, "1 relays connected"},
 		{"loop stuck", func(*testing.T) {
 			pool.up.Store(3)
-			a.turns.lastStep.Store(a.now().Add(-a.cfg.MaxStepAge - time.Second).UnixNano())
+			a.loop.turns.lastStep.Store(a.now().Add(-a.cfg.MaxStepAge - time.Second).UnixNano())
 		}, "machine loop stuck"},
 		{"database locked", func(t *testing.T) {
-			a.turns.lastStep.Store(a.now().UnixNano())
+			a.loop.turns.lastStep.Store(a.now().UnixNano())
 			if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 				t.Fatal(err)
 			}

@@ -298,7 +298,7 @@ func TestBeatsFitEveryRelaysAdvertisedLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer qpool.Close()
-	ours := nostr.Filter{Kinds: []int{heartbeat.KindHeartbeat, heartbeat.KindHeartbeatShard}, Authors: []string{a.self}}
+	ours := nostr.Filter{Kinds: []int{heartbeat.KindHeartbeat, heartbeat.KindHeartbeatShard}, Authors: []string{a.me.self}}
 	var latest map[string][]nostr.Event // relay -> the events of its newest whole beat
 	waitFor(t, 30*time.Second, "a beat listing all 1,000 workloads on the first two relays", func() bool {
 		latest = map[string][]nostr.Event{}

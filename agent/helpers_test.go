@@ -54,7 +54,7 @@ func newStepAgent(tb testing.TB, o stepOpts) *Agent {
 	if err != nil {
 		tb.Fatalf("New() = %v, want nil", err)
 	}
-	tb.Cleanup(func() { _ = a.outbox.Close() })
+	tb.Cleanup(func() { _ = a.out.courier.Close() })
 	return a
 }
 

@@ -72,7 +72,7 @@ func loadWorkloads(ctx context.Context, st *agentdb.Store) ([]lease.WorkloadSnap
 // it, after which every subscription asked only for events after it): it
 // is clamped to now, in the database too, with a warning.
 func (a *Agent) loadCursor(ctx context.Context) (int64, error) {
-	v, err := a.st.Cursor(ctx, cursorKey)
+	v, err := a.data.tables.Cursor(ctx, cursorKey)
 	if errors.Is(err, agentdb.ErrNotFound) {
 		return 0, nil
 	}
@@ -83,7 +83,7 @@ func (a *Agent) loadCursor(ctx context.Context) (int64, error) {
 	if v <= now {
 		return v, nil
 	}
-	got, err := a.st.ClampCursor(ctx, nil, cursorKey, now)
+	got, err := a.data.tables.ClampCursor(ctx, nil, cursorKey, now)
 	if err != nil {
 		return 0, fmt.Errorf("heal cursor: %w", err)
 	}

@@ -34,7 +34,7 @@ func WorkloadView(w lease.WorkloadSnapshot, self string) WorkloadStatus {
 // one.
 func (a *Agent) fillReasons(ws []WorkloadStatus) {
 	for i, w := range ws {
-		if p := a.backend.LogPath(w.ID); p != "" && NeedsReason(lease.State(w.State)) {
+		if p := a.work.backend.LogPath(w.ID); p != "" && NeedsReason(lease.State(w.State)) {
 			ws[i].Reason = backend.ExitReason(p)
 		}
 	}

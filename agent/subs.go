@@ -119,8 +119,8 @@ func (s *subscriptions) refresh(a *Agent) bool {
 	if s.workloads.size == 0 {
 		s.workloads.size, s.providers.size = claimWorkloads, filterValues
 	}
-	ws, ps := a.policy.tracked()
-	ps[a.self] = true
+	ws, ps := a.inbound.policy.tracked()
+	ps[a.me.self] = true
 	w := s.workloads.sync(ws)
 	p := s.providers.sync(ps)
 	s.dirty = false
@@ -143,12 +143,12 @@ func (s *subscriptions) interests(a *Agent) []relay.Interest {
 	}
 	out := []relay.Interest{
 		{Name: "heartbeats", Alternatives: [][]nostr.Filter{narrowHB, coarseHB}},
-		{Name: "revocations", Alternatives: [][]nostr.Filter{{{Kinds: []int{heartbeat.KindRevocation}, Tags: nostr.TagMap{"p": {a.self}}}}}},
+		{Name: "revocations", Alternatives: [][]nostr.Filter{{{Kinds: []int{heartbeat.KindRevocation}, Tags: nostr.TagMap{"p": {a.me.self}}}}}},
 	}
 	if issuers := a.cfg.TrustedIssuers; len(issuers) > 0 {
 		var grants []nostr.Filter
 		for ch := range slices.Chunk(slices.Clone(issuers), filterValues) {
-			grants = append(grants, nostr.Filter{Kinds: []int{heartbeat.KindLeaseGrant}, Authors: ch, Tags: nostr.TagMap{"p": {a.self}}})
+			grants = append(grants, nostr.Filter{Kinds: []int{heartbeat.KindLeaseGrant}, Authors: ch, Tags: nostr.TagMap{"p": {a.me.self}}})
 		}
 		out = append(out, relay.Interest{Name: "grants", Alternatives: [][]nostr.Filter{grants}})
 	}
