@@ -230,6 +230,19 @@ func (p *performer) PublishClaim(e lease.PublishClaim) {
 	})
 }
 
+// Restore fetches and places the checkpoint a new epoch starts from.
+// Grants reach the machine without a checkpoint policy until the restorer
+// is wired in, so nothing asks yet; an ask is answered as a failure.
+func (p *performer) Restore(e lease.RestoreCheckpoint) {
+	a := p.a
+	a.logger.Error("checkpoint restore asked of an agent that cannot restore", "workload", e.ID, "epoch", e.Epoch)
+	a.claims.wg.Add(1)
+	go func() {
+		defer a.claims.wg.Done()
+		a.send(p.ctx, input{restored: &lease.RestoreResult{Workload: e.ID, Epoch: e.Epoch, Attempt: e.Attempt, Reason: "this agent cannot restore checkpoints"}})
+	}()
+}
+
 func (p *performer) ReadClaims(e lease.ReadClaims) {
 	p.a.claims.reads.add(e) // batched with the other reads due (claimreads.go)
 }

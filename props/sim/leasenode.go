@@ -937,6 +937,12 @@ func (p performer) PublishClaim(e lease.PublishClaim) {
 	n.pubs[id] = &claimPub{workload: e.ID, epoch: e.Epoch}
 }
 
+// Restore: the simulated leases carry no checkpoint policy, so the
+// machine never asks; an ask is a failure of the run.
+func (p performer) Restore(e lease.RestoreCheckpoint) {
+	p.n.fail(fmt.Errorf("restore of %s at epoch %d asked, but the simulated world models no checkpoints", e.ID, e.Epoch))
+}
+
 func (p performer) ReadClaims(e lease.ReadClaims) {
 	p.env.At(e.At, timerRead{workload: e.ID, epoch: e.Epoch})
 }
