@@ -51,11 +51,11 @@ func CheckpointDTag(workload string, epoch uint64) string {
 // a workload the holder of an epoch placed where. A record of a fresh start
 // (Fresh) names no checkpoint: no manifest, sizes, hash, time or state URI.
 //
-// ID, CreatedAt and Signer are the event's, set by DecodeCheckpointRecord;
-// BuildCheckpointRecord ignores them.
+// EventID, CreatedAt and Signer are the event's, set by
+// DecodeCheckpointRecord; BuildCheckpointRecord ignores them.
 type CheckpointRecord struct {
-	// ID is the event id (hex).
-	ID string
+	// EventID is the event id (hex).
+	EventID string
 	// CreatedAt is the event's created_at.
 	CreatedAt time.Time
 	// Signer is the signer's hex public key; equal to Holder.
@@ -236,7 +236,7 @@ func DecodeCheckpointRecord(ev *nostr.Event) (*CheckpointRecord, error) {
 	if x, _ := firstTag(ev.Tags, "x"); x != r.Manifest {
 		return nil, reject(ReasonBadTags, "x tag %.80q does not match manifest %q", x, r.Manifest)
 	}
-	r.ID = ev.ID
+	r.EventID = ev.ID
 	r.Signer = ev.PubKey
 	r.CreatedAt = unixTime(uint64(ev.CreatedAt))
 	return r, nil

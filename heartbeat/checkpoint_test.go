@@ -54,7 +54,7 @@ func TestCheckpointRecordRoundTrip(t *testing.T) {
 				t.Fatalf("DecodeCheckpointRecord = %v", err)
 			}
 			want := r
-			want.ID, want.Signer, want.CreatedAt = ev.ID, k.PublicKey(), t0
+			want.EventID, want.Signer, want.CreatedAt = ev.ID, k.PublicKey(), t0
 			want.Holder, want.Version = k.PublicKey(), SchemaVersion
 			if want.Servers == nil {
 				want.Servers = []string{}
@@ -304,7 +304,7 @@ func FuzzDecodeCheckpointRecord(f *testing.F) {
 		if err != nil {
 			t.Fatalf("DecodeCheckpointRecord(rebuilt) = %v", err)
 		}
-		r2.ID, r2.CreatedAt = r.ID, r.CreatedAt
+		r2.EventID, r2.CreatedAt = r.EventID, r.CreatedAt
 		if !reflect.DeepEqual(r, r2) {
 			t.Fatalf("rebuilt record differs:\n%+v\n%+v", r, r2)
 		}
