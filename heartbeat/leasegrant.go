@@ -26,6 +26,8 @@ type LeaseGrant struct {
 	Spec lease.Spec
 	// Manifest is a backend manifest, the alternative to Spec.Command.
 	Manifest string
+	// Checkpoint is the grant's checkpoint policy, nil when it has none.
+	Checkpoint *CheckpointPolicy
 }
 
 // LeaseGrantParams are the inputs of BuildLeaseGrant. Keys may be hex or
@@ -47,6 +49,8 @@ type LeaseGrantParams struct {
 	Manifest string
 	// StateURI optionally points at the latest checkpoint.
 	StateURI string
+	// Checkpoint is the optional checkpoint policy (nil: none).
+	Checkpoint *CheckpointPolicy
 	// ExpiresAt zero means the lease does not expire.
 	ExpiresAt time.Time
 	// Epoch zero means 1.
@@ -57,33 +61,35 @@ type LeaseGrantParams struct {
 
 // leaseWire is the content JSON; keys are written as hex.
 type leaseWire struct {
-	WorkloadID    string              `json:"workload_id"`
-	Primary       string              `json:"primary"`
-	Standbys      []string            `json:"standbys"`
-	Relays        []string            `json:"relays"`
-	Quorum        int                 `json:"quorum"`
-	Replication   lease.Replication   `json:"replication"`
-	RestartPolicy lease.RestartPolicy `json:"restart_policy"`
-	Command       []string            `json:"command,omitempty"`
-	Manifest      string              `json:"manifest,omitempty"`
-	StateURI      string              `json:"state_uri,omitempty"`
-	ExpiresAt     uint64              `json:"expires_at"`
-	Epoch         uint64              `json:"epoch"`
+	WorkloadID    string                `json:"workload_id"`
+	Primary       string                `json:"primary"`
+	Standbys      []string              `json:"standbys"`
+	Relays        []string              `json:"relays"`
+	Quorum        int                   `json:"quorum"`
+	Replication   lease.Replication     `json:"replication"`
+	RestartPolicy lease.RestartPolicy   `json:"restart_policy"`
+	Command       []string              `json:"command,omitempty"`
+	Manifest      string                `json:"manifest,omitempty"`
+	StateURI      string                `json:"state_uri,omitempty"`
+	ExpiresAt     uint64                `json:"expires_at"`
+	Epoch         uint64                `json:"epoch"`
+	Checkpoint    *checkpointPolicyWire `json:"checkpoint,omitempty"`
 }
 
 type leaseIn struct {
-	WorkloadID    *string              `json:"workload_id"`
-	Primary       *string              `json:"primary"`
-	Standbys      []string             `json:"standbys"`
-	Relays        []string             `json:"relays"`
-	Quorum        *int                 `json:"quorum"`
-	Replication   *string              `json:"replication"`
-	RestartPolicy *lease.RestartPolicy `json:"restart_policy"`
-	Command       []string             `json:"command"`
-	Manifest      string               `json:"manifest"`
-	StateURI      string               `json:"state_uri"`
-	ExpiresAt     uint64               `json:"expires_at"`
-	Epoch         *uint64              `json:"epoch"`
+	WorkloadID    *string               `json:"workload_id"`
+	Primary       *string               `json:"primary"`
+	Standbys      []string              `json:"standbys"`
+	Relays        []string              `json:"relays"`
+	Quorum        *int                  `json:"quorum"`
+	Replication   *string               `json:"replication"`
+	RestartPolicy *lease.RestartPolicy  `json:"restart_policy"`
+	Command       []string              `json:"command"`
+	Manifest      string                `json:"manifest"`
+	StateURI      string                `json:"state_uri"`
+	ExpiresAt     uint64                `json:"expires_at"`
+	Epoch         *uint64               `json:"epoch"`
+	Checkpoint    *checkpointPolicyWire `json:"checkpoint"`
 }
 
 // BuildLeaseGrant validates p and builds a lease grant signed by k (the issuer).
@@ -113,6 +119,12 @@ func BuildLeaseGrant(k *identity.Keys, p LeaseGrantParams) (*nostr.Event, error)
 		Quorum: &p.Quorum, Replication: &repl, RestartPolicy: &p.RestartPolicy,
 		Command: p.Command, Manifest: p.Manifest, StateURI: p.StateURI, ExpiresAt: exp, Epoch: &epoch,
 	}
+	if p.Checkpoint != nil {
+		if err := p.Checkpoint.Validate(); err != nil {
+			return nil, fmt.Errorf("build lease grant: %w", err)
+		}
+		in.Checkpoint = p.Checkpoint.wire()
+	}
 	g, err := validateLease(in, ts)
 	if err != nil {
 		return nil, fmt.Errorf("build lease grant: %w", err)
@@ -122,6 +134,7 @@ func BuildLeaseGrant(k *identity.Keys, p LeaseGrantParams) (*nostr.Event, error)
 		WorkloadID: s.ID, Primary: s.Primary, Standbys: nonNil(s.Standbys), Relays: s.Relays,
 		Quorum: s.Quorum, Replication: s.Replication, RestartPolicy: s.RestartPolicy,
 		Command: s.Command, Manifest: g.Manifest, StateURI: s.StateURI, ExpiresAt: exp, Epoch: s.Epoch,
+		Checkpoint: in.Checkpoint,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build lease grant: %w", err)
@@ -272,5 +285,13 @@ func validateLease(in leaseIn, created int64) (*LeaseGrant, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	return &LeaseGrant{Spec: s, Manifest: in.Manifest}, nil
+	g := &LeaseGrant{Spec: s, Manifest: in.Manifest}
+	if in.Checkpoint != nil {
+		p, err := decodeCheckpointPolicy(in.Checkpoint)
+		if err != nil {
+			return nil, err
+		}
+		g.Checkpoint = p
+	}
+	return g, nil
 }
