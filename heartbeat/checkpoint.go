@@ -25,11 +25,6 @@ const (
 	// typical one is about 600 bytes); the Ingestor refuses larger ones
 	// before hashing them.
 	MaxCheckpointContentBytes = 8 << 10
-	// MaxCheckpointServers bounds the servers a record or a grant's
-	// checkpoint policy lists.
-	MaxCheckpointServers = 16
-	// MaxServerURLBytes bounds each of those server URLs.
-	MaxServerURLBytes = 256
 	// MaxStateURIBytes bounds a state_uri (a BUD-10 URI) in a checkpoint
 	// record or a revocation.
 	MaxStateURIBytes = 1024
@@ -82,8 +77,8 @@ type CheckpointRecord struct {
 	// wire: milliseconds, rounded down); not after CreatedAt's second.
 	TakenAt time.Time
 	// Servers are the Blossom base URLs (http or https) confirmed to hold
-	// the manifest and every tile: 1 to MaxCheckpointServers, each at most
-	// MaxServerURLBytes; none for a fresh record.
+	// the manifest and every tile: 1 to lease.MaxCheckpointServers, each at most
+	// lease.MaxServerURLBytes; none for a fresh record.
 	Servers []string
 	// StateURI is the BUD-10 URI of the manifest blob (what a revocation
 	// carries), "" if not given; it must name Manifest.
@@ -285,7 +280,7 @@ func checkpointFields(in checkpointIn, created int64) (*CheckpointRecord, *Rejec
 	if in.Parent != "" && !isHex64(in.Parent) {
 		return nil, bad("parent %.80q, want an event id (64 lowercase hex characters)", in.Parent)
 	}
-	if err := validateServerList(in.Servers, !in.Fresh); err != nil {
+	if err := lease.ValidateCheckpointServers(in.Servers, !in.Fresh); err != nil {
 		return nil, bad("%v", err)
 	}
 	r := &CheckpointRecord{

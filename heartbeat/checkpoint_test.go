@@ -291,7 +291,7 @@ func FuzzDecodeCheckpointRecord(f *testing.F) {
 			return
 		}
 		if r.Signer != ev.PubKey || r.Holder != ev.PubKey || ValidateWorkloadID(r.WorkloadID) != nil ||
-			r.Epoch < 1 || r.Epoch >= lease.MaxEpoch || r.Seq >= MaxCheckpointSeq || len(r.Servers) > MaxCheckpointServers ||
+			r.Epoch < 1 || r.Epoch >= lease.MaxEpoch || r.Seq >= MaxCheckpointSeq || len(r.Servers) > lease.MaxCheckpointServers ||
 			len(r.StateURI) > MaxStateURIBytes || (r.Fresh && (r.Manifest != "" || r.Final)) ||
 			(!r.Fresh && (r.Size <= 0 || r.ManifestSize <= 0 || len(r.Servers) == 0 || !isHex64(r.Manifest))) {
 			t.Fatalf("DecodeCheckpointRecord accepted %+v", r)

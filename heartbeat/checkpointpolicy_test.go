@@ -13,7 +13,7 @@ import (
 )
 
 // ckptGrant is the params of a valid grant signed by issuer "issuer".
-func ckptGrant(t testing.TB, cp *CheckpointPolicy) LeaseGrantParams {
+func ckptGrant(t testing.TB, cp *lease.CheckpointPolicy) LeaseGrantParams {
 	return LeaseGrantParams{
 		WorkloadID: "wl-1", Primary: testKeys(t, "primary").PublicKey(), Standbys: []string{testKeys(t, "standby").PublicKey()},
 		Relays: []string{"wss://a.example", "wss://b.example"}, Quorum: 2, Replication: lease.ReplicationWarmStandby,
@@ -25,15 +25,15 @@ func TestLeaseGrantCheckpointPolicy(t *testing.T) {
 	issuer := testKeys(t, "issuer")
 	for _, tc := range []struct {
 		name string
-		in   *CheckpointPolicy
-		want *CheckpointPolicy
+		in   *lease.CheckpointPolicy
+		want *lease.CheckpointPolicy
 		wire string // the content's checkpoint object; "" = absent
 	}{
 		{"none", nil, nil, ""},
-		{"full", &CheckpointPolicy{Servers: []string{"https://b1.example", "http://127.0.0.1:7448"}, MinServers: 1, Restore: RestoreRequired, RestoreTimeout: 90 * time.Second},
-			&CheckpointPolicy{Servers: []string{"https://b1.example", "http://127.0.0.1:7448"}, MinServers: 1, Restore: RestoreRequired, RestoreTimeout: 90 * time.Second},
+		{"full", &lease.CheckpointPolicy{Servers: []string{"https://b1.example", "http://127.0.0.1:7448"}, MinServers: 1, Restore: lease.RestoreRequired, RestoreTimeout: 90 * time.Second},
+			&lease.CheckpointPolicy{Servers: []string{"https://b1.example", "http://127.0.0.1:7448"}, MinServers: 1, Restore: lease.RestoreRequired, RestoreTimeout: 90 * time.Second},
 			`{"servers":["https://b1.example","http://127.0.0.1:7448"],"min_servers":1,"restore":"required","restore_timeout_s":90}`},
-		{"defaults", &CheckpointPolicy{}, &CheckpointPolicy{Restore: RestoreBestEffort}, `{"restore":"best-effort"}`},
+		{"defaults", &lease.CheckpointPolicy{}, &lease.CheckpointPolicy{Restore: lease.RestoreBestEffort}, `{"restore":"best-effort"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ev, err := BuildLeaseGrant(issuer, ckptGrant(t, tc.in))
@@ -51,8 +51,8 @@ func TestLeaseGrantCheckpointPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DecodeLeaseGrant = %v", err)
 			}
-			if !reflect.DeepEqual(g.Checkpoint, tc.want) {
-				t.Errorf("DecodeLeaseGrant.Checkpoint = %+v, want %+v", g.Checkpoint, tc.want)
+			if !reflect.DeepEqual(g.Spec.Checkpoint, tc.want) {
+				t.Errorf("DecodeLeaseGrant.Spec.Checkpoint = %+v, want %+v", g.Spec.Checkpoint, tc.want)
 			}
 		})
 	}
@@ -73,7 +73,7 @@ func TestLeaseGrantWithoutCheckpointUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DecodeLeaseGrant(old grant) = %v", err)
 	}
-	if g.Checkpoint != nil || g.Spec.ID != "wl-1" || g.Spec.Quorum != 2 {
+	if g.Spec.Checkpoint != nil || g.Spec.ID != "wl-1" || g.Spec.Quorum != 2 {
 		t.Errorf("DecodeLeaseGrant(old grant) = %+v, want its spec and no checkpoint policy", g)
 	}
 	rebuilt, err := BuildLeaseGrant(testKeys(t, "issuer"), p)
@@ -87,7 +87,7 @@ func TestLeaseGrantWithoutCheckpointUnchanged(t *testing.T) {
 
 func TestLeaseGrantCheckpointPolicyRejects(t *testing.T) {
 	issuer := testKeys(t, "issuer")
-	valid, err := BuildLeaseGrant(issuer, ckptGrant(t, &CheckpointPolicy{Servers: []string{"https://b1.example"}}))
+	valid, err := BuildLeaseGrant(issuer, ckptGrant(t, &lease.CheckpointPolicy{Servers: []string{"https://b1.example"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +103,9 @@ func TestLeaseGrantCheckpointPolicyRejects(t *testing.T) {
 		{"17 servers", map[string]any{"servers": many}, "17 servers, want 0 to 16"},
 		{"ws server", map[string]any{"servers": []string{"wss://b.example"}}, `servers[0] "wss://b.example"`},
 		{"server twice", map[string]any{"servers": []string{"https://b.example", "https://b.example"}}, "listed twice"},
-		{"min_servers negative", map[string]any{"servers": []string{"https://b.example"}, "min_servers": -1}, "min_servers -1"},
-		{"min_servers above servers", map[string]any{"servers": []string{"https://b.example"}, "min_servers": 2}, "min_servers 2, want 0 (all) to 1"},
-		{"min_servers without servers", map[string]any{"min_servers": 1}, "min_servers 1, want 0 (all) to 0"},
-		{"restore word", map[string]any{"restore": "always"}, `restore "always"`},
+		{"min_servers negative", map[string]any{"servers": []string{"https://b.example"}, "min_servers": -1}, "checkpoint.min_servers = -1"},
+		{"min_servers above servers", map[string]any{"servers": []string{"https://b.example"}, "min_servers": 2}, "checkpoint.min_servers = 2, must be 0 (all) to the number of servers (1)"},
+		{"restore word", map[string]any{"restore": "always"}, `checkpoint.restore = "always"`},
 		{"timeout negative", map[string]any{"restore_timeout_s": -1}, "restore_timeout_s -1"},
 		{"timeout over an hour", map[string]any{"restore_timeout_s": 3601}, "restore_timeout_s 3601"},
 		{"timeout string", map[string]any{"restore_timeout_s": "60"}, "restore_timeout_s"},
@@ -118,13 +117,13 @@ func TestLeaseGrantCheckpointPolicyRejects(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		cp   CheckpointPolicy
+		cp   lease.CheckpointPolicy
 		want string
 	}{
-		{CheckpointPolicy{RestoreTimeout: 1500 * time.Millisecond}, "restore_timeout 1.5s"},
-		{CheckpointPolicy{RestoreTimeout: 2 * time.Hour}, "restore_timeout 2h0m0s"},
-		{CheckpointPolicy{Restore: "Required"}, `restore "Required"`},
-		{CheckpointPolicy{Servers: []string{"https://b.example#x"}}, "servers[0]"},
+		{lease.CheckpointPolicy{RestoreTimeout: 1500 * time.Millisecond}, "restore_timeout 1.5s, want whole seconds"},
+		{lease.CheckpointPolicy{RestoreTimeout: 2 * time.Hour}, "checkpoint.restore_timeout = 2h0m0s"},
+		{lease.CheckpointPolicy{Restore: "Required"}, `checkpoint.restore = "Required"`},
+		{lease.CheckpointPolicy{Servers: []string{"https://b.example#x"}}, "servers[0]"},
 	} {
 		if _, err := BuildLeaseGrant(issuer, ckptGrant(t, &tc.cp)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("BuildLeaseGrant(%+v) = %v, want an error containing %q", tc.cp, err, tc.want)
@@ -132,13 +131,13 @@ func TestLeaseGrantCheckpointPolicyRejects(t *testing.T) {
 	}
 	// Unknown fields of the object are ignored; null is no policy.
 	ev := mutate(t, valid, issuer, setField("checkpoint", map[string]any{"servers": []string{"https://b.example"}, "encrypt": true}))
-	if g, err := DecodeLeaseGrant(ev); err != nil || g.Checkpoint == nil || g.Checkpoint.Restore != RestoreBestEffort {
+	if g, err := DecodeLeaseGrant(ev); err != nil || g.Spec.Checkpoint == nil || g.Spec.Checkpoint.Restore != lease.RestoreBestEffort {
 		t.Errorf("DecodeLeaseGrant(unknown field) = %+v, %v, want the policy", g, err)
 	}
 	ev = mutate(t, valid, issuer, func(ev *nostr.Event) {
 		ev.Content = strings.Replace(ev.Content, `"checkpoint":{"servers":["https://b1.example"],"restore":"best-effort"}`, `"checkpoint":null`, 1)
 	})
-	if g, err := DecodeLeaseGrant(ev); err != nil || g.Checkpoint != nil {
+	if g, err := DecodeLeaseGrant(ev); err != nil || g.Spec.Checkpoint != nil {
 		t.Errorf("DecodeLeaseGrant(checkpoint null) = %+v, %v, want no policy", g, err)
 	}
 }

@@ -26,8 +26,6 @@ type LeaseGrant struct {
 	Spec lease.Spec
 	// Manifest is a backend manifest, the alternative to Spec.Command.
 	Manifest string
-	// Checkpoint is the grant's checkpoint policy, nil when it has none.
-	Checkpoint *CheckpointPolicy
 }
 
 // LeaseGrantParams are the inputs of BuildLeaseGrant. Keys may be hex or
@@ -49,8 +47,9 @@ type LeaseGrantParams struct {
 	Manifest string
 	// StateURI optionally points at the latest checkpoint.
 	StateURI string
-	// Checkpoint is the optional checkpoint policy (nil: none).
-	Checkpoint *CheckpointPolicy
+	// Checkpoint is the optional checkpoint policy (nil: none); its
+	// RestoreTimeout must be whole seconds.
+	Checkpoint *lease.CheckpointPolicy
 	// ExpiresAt zero means the lease does not expire.
 	ExpiresAt time.Time
 	// Epoch zero means 1.
@@ -120,10 +119,11 @@ func BuildLeaseGrant(k *identity.Keys, p LeaseGrantParams) (*nostr.Event, error)
 		Command: p.Command, Manifest: p.Manifest, StateURI: p.StateURI, ExpiresAt: exp, Epoch: &epoch,
 	}
 	if p.Checkpoint != nil {
-		if err := p.Checkpoint.Validate(); err != nil {
+		w, err := policyWire(p.Checkpoint)
+		if err != nil {
 			return nil, fmt.Errorf("build lease grant: %w", err)
 		}
-		in.Checkpoint = p.Checkpoint.wire()
+		in.Checkpoint = w
 	}
 	g, err := validateLease(in, ts)
 	if err != nil {
@@ -282,16 +282,15 @@ func validateLease(in leaseIn, created int64) (*LeaseGrant, error) {
 		}
 		s.ExpiresAt = unixTime(in.ExpiresAt)
 	}
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
-	g := &LeaseGrant{Spec: s, Manifest: in.Manifest}
 	if in.Checkpoint != nil {
 		p, err := decodeCheckpointPolicy(in.Checkpoint)
 		if err != nil {
 			return nil, err
 		}
-		g.Checkpoint = p
+		s.Checkpoint = p
 	}
-	return g, nil
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &LeaseGrant{Spec: s, Manifest: in.Manifest}, nil
 }

@@ -3,6 +3,7 @@ package lease
 import (
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -24,8 +25,42 @@ const (
 // none.
 const DefaultRestoreTimeout = 60 * time.Second
 
-// MaxCheckpointServers bounds CheckpointPolicy.Servers.
-const MaxCheckpointServers = 16
+// Checkpoint server limits: a policy or a checkpoint record lists at most
+// MaxCheckpointServers Blossom servers, each URL at most MaxServerURLBytes.
+const (
+	MaxCheckpointServers = 16
+	MaxServerURLBytes    = 256
+)
+
+// ValidateCheckpointServers checks a list of Blossom base URLs: at most
+// MaxCheckpointServers (at least one when required), each an http or
+// https URL with a host and no user, query, fragment or space, at most
+// MaxServerURLBytes, none twice. The error names the first bad entry.
+func ValidateCheckpointServers(servers []string, required bool) error {
+	if len(servers) > MaxCheckpointServers || required && len(servers) == 0 {
+		least := 0
+		if required {
+			least = 1
+		}
+		return fmt.Errorf("%d servers, want %d to %d", len(servers), least, MaxCheckpointServers)
+	}
+	seen := make(map[string]bool, len(servers))
+	for i, s := range servers {
+		if len(s) > MaxServerURLBytes {
+			return fmt.Errorf("servers[%d] %.40q... is %d bytes, max %d", i, s, len(s), MaxServerURLBytes)
+		}
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			u.Opaque != "" || strings.ContainsAny(s, "?# ") {
+			return fmt.Errorf("servers[%d] %q, want an http(s) base URL", i, s)
+		}
+		if seen[s] {
+			return fmt.Errorf("servers[%d] %q listed twice", i, s)
+		}
+		seen[s] = true
+	}
+	return nil
+}
 
 // CheckpointPolicy is a lease's durable-state settings: where checkpoints
 // go, when one counts as published, and what a new holder does before it
@@ -47,14 +82,8 @@ type CheckpointPolicy struct {
 
 // Validate checks a policy from an untrusted grant.
 func (p CheckpointPolicy) Validate() error {
-	if len(p.Servers) > MaxCheckpointServers {
-		return fmt.Errorf("checkpoint.servers has %d entries, at most %d", len(p.Servers), MaxCheckpointServers)
-	}
-	for i, s := range p.Servers {
-		u, err := url.Parse(s)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(s) > 256 {
-			return fmt.Errorf("checkpoint.servers[%d] = %q, must be an http or https URL of at most 256 bytes", i, s)
-		}
+	if err := ValidateCheckpointServers(p.Servers, false); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
 	}
 	if p.MinServers < 0 || (len(p.Servers) > 0 && p.MinServers > len(p.Servers)) {
 		return fmt.Errorf("checkpoint.min_servers = %d, must be 0 (all) to the number of servers (%d)", p.MinServers, len(p.Servers))

@@ -269,12 +269,13 @@ func TestCheckpointPolicyValidate(t *testing.T) {
 	}{
 		{CheckpointPolicy{}, ""},
 		{CheckpointPolicy{Servers: []string{"https://a.test", "http://b.test:3000"}, MinServers: 2, Restore: RestoreRequired, RestoreTimeout: time.Minute}, ""},
-		{CheckpointPolicy{Servers: []string{"ftp://a.test"}}, `checkpoint.servers[0] = "ftp://a.test"`},
+		{CheckpointPolicy{Servers: []string{"ftp://a.test"}}, `checkpoint: servers[0] "ftp://a.test", want an http(s) base URL`},
+		{CheckpointPolicy{Servers: []string{"https://a.test", "https://a.test"}}, `checkpoint: servers[1] "https://a.test" listed twice`},
 		{CheckpointPolicy{Servers: []string{"https://a.test"}, MinServers: 2}, "checkpoint.min_servers = 2"},
 		{CheckpointPolicy{MinServers: -1}, "checkpoint.min_servers = -1"},
 		{CheckpointPolicy{Restore: "maybe"}, `checkpoint.restore = "maybe"`},
 		{CheckpointPolicy{RestoreTimeout: time.Millisecond}, "checkpoint.restore_timeout = 1ms"},
-		{CheckpointPolicy{Servers: make([]string, 17)}, "checkpoint.servers has 17 entries"},
+		{CheckpointPolicy{Servers: make([]string, 17)}, "checkpoint: 17 servers, want 0 to 16"},
 	} {
 		err := tt.p.Validate()
 		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
