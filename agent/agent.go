@@ -278,6 +278,7 @@ type Agent struct {
 
 	ownedProc      *backend.Process    // closed by Run when the agent made it
 	containment    backend.Containment // from a backend that says; shown on /status
+	isolation      backend.Isolation   // likewise
 	uploader       uploader.Uploader
 	uploadInterval time.Duration
 
@@ -438,6 +439,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	}
 	if c, ok := a.backend.(interface{ Containment() backend.Containment }); ok {
 		a.containment = c.Containment()
+	}
+	if c, ok := a.backend.(interface{ Isolation() backend.Isolation }); ok {
+		a.isolation = c.Isolation()
 	}
 	if err := Migrate(ctx, a.db); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
@@ -823,7 +827,8 @@ func (a *Agent) refreshStatus(now time.Time) {
 		}
 	}
 	a.view.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.machine().AwaitingSync(), Workloads: ws,
-		ClockSuspect: sus, ClockWhy: why, Containment: a.containment.Summary, ContainmentWarning: a.containment.Warning}
+		ClockSuspect: sus, ClockWhy: why, Containment: a.containment.Summary, ContainmentWarning: a.containment.Warning,
+		Isolation: a.isolation.Summary, IsolationWarning: a.isolation.Warning}
 	a.view.counts = counts
 	a.view.mu.Unlock()
 	// Quorum of this provider and of every holder it watches (ws is written

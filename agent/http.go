@@ -46,6 +46,12 @@ type Status struct {
 	// not say.
 	Containment        string `json:"containment,omitempty"`
 	ContainmentWarning string `json:"containment_warning,omitempty"`
+	// Isolation says as which users workloads run (backend.Isolation);
+	// IsolationWarning is set when they are not isolated (no workload
+	// starts, or isolation is off). Both are empty for a backend that does
+	// not say.
+	Isolation        string `json:"isolation,omitempty"`
+	IsolationWarning string `json:"isolation_warning,omitempty"`
 }
 
 // WorkloadStatus is one workload as this agent sees it (WorkloadView

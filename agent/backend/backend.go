@@ -55,13 +55,20 @@ type StartSpec struct {
 	// Command is the argv to execute (Command[0] is looked up in PATH). Use
 	// ShellCommand to run a shell command line.
 	Command []string
-	// Env entries ("KEY=value") are added to the base environment (the
-	// agent's, unless the backend is configured otherwise), after
-	// PROVIDER_AGENT_WORKLOAD_ID and PROVIDER_AGENT_EPOCH.
+	// Env entries ("KEY=value") are added to the base environment (PATH
+	// and HOME for an isolated workload, else the agent's, unless the
+	// backend is configured otherwise), after PROVIDER_AGENT_WORKLOAD_ID,
+	// PROVIDER_AGENT_EPOCH and PROVIDER_AGENT_CHECKPOINT_DIR.
 	Env []string
-	// Dir is the working directory; "" means the agent's.
+	// Dir is the working directory; "" means the workload's own (its
+	// directory's home/).
 	Dir string
 }
+
+// CheckpointDirEnv names the workload's checkpoint directory in its
+// environment: a directory private to the workload and its epoch, which
+// only the workload's user may enter (a container has it bind-mounted).
+const CheckpointDirEnv = "PROVIDER_AGENT_CHECKPOINT_DIR"
 
 // MaxWorkloadIDLen bounds StartSpec.WorkloadID.
 const MaxWorkloadIDLen = 256

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -165,11 +166,23 @@ func (c *Containment) close() {
 
 // probeEnvValue is shimEnv's value that makes the binary a containment
 // probe: it joins the cgroup whose cgroup.procs follows the comma, if
-// any, and exits 0 (or 3, saying why on stderr).
+// any, or with ",uid=N" drops to uid and gid N (the isolation probe), and
+// exits 0 (or 3, saying why on stderr).
 const probeEnvValue = "probe"
 
 // runProbe is the probe's main.
 func runProbe(v string) int {
+	if id, ok := strings.CutPrefix(v, probeEnvValue+",uid="); ok {
+		n, err := strconv.ParseUint(id, 10, 32)
+		if err == nil {
+			err = probeDropTo(uint32(n))
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 3
+		}
+		return 0
+	}
 	if procs, ok := strings.CutPrefix(v, probeEnvValue+","); ok && procs != "" {
 		if err := joinCgroup(procs); err != nil {
 			fmt.Fprintln(os.Stderr, err)

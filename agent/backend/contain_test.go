@@ -21,6 +21,7 @@ type containCase struct {
 	name          string
 	mode          ContainMode
 	cgroupVersion int
+	isolation     IsolationMode // "": the default (user)
 }
 
 // containCases returns every containment this host offers (a PID
@@ -29,10 +30,10 @@ type containCase struct {
 func containCases(t testing.TB) []containCase {
 	t.Helper()
 	all := []containCase{
-		{"pidns", ContainPIDNS, 0},
-		{"cgroup-v2", ContainCgroup, 2},
-		{"cgroup-v1", ContainCgroup, 1},
-		{"none", ContainNone, 0},
+		{"pidns", ContainPIDNS, 0, ""},
+		{"cgroup-v2", ContainCgroup, 2, ""},
+		{"cgroup-v1", ContainCgroup, 1, ""},
+		{"none", ContainNone, 0, ""},
 	}
 	var out []containCase
 	for _, c := range all {
@@ -138,7 +139,7 @@ func TestScrubbedDaemonOutlivesNoSupervisor(t *testing.T) {
 		}
 		t.Run(c.name+"/supervisor", func(t *testing.T) {
 			b := newTestMode(t, time.Second, c)
-			dir := t.TempDir()
+			dir := sharedDir(t)
 			pidFile, out := filepath.Join(dir, "pids"), filepath.Join(dir, "out")
 			line := scrubbedDaemon(pidFile, out) + ` while :; do sleep 1; done`
 			if err := b.Start(context.Background(), StartSpec{WorkloadID: "d", Command: ShellCommand(line)}); err != nil {
@@ -171,7 +172,7 @@ func TestScrubbedDaemonOutlivesNoSupervisor(t *testing.T) {
 			}
 		})
 		t.Run(c.name+"/agent-and-supervisor", func(t *testing.T) {
-			dir := t.TempDir()
+			dir := sharedDir(t)
 			pidFile, out := filepath.Join(dir, "pids"), filepath.Join(dir, "out")
 			h := startHelperAgent(t, os.Args[0], dir, scrubbedDaemon(pidFile, out)+` while :; do sleep 1; done`, c, nil)
 			daemon := readPids(t, pidFile, 1)[0]
@@ -412,8 +413,10 @@ func TestUnprivilegedAgentUsesAUserNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	pidFile := filepath.Join(dir, "pids")
+	// An agent that is not root cannot run workloads as other users: this
+	// test is about containment, so it runs them as its own (isolation none).
 	h := startHelperAgent(t, bin, dir, scrubbedDaemon(pidFile, "")+` while :; do sleep 1; done`,
-		containCase{"auto", ContainAuto, 0}, &syscall.Credential{Uid: nobody, Gid: nobody})
+		containCase{"auto", ContainAuto, 0, IsolateNone}, &syscall.Credential{Uid: nobody, Gid: nobody})
 	if h.containment != "pid namespace (in a user namespace)" {
 		t.Errorf("containment of an agent running as uid %d = %q, want a pid namespace in a user namespace", nobody, h.containment)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,9 +16,9 @@ import (
 )
 
 // helperEnv makes the test binary act as an agent that starts the workload
-// line in helperLineEnv, with the containment in helperModeEnv
-// ("<mode>,<cgroup version>"), prints "started <supervisor pid>
-// <containment>" and then waits to be killed.
+// line in helperLineEnv, with the containment and isolation in
+// helperModeEnv ("<mode>,<cgroup version>,<isolation>"), prints "started
+// <supervisor pid> <containment>" and then waits to be killed.
 const (
 	helperEnv     = "BACKEND_TEST_AGENT_HELPER"
 	helperLineEnv = "BACKEND_TEST_AGENT_LINE"
@@ -26,18 +27,26 @@ const (
 
 func TestMain(m *testing.M) {
 	RunShimIfRequested()
+	// A variable of the agent's environment that an isolated workload
+	// must not see (set here, not by t.Setenv, so that tests may run in
+	// parallel).
+	os.Setenv(agentSecretEnv, "s3cret-of-the-agent")
 	if dir := os.Getenv(helperEnv); dir != "" {
 		os.Exit(runHelperAgent(dir, os.Getenv(helperLineEnv), os.Getenv(helperModeEnv)))
+	}
+	if dir := os.Getenv(podmanHelperEnv); dir != "" {
+		os.Exit(runPodmanHelper(dir, os.Getenv(podmanLineEnv), os.Getenv(podmanDirEnv)))
 	}
 	os.Exit(m.Run())
 }
 
 func runHelperAgent(dir, line, mode string) int {
 	cfg := ProcessConfig{StopGrace: time.Second, LogDir: filepath.Join(dir, "logs")}
-	m, v, _ := strings.Cut(mode, ",")
-	cfg.Containment = ContainMode(m)
-	cfg.cgroupVersion, _ = strconv.Atoi(v)
-	b, err := NewProcess(cfg, nil)
+	f := append(strings.Split(mode, ","), "", "", "")
+	cfg.Containment = ContainMode(f[0])
+	cfg.cgroupVersion, _ = strconv.Atoi(f[1])
+	cfg.Isolation = IsolationMode(f[2])
+	b, err := NewProcess(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -68,7 +77,7 @@ func startHelperAgent(t *testing.T, bin, dir, line string, c containCase, cred *
 	t.Helper()
 	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"="+dir, helperLineEnv+"="+line,
-		helperModeEnv+"="+string(c.mode)+","+strconv.Itoa(c.cgroupVersion))
+		helperModeEnv+"="+string(c.mode)+","+strconv.Itoa(c.cgroupVersion)+","+string(c.isolation))
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
@@ -192,7 +201,7 @@ func TestWorkloadTreeDiesWithKilledAgent(t *testing.T) {
 	for _, c := range containCases(t) {
 		for _, tt := range tests {
 			t.Run(c.name+"/"+tt.name, func(t *testing.T) {
-				dir := t.TempDir()
+				dir := sharedDir(t)
 				pidFile := filepath.Join(dir, "pids")
 				h := startHelperAgent(t, os.Args[0], dir, tt.line(pidFile), c, nil)
 				pids := readPids(t, pidFile, tt.n)

@@ -12,6 +12,15 @@
 // environment or session. KillLeftovers kills what a killed agent's
 // supervisors could not.
 //
+// Each workload is isolated from the agent and from the other workloads
+// (Isolation, chosen by IsolationMode): it runs as a uid of its own, with
+// a clean environment and a private directory holding its checkpoint
+// directory (PROVIDER_AGENT_CHECKPOINT_DIR). Podman, the container
+// backend, runs the OCI image a lease names (internal/imagespec) with
+// podman, inside the PID namespace of such a supervisor, so that a
+// container dies with the agent as a process tree does;
+// KillPodmanLeftovers removes what a killed agent left.
+//
 // Exits caused by Stop or Close are reported with Stopped set, so the lease
 // machine does not count them as crashes.
 package backend

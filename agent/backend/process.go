@@ -18,6 +18,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"provideragent/internal/imagespec"
 )
 
 // ProcessConfig configures Process.
@@ -40,6 +44,19 @@ type ProcessConfig struct {
 	// Containment says how each workload's processes are held together
 	// (see ContainMode). Default ContainAuto; "" means the same.
 	Containment ContainMode
+	// Isolation says whether each workload runs as a user of its own (see
+	// IsolationMode). Default IsolateUser; "" means the same.
+	Isolation IsolationMode
+	// WorkloadUser, when set (a user name or uid), is the user every
+	// isolated workload runs as; "" gives each workload a uid of its own
+	// from WorkloadUIDs (zero: DefaultWorkloadUIDs).
+	WorkloadUser string
+	WorkloadUIDs UIDRange
+	// WorkloadDir holds the workloads' directories (working directory and
+	// checkpoint directory), under a directory of this backend's. When
+	// isolating, workload users must be able to reach it. "" means a
+	// temporary directory, removed by Close.
+	WorkloadDir string
 
 	// cgroupVersion, when not 0, restricts cgroups to that version (tests
 	// of the v1 freezer on a host that has both).
@@ -47,15 +64,25 @@ type ProcessConfig struct {
 }
 
 // DefaultProcessConfig returns the defaults: a 10 s grace period, output
-// discarded, containment auto.
+// discarded, containment auto, each workload isolated as a uid of its own
+// in a temporary workload dir.
 func DefaultProcessConfig() ProcessConfig {
-	return ProcessConfig{StopGrace: 10 * time.Second, Containment: ContainAuto}
+	return ProcessConfig{StopGrace: 10 * time.Second, Containment: ContainAuto, Isolation: IsolateUser,
+		WorkloadUIDs: DefaultWorkloadUIDs}
 }
 
 // Validate checks the config, naming the bad field.
 func (c ProcessConfig) Validate() error {
 	if c.StopGrace <= 0 {
 		return fmt.Errorf("backend: stop_grace = %s: must be > 0", c.StopGrace)
+	}
+	if err := c.Isolation.Validate(); err != nil {
+		return err
+	}
+	if c.WorkloadUIDs != (UIDRange{}) {
+		if err := c.WorkloadUIDs.Validate(); err != nil {
+			return fmt.Errorf("backend: workload_uids: %w", err)
+		}
 	}
 	return c.Containment.Validate()
 }
@@ -96,6 +123,8 @@ type Process struct {
 	tokens           atomic.Uint64
 
 	contain *Containment
+	iso     *Isolation
+	dirs    *workdirs
 	marker  string // PROVIDER_AGENT_BACKEND value; "" without LogDir
 	queue   *exitQueue
 	exits   chan Exit
@@ -113,6 +142,9 @@ type proc struct {
 	token  uint64       // its shim's status line
 	status chan uint32  // receives that line's wait status
 	group  *cgroupGroup // its cgroup; nil without one
+	hold   bool         // a holding shim (Podman): no command, no log lines
+	ns     *os.File     // a holding shim's PID namespace (/proc/<pid>/ns/pid)
+	wd     workdir      // its directories and uid
 
 	// guarded by Process.mu
 	epoch    uint64
@@ -186,9 +218,21 @@ func NewProcess(cfg ProcessConfig, logger *slog.Logger) (*Process, error) {
 	} else {
 		logger.Info("workload containment", "containment", contain.String())
 	}
+	iso, dirs, err := detectIsolation(isolationConfig{mode: cfg.Isolation, user: cfg.WorkloadUser, uids: cfg.WorkloadUIDs,
+		dir: cfg.WorkloadDir, label: marker})
+	if err != nil {
+		contain.close()
+		return nil, err
+	}
+	if iso.Warning != "" {
+		logger.Warn("workloads are not isolated: "+iso.Warning, "isolation", iso.String())
+	} else {
+		logger.Info("workload isolation", "isolation", iso.String())
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		contain.close()
+		dirs.close()
 		return nil, fmt.Errorf("backend: lifeline: %w", err)
 	}
 	sr, sw, err := os.Pipe()
@@ -196,6 +240,7 @@ func NewProcess(cfg ProcessConfig, logger *slog.Logger) (*Process, error) {
 		r.Close()
 		w.Close()
 		contain.close()
+		dirs.close()
 		return nil, fmt.Errorf("backend: status pipe: %w", err)
 	}
 	b := &Process{
@@ -209,6 +254,8 @@ func NewProcess(cfg ProcessConfig, logger *slog.Logger) (*Process, error) {
 		statuses:   &statusBoard{waiting: map[uint64]chan uint32{}},
 		statusDone: make(chan struct{}),
 		contain:    contain,
+		iso:        iso,
+		dirs:       dirs,
 		queue:      newExitQueue(),
 		exits:      make(chan Exit),
 		quit:       make(chan struct{}),
@@ -230,6 +277,10 @@ func (b *Process) Containment() Containment {
 	c.tree = nil
 	return c
 }
+
+// Isolation reports how this backend isolates its workloads (the agent
+// shows it, and its warning, on /status).
+func (b *Process) Isolation() Isolation { return *b.iso }
 
 // LogPath returns the log file of a workload under LogDir ("" when output
 // goes to the injected writer). IDs with characters other than letters,
@@ -274,6 +325,18 @@ func (b *Process) Start(ctx context.Context, spec StartSpec) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
+	if imagespec.Is(spec.Command) {
+		return fmt.Errorf("start %s: the workload names a container image (%s), and backend.kind = process runs commands; "+
+			"run it with backend.kind = podman: %w", spec.WorkloadID, spec.Command[min(1, len(spec.Command)-1)], ErrBadSpec)
+	}
+	return b.start(ctx, spec, false)
+}
+
+// start starts spec's workload, or with hold a holding shim for it.
+func (b *Process) start(ctx context.Context, spec StartSpec, hold bool) error {
+	if b.iso.refuse != nil {
+		return fmt.Errorf("start %s: %w", spec.WorkloadID, b.iso.refuse)
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("start %s: %w", spec.WorkloadID, err)
 	}
@@ -304,7 +367,7 @@ func (b *Process) Start(ctx context.Context, spec StartSpec) error {
 		b.mu.Unlock()
 		return err
 	}
-	p := &proc{id: spec.WorkloadID, epoch: spec.Epoch, started: make(chan struct{}), done: make(chan struct{})}
+	p := &proc{id: spec.WorkloadID, epoch: spec.Epoch, hold: hold, started: make(chan struct{}), done: make(chan struct{})}
 	p.token, p.status = b.statuses.register(&b.tokens)
 	b.procs[spec.WorkloadID] = p
 	b.mu.Unlock()
@@ -354,17 +417,30 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 	if b.cfg.LogDir != "" {
 		p.log = b.LogPath(spec.WorkloadID)
 	}
-	// Resolved here, against the agent's PATH, as exec.Command would, so
-	// a missing binary is reported at once.
-	path, err := exec.LookPath(spec.Command[0])
+	name := strings.TrimSuffix(logName(spec.WorkloadID), ".log")
+	wd, err := b.dirs.prepare(name, spec.Epoch)
 	if err != nil {
 		return fail(err)
 	}
+	p.wd = wd
+	var path string
+	if !p.hold {
+		// Resolved here, against the agent's PATH, as exec.Command would,
+		// so a missing binary is reported at once.
+		if path, err = exec.LookPath(spec.Command[0]); err != nil {
+			return fail(err)
+		}
+	}
 	base := b.cfg.BaseEnv
-	if base == nil {
+	switch {
+	case base != nil:
+	case b.dirs.isolate:
+		// Nothing of the agent's environment: it may hold secrets.
+		base = []string{"PATH=" + defaultPath, "HOME=" + wd.home}
+	default:
 		base = os.Environ()
 	}
-	env := make([]string, 0, len(base)+len(spec.Env)+4)
+	env := make([]string, 0, len(base)+len(spec.Env)+5)
 	for _, kv := range base {
 		if !strings.HasPrefix(kv, shimEnv+"=") {
 			env = append(env, kv)
@@ -372,7 +448,8 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 	}
 	env = append(env,
 		"PROVIDER_AGENT_WORKLOAD_ID="+spec.WorkloadID,
-		fmt.Sprintf("PROVIDER_AGENT_EPOCH=%d", spec.Epoch))
+		fmt.Sprintf("PROVIDER_AGENT_EPOCH=%d", spec.Epoch),
+		CheckpointDirEnv+"="+wd.checkpoint)
 	env = append(env, spec.Env...)
 	if b.marker != "" {
 		// Last, so a spec cannot override it.
@@ -394,7 +471,10 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 	if cgDir != nil {
 		defer cgDir.Close()
 	}
-	scfg := shimConfig{agent: os.Getpid(), grace: b.cfg.StopGrace, token: p.token, join: join}
+	scfg := shimConfig{agent: os.Getpid(), grace: b.cfg.StopGrace, token: p.token, join: join, uid: -1, gid: -1, hold: p.hold}
+	if b.dirs.isolate && !p.hold {
+		scfg.uid, scfg.gid = int64(wd.uid), int64(wd.gid)
+	}
 	if group != nil {
 		scfg.cgroup = group.dir
 	}
@@ -406,11 +486,20 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 		return fail(fmt.Errorf("handshake pipe: %w", err))
 	}
 	defer hsR.Close()
+	args := []string{shimArgv0}
+	if !p.hold {
+		args = append(args, path)
+		args = append(args, spec.Command...)
+	}
+	dir := spec.Dir
+	if dir == "" {
+		dir = wd.home
+	}
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
-		Args:        append([]string{shimArgv0, path}, spec.Command...),
+		Args:        args,
 		Env:         env,
-		Dir:         spec.Dir,
+		Dir:         dir,
 		ExtraFiles:  []*os.File{b.lifeR, hsW, b.statusW},
 		SysProcAttr: attr,
 	}
@@ -420,8 +509,10 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 			hsW.Close()
 			return fail(fmt.Errorf("open log: %w", err))
 		}
-		fmt.Fprintf(f, logMarker+"start %s epoch %d at %s: %q\n",
-			spec.WorkloadID, spec.Epoch, b.cfg.Now().UTC().Format(time.RFC3339), spec.Command)
+		if !p.hold {
+			fmt.Fprintf(f, logMarker+"start %s epoch %d at %s: %q\n",
+				spec.WorkloadID, spec.Epoch, b.cfg.Now().UTC().Format(time.RFC3339), spec.Command)
+		}
 		cmd.Stdout, cmd.Stderr = f, f
 		// The child has its own copy: do not hold one descriptor per
 		// workload in the agent (10,000 workloads would exceed the limit).
@@ -438,7 +529,17 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 	msg, err := readHandshake(ctx, hsR)
 	if err == nil {
 		if rest, ok := strings.CutPrefix(msg, "ok "); ok {
-			if wpid, err := strconv.Atoi(rest); err == nil && wpid > 1 {
+			wpid, err := strconv.Atoi(rest)
+			if err == nil && wpid > 1 && p.hold {
+				// Opened before anything reaps the shim (its pid cannot
+				// have been reused): the namespace a container joins is
+				// this shim's, or, if it died meanwhile, a dead one that
+				// no process can enter.
+				if p.ns, err = os.Open(fmt.Sprintf("/proc/%d/ns/pid", cmd.Process.Pid)); err != nil {
+					msg = "error holding supervisor's namespace: " + err.Error()
+				}
+			}
+			if err == nil && wpid > 1 {
 				return cmd, wpid, nil
 			}
 		}
@@ -532,8 +633,11 @@ func (b *Process) wait(p *proc) {
 		delete(b.procs, p.id)
 	}
 	b.mu.Unlock()
-	if p.log != "" {
+	if p.log != "" && !p.hold {
 		appendLog(p.log, fmt.Sprintf(logMarker+"%s ended: %s\n", p.id, e))
+	}
+	if p.ns != nil {
+		_ = p.ns.Close()
 	}
 	close(p.done)
 	level := slog.LevelInfo
@@ -646,6 +750,48 @@ func (b *Process) killShim(p *proc) {
 		"workload", p.id, "shim_pid", shim.Pid, "processes", n, "waited", b.cfg.StopGrace+shimStopMargin)
 }
 
+// holding returns a holding shim's PID namespace (a descriptor of the
+// caller's, to close), directories and done channel; ok is false when
+// workload id has no holding shim.
+func (b *Process) holding(id string) (ns *os.File, wd workdir, done <-chan struct{}, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, found := b.procs[id]
+	if !found || !p.hold || p.ns == nil {
+		return nil, workdir{}, nil, false
+	}
+	fd, err := unix.FcntlInt(p.ns.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, workdir{}, nil, false
+	}
+	return os.NewFile(uintptr(fd), p.ns.Name()), p.wd, p.done, true
+}
+
+// release tells a holding shim that its container ended: it kills what
+// is left in its namespace and exits. Until it has, a start of the same
+// workload is refused (ErrStopping), as during a stop.
+func (b *Process) release(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := b.procs[id]; ok && p.hold && p.cmd != nil {
+		if !p.stopping {
+			p.stopping, p.reason = true, "container ended"
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGUSR1)
+	}
+}
+
+// killHolder kills a holding shim that did not exit when released (the
+// kernel then kills what is left in its namespace).
+func (b *Process) killHolder(id string) {
+	b.mu.Lock()
+	p, ok := b.procs[id]
+	b.mu.Unlock()
+	if ok && p.hold && p.cmd != nil {
+		b.killShim(p)
+	}
+}
+
 // Running implements Backend.
 func (b *Process) Running(workloadID string) bool {
 	b.mu.Lock()
@@ -692,6 +838,7 @@ func (b *Process) Close(ctx context.Context) error {
 		<-b.statusDone
 		_ = b.statusR.Close()
 		b.contain.close()
+		b.dirs.close()
 	})
 	return nil
 }

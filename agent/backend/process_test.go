@@ -135,7 +135,7 @@ func TestStopIsReportedAsStopped(t *testing.T) {
 func TestStopKillsAfterGrace(t *testing.T) {
 	b := newTest(t, 300*time.Millisecond)
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := sharedDir(t)
 	ready := filepath.Join(dir, "ready")
 	// The shell and its children ignore SIGTERM.
 	line := `trap "" TERM; ` + recordPid(filepath.Join(dir, "child"), "sleep 60") + ` & while [ ! -s ` + filepath.Join(dir, "child") + ` ]; do sleep 0.01; done; touch ` + ready + `; wait`
@@ -162,7 +162,7 @@ func TestStopKillsAfterGrace(t *testing.T) {
 func TestOrphansDieWithLeader(t *testing.T) {
 	b := newTest(t, 5*time.Second)
 	ctx := context.Background()
-	pidFile := filepath.Join(t.TempDir(), "child")
+	pidFile := filepath.Join(sharedDir(t), "child")
 	line := recordPid(pidFile, "sleep 60") + ` & while [ ! -s ` + pidFile + ` ]; do sleep 0.01; done; exit 0`
 	if err := b.Start(ctx, StartSpec{WorkloadID: "forker", Command: ShellCommand(line)}); err != nil {
 		t.Fatal(err)
@@ -395,7 +395,7 @@ func TestExitsAreQueuedForSlowReaders(t *testing.T) {
 
 func TestStopContextEnds(t *testing.T) {
 	b := newTest(t, 200*time.Millisecond)
-	dir := t.TempDir()
+	dir := sharedDir(t)
 	ready := filepath.Join(dir, "ready")
 	if err := b.Start(context.Background(), StartSpec{WorkloadID: "s", Command: ShellCommand(`trap "" TERM; touch ` + ready + `; sleep 60`)}); err != nil {
 		t.Fatal(err)

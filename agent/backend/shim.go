@@ -38,11 +38,16 @@ import (
 // the shim removes it itself on its way out.
 //
 // The protocol between the backend and the shim:
-//   - environment shimEnv = "v2,<agent pid>,<stop grace in ns>,<token>,
-//     <join: 0 or 1>,<the workload's cgroup directory or empty>"; the shim
-//     joins that cgroup first when join is 1, and removes the variable from
-//     the workload's environment;
-//   - argv = [shimArgv0, path, workload argv...];
+//   - environment shimEnv = "v3,<agent pid>,<stop grace in ns>,<token>,
+//     <join: 0 or 1>,<uid or -1>,<gid or -1>,<hold: 0 or 1>,<the
+//     workload's cgroup directory or empty>"; the shim joins that cgroup
+//     first when join is 1, and removes the variable from the workload's
+//     environment; with a uid it starts the workload as that uid and gid,
+//     without supplementary groups and with no_new_privs (no setuid
+//     binary gives it more);
+//   - argv = [shimArgv0, path, workload argv...]; with hold, [shimArgv0]:
+//     the shim starts nothing and holds its PID namespace for a container
+//     that joins it (see Podman);
 //   - fd 3: the lifeline's read end (one pipe per backend: one descriptor
 //     in the agent however many workloads run);
 //   - fd 4: the handshake pipe's write end: "ok <workload pid>\n" once the
@@ -55,7 +60,10 @@ import (
 //     namespace's init cannot die by a signal it sends itself, so the
 //     shim never mirrors a signal: a shim that died by a signal was killed;
 //   - SIGTERM (or SIGINT) asks for a stop: the shim forwards SIGTERM to the
-//     workload's tree and SIGKILLs it after the grace.
+//     workload's tree and SIGKILLs it after the grace; a holding shim then
+//     exits once its namespace is empty;
+//   - SIGUSR1 tells a holding shim that its container ended: it kills what
+//     is left in its namespace and exits.
 const (
 	shimEnv        = "PROVIDER_AGENT_SHIM"
 	shimArgv0      = "provider-agent-shim"
@@ -91,30 +99,41 @@ type shimConfig struct {
 	grace  time.Duration
 	token  uint64 // names this shim's line on the status pipe
 	join   bool   // join cgroup (else it was born there)
+	uid    int64  // run the workload as uid:gid; -1: as the shim's
+	gid    int64
+	hold   bool   // start nothing: hold the PID namespace for a container
 	cgroup string // the workload's cgroup directory; "" for none
 }
 
-func (c shimConfig) env() string {
-	join := 0
-	if c.join {
-		join = 1
+func flag01(b bool) int {
+	if b {
+		return 1
 	}
-	return fmt.Sprintf("%s=v2,%d,%d,%d,%d,%s", shimEnv, c.agent, int64(c.grace), c.token, join, c.cgroup)
+	return 0
+}
+
+func (c shimConfig) env() string {
+	return fmt.Sprintf("%s=v3,%d,%d,%d,%d,%d,%d,%d,%s", shimEnv, c.agent, int64(c.grace), c.token, flag01(c.join),
+		c.uid, c.gid, flag01(c.hold), c.cgroup)
 }
 
 func parseShimConfig(v string) (shimConfig, error) {
-	bad := fmt.Errorf("%s = %q: want v2,<pid>,<grace ns>,<token>,<join 0|1>,<cgroup dir or empty>", shimEnv, v)
-	f := strings.SplitN(v, ",", 6)
-	if len(f) != 6 || f[0] != "v2" || (f[4] != "0" && f[4] != "1") || (f[4] == "1" && f[5] == "") {
+	bad := fmt.Errorf("%s = %q: want v3,<pid>,<grace ns>,<token>,<join 0|1>,<uid or -1>,<gid or -1>,<hold 0|1>,<cgroup dir or empty>", shimEnv, v)
+	f := strings.SplitN(v, ",", 9)
+	if len(f) != 9 || f[0] != "v3" || (f[4] != "0" && f[4] != "1") || (f[4] == "1" && f[8] == "") || (f[7] != "0" && f[7] != "1") {
 		return shimConfig{}, bad
 	}
 	pid, err1 := strconv.Atoi(f[1])
 	grace, err2 := strconv.ParseInt(f[2], 10, 64)
 	token, err3 := strconv.ParseUint(f[3], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || pid <= 1 || grace <= 0 {
+	uid, err4 := strconv.ParseInt(f[5], 10, 64)
+	gid, err5 := strconv.ParseInt(f[6], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil || pid <= 1 || grace <= 0 ||
+		uid < -1 || uid > 1<<32-2 || gid < -1 || gid > 1<<32-2 || (uid < 0) != (gid < 0) {
 		return shimConfig{}, bad
 	}
-	return shimConfig{agent: pid, grace: time.Duration(grace), token: token, join: f[4] == "1", cgroup: f[5]}, nil
+	return shimConfig{agent: pid, grace: time.Duration(grace), token: token, join: f[4] == "1",
+		uid: uid, gid: gid, hold: f[7] == "1", cgroup: f[8]}, nil
 }
 
 // shimNote writes one line of the shim's own to its stderr (the workload's
@@ -126,7 +145,7 @@ func shimNote(format string, args ...any) {
 // runShim is the shim's main; it returns the shim's exit code.
 func runShim(v string, args []string) int {
 	cfg, err := parseShimConfig(v)
-	if err != nil || len(args) < 3 || !isPipe(shimLifelineFd) || !isPipe(shimStartFd) || !isPipe(shimStatusFd) {
+	if err != nil || (len(args) < 3 && !cfg.hold) || !isPipe(shimLifelineFd) || !isPipe(shimStartFd) || !isPipe(shimStatusFd) {
 		// Not started by a backend (someone set the variable by hand).
 		fmt.Fprintf(os.Stderr, "provider-agent: %s is set but this process was not started as a workload supervisor (%v)\n", shimEnv, err)
 		return 2
@@ -168,6 +187,24 @@ func runShim(v string, args []string) int {
 		started("error the agent is gone")
 		return 1
 	}
+	if cfg.hold {
+		if !t.nsInit {
+			started("error a holding supervisor needs a PID namespace")
+			return 1
+		}
+		// A container sees this process as its pid 1: nothing of it (its
+		// root, which is the host's, its descriptors) may be reachable
+		// through /proc, whatever user the container runs as.
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			started("error set not dumpable: " + err.Error())
+			return 1
+		}
+		started("ok " + strconv.Itoa(t.self))
+		debug.FreeOSMemory()
+		ws := superviseHold(cfg, sigs, lifeline)
+		_, _ = syscall.Write(shimStatusFd, []byte(fmt.Sprintf("%d %d\n", cfg.token, uint32(ws))))
+		return ws.ExitStatus()
+	}
 	env := make([]string, 0, len(os.Environ()))
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, shimEnv+"=") {
@@ -175,10 +212,21 @@ func runShim(v string, args []string) int {
 		}
 	}
 	path, argv := args[1], args[2:]
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if cfg.uid >= 0 {
+		sys.Credential = &syscall.Credential{Uid: uint32(cfg.uid), Gid: uint32(cfg.gid), Groups: []uint32{}}
+		// no_new_privs is a property of the thread that forks: set it on
+		// this one, and fork from it.
+		runtime.LockOSThread()
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			started("error set no_new_privs: " + err.Error())
+			return 1
+		}
+	}
 	main, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   env,
 		Files: []uintptr{0, 1, 2},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   sys,
 	})
 	if err != nil {
 		started("error " + (&os.PathError{Op: "fork/exec", Path: path, Err: err}).Error())
@@ -355,6 +403,75 @@ func (t shimTree) kill(main int, mainUnreaped bool) int {
 			}
 		}
 		time.Sleep(pause)
+	}
+}
+
+// superviseHold is superviseShim for a holding shim (the init of the PID
+// namespace a container joined): it reaps what is reparented to it,
+// forwards a stop to every process of the namespace (SIGKILL after the
+// grace) and returns once the namespace holds nothing else; when the
+// container ended (SIGUSR1) it kills what is left at once; when the agent
+// dies it kills everything and exits.
+func superviseHold(cfg shimConfig, sigs <-chan os.Signal, lifeline <-chan struct{}) syscall.WaitStatus {
+	var (
+		ending   bool // stop asked, or the container ended
+		escalate <-chan time.Time
+	)
+	reap := func() {
+		for {
+			pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if pid <= 0 {
+				return
+			}
+		}
+	}
+	// kill(-1, 0) from the namespace's init fails with ESRCH once no other
+	// process is left in it (zombies of the container's runtime count as
+	// processes until their parent reaps them).
+	empty := func() bool { return errors.Is(syscall.Kill(-1, 0), syscall.ESRCH) }
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-lifeline:
+			// The container's processes are not the holder's children (the
+			// runtime's are), and its own exit kills what this misses.
+			_ = syscall.Kill(-1, syscall.SIGKILL)
+			shimNote("the agent died: killed the container's processes")
+			if cfg.cgroup != "" {
+				leaveCgroup(cfg.cgroup)
+			}
+			os.Exit(137)
+		case s := <-sigs:
+			switch s {
+			case syscall.SIGCHLD:
+				reap()
+			case syscall.SIGTERM, syscall.SIGINT:
+				if !ending {
+					ending = true
+					_ = syscall.Kill(-1, syscall.SIGTERM)
+					escalate = time.After(cfg.grace)
+					tick.Reset(10 * time.Millisecond)
+				}
+			case syscall.SIGUSR1:
+				ending, escalate = true, nil
+				_ = syscall.Kill(-1, syscall.SIGKILL)
+				tick.Reset(10 * time.Millisecond)
+			}
+		case <-escalate:
+			escalate = nil
+			shimNote("the container ignored SIGTERM for %s: SIGKILL", cfg.grace)
+			_ = syscall.Kill(-1, syscall.SIGKILL)
+		case <-tick.C:
+			reap()
+		}
+		if ending && empty() {
+			reap()
+			return 0
+		}
 	}
 }
 

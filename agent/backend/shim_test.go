@@ -29,7 +29,7 @@ func TestStopReachesTheWholeTree(t *testing.T) {
 	for _, c := range containCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			b := newTestMode(t, 300*time.Millisecond, c)
-			pidFile := filepath.Join(t.TempDir(), "pids")
+			pidFile := filepath.Join(sharedDir(t), "pids")
 			line := `trap "" TERM; (setsid ` + recordPid(pidFile, "sleep 1000") + ` &); (setsid sh -c 'trap - TERM; ` + recordSelf(pidFile) + `; exec sleep 1000' &); ` +
 				scrubbedDaemon(pidFile, "") + ` ` + recordSelf(pidFile) + `; ` + recordPid(pidFile, "sleep 1000") + ` | cat`
 			if err := b.Start(context.Background(), StartSpec{WorkloadID: "tree", Command: ShellCommand(line)}); err != nil {
@@ -57,8 +57,11 @@ func TestMainExitTakesTheTree(t *testing.T) {
 	for _, c := range containCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			b := newTestMode(t, 5*time.Second, c)
-			pidFile := filepath.Join(t.TempDir(), "pids")
+			pidFile := filepath.Join(sharedDir(t), "pids")
 			if err := os.WriteFile(pidFile, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(pidFile, 0o666); err != nil { // the workload's user appends to it
 				t.Fatal(err)
 			}
 			line := `(setsid ` + recordPid(pidFile, "sleep 1000") + ` &); ` + recordPid(pidFile, "sleep 1000") + ` & ` +
@@ -90,8 +93,8 @@ func TestKilledShimLeavesNothing(t *testing.T) {
 	for _, c := range containCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			b := newTestMode(t, 5*time.Second, c)
-			pidFile := filepath.Join(t.TempDir(), "pids")
-			daemonFile := filepath.Join(t.TempDir(), "daemon")
+			pidFile := filepath.Join(sharedDir(t), "pids")
+			daemonFile := filepath.Join(sharedDir(t), "daemon")
 			line := `(setsid ` + recordPid(pidFile, "sleep 1000") + ` &); ` + scrubbedDaemon(daemonFile, "") + ` ` + recordPid(pidFile, "sleep 1000") + ` | cat`
 			if err := b.Start(context.Background(), StartSpec{WorkloadID: "orphaned", Command: ShellCommand(line)}); err != nil {
 				t.Fatal(err)
@@ -126,7 +129,7 @@ func TestStuckShimIsKilled(t *testing.T) {
 	for _, c := range containCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			b := newTestMode(t, 200*time.Millisecond, c)
-			pidFile := filepath.Join(t.TempDir(), "pids")
+			pidFile := filepath.Join(sharedDir(t), "pids")
 			line := `(setsid ` + recordPid(pidFile, "sleep 1000") + ` &); ` + recordPid(pidFile, "sleep 1000")
 			if err := b.Start(context.Background(), StartSpec{WorkloadID: "stuck", Command: ShellCommand(line)}); err != nil {
 				t.Fatal(err)
@@ -165,16 +168,19 @@ func TestNewProcessNeedsTheShimHook(t *testing.T) {
 
 func TestParseShimConfig(t *testing.T) {
 	for _, good := range []shimConfig{
-		{agent: 1234, grace: 1500 * time.Millisecond, token: 7},
-		{agent: 1234, grace: time.Second, token: 8, cgroup: "/sys/fs/cgroup/a,b/w1-x"},
-		{agent: 1234, grace: time.Second, token: 9, join: true, cgroup: "/sys/fs/cgroup/a,b/w2-x"},
+		{agent: 1234, grace: 1500 * time.Millisecond, token: 7, uid: -1, gid: -1},
+		{agent: 1234, grace: time.Second, token: 8, uid: -1, gid: -1, cgroup: "/sys/fs/cgroup/a,b/w1-x"},
+		{agent: 1234, grace: time.Second, token: 9, join: true, uid: 1900000000, gid: 1900000000, cgroup: "/sys/fs/cgroup/a,b/w2-x"},
+		{agent: 1234, grace: time.Second, token: 10, uid: -1, gid: -1, hold: true},
 	} {
 		if got, err := parseShimConfig(good.env()[len(shimEnv)+1:]); err != nil || got != good {
 			t.Errorf("parseShimConfig(%q) = %+v, %v, want %+v", good.env(), got, err, good)
 		}
 	}
-	for _, bad := range []string{"", "1", "v1,1234,5", "v2,1234,5", "v2,1234,5,1,", "v2,x,5,1,0,", "v2,1234,0,1,0,",
-		"v2,1,5,1,0,", "v2,1234,5,-1,0,", "v2,1234,5,1,2,", "v2,1234,5,1,1,"} {
+	for _, bad := range []string{"", "1", "v1,1234,5", "v2,1234,5,1,0,", "v3,1234,5,1,0,-1,-1,0", "v3,x,5,1,0,-1,-1,0,",
+		"v3,1234,0,1,0,-1,-1,0,", "v3,1,5,1,0,-1,-1,0,", "v3,1234,5,-1,0,-1,-1,0,", "v3,1234,5,1,2,-1,-1,0,",
+		"v3,1234,5,1,1,-1,-1,0,", "v3,1234,5,1,0,-2,-1,0,", "v3,1234,5,1,0,5,-1,0,", "v3,1234,5,1,0,-1,-1,2,",
+		"v3,1234,5,1,0,4294967295,4294967295,0,"} {
 		if _, err := parseShimConfig(bad); err == nil {
 			t.Errorf("parseShimConfig(%q) = nil error, want one", bad)
 		}
@@ -192,7 +198,7 @@ func TestShimRefusesWithoutItsPipes(t *testing.T) {
 	}
 	cmd := exec.Command(os.Args[0])
 	cmd.Args = []string{shimArgv0, touch, "touch", marker}
-	cmd.Env = append(os.Environ(), shimConfig{agent: os.Getpid(), grace: time.Second}.env())
+	cmd.Env = append(os.Environ(), shimConfig{agent: os.Getpid(), grace: time.Second, uid: -1, gid: -1}.env())
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 		t.Errorf("shim without its pipes = %v (%s), want exit 2", err, out)

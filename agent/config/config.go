@@ -144,7 +144,9 @@ type HeartbeatSection struct {
 
 // BackendSection is the [backend] section: how workloads run.
 type BackendSection struct {
-	// Kind of backend; only "process" exists. Default "process".
+	// Kind of backend: "process" (the grant's command, under a supervisor)
+	// or "podman" (the grant's OCI image, with podman, in its supervisor's
+	// PID namespace; needs root and podman). Default "process".
 	Kind string `toml:"kind"`
 	// StopGrace is the time between SIGTERM and SIGKILL. Default 10s.
 	StopGrace time.Duration `toml:"stop_grace"`
@@ -157,6 +159,30 @@ type BackendSection struct {
 	// is missing), "pidns", "cgroup" (either required: run refuses to start
 	// without it) or "none" (a WARN). Default "auto".
 	Containment string `toml:"containment"`
+	// Isolation says whether each workload runs as a user of its own
+	// (backend.IsolationMode): "user" (a uid of its own, or workload_user;
+	// a clean environment; a private directory; needs root: elsewhere no
+	// workload starts) or "none" (the agent's user and environment: unsafe
+	// for third-party workloads). Default "user".
+	Isolation string `toml:"isolation"`
+	// WorkloadUser, when set (a user name or uid), is the one user every
+	// isolated workload runs as; "" gives each workload a uid of its own
+	// from WorkloadUIDs. Default "".
+	WorkloadUser string `toml:"workload_user"`
+	// WorkloadUIDs is the range ("FIRST-LAST") workloads' uids come from.
+	// Default "1900000000-1900065535".
+	WorkloadUIDs string `toml:"workload_uids"`
+	// WorkloadDir holds the workloads' directories (home and checkpoint
+	// directory). Default "" means /var/lib/provider-agent/workloads with
+	// isolation "user" (workload users must reach it, and the data dir is
+	// private), <data_dir>/workloads with "none"; see
+	// Config.BackendWorkloadDir.
+	WorkloadDir string `toml:"workload_dir"`
+	// Podman is the podman command of kind "podman". Default "podman".
+	Podman string `toml:"podman"`
+	// PodmanRunArgs are added to every podman run (for example
+	// ["--runtime", "runc"]). Default none.
+	PodmanRunArgs []string `toml:"podman_run_args"`
 }
 
 // CourierSection is the [courier] section: the durable outbox.
@@ -252,7 +278,9 @@ func Default() Config {
 		},
 		Heartbeat: HeartbeatSection{Interval: lc.HeartbeatInterval, TTL: heartbeat.DefaultHeartbeatTTL},
 		Backend: BackendSection{Kind: "process", StopGrace: backend.DefaultProcessConfig().StopGrace,
-			Containment: string(backend.DefaultProcessConfig().Containment)},
+			Containment: string(backend.DefaultProcessConfig().Containment),
+			Isolation:   string(backend.DefaultProcessConfig().Isolation), WorkloadUIDs: backend.DefaultWorkloadUIDs.String(),
+			Podman: "podman", PodmanRunArgs: []string{}},
 		Courier: CourierSection{
 			MaxAttempts:    ad.Courier.MaxAttempts,
 			BackoffInitial: ad.Courier.InitialBackoff,
@@ -294,6 +322,46 @@ func (c Config) BackendLogDir() string {
 		return c.Backend.LogDir
 	}
 	return filepath.Join(c.Agent.DataDir, "logs")
+}
+
+// DefaultIsolatedWorkloadDir is backend.workload_dir's default when
+// workloads are isolated.
+const DefaultIsolatedWorkloadDir = "/var/lib/provider-agent/workloads"
+
+// BackendWorkloadDir is backend.workload_dir, or its default: with
+// isolation "none" <data_dir>/workloads, else
+// DefaultIsolatedWorkloadDir (a workload user must be able to reach its
+// directory, and the data dir is private).
+func (c Config) BackendWorkloadDir() string {
+	switch {
+	case c.Backend.WorkloadDir != "":
+		return c.Backend.WorkloadDir
+	case c.Backend.Isolation == string(backend.IsolateNone):
+		return filepath.Join(c.Agent.DataDir, "workloads")
+	}
+	return DefaultIsolatedWorkloadDir
+}
+
+// ProcessConfig maps the [backend] section onto backend.ProcessConfig
+// (a validated config's).
+func (c Config) ProcessConfig() backend.ProcessConfig {
+	pc := backend.DefaultProcessConfig()
+	pc.StopGrace = c.Backend.StopGrace
+	pc.LogDir = c.BackendLogDir()
+	pc.Containment = backend.ContainMode(c.Backend.Containment)
+	pc.Isolation = backend.IsolationMode(c.Backend.Isolation)
+	pc.WorkloadUser = c.Backend.WorkloadUser
+	if r, err := backend.ParseUIDRange(c.Backend.WorkloadUIDs); err == nil {
+		pc.WorkloadUIDs = r
+	}
+	pc.WorkloadDir = c.BackendWorkloadDir()
+	return pc
+}
+
+// PodmanConfig maps the [backend] section onto backend.PodmanConfig.
+func (c Config) PodmanConfig() backend.PodmanConfig {
+	return backend.PodmanConfig{ProcessConfig: c.ProcessConfig(), Podman: c.Backend.Podman,
+		RunArgs: append([]string(nil), c.Backend.PodmanRunArgs...)}
 }
 
 // Parse decodes TOML data over the defaults. Unknown keys, durations given as

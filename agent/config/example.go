@@ -91,7 +91,10 @@ interval = "60s"
 ttl = "300s"
 
 [backend]
-# Only "process": the lease's command runs as a child process group.
+# "process": the lease's command runs under a supervisor of the agent's.
+# "podman": the lease's OCI image runs with podman (root and podman needed),
+# inside the PID namespace of such a supervisor, so that it dies with the
+# agent.
 kind = "process"
 # SIGTERM, then SIGKILL after this long.
 stop_grace = "10s"
@@ -105,6 +108,27 @@ log_dir = ""
 # agent may write; a WARN at start and on /status for what is missing),
 # "pidns" or "cgroup" (run refuses to start without it), "none" (a WARN).
 containment = "auto"
+# "user": each workload runs as an unprivileged user that is not the
+# agent's (a uid of its own from workload_uids, or workload_user), with a
+# clean environment and a private home and checkpoint directory, so that it
+# cannot read the key file or the database or reach other workloads. Needs
+# root: where the agent cannot isolate, it says so and starts no workload.
+# "none": workloads run as the agent's user with its environment; unsafe for
+# workloads of third parties.
+isolation = "user"
+# One user (name or uid) for every workload; "" gives each workload a uid of
+# its own from workload_uids (better: workloads cannot reach each other).
+workload_user = ""
+# Where per-workload uids come from (FIRST-LAST); ids no other user has.
+workload_uids = "1900000000-1900065535"
+# The workloads' directories; "" means /var/lib/provider-agent/workloads
+# (isolation "user": it must be reachable by the workload users, and the
+# data dir is private), or <data_dir>/workloads (isolation "none").
+workload_dir = ""
+# kind = "podman": the podman command, and options added to every podman run
+# (e.g. ["--runtime", "runc"]).
+podman = "podman"
+podman_run_args = []
 
 [courier]
 # Durable outbox for revocations (promotion claims are published by the

@@ -112,11 +112,8 @@ func (c *Config) check(relays []string) error {
 			"must be at least %s: Paygress's live window (%s) and lease.stale + lease.max_skew (%s), so a heartbeat does not expire while it can count",
 			minTTL, heartbeat.PaygressLiveWindow, l.Stale+l.MaxSkew))
 	}
-	if c.Backend.Kind != "process" {
-		return invalid("backend.kind", c.Backend.Kind, `want "process"`)
-	}
-	if c.Backend.Containment == "" || backend.ContainMode(c.Backend.Containment).Validate() != nil {
-		return invalid("backend.containment", c.Backend.Containment, "want auto, pidns, cgroup or none")
+	if err := c.checkBackend(); err != nil {
+		return err
 	}
 	cr := c.Courier
 	if cr.MaxAttempts < 1 {
@@ -137,6 +134,33 @@ func (c *Config) check(relays []string) error {
 	case "text", "json":
 	default:
 		return invalid("log.format", c.Log.Format, "want text or json")
+	}
+	return nil
+}
+
+func (c *Config) checkBackend() error {
+	b := c.Backend
+	if b.Kind != "process" && b.Kind != "podman" {
+		return invalid("backend.kind", b.Kind, `want "process" or "podman"`)
+	}
+	if b.Containment == "" || backend.ContainMode(b.Containment).Validate() != nil {
+		return invalid("backend.containment", b.Containment, "want auto, pidns, cgroup or none")
+	}
+	if b.Kind == "podman" && (b.Containment == string(backend.ContainCgroup) || b.Containment == string(backend.ContainNone)) {
+		return invalid("backend.containment", b.Containment,
+			"want auto or pidns with backend.kind = podman: a container lives in its supervisor's PID namespace, which is what kills it with the agent")
+	}
+	if b.Isolation == "" || backend.IsolationMode(b.Isolation).Validate() != nil {
+		return invalid("backend.isolation", b.Isolation, "want user or none")
+	}
+	if _, err := backend.ParseUIDRange(b.WorkloadUIDs); err != nil {
+		return invalid("backend.workload_uids", b.WorkloadUIDs, err.Error())
+	}
+	if strings.ContainsAny(b.WorkloadUser, " \t\n:") {
+		return invalid("backend.workload_user", b.WorkloadUser, "want a user name or uid")
+	}
+	if b.Kind == "podman" && b.Podman == "" {
+		return invalid("backend.podman", b.Podman, "must not be empty with backend.kind = podman")
 	}
 	return nil
 }

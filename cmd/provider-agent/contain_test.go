@@ -146,13 +146,14 @@ const scrubbedGrace = 2 * time.Second
 
 func newScrubbedSetup(t *testing.T, extra string) *scrubbedSetup {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "out")
+	out := filepath.Join(sharedDir(t), "out") // the workload's user writes it
 	s := &scrubbedSetup{out: writerLog(out)}
 	s.agentSetup = newAgentSetupLine(t, func(pidFile, shimFile string) string {
 		return recordParent(shimFile) + `; ` + scrubbedDaemon(pidFile, out) + ` while :; do sleep 1; done`
 	})
 	s.config = filepath.Join(t.TempDir(), "agent.toml")
-	body := fmt.Sprintf("[backend]\nstop_grace = %q\n%s\n[lease]\nrestart_backoff_initial = \"500ms\"\n", scrubbedGrace.String(), extra)
+	body := fmt.Sprintf("[backend]\nstop_grace = %q\nworkload_dir = %q\n%s\n[lease]\nrestart_backoff_initial = \"500ms\"\n",
+		scrubbedGrace.String(), workloadDir(t), extra)
 	if err := os.WriteFile(s.config, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -283,11 +284,12 @@ func TestRunScrubbedDaemonDiesWithAgentAndSupervisor(t *testing.T) {
 
 // TestRunSaysWhatItCannotContain: where the agent can contain nothing
 // (simulated by backend.containment = none) run starts, warns at start
-// naming the risk, and says so on /status and in `status`; a data dir
-// open to group or others is a WARN with the chmod fix; logs/ is 0700.
+// naming the risk, and says so on /status and in `status`; likewise for
+// workloads run unisolated (backend.isolation = none); a data dir open to
+// group or others is a WARN with the chmod fix; logs/ is 0700.
 func TestRunSaysWhatItCannotContain(t *testing.T) {
 	t.Parallel()
-	s := newScrubbedSetup(t, `containment = "none"`)
+	s := newScrubbedSetup(t, "containment = \"none\"\nisolation = \"none\"")
 	if err := os.Chmod(s.dataDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -297,6 +299,7 @@ func TestRunSaysWhatItCannotContain(t *testing.T) {
 	logs := r.stderr.String()
 	for _, want := range []string{
 		`level=WARN msg="workloads are not fully contained: workload containment is off (backend.containment = none)`,
+		`level=WARN msg="workloads are not isolated: workload isolation is off (backend.isolation = none)`,
 		`level=WARN msg="data dir ` + s.dataDir + `: mode 0755 lets group or others into it`,
 		`chmod 700 ` + s.dataDir,
 	} {
@@ -308,9 +311,13 @@ func TestRunSaysWhatItCannotContain(t *testing.T) {
 	if st.Containment != "none" || !strings.Contains(st.ContainmentWarning, "env -i") {
 		t.Errorf("/status containment = %q, warning %q; want none and a warning naming env -i", st.Containment, st.ContainmentWarning)
 	}
+	if !strings.HasPrefix(st.Isolation, "none") || !strings.Contains(st.IsolationWarning, "unsafe for workloads of third parties") {
+		t.Errorf("/status isolation = %q, warning %q; want none and a warning that it is unsafe", st.Isolation, st.IsolationWarning)
+	}
 	out := must(t, nil, "status", "--data-dir", s.dataDir, "--config", s.config, "--url", r.status)
-	if !strings.Contains(out.stdout, "WARNING: workloads are not fully contained (none)") {
-		t.Errorf("status prints %q, want the containment warning", out.stdout)
+	if !strings.Contains(out.stdout, "WARNING: workloads are not fully contained (none)") ||
+		!strings.Contains(out.stdout, "WARNING: workloads are not isolated (none") {
+		t.Errorf("status prints %q, want the containment and isolation warnings", out.stdout)
 	}
 	if fi, err := os.Stat(filepath.Join(s.dataDir, "logs")); err != nil {
 		t.Error(err)

@@ -217,6 +217,12 @@ func demo(ctx context.Context, stdout, stderr io.Writer, verbose bool) (DemoResu
 		cfg.DialAddrs = who.dial
 		pcfg := backend.DefaultProcessConfig()
 		pcfg.StopGrace = 2 * time.Second
+		if os.Geteuid() != 0 {
+			// The demo's workload is its own fixed command, not a third
+			// party's: where it cannot be isolated (isolation needs root)
+			// it runs as the user who runs the demo.
+			pcfg.Isolation = backend.IsolateNone
+		}
 		proc, err := backend.NewProcess(pcfg, logger)
 		if err != nil {
 			return DemoResult{}, err

@@ -48,7 +48,7 @@ func TestKillStormKeepsEveryHeldWorkload(t *testing.T) {
 	newKey(t, filepath.Join(dir, "identity.key"))
 	standby := newKey(t, filepath.Join(tmp, "standby", "identity.key")) // named, never running
 	cfg := fastConfig(t, tmp, dir, "127.0.0.1:0", urls, 2)
-	out := filepath.Join(tmp, "writes.txt")
+	out := filepath.Join(sharedDir(t), "writes.txt") // the workload's user appends to it
 	must(t, nil, "workloads", "grant", "--config", cfg, "--id", "w1", "--command", appendLoop(out, "w1"), "--standby", npubOf(t, standby))
 	must(t, nil, "workloads", "grant", "--config", cfg, "--id", "solo", "--command", "sleep 100000")
 

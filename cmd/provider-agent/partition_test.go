@@ -70,9 +70,9 @@ func newPartitionTrial(t *testing.T, kind relaytest.Kind) *partitionTrial {
 	cfgA := fastConfig(t, tmp, dirA, p.primary.IP+":7070", urls, 2)
 	cfgB := fastConfig(t, tmp, dirB, p.standby.IP+":7070", urls, 2, npubOf(t, pubA))
 	for _, cfg := range []string{cfgA, cfgB} {
-		appendTo(t, cfg, "\n[backend]\nstop_grace = \"2s\"\n")
+		appendTo(t, cfg, "stop_grace = \"2s\"\n") // fastConfig ends in [backend]
 	}
-	p.out = filepath.Join(tmp, "writes.txt")
+	p.out = filepath.Join(sharedDir(t), "writes.txt") // both workloads' users append to it
 	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "w1", "--command", appendLoop(p.out, "w1"),
 		"--standby", npubOf(t, pubB), "--publish")
 	p.a = startRunWrapped(t, p.primary.Wrap(), "--config", cfgA)

@@ -50,7 +50,21 @@ says so in a WARN and on /status. run holds <data_dir>/provider-agent.lock
 for its whole life, so a second run on the same data dir exits 1 naming the
 holder's pid; right after taking it, before opening the database, it kills
 what a killed earlier run on this data dir left (its workloads' cgroups,
-and processes with its tag). A data dir open to group or others is a WARN.
+and processes with its tag; with backend.kind = podman, its containers,
+by label). A data dir open to group or others is a WARN.
+
+Workloads are isolated (backend.isolation = user, the default): each runs
+as an unprivileged user that is not the agent's (a uid of its own from
+backend.workload_uids, or backend.workload_user), with a clean environment
+and a private directory under backend.workload_dir, so that it cannot read
+the key file or the database or reach the other workloads. That needs
+root: an agent that cannot isolate says so at start and on /status and
+starts no workload, unless backend.isolation = "none" (the agent's user
+and environment: unsafe for workloads of third parties).
+
+backend.kind = podman runs the OCI image a grant names (workloads grant
+--image) with podman, inside the PID namespace of such a supervisor, so
+that a container dies with the agent too (kill -9 included).
 
 Settings come from the TOML config file, then PROVIDER_AGENT_<SECTION>_<KEY>
 environment variables, then these flags. The identity key file must not be
@@ -121,6 +135,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if _, err := backend.KillLeftovers(cfg.BackendLogDir(), logger); err != nil {
 		return err
 	}
+	if cfg.Backend.Kind == "podman" {
+		if _, err := backend.KillPodmanLeftovers(ctx, cfg.Backend.Podman, cfg.BackendLogDir(), logger); err != nil {
+			return err
+		}
+	}
 	secret, err := config.LoadKeyFile(cfg.KeyFilePath())
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("no identity key at %s: create one with 'provider-agent keygen --out %s' (or point agent.key_file / --key-file at yours)",
@@ -135,13 +154,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer db.Close()
 
-	pcfg := backend.DefaultProcessConfig()
-	pcfg.StopGrace = cfg.Backend.StopGrace
-	pcfg.LogDir = cfg.BackendLogDir()
-	pcfg.Containment = backend.ContainMode(cfg.Backend.Containment)
-	proc, err := backend.NewProcess(pcfg, logger)
+	proc, err := newBackend(ctx, cfg, logger)
 	if err != nil {
-		return fmt.Errorf("backend: %w", err)
+		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -183,6 +198,22 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintln(stdout, "provider-agent: stopped")
 	return nil
+}
+
+// newBackend builds backend.kind's backend.
+func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (backend.Backend, error) {
+	if cfg.Backend.Kind == "podman" {
+		p, err := backend.NewPodman(ctx, cfg.PodmanConfig(), logger)
+		if err != nil {
+			return nil, fmt.Errorf("backend: %w", err)
+		}
+		return p, nil
+	}
+	p, err := backend.NewProcess(cfg.ProcessConfig(), logger)
+	if err != nil {
+		return nil, fmt.Errorf("backend: %w", err)
+	}
+	return p, nil
 }
 
 // uploadInterval is how often the running agent uploads pending

@@ -166,7 +166,9 @@ func workloadIn(st agent.Status, id string) (agent.WorkloadStatus, bool) {
 
 // fastConfig writes a config file with the demo's short lease timings
 // (failover within about 15 s), the given relays and quorum, data dir and
-// listen address, trusting issuers; it returns its path.
+// listen address, trusting issuers, and a workload dir of the test's; it
+// returns its path. Its last section is [backend]: a caller may append
+// settings of that section, or other sections.
 func fastConfig(t *testing.T, dir, dataDir, listen string, relays []string, quorum int, issuers ...string) string {
 	t.Helper()
 	q := func(ss []string) string {
@@ -204,7 +206,10 @@ interval = "1s"
 [courier]
 backoff_initial = "200ms"
 backoff_cap = "1s"
-`, dataDir, listen, q(issuers), q(relays), quorum)
+
+[backend]
+workload_dir = %q
+`, dataDir, listen, q(issuers), q(relays), quorum, workloadDir(t))
 	path := filepath.Join(dir, filepath.Base(dataDir)+".toml")
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)

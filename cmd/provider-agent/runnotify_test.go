@@ -57,7 +57,7 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	dir := filepath.Join(tmp, "data")
 	newKey(t, filepath.Join(dir, "identity.key"))
 	cfg := fastConfig(t, tmp, dir, "127.0.0.1:0", []string{relaytest.Start(t).URL()}, 1)
-	env := filepath.Join(tmp, "workload-env")
+	env := filepath.Join(sharedDir(t), "workload-env") // the workload's user writes it
 	must(t, nil, "workloads", "grant", "--config", cfg, "--id", "w1",
 		"--command", `printf %s "${NOTIFY_SOCKET-unset}" > `+env+`; exec sleep 1000`)
 	t.Setenv(sdnotify.EnvSocket, sock)

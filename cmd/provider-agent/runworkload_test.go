@@ -79,8 +79,10 @@ func newAgentSetupLine(t *testing.T, line func(pidFile, shimFile string) string)
 		s.relayArgs = append(s.relayArgs, "--relay", relaytest.Start(t).URL())
 	}
 	s.relayArgs = append(s.relayArgs, "--quorum", "2")
-	tmp := t.TempDir()
+	// The workload's user writes them.
+	tmp := sharedDir(t)
 	s.pidFile, s.shimFile = filepath.Join(tmp, "pids"), filepath.Join(tmp, "shim")
+	s.env = []string{config.EnvPrefix + "BACKEND_WORKLOAD_DIR=" + workloadDir(t)}
 	if _, err := config.GenerateKeyFile(filepath.Join(s.dataDir, "identity.key")); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +257,7 @@ func TestRunRestartKillsLeftoversBeforeTheDatabase(t *testing.T) {
 	s := newAgentSetupLine(t, func(pidFile, shimFile string) string {
 		return scrubbedDaemon(pidFile, "") + ` ` + treeLine(pidFile, shimFile)
 	})
-	s.env = []string{"PROVIDER_AGENT_BACKEND_CONTAINMENT=cgroup"}
+	s.env = append(s.env, "PROVIDER_AGENT_BACKEND_CONTAINMENT=cgroup")
 	r := s.start(t)
 	ps := pids(t, s.pidFile, treePids+1)
 	t.Cleanup(func() { killIfOurs(ps) })

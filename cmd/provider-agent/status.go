@@ -31,7 +31,9 @@ const statusUsage = `provider-agent status asks the running agent for its /statu
 When the agent does not answer, it reads the workloads from the agent's
 SQLite file instead and says so. Above the table a WARNING line says when
 the running agent cannot keep every process of a workload from outliving
-its supervisor on this host (backend.containment). Under the table it
+its supervisor on this host (backend.containment), and another when its
+workloads are not isolated from it and from each other (backend.isolation:
+off, or not possible here, and then no workload starts). Under the table it
 prints one line per workload that needs attention: why a failed or
 respawning workload's process ended (from its log), and a workload held
 here none of whose standbys is alive.
@@ -164,6 +166,9 @@ func printStatus(w io.Writer, st agent.Status) {
 	fmt.Fprintf(w, "provider %s (source: %s, synced: %v)\n", who, st.Source, st.Synced)
 	if st.ContainmentWarning != "" {
 		fmt.Fprintf(w, "WARNING: workloads are not fully contained (%s): %s\n", st.Containment, st.ContainmentWarning)
+	}
+	if st.IsolationWarning != "" {
+		fmt.Fprintf(w, "WARNING: workloads are not isolated (%s): %s\n", st.Isolation, st.IsolationWarning)
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKLOAD\tSTATE\tEPOCH\tROLE\tRUNNING\tHOLDER\tSTANDBYS")

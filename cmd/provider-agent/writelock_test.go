@@ -134,9 +134,9 @@ func TestWriteLockHeldElsewhereDoesNotDelayTheFence(t *testing.T) {
 	pubB := newKey(t, filepath.Join(dirB, "identity.key"))
 	cfgA := fastConfig(t, tmp, dirA, "127.0.0.1:0", urls, 2)
 	cfgB := fastConfig(t, tmp, dirB, "127.0.0.1:0", urls, 2, npubOf(t, pubA))
-	appendTo(t, cfgA, "\n[backend]\nstop_grace = \"2s\"\n"+dial)
-	appendTo(t, cfgB, "\n[backend]\nstop_grace = \"2s\"\n")
-	out := filepath.Join(tmp, "writes.txt")
+	appendTo(t, cfgA, "stop_grace = \"2s\"\n"+dial) // fastConfig ends in [backend]
+	appendTo(t, cfgB, "stop_grace = \"2s\"\n")
+	out := filepath.Join(sharedDir(t), "writes.txt") // both workloads' users append to it
 	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "w1", "--command", appendLoop(out, "w1"),
 		"--standby", npubOf(t, pubB), "--publish")
 
