@@ -29,7 +29,7 @@ func TestAgentPerformsEveryEffectAsWanted(t *testing.T) {
 			}
 			pool := &recPool{}
 			a := newStepAgent(t, stepOpts{pool: pool})
-			be := a.backend.(*memBackend)
+			be := a.work.backend.(*memBackend)
 			ctx := context.Background()
 			now := time.Now()
 			if err := commitEffects(ctx, a, now, lease.StartWorkload{ID: "w1", Epoch: 1}); err != nil {
@@ -40,9 +40,9 @@ func TestAgentPerformsEveryEffectAsWanted(t *testing.T) {
 			if err := commitEffects(ctx, a, now, e); err != nil {
 				t.Fatalf("commit(%s) = %v", e, err)
 			}
-			a.act.wait()
+			a.work.act.wait()
 			a.claims.wg.Wait()
-			st, err := a.outbox.Stats(ctx)
+			st, err := a.out.courier.Stats(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

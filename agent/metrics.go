@@ -10,7 +10,7 @@ import (
 
 // metrics are the agent's Prometheus collectors, all prefixed agent_. Relay
 // connections, reconnects, frames received and publish outcomes are
-// agent/relay's relay_* metrics on the same registry.
+// relay's relay_* metrics on the same registry.
 type metrics struct {
 	workloads      *prometheus.GaugeVec   // by state
 	transitions    *prometheus.CounterVec // from, to

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"provideragent/agent/backend"
+	"provideragent/backend"
 	"provideragent/internal/devblossom"
 	"provideragent/internal/relaytest"
 )
