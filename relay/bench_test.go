@@ -8,8 +8,8 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/relay"
 	"provideragent/internal/relaytest"
+	"provideragent/relay"
 )
 
 func benchEvent(b *testing.B, i int, at time.Time) nostr.Event {

@@ -7,10 +7,10 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/relay"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/internal/relaytest"
+	"provideragent/relay"
 )
 
 type noLeases struct{}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/relay"
 	"provideragent/internal/relaytest"
+	"provideragent/relay"
 )
 
 // publishN publishes n kind-1 events of the test author dated one second

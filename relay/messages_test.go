@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"provideragent/relay"
 	"provideragent/internal/relaytest"
+	"provideragent/relay"
 )
 
 // programmed is a relay on a real httptest server whose answers are

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"provideragent/relay"
 	"provideragent/internal/relaytest"
+	"provideragent/relay"
 )
 
 const wait = 15 * time.Second

@@ -9,9 +9,9 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"provideragent/relay"
 	"provideragent/internal/logcapture"
 	"provideragent/internal/relaytest"
+	"provideragent/relay"
 )
 
 // The real @nostr-relay/core answers an event over its content limit with
