@@ -131,9 +131,13 @@ func (c *ckptCopy) value(now time.Time) uint64 {
 	return c.base
 }
 
-// restoreRead is one restore attempt's query of every relay.
+// restoreRead is one restore attempt's query of every relay. A relay whose
+// query fails (not connected, no answer) is asked again every
+// restoreRetry until the read's deadline, as the agent's relay pool waits
+// for a connection within its query timeout.
 type restoreRead struct {
 	req       lease.RestoreCheckpoint
+	deadline  time.Time
 	answered  int
 	read      int
 	evs       []*Event
@@ -155,6 +159,17 @@ type moveOp struct {
 
 type timerCheckpoint struct{}
 type timerRestore struct{ req lease.RestoreCheckpoint }
+type timerRestoreRetry struct {
+	rd *restoreRead
+	r  RelayID
+}
+
+// RestoreReadTimeout bounds a restore attempt's read of the relays; a
+// relay whose query failed is asked again every restoreRetry until then.
+const RestoreReadTimeout = 10 * time.Second
+
+const restoreRetry = time.Second
+
 type timerMove struct {
 	workload string
 	rec      EventID
@@ -289,22 +304,31 @@ func (p performer) Restore(e lease.RestoreCheckpoint) {
 }
 
 // queryRestore sends one restore attempt's queries.
-func (n *LeaseNode) queryRestore(req lease.RestoreCheckpoint) {
-	rd := &restoreRead{req: req, seen: map[EventID]bool{}}
+func (n *LeaseNode) queryRestore(now time.Time, req lease.RestoreCheckpoint) {
+	rd := &restoreRead{req: req, deadline: now.Add(RestoreReadTimeout), seen: map[EventID]bool{}}
 	for r := 0; r < n.env.NumRelays(); r++ {
-		q := n.env.Query(RelayID(r), func(ev *Event) bool {
-			b, ok := ev.Body.(LeaseCheckpoint)
-			return ok && ev.Kind == KindCheckpoint && b.Workload == req.ID
-		})
-		n.restores[q] = rd
+		n.queryRecords(rd, RelayID(r))
 	}
+}
+
+func (n *LeaseNode) queryRecords(rd *restoreRead, r RelayID) {
+	id := rd.req.ID
+	q := n.env.Query(r, func(ev *Event) bool {
+		b, ok := ev.Body.(LeaseCheckpoint)
+		return ok && ev.Kind == KindCheckpoint && b.Workload == id
+	})
+	n.restores[q] = rd
 }
 
 // restoreAnswer takes one relay's answer to a restore read; once N-M+1
 // relays were read (a read of them meets every record that reached M), or
 // every relay answered, the attempt ends.
-func (n *LeaseNode) restoreAnswer(now time.Time, rd *restoreRead, evs []*Event, ok bool) {
+func (n *LeaseNode) restoreAnswer(now time.Time, r RelayID, rd *restoreRead, evs []*Event, ok bool) {
 	if rd.completed {
+		return
+	}
+	if !ok && now.Add(restoreRetry).Before(rd.deadline) {
+		n.env.At(now.Add(restoreRetry), timerRestoreRetry{rd: rd, r: r})
 		return
 	}
 	rd.answered++

@@ -691,7 +691,7 @@ func (n *LeaseNode) QueryResult(env Env, now time.Time, r RelayID, q QueryID, ev
 	}
 	if rr := n.restores[q]; rr != nil {
 		delete(n.restores, q)
-		n.restoreAnswer(now, rr, evs, ok)
+		n.restoreAnswer(now, r, rr, evs, ok)
 		return
 	}
 	rd := n.reads[q]
@@ -760,7 +760,11 @@ func (n *LeaseNode) Timer(env Env, now time.Time, tag any) {
 	case timerCheckpoint:
 		n.checkpoint(now)
 	case timerRestore:
-		n.queryRestore(t.req)
+		n.queryRestore(now, t.req)
+	case timerRestoreRetry:
+		if !t.rd.completed {
+			n.queryRecords(t.rd, t.r)
+		}
 	case timerMove:
 		if mv := n.moves[t.workload]; mv != nil && mv.rec.ID == t.rec && !mv.done {
 			n.abortMove(mv, fmt.Sprintf("final record accepted by %d relays within %v, fewer than %d", mv.acks, MoveTimeout, n.cfg.M))
