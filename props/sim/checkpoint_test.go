@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,29 +109,50 @@ func TestFailoverRestoresNewestRecord(t *testing.T) {
 	}
 }
 
-// A node that crashes while it restores (its queries lost with it)
+// A node that crashes while it restores (its queries lost with it), or
+// between committing the step that asks for the restore and performing it,
 // restores again once M relays synced after its restart (the machine
 // re-issues RestoreCheckpoint through RelaySynced), then starts from the
 // record.
 func TestCrashWhileRestoringRestoresAgain(t *testing.T) {
-	for seed := uint64(1); seed <= 5; seed++ {
-		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-			s := durableWorld(t, 2, lease.RestoreRequired, seed)
-			s.RunFor(5 * time.Minute)
-			cutOff(s, 0)
-			last, _ := newestRecord(s)
-			if s.RunWhile(s.Now()+time.Hour, func() bool { return !restoring(s, 1) }) < 0 {
-				t.Fatalf("P1 never restored\n%s", FormatTimeline(s.Timeline()))
-			}
-			s.CrashProvider(1, false)
-			s.After(30*time.Second, func() { s.RestartProvider(1) })
-			s.RunWhile(s.Now()+time.Hour, func() bool { _, ok := s.Node(1).Live("w"); return !ok })
-			wantNoViolation(t, s)
-			rs, st := notes(s, 1, NoteRestored), notes(s, 1, NoteStarted)
-			if len(rs) != 1 || rs[0].Value != last.Value || len(st) != 1 || st[0].Epoch != 2 || st[0].Value != last.Value {
-				t.Fatalf("P1 restored %+v and started %+v, want one restore after the restart and a start from %d\n%s", rs, st, last.Value, FormatTimeline(s.Timeline()))
-			}
-		})
+	for _, midStep := range []bool{false, true} {
+		for seed := uint64(1); seed <= 5; seed++ {
+			t.Run(fmt.Sprintf("mid-step %v seed %d", midStep, seed), func(t *testing.T) {
+				crashWhileRestoring(t, midStep, seed)
+			})
+		}
+	}
+}
+
+func crashWhileRestoring(t *testing.T, midStep bool, seed uint64) {
+	s := durableWorld(t, 2, lease.RestoreRequired, seed)
+	s.RunFor(5 * time.Minute)
+	cutOff(s, 0)
+	last, _ := newestRecord(s)
+	if midStep {
+		// The agent dies right after committing the won claim's step
+		// (promoting -> provisioning, restoring), before performing its
+		// RestoreCheckpoint.
+		n := s.Node(1).(*LeaseNode)
+		n.crashIf = func(w lease.WorkloadSnapshot) bool { return w.Restore == lease.RestoreRunning }
+		n.ArmMidStepCrash(30 * time.Second)
+	} else {
+		if s.RunWhile(s.Now()+time.Hour, func() bool { return !restoring(s, 1) }) < 0 {
+			t.Fatalf("P1 never restored\n%s", FormatTimeline(s.Timeline()))
+		}
+		s.CrashProvider(1, false)
+		s.After(30*time.Second, func() { s.RestartProvider(1) })
+	}
+	s.RunWhile(s.Now()+time.Hour, func() bool { _, ok := s.Node(1).Live("w"); return !ok })
+	wantNoViolation(t, s)
+	rs, st := notes(s, 1, NoteRestored), notes(s, 1, NoteStarted)
+	if len(rs) != 1 || rs[0].Value != last.Value || len(st) != 1 || st[0].Epoch != 2 || st[0].Value != last.Value {
+		t.Fatalf("P1 restored %+v and started %+v, want one restore after the restart and a start from %d\n%s", rs, st, last.Value, FormatTimeline(s.Timeline()))
+	}
+	tl := FormatTimeline(s.Timeline())
+	if !strings.Contains(tl, "P1 agent crashed") || !strings.Contains(tl, "restores the state of epoch 2 (attempt 2") ||
+		midStep && strings.Contains(tl, "restores the state of epoch 2 (attempt 1") {
+		t.Fatalf("want P1 to crash while restoring (mid-step %v: before performing the restore) and restore again after its restart\n%s", midStep, tl)
 	}
 }
 
@@ -203,5 +225,30 @@ func TestMoveWithoutRelayQuorumAborts(t *testing.T) {
 	wantNoViolation(t, s)
 	if e, ok := s.Node(0).Live("w"); !ok || e != 1 {
 		t.Fatalf("P0 Live at %d (%v) after the abort, want epoch 1: %s", e, ok, s.Describe())
+	}
+}
+
+// A move whose handover the agent's crash loses before its step is
+// committed is aborted by the restart: the restored machine holds the
+// workload Live at the same epoch again and starts the copy from the file
+// (the final value), and MoveLosesNothing does not hold the next epoch to
+// that value (TestPlannedMoveLosesNothing seed 4731198691064526315 after
+// 249 checks, before the journal said so).
+func TestMoveLostWithTheAgentIsAborted(t *testing.T) {
+	s := durableWorld(t, 2, lease.RestoreRequired, 4)
+	s.RunFor(5 * time.Minute)
+	n := s.Node(0).(*LeaseNode)
+	n.crashIf = func(w lease.WorkloadSnapshot) bool { return w.State == lease.StateEvicted }
+	n.ArmCrashBeforeCommit(2 * time.Minute)
+	s.Move(0, "w")
+	s.RunFor(10 * time.Minute)
+	wantNoViolation(t, s)
+	mv, ab, st := notes(s, 0, NoteMoved), notes(s, 0, NoteMoveAborted), notes(s, 0, NoteStarted)
+	if len(mv) != 1 || len(ab) != 1 || ab[0].Epoch != 1 || len(st) != 2 || st[1].Epoch != 1 || st[1].Value != mv[0].Value {
+		t.Fatalf("P0 moved %+v, aborted %+v, started %+v: want the move aborted by the restart and the copy started again from %d\n%s",
+			mv, ab, st, mv[0].Value, FormatTimeline(s.Timeline()))
+	}
+	if e, ok := s.Node(0).Live("w"); !ok || e != 1 || len(notes(s, 1, NoteStarted)) != 0 {
+		t.Fatalf("want P0 Live at epoch 1 and P1 never started: %s\n%s", s.Describe(), FormatTimeline(s.Timeline()))
 	}
 }

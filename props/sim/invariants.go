@@ -168,7 +168,9 @@ func (s *Sim) lineageOf(p *provider, nt CheckpointNote, held map[ProviderID]map[
 // a move handed epoch E over at value v (a NoteMoved of a
 // CheckpointJournal), the first copy any node starts at an epoch above E
 // starts from v exactly (RPO 0), whoever it is (the successor, a later
-// standby, or the mover retaking it).
+// standby, or the mover retaking it). A move the mover's restart aborted
+// (NoteMoveAborted: its handover was never committed, and the copy ran on
+// at E) is no longer checked.
 func MoveLosesNothing(w string) Checker {
 	read := map[ProviderID]int{}
 	var moved *CheckpointNote
@@ -185,8 +187,12 @@ func MoveLosesNothing(w string) Checker {
 			fresh = append(fresh, notes[read[p.id]:])
 			read[p.id] = len(notes)
 			for _, nt := range fresh[p.id] {
-				if nt.What == NoteMoved && nt.Workload == w {
+				switch {
+				case nt.Workload != w:
+				case nt.What == NoteMoved:
 					moved, mover = &nt, p.id
+				case nt.What == NoteMoveAborted && moved != nil && mover == p.id && moved.Epoch == nt.Epoch:
+					moved = nil
 				}
 			}
 		}

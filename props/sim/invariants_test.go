@@ -237,9 +237,13 @@ func TestMoveLosesNothingClauses(t *testing.T) {
 	note(2, NoteStarted, 3, 7)
 	w.want(t, "P2 starts epoch 3 from 7 with no move pending", "")
 	note(2, NoteMoved, 3, 300)
-	w.want(t, "P2 hands epoch 3 over at 300", "")
-	note(1, NoteStarted, 3, 0) // a stale start of the moved epoch is not the successor's
+	note(2, NoteMoveAborted, 3, 300) // P2 restarted before its handover was committed, and ran on
+	note(1, NoteStarted, 4, 444)
+	w.want(t, "P1 starts epoch 4 from 444 after P2's move of epoch 3 was aborted by a restart", "")
+	note(1, NoteMoved, 4, 500)
+	w.want(t, "P1 hands epoch 4 over at 500", "")
+	note(2, NoteStarted, 4, 0) // a stale start of the moved epoch is not the successor's
 	w.want(t, "a start at the moved epoch itself", "")
-	note(0, NoteStarted, 4, 299)
-	w.want(t, "P0 starts epoch 4 from 299", "P0 starts workload w at epoch 4 from value 299; P2's planned move handed epoch 3 over at value 300")
+	note(0, NoteStarted, 5, 499)
+	w.want(t, "P0 starts epoch 5 from 499", "P0 starts workload w at epoch 5 from value 499; P1's planned move handed epoch 4 over at value 500")
 }

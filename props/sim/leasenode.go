@@ -207,10 +207,13 @@ type LeaseNode struct {
 	// commit attempt stalls the loop for its wait and fails until
 	// stallUntil; a crash at the next step's commit (crashDown >= 0),
 	// before it (crashBefore) or after it.
-	failUntil   time.Time
-	stallUntil  time.Time
-	crashDown   time.Duration
-	crashArmed  bool
+	failUntil  time.Time
+	stallUntil time.Time
+	crashDown  time.Duration
+	crashArmed bool
+	// crashIf, when set, narrows an armed crash to a commit writing a row
+	// it accepts (tests aim at one step).
+	crashIf     func(lease.WorkloadSnapshot) bool
 	crashBefore bool
 	nextSave    time.Time
 
@@ -341,6 +344,7 @@ func (n *LeaseNode) Boot(env Env, now time.Time) {
 	n.d = d
 	n.armCheckpoints(now)
 	n.checkRestored()
+	n.checkMoveLost()
 	if !d.Restored() {
 		s := d.Begin(now)
 		if err := s.Grant(n.spec); err != nil {
@@ -395,7 +399,7 @@ func (n *LeaseNode) Crash() {
 
 // refuse is the database's answer to a commit attempt (the armed faults).
 func (n *LeaseNode) refuse(b *driver.Batch, wait time.Duration) error {
-	if n.crashArmed && n.crashBefore && len(b.Workloads) > 0 {
+	if n.crashArmed && n.crashBefore && n.crashAt(b) {
 		n.crashArmed = false
 		n.env.Logf("agent crashes after the step's stops, before its commit")
 		n.halt()
@@ -422,7 +426,7 @@ func (n *LeaseNode) wrote(b *driver.Batch) {
 		}
 		n.disk.outbox = append(n.disk.outbox, e)
 	}
-	if n.crashArmed && !n.crashBefore && len(b.Workloads) > 0 {
+	if n.crashArmed && !n.crashBefore && n.crashAt(b) {
 		n.crashArmed = false
 		n.env.Logf("agent crashes after the commit, before the step's deferred effects")
 		n.halt()
@@ -431,6 +435,17 @@ func (n *LeaseNode) wrote(b *driver.Batch) {
 	if len(b.Outbox) > 0 {
 		n.flushOutbox()
 	}
+}
+
+// crashAt reports whether an armed crash strikes at the commit of b: one
+// that writes a workload row (crashIf accepts).
+func (n *LeaseNode) crashAt(b *driver.Batch) bool {
+	for _, w := range b.Workloads {
+		if n.crashIf == nil || n.crashIf(w) {
+			return true
+		}
+	}
+	return false
 }
 
 // halt stops the node handling anything and crashes its agent right after

@@ -115,6 +115,30 @@ func (n *LeaseNode) movePublished(now time.Time, mv *moveOp, ok bool) {
 	}
 }
 
+// checkMoveLost journals, after a restart, a handover the crash lost
+// before its step was committed (its commit failed or never came): the
+// restored machine holds the workload at the moved epoch again and starts
+// the copy from the file, so the move was aborted by the restart.
+func (n *LeaseNode) checkMoveLost() {
+	w := n.spec.ID
+	var last *CheckpointNote
+	for i := range n.journal {
+		if nt := &n.journal[i]; nt.Workload == w && (nt.What == NoteMoved || nt.What == NoteMoveAborted) {
+			last = nt
+		}
+	}
+	if last == nil || last.What != NoteMoved {
+		return
+	}
+	if st, ok := n.d.Machine().State(w); ok && st.Holding() {
+		if e, _, _ := n.Holding(w); e == last.Epoch {
+			n.note(CheckpointNote{What: NoteMoveAborted, Workload: w, Epoch: last.Epoch, Value: last.Value, Record: last.Record,
+				Detail: "aborted by the restart: the handover was lost before its commit"})
+			n.env.Logf("move of %s at epoch %d aborted by the restart (its handover was never committed)", w, last.Epoch)
+		}
+	}
+}
+
 // abortMove gives a move up and starts the copy again when the machine
 // still holds the workload at the move's epoch.
 func (n *LeaseNode) abortMove(mv *moveOp, why string) {
