@@ -65,11 +65,19 @@ func TestCheckpointLineage(t *testing.T) {
 	fs.Freezes = true
 	fs.Moves = true
 	fs.CheckpointForgeries = true
-	props.CheckCI(t, 20, func(rt *rapid.T) {
+	props.CheckCI(t, 30, func(rt *rapid.T) {
 		w := newWorld(rt, drawDurable(rt), fs)
 		w.s.AddChecker(sim.CheckpointLineage(workloadID))
 		t0 := time.Now()
-		rt.Repeat(w.actions())
+		actions := w.actions()
+		// Relays may serve forgeries from the start: every restore of the
+		// run then reads them (unless a wipe took them).
+		for _, kind := range forgedKinds {
+			if rapid.Bool().Draw(rt, "forgedAtStart"+kind) {
+				w.forgeCheckpoint(rt, kind)
+			}
+		}
+		rt.Repeat(actions)
 		st.add(w, time.Since(t0))
 	})
 	t.Logf("%v", &st)
@@ -156,8 +164,15 @@ func (w *world) addCheckpointActions(a map[string]func(*rapid.T)) {
 			}
 			return nil
 		})
-		a["forgeCheckpoint"] = func(t *rapid.T) {
-			w.forgeCheckpoint(t)
+		a["forgeCheckpoints"] = func(t *rapid.T) {
+			if rapid.Bool().Draw(t, "forgeAtNextClaim") {
+				// the claim's restore reads the relays soon after
+				at := w.s.RunWhile(w.s.Now()+targetHorizon, func() bool { return !w.claiming() })
+				t.Logf("t=%v %s", w.s.Now(), map[bool]string{true: "a claim step is under way", false: "no claim step within the horizon"}[at >= 0])
+			}
+			for i := rapid.IntRange(1, 4).Draw(t, "forgeries"); i > 0; i-- {
+				w.forgeCheckpoint(t, rapid.SampledFrom(forgedKinds).Draw(t, "forgedKind"))
+			}
 			w.wait(t)
 		}
 	}
@@ -175,7 +190,10 @@ func (w *world) move(t *rapid.T) bool {
 	return true
 }
 
-// forgeCheckpoint makes a relay serve a checkpoint record no provider of
+// forgedKinds are the forged checkpoint records forgeCheckpoint makes.
+var forgedKinds = []string{"nonMember", "badSig", "neverHeld", "laterEpoch", "otherGrant"}
+
+// forgeCheckpoint makes relays serve a checkpoint record no provider of
 // the world published, of a kind the lease's rules must refuse: by a key
 // the lease does not name, with a bad signature, by a member that never
 // held the epoch, of an epoch nobody reaches, or of another grant (its
@@ -186,8 +204,7 @@ func (w *world) move(t *rapid.T) bool {
 // (nobody but the grant's primary ever holds it) or of an epoch below the
 // highest started (claimed again only after relays lost every trace of it
 // and of every epoch above it).
-func (w *world) forgeCheckpoint(t *rapid.T) {
-	r := w.relay(t)
+func (w *world) forgeCheckpoint(t *rapid.T, kind string) {
 	_, maxEpoch := w.s.Starts()
 	maxEpoch = max(maxEpoch, 1)
 	grant := sim.Epoch.Unix()
@@ -199,9 +216,11 @@ func (w *world) forgeCheckpoint(t *rapid.T) {
 		GrantAt:  grant,
 		Final:    rapid.Bool().Draw(t, "forgedFinal"),
 	}
+	if rapid.Bool().Draw(t, "forgedSeqHigh") {
+		body.Seq += 1 << 40 // outranks every real record of its epoch
+	}
 	ahead := []time.Duration{0, time.Hour, 74 * 365 * 24 * time.Hour}[rapid.IntRange(0, 2).Draw(t, "forgedAhead")]
 	f := sim.ForgedCheckpoint{At: w.s.LocalNow(0).Add(ahead).Unix()}
-	kind := rapid.SampledFrom([]string{"nonMember", "badSig", "neverHeld", "laterEpoch", "otherGrant"}).Draw(t, "forgedKind")
 	switch kind {
 	case "nonMember":
 		f.Author = sim.ProviderID(w.sc.K + 7)
@@ -240,8 +259,14 @@ func (w *world) forgeCheckpoint(t *rapid.T) {
 		f.At = grant - 3600 // made under the earlier grant
 	}
 	f.Body = body
-	t.Logf("t=%v R%d serves a forged checkpoint record (%s): %+v", w.s.Now(), r, kind, f)
-	w.s.InjectCheckpoint(r, f)
+	var on []int
+	for r := 0; r < w.sc.N; r++ {
+		if rapid.Bool().Draw(t, fmt.Sprintf("forgedOn%d", r)) {
+			on = append(on, r)
+			w.s.InjectCheckpoint(sim.RelayID(r), f)
+		}
+	}
+	t.Logf("t=%v relays %v serve a forged checkpoint record (%s): %+v", w.s.Now(), on, kind, f)
 }
 
 // checkpointStats sums what the durable properties' checks did.
