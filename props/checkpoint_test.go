@@ -99,7 +99,7 @@ func TestPlannedMoveLosesNothing(t *testing.T) {
 	fs.ProcessExits = true
 	fs.Freezes = true
 	fs.Moves = true
-	props.CheckCI(t, 20, func(rt *rapid.T) {
+	props.CheckCI(t, 40, func(rt *rapid.T) {
 		every := rapid.SampledFrom([]time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute}).Draw(rt, "checkpointEvery")
 		w := newWorld(rt, durableProtocol(lease.RestoreRequired, every), fs)
 		w.s.AddChecker(sim.MoveLosesNothing(workloadID))
@@ -128,6 +128,15 @@ func (w *world) addCheckpointActions(a map[string]func(*rapid.T)) {
 	}
 	if fs.Moves {
 		a["move"] = func(t *rapid.T) {
+			w.move(t)
+			w.wait(t)
+		}
+		a["cutThenMove"] = func(t *rapid.T) {
+			// The final record reaches only the relays the holder still
+			// has: fewer than M abort the move.
+			if h, ok := w.liveHolder(); ok && fs.Partitions {
+				w.cutSubset(t, h)
+			}
 			w.move(t)
 			w.wait(t)
 		}
