@@ -164,11 +164,12 @@ type timerRestoreRetry struct {
 	r  RelayID
 }
 
-// RestoreReadTimeout bounds a restore attempt's read of the relays; a
+// restoreReadTimeout bounds a restore attempt's read of the relays; a
 // relay whose query failed is asked again every restoreRetry until then.
-const RestoreReadTimeout = 10 * time.Second
-
-const restoreRetry = time.Second
+const (
+	restoreReadTimeout = 10 * time.Second
+	restoreRetry       = time.Second
+)
 
 type timerMove struct {
 	workload string
@@ -305,7 +306,7 @@ func (p performer) Restore(e lease.RestoreCheckpoint) {
 
 // queryRestore sends one restore attempt's queries.
 func (n *LeaseNode) queryRestore(now time.Time, req lease.RestoreCheckpoint) {
-	rd := &restoreRead{req: req, deadline: now.Add(RestoreReadTimeout), seen: map[EventID]bool{}}
+	rd := &restoreRead{req: req, deadline: now.Add(restoreReadTimeout), seen: map[EventID]bool{}}
 	for r := 0; r < n.env.NumRelays(); r++ {
 		n.queryRecords(rd, RelayID(r))
 	}

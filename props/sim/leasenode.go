@@ -165,7 +165,11 @@ const fenceRetry = time.Second
 // every claim found), and sends the outbox rows the driver committed (a
 // revocation only once its workload's stop completed, as the agent's fence
 // gate does). Its database is a drivertest.MemStore that survives crashes:
-// what a restart restores is exactly what the driver committed.
+// what a restart restores is exactly what the driver committed. With a
+// checkpoint policy in the grant (checkpoint.go, move.go) it also runs the
+// copy as a counter that checkpoints every CheckpointEvery, publishes
+// records while Live, restores a new epoch's state from the relays, and
+// performs planned moves (Sim.Move).
 //
 // Faults aimed at the driver's seams: ArmCommitFailure (commits refused),
 // ArmCommitStall (each commit waits for the database, stalling the loop,
