@@ -42,7 +42,7 @@ func durableProtocol(mode lease.RestoreMode, every time.Duration) protocol {
 // drawDurable draws the restore mode and the checkpoint cadence.
 func drawDurable(t *rapid.T) protocol {
 	mode := rapid.SampledFrom([]lease.RestoreMode{lease.RestoreBestEffort, lease.RestoreRequired}).Draw(t, "restoreMode")
-	every := rapid.SampledFrom([]time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute}).Draw(t, "checkpointEvery")
+	every := rapid.SampledFrom([]time.Duration{10 * time.Second, 30 * time.Second, 2 * time.Minute}).Draw(t, "checkpointEvery")
 	return durableProtocol(mode, every)
 }
 
@@ -100,7 +100,7 @@ func TestPlannedMoveLosesNothing(t *testing.T) {
 	fs.Freezes = true
 	fs.Moves = true
 	props.CheckCI(t, 40, func(rt *rapid.T) {
-		every := rapid.SampledFrom([]time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute}).Draw(rt, "checkpointEvery")
+		every := rapid.SampledFrom([]time.Duration{10 * time.Second, 30 * time.Second, 2 * time.Minute}).Draw(rt, "checkpointEvery")
 		w := newWorld(rt, durableProtocol(lease.RestoreRequired, every), fs)
 		w.s.AddChecker(sim.MoveLosesNothing(workloadID))
 		t0 := time.Now()
