@@ -239,6 +239,7 @@ type input struct {
 	grant     *lease.Spec
 	exit      *lease.ProcessExit
 	respawn   *lease.RespawnResult
+	restored  *lease.RestoreResult
 	claimAck  *lease.ClaimAck
 	claimRead *lease.ClaimRead
 	clock     *clockReport

@@ -244,6 +244,8 @@ func (a *Agent) feed(s *driver.Step, in input) {
 		s.RespawnDone(*in.respawn)
 	case in.claimAck != nil:
 		s.ClaimPublished(*in.claimAck)
+	case in.restored != nil:
+		s.Restored(*in.restored)
 	case in.clock != nil:
 		a.clockVerdict(s, *in.clock)
 	}

@@ -230,6 +230,22 @@ func (p *performer) PublishClaim(e lease.PublishClaim) {
 	})
 }
 
+// Restore fetches and places the checkpoint a new epoch starts from. This
+// agent has no restorer yet (issue 28): an ask is answered as a failure, so
+// a grant with restore = required stays provisioning until
+// provision_timeout and is then handed on, and one with best-effort starts
+// fresh after its restore timeout, saying so.
+func (p *performer) Restore(e lease.RestoreCheckpoint) {
+	a := p.a
+	a.logger.Error("checkpoint restore asked of an agent that cannot restore", "workload", e.ID, "epoch", e.Epoch)
+	a.claims.wg.Add(1)
+	go func() {
+		defer a.claims.wg.Done()
+		a.met.restores.WithLabelValues("failed").Inc()
+		a.send(p.ctx, input{restored: &lease.RestoreResult{Workload: e.ID, Epoch: e.Epoch, Attempt: e.Attempt, Reason: "this agent cannot restore checkpoints"}})
+	}()
+}
+
 func (p *performer) ReadClaims(e lease.ReadClaims) {
 	p.a.claims.reads.add(e) // batched with the other reads due (claimreads.go)
 }
@@ -258,6 +274,10 @@ func effectType(e lease.Effect) string {
 		return "failed"
 	case lease.QuorumReport:
 		return "quorum_report"
+	case lease.RestoreCheckpoint:
+		return "restore_checkpoint"
+	case lease.RestoreReport:
+		return "restore_report"
 	}
 	return "other"
 }
