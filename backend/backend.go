@@ -77,6 +77,24 @@ type StartSpec struct {
 // only the workload's user may enter (a container has it bind-mounted).
 const CheckpointDirEnv = "PROVIDER_AGENT_CHECKPOINT_DIR"
 
+// Checkpointer is implemented by a backend whose workloads have a
+// checkpoint directory (Process and Podman): the agent restores a
+// checkpoint into it before the start and reads new ones from it.
+type Checkpointer interface {
+	// CheckpointDir makes (or finds) the checkpoint directory of
+	// workloadID's run at epoch, the one Start gives the workload as
+	// PROVIDER_AGENT_CHECKPOINT_DIR, and says who owns it.
+	CheckpointDir(workloadID string, epoch uint64) (CheckpointDir, error)
+}
+
+// CheckpointDir is a workload run's checkpoint directory on the host and
+// the user the workload runs as (the agent's own ids when workloads are
+// not isolated): a checkpoint placed there must be owned by UID:GID.
+type CheckpointDir struct {
+	Path     string
+	UID, GID int
+}
+
 // MaxWorkloadIDLen bounds StartSpec.WorkloadID.
 const MaxWorkloadIDLen = 256
 

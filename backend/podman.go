@@ -197,6 +197,14 @@ func NewPodman(ctx context.Context, cfg PodmanConfig, logger *slog.Logger) (*Pod
 	return p, nil
 }
 
+var _ Checkpointer = (*Podman)(nil)
+
+// CheckpointDir is the host directory bind-mounted at
+// ContainerCheckpointDir in workloadID's container at epoch.
+func (p *Podman) CheckpointDir(workloadID string, epoch uint64) (CheckpointDir, error) {
+	return p.holders.CheckpointDir(workloadID, epoch)
+}
+
 // Containment reports the supervisors' containment.
 func (p *Podman) Containment() Containment { return p.holders.Containment() }
 

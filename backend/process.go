@@ -297,6 +297,26 @@ func (b *Process) LogPath(workloadID string) string {
 // LogDir is dir names it (the CLI reads it while the agent is down).
 func LogFile(dir, id string) string { return filepath.Join(dir, logName(id)) }
 
+var _ Checkpointer = (*Process)(nil)
+
+// CheckpointDir makes the checkpoint directory of workloadID's run at
+// epoch as Start will (the workload's own user owns it, its parents are
+// the agent's) and returns it with that user's ids.
+func (b *Process) CheckpointDir(workloadID string, epoch uint64) (CheckpointDir, error) {
+	if workloadID == "" || len(workloadID) > MaxWorkloadIDLen {
+		return CheckpointDir{}, fmt.Errorf("checkpoint dir: workload id of %d bytes, want 1 to %d: %w", len(workloadID), MaxWorkloadIDLen, ErrBadSpec)
+	}
+	wd, err := b.dirs.prepare(strings.TrimSuffix(logName(workloadID), ".log"), epoch)
+	if err != nil {
+		return CheckpointDir{}, fmt.Errorf("checkpoint dir of %s: %w", workloadID, err)
+	}
+	d := CheckpointDir{Path: wd.checkpoint, UID: os.Geteuid(), GID: os.Getegid()}
+	if b.dirs.isolate {
+		d.UID, d.GID = int(wd.uid), int(wd.gid)
+	}
+	return d, nil
+}
+
 func logName(id string) string {
 	safe := true
 	var sb strings.Builder
