@@ -207,6 +207,9 @@ type Deps struct {
 	// servers every UploadInterval (default 10 s).
 	Uploader       uploader.Uploader
 	UploadInterval time.Duration
+	// Checkpoints configure durable workloads (leases with a checkpoint
+	// policy).
+	Checkpoints CheckpointDeps
 	// Listener, when set, is where /metrics, /healthz and /status are
 	// served instead of listening on Config.Listen (run opens it before
 	// anything else, so a port in use is reported first). Run closes it;
@@ -272,6 +275,7 @@ type Agent struct {
 	view   statusView // what /status shows (statusview.go)
 	beat   beatState  // what this provider's heartbeats list (beat.go)
 	claims claimWork  // the claim step's publishes and reads (claimreads.go)
+	ckpt   ckptWork   // durable workloads: restores and checkpoints (checkpoint.go)
 }
 
 // self is who this agent is: its keys, its hex public key, its name on
@@ -516,6 +520,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	a.data.rows.outbox = a.out.courier
+	a.initCheckpoints(deps.Checkpoints)
 	a.work.act = newActuator(a.work.backend, a.logger, a.send)
 	if cfg.Listen != "" || deps.Listener != nil {
 		if a.obs.http, err = newHTTPServerOn(cfg.Listen, deps.Listener, a.obs.gatherer, a.Status, a.healthy); err != nil {

@@ -34,6 +34,7 @@ type metrics struct {
 	beatSuperseded *prometheus.CounterVec // by relay
 	backlog        prometheus.Gauge       // workloads waiting for their commit
 	restores       *prometheus.CounterVec // result
+	ckptRefused    *prometheus.CounterVec // reason
 }
 
 // The bounded label values of the agent_* metrics (exported at 0 from the
@@ -127,6 +128,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		restores: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_checkpoint_restores_total", Help: "Checkpoint restore attempts before a new epoch's start, by result (restored, fresh, failed).",
 		}, []string{"result"}),
+		ckptRefused: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_checkpoint_records_refused_total", Help: "Checkpoint records (or state URIs) a restore refused, by reason (wrong_signer, later_epoch, after_successor_start, other_grant, hash_mismatch, truncated_tile, ...).",
+		}, []string{"reason"}),
 	}
 	if err := registered(); err != nil {
 		return nil, err

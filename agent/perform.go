@@ -45,7 +45,7 @@ func (b eventBuilder) Build(jobs []driver.OutboxJob) []driver.OutboxResult {
 	}
 	build := func(i int) {
 		j := jobs[i]
-		ev, key, err := a.outboxEvent(j.Effect, j.At, j.Workload.Spec.StateURI)
+		ev, key, err := a.outboxEvent(j.Effect, j.At, a.revocationStateURI(j.Effect, j.Workload.Spec))
 		if err == nil {
 			var payload []byte
 			if payload, err = json.Marshal(ev); err == nil {
@@ -166,6 +166,16 @@ func (p *performer) Record(e lease.Effect) {
 	case lease.Failed:
 		a.logger.Error("workload failed", "workload", e.ID, "epoch", e.Epoch, "reason", e.Reason)
 		a.emit("failed", e.ID, "failed at epoch %d: %s", e.Epoch, e.Reason)
+	case lease.RestoreReport:
+		switch e.Phase {
+		case lease.RestoreDone:
+			a.logger.Info("workload state restored", "workload", e.ID, "epoch", e.Epoch, "reason", e.Reason)
+		case lease.RestoreFresh:
+			a.logger.Error("workload starts without a checkpoint", "workload", e.ID, "epoch", e.Epoch, "reason", e.Reason)
+		default:
+			a.logger.Warn("workload waits for its checkpoint", "workload", e.ID, "epoch", e.Epoch, "phase", e.Phase, "reason", e.Reason)
+		}
+		a.emit("restore", e.ID, "epoch %d: %s: %s", e.Epoch, e.Phase, e.Reason)
 	case lease.QuorumReport:
 		a.logger.Warn("workload without standby lacks relay quorum; it keeps running", "workload", e.ID, "since", e.LostAt)
 		a.emit("quorum", e.ID, "no quorum since %s; no standby, keeps running", e.LostAt.Format(time.TimeOnly))
@@ -182,6 +192,7 @@ func (p *performer) Start(e lease.StartWorkload) {
 
 func (p *performer) Stop(e lease.StopWorkload) {
 	a := p.a
+	a.cancelRestore(e.ID)
 	if a.work.act.Fenced(e.ID) {
 		// Repeated stops (Restore re-issues one for every workload not
 		// held here) are no-ops: nothing runs or is queued.
@@ -230,20 +241,27 @@ func (p *performer) PublishClaim(e lease.PublishClaim) {
 	})
 }
 
-// Restore fetches and places the checkpoint a new epoch starts from. This
-// agent has no restorer yet (issue 28): an ask is answered as a failure, so
-// a grant with restore = required stays provisioning until
-// provision_timeout and is then handed on, and one with best-effort starts
-// fresh after its restore timeout, saying so.
+// Restore fetches and places the checkpoint a new epoch starts from, off
+// the machine goroutine (like a claim read), and reports the outcome as
+// the machine's input. A stop of the workload cancels it.
 func (p *performer) Restore(e lease.RestoreCheckpoint) {
 	a := p.a
-	a.logger.Error("checkpoint restore asked of an agent that cannot restore", "workload", e.ID, "epoch", e.Epoch)
-	a.claims.wg.Add(1)
-	go func() {
-		defer a.claims.wg.Done()
-		a.met.restores.WithLabelValues("failed").Inc()
-		a.send(p.ctx, input{restored: &lease.RestoreResult{Workload: e.ID, Epoch: e.Epoch, Attempt: e.Attempt, Reason: "this agent cannot restore checkpoints"}})
-	}()
+	req := a.restoreRequest(e)
+	ctx, done := a.beginRestore(p.ctx, e)
+	a.emit("restore", e.ID, "restoring the checkpoint of epoch %d's predecessors (attempt %d, %s, within %v)", e.Epoch, e.Attempt, e.Mode, e.Timeout)
+	a.goFeedback(ctx, func(ctx context.Context) {
+		defer done()
+		r := a.runRestore(ctx, req)
+		switch {
+		case r.OK:
+			a.met.restores.WithLabelValues("restored").Inc()
+		case r.Fresh:
+			a.met.restores.WithLabelValues("fresh").Inc()
+		default:
+			a.met.restores.WithLabelValues("failed").Inc()
+		}
+		a.send(p.ctx, input{restored: &r})
+	})
 }
 
 func (p *performer) ReadClaims(e lease.ReadClaims) {

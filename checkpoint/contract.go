@@ -10,6 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// DefaultMaxBytes bounds a checkpoint the agent reads or restores when
+// no other bound is configured (256 MiB): its manifest then fits one tile.
+const DefaultMaxBytes = 256 << 20
+
 // FileName is the checkpoint's name in the workload's checkpoint
 // directory: the only name the agent reads.
 const FileName = "checkpoint"
