@@ -56,6 +56,7 @@ type world struct {
 	// a held epoch 1, c is a member that never held an epoch before the
 	// restore, b restores (self), x is no member.
 	a, b, c, x *identity.Keys
+	aSecret    string // a's secret key (its Blossom uploads)
 	grantAt    time.Time
 	claimAt    time.Time // epoch 2 began (b's claim won)
 	ingest     *heartbeat.Ingestor
@@ -88,7 +89,10 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Close() })
-	w := &world{t: t, pool: pool, a: newKeys(t), b: newKeys(t), c: newKeys(t), x: newKeys(t)}
+	w := &world{t: t, pool: pool, aSecret: nostr.GeneratePrivateKey(), b: newKeys(t), c: newKeys(t), x: newKeys(t)}
+	if w.a, err = identity.NewKeys(w.aSecret); err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
 	w.grantAt = now.Add(-10 * time.Minute).Truncate(time.Second)
 	w.claimAt = now.Add(-time.Minute)

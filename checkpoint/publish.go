@@ -1,0 +1,244 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/heartbeat"
+	"provideragent/identity"
+	"provideragent/relay"
+	"provideragent/uploader"
+)
+
+// RecordPublisher publishes an event on the lease's relays and returns
+// once need of them accepted it (the agent's RelayPool).
+type RecordPublisher interface {
+	PublishQuorum(ctx context.Context, ev *nostr.Event, need int) relay.PublishResult
+}
+
+// UploaderFor returns the uploader that places a workload's blobs on
+// servers, an upload counting once minServers of them stored it.
+type UploaderFor func(servers []string, minServers int) (uploader.Uploader, error)
+
+// ErrNotHolder means a checkpoint was not published because this provider
+// no longer holds the workload at the checkpoint's epoch (a fence came
+// first): only the current holder at its epoch may publish.
+var ErrNotHolder = errors.New("checkpoint: not the workload's holder at that epoch")
+
+// PublishJob is one checkpoint to publish: the file in Dir of a workload
+// held at Epoch.
+type PublishJob struct {
+	Workload string
+	Epoch    uint64
+	// Dir is the run's checkpoint directory; UID its user (< 0: any owner).
+	Dir Dir
+	// Servers are the Blossom servers of the lease; MinServers is K (0:
+	// all of them).
+	Servers    []string
+	MinServers int
+	// GrantAt binds the record to the lease grant.
+	GrantAt time.Time
+	// Parent is the record the epoch's state was restored from, the
+	// parent of its first record ("" when none).
+	Parent string
+	// Final marks the checkpoint written after the process exited in a
+	// planned stop.
+	Final bool
+}
+
+// Published is a checkpoint whose blobs are on K servers and whose record
+// M relays accepted.
+type Published struct {
+	Workload  string
+	Epoch     uint64
+	Seq       uint64
+	EventID   string
+	CreatedAt time.Time
+	StateURI  string
+	Manifest  string
+	Size      int64
+	TakenAt   time.Time
+	Servers   []string
+	Relays    []string
+	File      FileID
+}
+
+// Publisher publishes a workload's checkpoints: it tiles the file into
+// the uploader's store, uploads the tiles and the manifest until every
+// blob is on K of the lease's servers, and then, only if Holds still
+// says this provider holds the workload at that epoch, signs the
+// checkpoint record (kind 38387) and publishes it on M relays. It
+// remembers the last record of each workload (seq, parent, created_at).
+// Publish is safe for concurrent use, for different workloads.
+type Publisher struct {
+	Store    *uploader.Store
+	Uploader UploaderFor
+	Relays   RecordPublisher
+	Keys     *identity.Keys
+	// Quorum is M, the relays that must accept a record.
+	Quorum int
+	// TileSize cuts checkpoints (0: uploader.DefaultTileSize).
+	TileSize int
+	// MaxBytes bounds a checkpoint (<= 0: DefaultMaxBytes).
+	MaxBytes int64
+	// Holds reports whether this provider holds workload at epoch now.
+	Holds  func(workload string, epoch uint64) bool
+	Now    func() time.Time
+	Logger *slog.Logger
+
+	mu   sync.Mutex
+	last map[string]Published
+}
+
+// Last is the last checkpoint published of workload (ok false: none since
+// this Publisher began).
+func (p *Publisher) Last(workload string) (Published, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := p.last[workload]
+	return l, ok
+}
+
+func (p *Publisher) now() time.Time {
+	if p.Now == nil {
+		return time.Now()
+	}
+	return p.Now()
+}
+
+// Publish publishes the checkpoint file of job. It returns ErrNotHolder
+// (wrapped) when the workload is no longer held at job.Epoch, and other
+// errors when the file could not be read (checkpoint.Open's refusals),
+// stored on K servers or accepted by M relays.
+func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, error) {
+	maxBytes := p.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	tile := p.TileSize
+	if tile <= 0 {
+		tile = uploader.DefaultTileSize
+	}
+	if len(job.Servers) == 0 {
+		return Published{}, errors.New("publish checkpoint: no Blossom servers (the grant names none and uploader.servers is empty)")
+	}
+	k := job.MinServers
+	if k <= 0 || k > len(job.Servers) {
+		k = len(job.Servers)
+	}
+	f, err := Open(job.Dir.Path, job.Dir.UID, maxBytes)
+	if err != nil {
+		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+	}
+	m, _, err := p.Store.AddFile(ctx, job.Workload, f, tile)
+	if err == nil {
+		err = f.Verify()
+	}
+	info := f.Info
+	f.Close()
+	if err != nil {
+		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+	}
+	if m.Size == 0 {
+		return Published{}, errors.New("publish checkpoint: the checkpoint is empty")
+	}
+	mb, err := json.Marshal(m)
+	if err != nil {
+		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+	}
+	if len(mb) > uploader.MaxTileSize {
+		return Published{}, fmt.Errorf("publish checkpoint: manifest of %d bytes over one tile (%d)", len(mb), uploader.MaxTileSize)
+	}
+	mm, _, err := p.Store.AddFile(ctx, job.Workload, bytes.NewReader(mb), len(mb))
+	if err != nil {
+		return Published{}, fmt.Errorf("publish checkpoint: store manifest: %w", err)
+	}
+	manifest := mm.SHA256 // one tile: the blob's hash
+	shas := []string{manifest}
+	for _, t := range m.Tiles {
+		shas = append(shas, t.SHA256)
+	}
+	up, err := p.Uploader(job.Servers, k)
+	if err != nil {
+		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+	}
+	_, upErr := up.UploadPending(ctx, uploader.Request{Workload: job.Workload})
+	var holding []string
+	for _, srv := range job.Servers {
+		n, err := p.Store.Placed(ctx, job.Workload, shas, []string{srv})
+		if err != nil {
+			return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+		}
+		if n == 1 {
+			holding = append(holding, uploader.ServerKey(srv))
+		}
+	}
+	if len(holding) < k {
+		return Published{}, fmt.Errorf("publish checkpoint: every blob on %d of %d servers, need %d (upload: %v)", len(holding), len(job.Servers), k, upErr)
+	}
+	if ctx.Err() != nil {
+		return Published{}, fmt.Errorf("publish checkpoint: %w", context.Cause(ctx))
+	}
+
+	// One publish of a workload at a time (the caller's rule): the last
+	// record read here is still the last when this one is stored.
+	p.mu.Lock()
+	prev, had := p.last[job.Workload]
+	p.mu.Unlock()
+	rec := heartbeat.CheckpointRecord{
+		WorkloadID: job.Workload, Epoch: job.Epoch, Seq: 1, Manifest: manifest, ManifestSize: int64(len(mb)),
+		Size: m.Size, SHA256: m.SHA256, Servers: holding, GrantAt: job.GrantAt, Parent: job.Parent, Final: job.Final,
+		StateURI: uploader.BlossomURI(manifest, "json", holding, p.Keys.PublicKey(), int64(len(mb))),
+	}
+	created := p.now().Truncate(time.Second)
+	if had {
+		rec.Parent = prev.EventID
+		if prev.Epoch == job.Epoch {
+			rec.Seq = prev.Seq + 1
+			// Relays keep the newest record of an epoch: created_at rises.
+			created = maxTime(created, prev.CreatedAt.Add(time.Second))
+		}
+	}
+	rec.TakenAt = info.ModTime
+	if rec.TakenAt.After(created.Add(time.Second-time.Millisecond)) || rec.TakenAt.Before(time.UnixMilli(1)) {
+		rec.TakenAt = created
+	}
+	if !p.Holds(job.Workload, job.Epoch) {
+		return Published{}, fmt.Errorf("publish checkpoint of %s epoch %d: %w", job.Workload, job.Epoch, ErrNotHolder)
+	}
+	ev, err := heartbeat.BuildCheckpointRecord(p.Keys, rec, created)
+	if err != nil {
+		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+	}
+	res := p.Relays.PublishQuorum(ctx, ev, p.Quorum)
+	if len(res.Accepted) < p.Quorum {
+		return Published{}, fmt.Errorf("publish checkpoint record %s: accepted by %d relays, need %d", ev.ID, len(res.Accepted), p.Quorum)
+	}
+	pub := Published{
+		Workload: job.Workload, Epoch: job.Epoch, Seq: rec.Seq, EventID: ev.ID, CreatedAt: created,
+		StateURI: rec.StateURI, Manifest: manifest, Size: m.Size, TakenAt: rec.TakenAt, Servers: holding,
+		Relays: res.Accepted, File: info.ID,
+	}
+	p.mu.Lock()
+	if p.last == nil {
+		p.last = map[string]Published{}
+	}
+	p.last[job.Workload] = pub
+	p.mu.Unlock()
+	return pub, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,199 @@
+package checkpoint_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/checkpoint"
+	"provideragent/heartbeat"
+	"provideragent/internal/devblossom"
+	"provideragent/internal/sqlitedb"
+	"provideragent/relay"
+	"provideragent/uploader"
+)
+
+// poolPublisher is the agent's RelayPool.PublishQuorum over relay.Pool.
+type poolPublisher struct{ p *relay.Pool }
+
+func (q poolPublisher) PublishQuorum(ctx context.Context, ev *nostr.Event, need int) relay.PublishResult {
+	return q.p.PublishQuorum(ctx, *ev, need)
+}
+
+// devServer starts a dev-blossom server keeping blobs in memory.
+func devServer(t *testing.T) *devblossom.Server {
+	t.Helper()
+	s, err := devblossom.New(devblossom.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background(), "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	return s
+}
+
+// publisher is a's Publisher over the world's relays (M = 2 of 3) and a
+// real tile store; holds says whether a still holds the workload.
+func (w *world) publisher(holds *atomic.Bool) *checkpoint.Publisher {
+	w.t.Helper()
+	ctx := context.Background()
+	db, err := sqlitedb.Open(ctx, filepath.Join(w.t.TempDir(), "tiles.db"), sqlitedb.Options{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { db.Close() })
+	store, err := uploader.NewStore(ctx, db, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	secret := w.aSecret
+	return &checkpoint.Publisher{
+		Store: store, Relays: poolPublisher{w.pool}, Keys: w.a, Quorum: 2, TileSize: 16,
+		Uploader: func(servers []string, k int) (uploader.Uploader, error) {
+			cfg := uploader.DefaultConfig()
+			cfg.Servers, cfg.MinReplicas, cfg.DisableRetry = servers, k, true
+			cfg.RequestTimeout = 2 * time.Second
+			return uploader.BuildUploader(cfg, uploader.Deps{Store: store, SecretKey: secret})
+		},
+		Holds: func(string, uint64) bool { return holds.Load() },
+	}
+}
+
+// write puts a checkpoint into dir as the contract says.
+func write(t *testing.T, dir, content string) {
+	t.Helper()
+	tmp := filepath.Join(dir, "checkpoint.tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, checkpoint.FileName)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// records reads the checkpoint records of workload from the relays.
+func (w *world) records(workload string, epoch uint64) []*heartbeat.CheckpointRecord {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []*heartbeat.CheckpointRecord
+	seen := map[string]bool{}
+	for _, r := range w.pool.Query(ctx, checkpoint.RecordsFilter(workload, epoch, nil, []string{w.a.PublicKey()})) {
+		for i := range r.Events {
+			ev := &r.Events[i]
+			if seen[ev.ID] {
+				continue
+			}
+			seen[ev.ID] = true
+			rec, err := heartbeat.DecodeCheckpointRecord(ev)
+			if err != nil {
+				w.t.Fatalf("a record on %s does not decode: %v", r.Relay, err)
+			}
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// TestPublishThenRestore: a's workload writes two checkpoints at epoch 1;
+// each is tiled, stored on both dev-blossom servers (K = 2) and its signed
+// record accepted by the relays; the second's seq and created_at rise and
+// its parent is the first. b, restoring for epoch 2, gets the second.
+func TestPublishThenRestore(t *testing.T) {
+	needRoot(t)
+	w := newWorld(t)
+	s1, s2 := devServer(t), devServer(t)
+	var holds atomic.Bool
+	holds.Store(true)
+	p := w.publisher(&holds)
+	dir := t.TempDir()
+	job := checkpoint.PublishJob{Workload: "wl-pub", Epoch: 1, Dir: checkpoint.Dir{Path: dir, UID: os.Getuid()},
+		Servers: []string{s1.URL(), s2.URL()}, GrantAt: w.grantAt}
+	ctx := context.Background()
+
+	write(t, dir, "counter=100 and the rest of the state")
+	first, err := p.Publish(ctx, job)
+	if err != nil {
+		t.Fatalf("Publish = %v", err)
+	}
+	write(t, dir, "counter=200 and the rest of the state, grown")
+	second, err := p.Publish(ctx, job)
+	if err != nil {
+		t.Fatalf("second Publish = %v", err)
+	}
+	t.Logf("published %+v", second)
+	if second.Seq != first.Seq+1 || !second.CreatedAt.After(first.CreatedAt) || len(second.Servers) != 2 || len(second.Relays) < 2 {
+		t.Errorf("second = %+v after %+v, want seq+1, a later created_at, 2 servers, >= 2 relays", second, first)
+	}
+	recs := w.records("wl-pub", 1)
+	if len(recs) != 1 || recs[0].EventID != second.EventID || recs[0].Parent != first.EventID || recs[0].StateURI != second.StateURI {
+		t.Fatalf("records on the relays = %+v, want only the second (parent the first)", recs)
+	}
+	if ref, err := uploader.ParseBlossomURI(second.StateURI); err != nil || ref.SHA256 != second.Manifest || len(ref.Servers) != 2 || ref.Authors[0] != w.a.PublicKey() {
+		t.Errorf("state_uri %q (%v): want the manifest on both servers, by a", second.StateURI, err)
+	}
+	if last, ok := p.Last("wl-pub"); !ok || last.EventID != second.EventID {
+		t.Errorf("Last = %+v, %v; want the second", last, ok)
+	}
+
+	// b's claim for epoch 2 wins now; it restores the second checkpoint
+	// from the server still up.
+	s1.Shutdown(context.Background())
+	w.claimAt = time.Now()
+	req := w.request("wl-pub")
+	out := restore(t, w.restorer(), req)
+	if !out.Result.OK || out.Record == nil || out.Record.EventID != second.EventID {
+		t.Fatalf("Restore = %+v, want the second checkpoint", out.Result)
+	}
+	got, _ := os.ReadFile(filepath.Join(req.Dir.Path, checkpoint.FileName))
+	if string(got) != "counter=200 and the rest of the state, grown" {
+		t.Errorf("restored %q", got)
+	}
+}
+
+// TestPublishOnlyWhileHolding: a checkpoint written after the holder was
+// fenced is stored but never announced (ErrNotHolder, no record); one
+// that reaches fewer than K servers is not announced either.
+func TestPublishOnlyWhileHolding(t *testing.T) {
+	w := newWorld(t)
+	up := devServer(t)
+	down := devServer(t)
+	downURL := down.URL()
+	down.Shutdown(context.Background())
+	var holds atomic.Bool
+	p := w.publisher(&holds)
+	dir := t.TempDir()
+	write(t, dir, "state after the fence")
+	ctx := context.Background()
+	job := checkpoint.PublishJob{Workload: "wl-fenced", Epoch: 1, Dir: checkpoint.Dir{Path: dir, UID: -1},
+		Servers: []string{up.URL()}, GrantAt: w.grantAt}
+	if _, err := p.Publish(ctx, job); !errors.Is(err, checkpoint.ErrNotHolder) {
+		t.Fatalf("Publish while not holding = %v, want ErrNotHolder", err)
+	}
+	holds.Store(true)
+	job.Workload = "wl-short"
+	job.Servers = []string{up.URL(), downURL}
+	if _, err := p.Publish(ctx, job); err == nil {
+		t.Fatalf("Publish with K = 2 and one server down = nil, want an error")
+	} else {
+		t.Logf("K=2, one server down: %v", err)
+	}
+	job.MinServers = 1
+	pub, err := p.Publish(ctx, job)
+	if err != nil || len(pub.Servers) != 1 || pub.Servers[0] != up.URL() {
+		t.Fatalf("Publish with K = 1 = %+v, %v; want it published naming only the server that holds it", pub, err)
+	}
+	for _, id := range []string{"wl-fenced"} {
+		if recs := w.records(id, 1); len(recs) != 0 {
+			t.Errorf("records of %s on the relays: %+v, want none", id, recs)
+		}
+	}
+}
