@@ -661,6 +661,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.up.uploader != nil {
 		goLoop("uploads", a.uploadLoop)
 	}
+	if a.ckpt.watcher != nil {
+		goLoop("checkpoints", a.checkpointLoop)
+	}
 
 	err := a.machineLoop(runCtx)
 	cancel()

@@ -26,6 +26,7 @@ import (
 	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
+	"provideragent/uploader"
 )
 
 // eventLog records an agent's timeline events.
@@ -107,6 +108,9 @@ type agentOpts struct {
 	// Config.ClockCheckInterval (0: off, as testAgentConfig has it).
 	now        func() time.Time
 	clockCheck time.Duration
+	// blossom, when set, lets the agent publish durable workloads'
+	// checkpoints (a tile store on its database; these servers).
+	blossom []string
 }
 
 func startAgent(t testing.TB, o agentOpts) *testAgent {
@@ -137,7 +141,15 @@ func startAgent(t testing.TB, o agentOpts) *testAgent {
 	}
 	ta := &testAgent{t: t, key: o.key, pub: pub, dbPath: o.dbPath, log: &eventLog{}, reg: prometheus.NewRegistry(),
 		backend: proc, proc: proc, cancel: cancel, done: make(chan error, 1)}
-	a, err := New(ctx, cfg, Deps{DB: db, Registerer: ta.reg, Backend: ta.backend, OnEvent: ta.log.add, Logger: o.logger, Now: o.now})
+	var ckpt CheckpointDeps
+	if o.blossom != nil {
+		store, err := uploader.NewStore(ctx, db, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ckpt = CheckpointDeps{Store: store, Servers: o.blossom, PollInterval: 50 * time.Millisecond}
+	}
+	a, err := New(ctx, cfg, Deps{DB: db, Registerer: ta.reg, Backend: ta.backend, OnEvent: ta.log.add, Logger: o.logger, Now: o.now, Checkpoints: ckpt})
 	if err != nil {
 		cancel()
 		db.Close()

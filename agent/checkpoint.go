@@ -7,13 +7,18 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"provideragent/backend"
 	"provideragent/checkpoint"
 	"provideragent/lease"
+	"provideragent/uploader"
 )
 
 // CheckpointDeps configure durable workloads.
@@ -26,6 +31,19 @@ type CheckpointDeps struct {
 	HTTPClient *http.Client
 	// MaxBytes bounds a checkpoint (0: checkpoint.DefaultMaxBytes).
 	MaxBytes int64
+	// Store is the tile store checkpoints are cut into before they are
+	// uploaded; nil: checkpoints are restored but never published.
+	Store *uploader.Store
+	// Uploader is the uploader settings a lease's uploads use, with the
+	// lease's servers and K (zero: uploader.DefaultConfig()).
+	Uploader uploader.Config
+	// Metrics are the uploader's (nil: unregistered).
+	Metrics *uploader.Metrics
+	// PollInterval is how often a checkpoint directory is looked at (0:
+	// checkpoint.DefaultPollInterval).
+	PollInterval time.Duration
+	// PublishTimeout bounds one checkpoint's upload and record (0: 30 s).
+	PublishTimeout time.Duration
 }
 
 // ckptWork is the agent's durable-workload state.
@@ -33,9 +51,19 @@ type ckptWork struct {
 	deps     CheckpointDeps
 	restorer *checkpoint.Restorer
 
-	mu       sync.Mutex
-	restores map[string]*restoreRun // by workload: the attempt in flight
-	last     map[string]epochState  // by workload: the checkpoint its newest epoch here stands on
+	watcher   *checkpoint.Watcher   // nil when checkpoints are not published
+	publisher *checkpoint.Publisher // likewise
+
+	mu        sync.Mutex
+	restores  map[string]*restoreRun           // by workload: the attempt in flight
+	last      map[string]epochState            // by workload: the checkpoint its newest epoch here stands on
+	parents   map[string]epochState            // by workload: the record its newest epoch here was restored from (uri: event id)
+	holding   map[string]uint64                // workloads held here (a Holding state), by epoch
+	durable   map[string]bool                  // workloads whose tiles the lease's own uploads carry
+	watched   map[string]checkpoint.PublishJob // by workload: what a new checkpoint of its run is published as
+	busy      map[string]context.CancelFunc    // by workload: the publish in flight
+	queued    map[string]checkpoint.Change     // by workload: a newer checkpoint waiting for it
+	uploaders map[string]uploader.Uploader     // by server set and K
 }
 
 // epochState is the checkpoint (its BUD-10 state_uri) an epoch stands on.
@@ -61,6 +89,27 @@ func (a *Agent) initCheckpoints(deps CheckpointDeps) {
 	a.ckpt.deps = deps
 	a.ckpt.restores = map[string]*restoreRun{}
 	a.ckpt.last = map[string]epochState{}
+	a.ckpt.parents = map[string]epochState{}
+	a.ckpt.holding = map[string]uint64{}
+	a.ckpt.durable = map[string]bool{}
+	a.ckpt.watched = map[string]checkpoint.PublishJob{}
+	a.ckpt.busy = map[string]context.CancelFunc{}
+	a.ckpt.queued = map[string]checkpoint.Change{}
+	a.ckpt.uploaders = map[string]uploader.Uploader{}
+	if deps.Store != nil {
+		if deps.Uploader.TileSize == 0 {
+			deps.Uploader = uploader.DefaultConfig()
+			a.ckpt.deps.Uploader = deps.Uploader
+		}
+		if a.ckpt.deps.PublishTimeout <= 0 {
+			a.ckpt.deps.PublishTimeout = 30 * time.Second
+		}
+		a.ckpt.watcher = checkpoint.NewWatcher(deps.PollInterval)
+		a.ckpt.publisher = &checkpoint.Publisher{
+			Store: deps.Store, Uploader: a.leaseUploader, Relays: a.pool, Keys: a.me.keys, Quorum: a.cfg.Lease.M,
+			TileSize: deps.Uploader.TileSize, MaxBytes: deps.MaxBytes, Holds: a.holds, Now: a.now, Logger: a.logger,
+		}
+	}
 	a.ckpt.restorer = &checkpoint.Restorer{
 		Relays: a.pool, Verify: a.inbound.ingestor, Blobs: checkpoint.HTTPBlobs{Client: deps.HTTPClient},
 		Self: a.me.self, MaxSkew: a.cfg.Lease.MaxSkew, Quorum: a.cfg.Lease.N - a.cfg.Lease.M + 1,
@@ -147,6 +196,11 @@ func (a *Agent) runRestore(ctx context.Context, req checkpoint.RestoreRequest) l
 	switch r := out.Result; {
 	case r.OK:
 		a.setStateURI(req.ID, req.Epoch, out.StateURI)
+		if out.Record != nil {
+			a.ckpt.mu.Lock()
+			a.ckpt.parents[req.ID] = epochState{epoch: req.Epoch, uri: out.Record.EventID}
+			a.ckpt.mu.Unlock()
+		}
 		log.Info("checkpoint restored", "from", r.From, "dir", dir.Path)
 		a.emit("restore", req.ID, "checkpoint restored for epoch %d: %s", req.Epoch, r.From)
 	case r.Fresh:
@@ -196,4 +250,196 @@ func (a *Agent) revocationStateURI(e lease.Effect, spec lease.Spec) string {
 		return a.stateURI(r.ID, r.Epoch)
 	}
 	return spec.StateURI
+}
+
+// leaseUploader is the uploader of a lease's server set with K, built
+// once per set.
+func (a *Agent) leaseUploader(servers []string, k int) (uploader.Uploader, error) {
+	key := strconv.Itoa(k) + " " + strings.Join(servers, " ")
+	a.ckpt.mu.Lock()
+	defer a.ckpt.mu.Unlock()
+	if up := a.ckpt.uploaders[key]; up != nil {
+		return up, nil
+	}
+	cfg := a.ckpt.deps.Uploader
+	cfg.Servers, cfg.MinReplicas = slices.Clone(servers), k
+	up, err := uploader.BuildUploader(cfg, uploader.Deps{Store: a.ckpt.deps.Store, SecretKey: a.cfg.SecretKey, Logger: a.logger, Metrics: a.ckpt.deps.Metrics})
+	if err != nil {
+		return nil, err
+	}
+	a.ckpt.uploaders[key] = up
+	return up, nil
+}
+
+// holds reports whether this provider holds workload id at epoch now (a
+// Holding state, as the machine last reported it).
+func (a *Agent) holds(id string, epoch uint64) bool {
+	a.ckpt.mu.Lock()
+	defer a.ckpt.mu.Unlock()
+	e, ok := a.ckpt.holding[id]
+	return ok && e == epoch
+}
+
+// noteState follows the machine's transitions (machine goroutine): which
+// epoch of which workload this provider holds.
+func (a *Agent) noteState(e lease.EnteredState) {
+	a.ckpt.mu.Lock()
+	defer a.ckpt.mu.Unlock()
+	if e.To.Holding() {
+		a.ckpt.holding[e.ID] = e.Epoch
+		return
+	}
+	delete(a.ckpt.holding, e.ID)
+	if e.To.Terminal() {
+		delete(a.ckpt.last, e.ID)
+		delete(a.ckpt.parents, e.ID)
+	}
+}
+
+// watchCheckpoints starts looking for new checkpoints of a durable
+// workload started at epoch (machine goroutine, at its StartWorkload).
+func (a *Agent) watchCheckpoints(id string, epoch uint64) {
+	if a.ckpt.watcher == nil {
+		return
+	}
+	w, ok := a.machine().Workload(id)
+	if !ok || w.Spec.Checkpoint == nil {
+		return
+	}
+	cp, ok := a.work.backend.(backend.Checkpointer)
+	if !ok {
+		return
+	}
+	dir, err := cp.CheckpointDir(id, epoch)
+	if err != nil {
+		a.logger.Error("checkpoint directory", "workload", id, "epoch", epoch, "err", err)
+		return
+	}
+	p := w.Spec.Checkpoint
+	job := checkpoint.PublishJob{
+		Workload: id, Epoch: epoch, Dir: checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID},
+		Servers: p.Servers, MinServers: p.MinServers, GrantAt: w.Spec.CreatedAt,
+	}
+	if len(job.Servers) == 0 {
+		job.Servers, job.MinServers = a.ckpt.deps.Servers, 0
+	}
+	a.ckpt.mu.Lock()
+	if par := a.ckpt.parents[id]; par.epoch == epoch {
+		job.Parent = par.uri
+	}
+	a.ckpt.watched[id] = job
+	a.ckpt.durable[id] = true
+	a.ckpt.mu.Unlock()
+	// The file already there (restored, or the newest local checkpoint of
+	// a restarted run) is published too: the epoch's first record names
+	// the state it started from.
+	a.ckpt.watcher.Watch(id, epoch, dir.Path, checkpoint.FileID{})
+}
+
+// unwatchCheckpoints stops publishing the workload's checkpoints and
+// cancels a publish in flight (a stop never waits for one).
+func (a *Agent) unwatchCheckpoints(id string) {
+	if a.ckpt.watcher == nil {
+		return
+	}
+	a.ckpt.watcher.Unwatch(id)
+	a.ckpt.mu.Lock()
+	delete(a.ckpt.watched, id)
+	delete(a.ckpt.queued, id)
+	if cancel := a.ckpt.busy[id]; cancel != nil {
+		cancel()
+	}
+	a.ckpt.mu.Unlock()
+}
+
+// checkpointLoop polls the watched checkpoint directories and publishes
+// each new checkpoint, one publish per workload at a time (a newer one
+// waits, replacing any older waiting one), until ctx ends.
+func (a *Agent) checkpointLoop(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.ckpt.watcher.Run(ctx)
+	}()
+	finished := make(chan string, 64)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case id := <-finished:
+			a.ckpt.mu.Lock()
+			delete(a.ckpt.busy, id)
+			c, ok := a.ckpt.queued[id]
+			delete(a.ckpt.queued, id)
+			a.ckpt.mu.Unlock()
+			if ok {
+				a.startPublish(ctx, &wg, c, finished)
+			}
+		case <-a.ckpt.watcher.Ready():
+			for _, c := range a.ckpt.watcher.Take() {
+				a.startPublish(ctx, &wg, c, finished)
+			}
+		}
+	}
+}
+
+func (a *Agent) startPublish(ctx context.Context, wg *sync.WaitGroup, c checkpoint.Change, finished chan<- string) {
+	a.ckpt.mu.Lock()
+	job, ok := a.ckpt.watched[c.Workload]
+	if !ok || job.Epoch != c.Epoch {
+		a.ckpt.mu.Unlock()
+		return
+	}
+	if a.ckpt.busy[c.Workload] != nil {
+		a.ckpt.queued[c.Workload] = c
+		a.ckpt.mu.Unlock()
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, a.ckpt.deps.PublishTimeout)
+	a.ckpt.busy[c.Workload] = cancel
+	a.ckpt.mu.Unlock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() {
+			cancel()
+			select {
+			case finished <- c.Workload:
+			case <-ctx.Done():
+			}
+		}()
+		a.publishCheckpoint(pctx, job)
+	}()
+}
+
+// publishCheckpoint publishes the workload's current checkpoint.
+func (a *Agent) publishCheckpoint(ctx context.Context, job checkpoint.PublishJob) {
+	start := time.Now()
+	pub, err := a.ckpt.publisher.Publish(ctx, job)
+	log := a.logger.With("workload", job.Workload, "epoch", job.Epoch, "took", time.Since(start).Round(time.Millisecond))
+	switch {
+	case err == nil:
+		a.met.ckptPublished.WithLabelValues("published").Inc()
+		a.setStateURI(job.Workload, job.Epoch, pub.StateURI)
+		log.Info("checkpoint published", "seq", pub.Seq, "bytes", pub.Size, "record", pub.EventID,
+			"servers", len(pub.Servers), "relays", len(pub.Relays), "state_uri", pub.StateURI)
+		a.emit("checkpoint", job.Workload, "checkpoint epoch %d seq %d published (%d bytes on %d servers, record on %d relays)",
+			job.Epoch, pub.Seq, pub.Size, len(pub.Servers), len(pub.Relays))
+	case errors.Is(err, checkpoint.ErrNotHolder), errors.Is(err, context.Canceled):
+		a.met.ckptPublished.WithLabelValues("abandoned").Inc()
+		log.Info("checkpoint not published: no longer held here at its epoch", "err", err)
+	default:
+		a.met.ckptPublished.WithLabelValues("failed").Inc()
+		log.Warn("checkpoint not published", "err", err)
+	}
+}
+
+// durableWorkload reports whether the workload's tiles are uploaded by
+// its lease's own publishes (the global upload loop leaves them).
+func (a *Agent) durableWorkload(id string) bool {
+	a.ckpt.mu.Lock()
+	defer a.ckpt.mu.Unlock()
+	return a.ckpt.durable[id]
 }

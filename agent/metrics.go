@@ -35,6 +35,7 @@ type metrics struct {
 	backlog        prometheus.Gauge       // workloads waiting for their commit
 	restores       *prometheus.CounterVec // result
 	ckptRefused    *prometheus.CounterVec // reason
+	ckptPublished  *prometheus.CounterVec // outcome
 }
 
 // The bounded label values of the agent_* metrics (exported at 0 from the
@@ -55,6 +56,8 @@ var (
 	// a checkpoint placed, nothing to restore (fresh start), or the attempt
 	// failed (the lease retries or gives up, by the grant's restore mode).
 	RestoreResults = []string{"restored", "fresh", "failed"}
+	// PublishOutcomes are agent_checkpoints_published_total's outcome values.
+	PublishOutcomes = []string{"published", "abandoned", "failed"}
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -131,6 +134,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		ckptRefused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_checkpoint_records_refused_total", Help: "Checkpoint records (or state URIs) a restore refused, by reason (wrong_signer, later_epoch, after_successor_start, other_grant, hash_mismatch, truncated_tile, ...).",
 		}, []string{"reason"}),
+		ckptPublished: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_checkpoints_published_total", Help: "New checkpoints of durable workloads, by outcome: published (on K servers and M relays), abandoned (no longer held at its epoch), failed.",
+		}, []string{"outcome"}),
 	}
 	if err := registered(); err != nil {
 		return nil, err
@@ -163,5 +169,8 @@ func (m *metrics) exportBoundedLabels() {
 	}
 	for _, r := range RestoreResults {
 		m.restores.WithLabelValues(r)
+	}
+	for _, o := range PublishOutcomes {
+		m.ckptPublished.WithLabelValues(o)
 	}
 }

@@ -147,6 +147,7 @@ func (p *performer) Record(e lease.Effect) {
 	a := p.a
 	switch e := e.(type) {
 	case lease.EnteredState:
+		a.noteState(e)
 		from := string(e.From)
 		if from == "" {
 			from = "new"
@@ -188,11 +189,13 @@ func (p *performer) Start(e lease.StartWorkload) {
 	w, _ := p.a.d.Machine().Workload(e.ID)
 	p.a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
 	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command})
+	p.a.watchCheckpoints(e.ID, e.Epoch)
 }
 
 func (p *performer) Stop(e lease.StopWorkload) {
 	a := p.a
 	a.cancelRestore(e.ID)
+	a.unwatchCheckpoints(e.ID)
 	if a.work.act.Fenced(e.ID) {
 		// Repeated stops (Restore re-issues one for every workload not
 		// held here) are no-ops: nothing runs or is queued.

@@ -25,18 +25,30 @@ func (a *Agent) uploadLoop(ctx context.Context) error {
 		}
 		next := interval
 		pending, err := a.up.uploader.EnumeratePending(ctx, "")
-		switch {
-		case err != nil:
+		if err != nil {
 			a.logger.Warn("checkpoint upload: list pending tiles", "err", err)
-		case len(pending) > 0:
-			rep, err := a.up.uploader.UploadPending(ctx, uploader.Request{})
+			t.Reset(next)
+			continue
+		}
+		// A durable workload's tiles go to its lease's servers with its
+		// checkpoint (checkpoint.go), not here.
+		var ids []string
+		count := map[string]int{}
+		for _, tile := range pending {
+			if count[tile.Workload] == 0 && !a.durableWorkload(tile.Workload) {
+				ids = append(ids, tile.Workload)
+			}
+			count[tile.Workload]++
+		}
+		for _, id := range ids {
+			rep, err := a.up.uploader.UploadPending(ctx, uploader.Request{Workload: id})
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
-					a.logger.Warn("checkpoint upload failed", "pending", len(pending), "err", err)
+					a.logger.Warn("checkpoint upload failed", "workload", id, "pending", count[id], "err", err)
 				}
-				break
+				continue
 			}
-			a.logger.Info("checkpoint tiles uploaded", "outcome", rep.Outcome, "accepted", rep.Accepted,
+			a.logger.Info("checkpoint tiles uploaded", "workload", id, "outcome", rep.Outcome, "accepted", rep.Accepted,
 				"rejected", rep.Rejected, "gave_up", len(rep.GaveUp), "bytes", rep.BytesUploaded)
 			if !rep.NextRetryAt.IsZero() {
 				if d := rep.NextRetryAt.Sub(a.now()); d > 0 && d < next {

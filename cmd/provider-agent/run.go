@@ -135,14 +135,14 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	up, err := buildUploader(ctx, cfg, db, secret, reg, logger)
+	up, ckpt, err := buildUploader(ctx, cfg, db, secret, reg, logger)
 	if err != nil {
 		_ = proc.Close(context.Background())
 		return err
 	}
 	a, err := agent.New(ctx, cfg.AgentConfig(secret), agent.Deps{
 		DB: db, Logger: logger, Backend: proc, Registerer: reg, Gatherer: reg, Uploader: up,
-		Listener: ln, UploadInterval: uploadInterval,
+		Listener: ln, UploadInterval: uploadInterval, Checkpoints: ckpt,
 	})
 	if err != nil {
 		_ = proc.Close(context.Background())
@@ -225,25 +225,28 @@ func loopback(addr string) bool {
 }
 
 // buildUploader builds the checkpoint uploader when Blossom servers are
-// configured (nil otherwise), with its metrics on the agent's registry.
-func buildUploader(ctx context.Context, cfg config.Config, db *sql.DB, secret string, reg prometheus.Registerer, logger *slog.Logger) (uploader.Uploader, error) {
-	if len(cfg.Uploader.Servers) == 0 {
-		return nil, nil
-	}
+// configured (nil otherwise), with its metrics on the agent's registry,
+// and what durable workloads need: the tile store (always: a grant may
+// name its own servers), uploader.servers and the uploader settings.
+func buildUploader(ctx context.Context, cfg config.Config, db *sql.DB, secret string, reg prometheus.Registerer, logger *slog.Logger) (uploader.Uploader, agent.CheckpointDeps, error) {
 	store, err := uploader.NewStore(ctx, db, nil)
 	if err != nil {
-		return nil, fmt.Errorf("uploader: %w", err)
+		return nil, agent.CheckpointDeps{}, fmt.Errorf("uploader: %w", err)
 	}
 	met, err := uploader.NewMetrics(reg)
 	if err != nil {
-		return nil, fmt.Errorf("uploader metrics: %w", err)
+		return nil, agent.CheckpointDeps{}, fmt.Errorf("uploader metrics: %w", err)
 	}
 	ucfg := cfg.UploaderConfig()
+	ckpt := agent.CheckpointDeps{Servers: ucfg.Servers, Store: store, Uploader: ucfg, Metrics: met}
+	if len(cfg.Uploader.Servers) == 0 {
+		return nil, ckpt, nil
+	}
 	up, err := uploader.BuildUploader(ucfg, uploader.Deps{Store: store, SecretKey: secret, Logger: logger, Metrics: met})
 	if err != nil {
-		return nil, fmt.Errorf("uploader: %w", err)
+		return nil, ckpt, fmt.Errorf("uploader: %w", err)
 	}
-	return up, nil
+	return up, ckpt, nil
 }
 
 func newLogger(l config.LogSection, w io.Writer) (*slog.Logger, error) {

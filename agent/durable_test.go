@@ -1,0 +1,146 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"provideragent/internal/devblossom"
+	"provideragent/lease"
+	"provideragent/uploader"
+)
+
+// counterScript is the durable test workload: it resumes from its
+// checkpoint (0 without one), says where it started in starts, counts
+// every 10 ms and checkpoints every 20 counts as the contract says
+// (another name, then a rename onto checkpoint).
+func counterScript(starts string) string {
+	return `d=$PROVIDER_AGENT_CHECKPOINT_DIR; n=$(cat "$d/checkpoint" 2>/dev/null || echo 0)
+echo "$PROVIDER_AGENT_EPOCH $n" >> ` + starts + `
+i=0
+while :; do
+  n=$((n + 1)); i=$((i + 1))
+  if [ $((i % 20)) -eq 0 ]; then echo "$n" > "$d/checkpoint.tmp" && mv "$d/checkpoint.tmp" "$d/checkpoint"; fi
+  sleep 0.01
+done`
+}
+
+// startsAt reads the value the counter started from at epoch (ok false:
+// not started at that epoch yet).
+func startsAt(t *testing.T, path string, epoch uint64) (int, bool) {
+	t.Helper()
+	data, _ := os.ReadFile(path)
+	for _, l := range strings.Split(string(data), "\n") {
+		var e uint64
+		var n int
+		if _, err := fmt.Sscanf(l, "%d %d", &e, &n); err == nil && e == epoch {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// publishedValue reads back the counter value of a published checkpoint
+// from Blossom.
+func publishedValue(t *testing.T, manifest string, servers []string) int {
+	t.Helper()
+	ctx := context.Background()
+	m, _, err := uploader.FetchManifest(ctx, nil, manifest, servers, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := uploader.Restore(ctx, nil, m, servers, &b); err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(b.String()))
+	if err != nil {
+		t.Fatalf("published checkpoint %q: %v", b.String(), err)
+	}
+	return n
+}
+
+// TestDurableFailover: a durable workload (a counter checkpointing every
+// 200 ms) runs on the primary, whose new checkpoints are published on a
+// dev-blossom server and the relays. The primary is cut off from two of
+// three relays: it fences itself (SIGTERM), its revocation names the last
+// checkpoint it published, and the standby restores it before it starts
+// epoch 2: its first value is at least the last one published.
+func TestDurableFailover(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("workloads run as users of their own: needs root")
+	}
+	t.Parallel()
+	blobs, err := devblossom.New(devblossom.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := blobs.Start(context.Background(), "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blobs.Shutdown(context.Background()) })
+	shared, err := os.MkdirTemp("", "durable-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	starts := filepath.Join(shared, "starts")
+
+	rs, urls := startRelays(t, 3)
+	lcfg := lease.DemoConfig(urls)
+	proxies, dial := cutProxies(t, rs, urls, 2)
+	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: dial, blossom: []string{blobs.URL()}})
+	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg, blossom: []string{blobs.URL()}})
+	spec := warmSpec("d1", primary.pub, standby.pub, lcfg.Relays)
+	spec.Command = []string{"sh", "-c", counterScript(starts)}
+	spec.Checkpoint = &lease.CheckpointPolicy{Restore: lease.RestoreRequired, RestoreTimeout: 3 * time.Second}
+	ctx := context.Background()
+	primary.a.Track(ctx, spec)
+	standby.a.Track(ctx, spec)
+	primary.waitState("d1", lease.StateLive, 1, 15*time.Second)
+	if n, ok := startsAt(t, starts, 1); !ok || n != 0 {
+		waitFor(t, 10*time.Second, "the counter started at epoch 1", func() bool { _, ok := startsAt(t, starts, 1); return ok })
+	}
+	waitFor(t, 20*time.Second, "three checkpoints published by the primary", func() bool {
+		return testutil.ToFloat64(primary.a.met.ckptPublished.WithLabelValues("published")) >= 3
+	})
+	primary.waitListedOnQuorum("d1", 10*time.Second)
+
+	cut := time.Now()
+	for _, p := range proxies {
+		p.Cut()
+	}
+	standby.waitState("d1", lease.StateLive, 2, 40*time.Second)
+	waitFor(t, 10*time.Second, "the counter started at epoch 2", func() bool { _, ok := startsAt(t, starts, 2); return ok })
+	first, _ := startsAt(t, starts, 2)
+	last, ok := primary.a.ckpt.publisher.Last("d1")
+	if !ok {
+		t.Fatal("the primary published nothing")
+	}
+	lastValue := publishedValue(t, last.Manifest, last.Servers)
+	t.Logf("cut to standby Live at epoch 2: %v; primary's last published checkpoint: seq %d value %d (taken %v before the cut); standby's first value %d",
+		time.Since(cut).Round(time.Millisecond), last.Seq, lastValue, cut.Sub(last.TakenAt).Round(time.Millisecond), first)
+	if first < lastValue {
+		t.Errorf("standby resumed from %d, below the last published checkpoint %d", first, lastValue)
+	}
+	if got := testutil.ToFloat64(standby.a.met.restores.WithLabelValues("restored")); got < 1 {
+		t.Errorf("standby restores restored = %v, want >= 1", got)
+	}
+	rev, ok := primary.log.find(func(e Event) bool { return e.Kind == "revocation" && e.Workload == "d1" })
+	if !ok {
+		t.Errorf("the primary queued no revocation")
+	} else {
+		t.Logf("revocation: %s", rev.Detail)
+	}
+}
