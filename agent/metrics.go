@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 
+	"provideragent/checkpoint"
 	"provideragent/heartbeat"
 	"provideragent/internal/promreg"
 	"provideragent/lease"
@@ -58,7 +61,22 @@ var (
 	RestoreResults = []string{"restored", "fresh", "failed"}
 	// PublishOutcomes are agent_checkpoints_published_total's outcome values.
 	PublishOutcomes = []string{"published", "abandoned", "failed"}
+	// RefusalReasons are agent_checkpoint_records_refused_total's reason
+	// values: the lease's rules, what fetching found, then the ingest's.
+	RefusalReasons = refusalReasons()
 )
+
+func refusalReasons() []string {
+	out := []string{lease.RefuseOtherWorkload, lease.RefuseOtherGrant, lease.RefuseLaterEpoch, lease.RefuseUnknownHolder,
+		lease.RefuseWrongSigner, lease.RefuseAfterSuccessorStart, checkpoint.RefuseHashMismatch, checkpoint.RefuseTruncatedTile,
+		checkpoint.RefuseBadManifest, checkpoint.RefuseTooLarge, checkpoint.RefuseBadHint}
+	for _, r := range heartbeat.AllReasons {
+		if !slices.Contains(out, string(r)) {
+			out = append(out, string(r))
+		}
+	}
+	return out
+}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	f, registered := promreg.Factory(reg)
@@ -172,5 +190,8 @@ func (m *metrics) exportBoundedLabels() {
 	}
 	for _, o := range PublishOutcomes {
 		m.ckptPublished.WithLabelValues(o)
+	}
+	for _, r := range RefusalReasons {
+		m.ckptRefused.WithLabelValues(r)
 	}
 }

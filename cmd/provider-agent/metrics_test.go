@@ -20,6 +20,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"provideragent/agent"
 	"provideragent/internal/devblossom"
 	"provideragent/internal/relaytest"
 )
@@ -72,7 +73,8 @@ var documentedMetrics = []metricDoc{
 		help: "workload process respawn attempts"},
 	{section: "agent", name: "agent_effects_total", typ: "counter", labels: []string{"type"},
 		values: map[string][]string{"type": {"entered_state", "start", "stop", "publish_revocation", "publish_claim",
-			"withdraw_claim", "read_claims", "announce_promotion", "attempt_respawn", "failed", "quorum_report"}},
+			"withdraw_claim", "read_claims", "announce_promotion", "attempt_respawn", "failed", "quorum_report",
+			"restore_checkpoint", "restore_report"}},
 		help: "lease machine effects performed"},
 	{section: "agent", name: "agent_step_seconds", typ: "histogram",
 		help: "time to persist one machine step and run its effects"},
@@ -88,6 +90,15 @@ var documentedMetrics = []metricDoc{
 		help: "beats never sent to a relay: it was still answering the beat before when a newer one was built, which replaced it (a slow relay gets fewer beats, the others are not delayed)"},
 	{section: "agent", name: "agent_backlog_workloads", typ: "gauge",
 		help: "workloads of big machine steps waiting for their batch (256 per turn) to be committed"},
+	{section: "agent", name: "agent_checkpoint_restores_total", typ: "counter", labels: []string{"result"},
+		values: map[string][]string{"result": agent.RestoreResults},
+		help:   "checkpoint restores asked before a new epoch's start, by result"},
+	{section: "agent", name: "agent_checkpoint_records_refused_total", typ: "counter", labels: []string{"reason"},
+		values: map[string][]string{"reason": agent.RefusalReasons},
+		help:   "checkpoint records (or state URIs) a restore refused, by reason: the lease's rules (`wrong_signer`, `later_epoch`, `after_successor_start`, `other_grant`, ...), what fetching found (`hash_mismatch`, `truncated_tile`, `bad_manifest`), the ingest's"},
+	{section: "agent", name: "agent_checkpoints_published_total", typ: "counter", labels: []string{"outcome"},
+		values: map[string][]string{"outcome": agent.PublishOutcomes},
+		help:   "new checkpoints of durable workloads: `published` (every blob on K servers, record on M relays), `abandoned` (no longer held at its epoch), `failed`"},
 	{section: "agent", name: "agent_saved_rows_total", typ: "counter",
 		help: "workload rows the periodic save wrote (changed by inputs without an effect; a step writes its own)"},
 	{section: "agent", name: "agent_clock_offset_seconds", typ: "gauge",
