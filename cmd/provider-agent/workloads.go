@@ -42,6 +42,9 @@ before or after the subcommand's arguments.
                                  [--replication warm-standby|checkpointed|none]
                                  [--restart never|on-failure] [--max-attempts N]
                                  [--publish]
+                                 [--checkpoint] [--checkpoint-server URL]...
+                                 [--checkpoint-min-servers K]
+                                 [--restore best-effort|required] [--restore-timeout D]
   workloads grant --id ID ... --image REF [--command 'LINE'] [--cpus N]
                                  [--memory-mb N] [--env KEY=VALUE]... [--network]
                                  an OCI image (backend.kind = podman); LINE runs
@@ -57,6 +60,15 @@ issuer) and publishes it (kind 38388) to the configured relays; every
 provider it names picks it up only if it lists the issuer's key in its own
 agent.trusted_issuers. A grant with --standby but without --publish never
 reaches the standbys: grant warns about it.
+
+A durable workload (--checkpoint, or any --checkpoint-*/--restore flag)
+keeps its state across a failover: the holder publishes every new
+$PROVIDER_AGENT_CHECKPOINT_DIR/checkpoint to the Blossom servers (the
+--checkpoint-server ones, else each provider's uploader.servers) and a
+signed record of it to the relays; a new holder restores the newest one
+before it starts the workload. --restore says what happens when it cannot
+be fetched within --restore-timeout: best-effort (the default) starts
+fresh, required keeps trying until provision_timeout.
 
 ` + agentFilesHelp + `
 
@@ -193,6 +205,11 @@ func runWorkloadsGrant(ctx context.Context, files *agentFiles, args []string, st
 		standbys, env                              stringList
 		publish                                    bool
 		im                                         imagespec.Image
+		durable                                    bool
+		ckptServers                                stringList
+		ckptMin                                    int
+		restoreMode                                string
+		restoreTimeout                             time.Duration
 	)
 	fs.StringVar(&id, "id", "", "workload `id` (required)")
 	fs.StringVar(&primary, "primary", "", "primary provider `key` (hex or npub; default: this agent)")
@@ -208,6 +225,11 @@ func runWorkloadsGrant(ctx context.Context, files *agentFiles, args []string, st
 	fs.IntVar(&maxAttempts, "max-attempts", 5, "respawn attempts for on-failure")
 	fs.Uint64Var(&epoch, "epoch", 1, "starting epoch")
 	fs.BoolVar(&publish, "publish", false, "also sign the grant with the key file (as issuer) and publish it (kind 38388) to the relays, so that every named provider that trusts this key picks it up")
+	fs.BoolVar(&durable, "checkpoint", false, "durable workload: publish its checkpoints and restore the newest before a new holder starts it")
+	fs.Var(&ckptServers, "checkpoint-server", "Blossom server `URL` for its checkpoints (repeat; default: each provider's uploader.servers)")
+	fs.IntVar(&ckptMin, "checkpoint-min-servers", 0, "K: a checkpoint counts once on this many servers (0: all)")
+	fs.StringVar(&restoreMode, "restore", "", "best-effort (default) or required: what a new holder does when no checkpoint can be fetched in time")
+	fs.DurationVar(&restoreTimeout, "restore-timeout", 0, "bound of one restore attempt (0: 60s)")
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
@@ -219,6 +241,13 @@ func runWorkloadsGrant(ctx context.Context, files *agentFiles, args []string, st
 	spec, err := grantSpec(cfg, id, primary, standbys, command, im, replication, restart, maxAttempts, epoch)
 	if err != nil {
 		return err
+	}
+	if durable || len(ckptServers) > 0 || ckptMin != 0 || restoreMode != "" || restoreTimeout != 0 {
+		spec.Checkpoint = &lease.CheckpointPolicy{Servers: ckptServers, MinServers: ckptMin,
+			Restore: lease.RestoreMode(restoreMode), RestoreTimeout: restoreTimeout}
+		if err := spec.Validate(); err != nil {
+			return fmt.Errorf("workloads grant: %w", err)
+		}
 	}
 	db, _, err := openAgentDB(ctx, sub, true)
 	if err != nil {
@@ -286,7 +315,9 @@ func publishGrant(ctx context.Context, cfg config.Config, spec lease.Spec, stdou
 	ev, err := heartbeat.BuildLeaseGrant(keys, heartbeat.LeaseGrantParams{
 		WorkloadID: spec.ID, Primary: spec.Primary, Standbys: spec.Standbys, Relays: cfg.Lease.Relays,
 		Quorum: cfg.Lease.Quorum, Replication: spec.Replication, RestartPolicy: spec.RestartPolicy,
-		Command: spec.Command, Epoch: spec.Epoch, At: time.Now(),
+		Command: spec.Command, Epoch: spec.Epoch, Checkpoint: spec.Checkpoint, StateURI: spec.StateURI,
+		// The local grant's time: checkpoint records name the grant by it.
+		At: spec.CreatedAt,
 	})
 	if err != nil {
 		return fmt.Errorf("workloads grant --publish: %w", err)
