@@ -243,6 +243,7 @@ type input struct {
 	exit      *lease.ProcessExit
 	respawn   *lease.RespawnResult
 	restored  *lease.RestoreResult
+	handover  *handoverInput
 	claimAck  *lease.ClaimAck
 	claimRead *lease.ClaimRead
 	clock     *clockReport

@@ -44,6 +44,9 @@ type CheckpointDeps struct {
 	PollInterval time.Duration
 	// PublishTimeout bounds one checkpoint's upload and record (0: 30 s).
 	PublishTimeout time.Duration
+	// MoveTimeout bounds a planned move's final publish (0:
+	// DefaultMoveTimeout).
+	MoveTimeout time.Duration
 }
 
 // ckptWork is the agent's durable-workload state.
@@ -64,6 +67,7 @@ type ckptWork struct {
 	busy      map[string]context.CancelFunc    // by workload: the publish in flight
 	queued    map[string]checkpoint.Change     // by workload: a newer checkpoint waiting for it
 	uploaders map[string]uploader.Uploader     // by server set and K
+	moving    map[string]bool                  // workloads a planned move is handing over
 }
 
 // epochState is the checkpoint (its BUD-10 state_uri) an epoch stands on.
@@ -96,6 +100,10 @@ func (a *Agent) initCheckpoints(deps CheckpointDeps) {
 	a.ckpt.busy = map[string]context.CancelFunc{}
 	a.ckpt.queued = map[string]checkpoint.Change{}
 	a.ckpt.uploaders = map[string]uploader.Uploader{}
+	a.ckpt.moving = map[string]bool{}
+	if a.ckpt.deps.MoveTimeout <= 0 {
+		a.ckpt.deps.MoveTimeout = DefaultMoveTimeout
+	}
 	if deps.Store != nil {
 		if deps.Uploader.TileSize == 0 {
 			deps.Uploader = uploader.DefaultConfig()

@@ -8,6 +8,7 @@ import (
 	"database/sql"
 
 	"provideragent/agentdb"
+	"provideragent/lease"
 )
 
 // cmdBatch bounds the operator commands applied in one step (one commit);
@@ -41,6 +42,12 @@ func (a *Agent) applyCommands(ctx context.Context) {
 	}
 	var marks []applied
 	var release string
+	type pendingMove struct {
+		seq       int64
+		w         lease.WorkloadSnapshot
+		successor string
+	}
+	var moves []pendingMove
 	for i, c := range cmds {
 		result := "ok"
 		switch c.Action {
@@ -54,6 +61,14 @@ func (a *Agent) applyCommands(ctx context.Context) {
 			}
 			a.subs.dirty = true
 			a.emit("grant", c.Workload, "local operator grant applied: %s", result)
+		case agentdb.ActionMove:
+			w, why := a.moveCheck(c.Workload)
+			if why != "" {
+				result = "error: " + why
+				break
+			}
+			result = "moving"
+			moves = append(moves, pendingMove{seq: c.Seq, w: w, successor: c.Successor})
 		case agentdb.ActionRelease:
 			if !s.Release(c.Workload) {
 				result = "error: workload not tracked"
@@ -79,6 +94,9 @@ func (a *Agent) applyCommands(ctx context.Context) {
 		a.logger.Error("apply operator commands", "first_seq", cmds[0].Seq, "commands", len(marks), "err", err)
 		a.in.cmdsMore = false // retried with the next second's turn
 		return
+	}
+	for _, m := range moves {
+		a.startMove(ctx, m.seq, m.w, m.successor)
 	}
 	if release != "" {
 		a.beat.dirty, a.view.dirty, a.subs.dirty = true, true, true

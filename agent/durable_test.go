@@ -21,10 +21,12 @@ import (
 // counterScript is the durable test workload: it resumes from its
 // checkpoint (0 without one), says where it started in starts, counts
 // every 10 ms and checkpoints every 20 counts as the contract says
-// (another name, then a rename onto checkpoint).
+// (another name, then a rename onto checkpoint), and once more on
+// SIGTERM, saying so ("final epoch value").
 func counterScript(starts string) string {
 	return `d=$PROVIDER_AGENT_CHECKPOINT_DIR; n=$(cat "$d/checkpoint" 2>/dev/null || echo 0)
 echo "$PROVIDER_AGENT_EPOCH $n" >> ` + starts + `
+trap 'echo "$n" > "$d/checkpoint.tmp" && mv "$d/checkpoint.tmp" "$d/checkpoint"; echo "final $PROVIDER_AGENT_EPOCH $n" >> ` + starts + `; exit 0' TERM
 i=0
 while :; do
   n=$((n + 1)); i=$((i + 1))
@@ -142,5 +144,97 @@ func TestDurableFailover(t *testing.T) {
 		t.Errorf("the primary queued no revocation")
 	} else {
 		t.Logf("revocation: %s", rev.Detail)
+	}
+}
+
+// finalAt reads the value the counter checkpointed on SIGTERM at epoch.
+func finalAt(t *testing.T, path string, epoch uint64) (int, bool) {
+	t.Helper()
+	data, _ := os.ReadFile(path)
+	for _, l := range strings.Split(string(data), "\n") {
+		var e uint64
+		var n int
+		if _, err := fmt.Sscanf(l, "final %d %d", &e, &n); err == nil && e == epoch {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// TestDurableMove: workloads move of a durable workload: the primary
+// stops the counter (which checkpoints on SIGTERM), publishes that final
+// checkpoint, and hands over naming it; the standby restores it and
+// resumes exactly there (RPO 0).
+func TestDurableMove(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("workloads run as users of their own: needs root")
+	}
+	t.Parallel()
+	blobs, err := devblossom.New(devblossom.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := blobs.Start(context.Background(), "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blobs.Shutdown(context.Background()) })
+	shared, err := os.MkdirTemp("", "durable-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	starts := filepath.Join(shared, "starts")
+	_, urls := startRelays(t, 3)
+	lcfg := lease.DemoConfig(urls)
+	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, blossom: []string{blobs.URL()}})
+	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg, blossom: []string{blobs.URL()}})
+	spec := warmSpec("m1", primary.pub, standby.pub, lcfg.Relays)
+	spec.Command = []string{"sh", "-c", counterScript(starts)}
+	spec.Checkpoint = &lease.CheckpointPolicy{Restore: lease.RestoreRequired, RestoreTimeout: 3 * time.Second}
+	ctx := context.Background()
+	primary.a.Track(ctx, spec)
+	standby.a.Track(ctx, spec)
+	primary.waitState("m1", lease.StateLive, 1, 15*time.Second)
+	waitFor(t, 20*time.Second, "two checkpoints published by the primary", func() bool {
+		return testutil.ToFloat64(primary.a.met.ckptPublished.WithLabelValues("published")) >= 2
+	})
+	primary.waitListedOnQuorum("m1", 10*time.Second)
+
+	seq, err := QueueMove(ctx, primary.a.data.db, "m1", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := time.Now()
+	standby.waitState("m1", lease.StateLive, 2, 30*time.Second)
+	waitFor(t, 10*time.Second, "the counter started at epoch 2", func() bool { _, ok := startsAt(t, starts, 2); return ok })
+	rto := time.Since(moved)
+	final, ok := finalAt(t, starts, 1)
+	if !ok {
+		t.Fatalf("the counter wrote no final checkpoint at epoch 1")
+	}
+	first, _ := startsAt(t, starts, 2)
+	cmds, err := ListCommands(ctx, primary.a.data.db, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cmds {
+		if c.Seq == seq {
+			t.Logf("move command: %s", c.Result)
+			if !strings.HasPrefix(c.Result, "moved") {
+				t.Errorf("move result = %q, want moved", c.Result)
+			}
+		}
+	}
+	t.Logf("move -> standby's counter started at epoch 2 after %v; the primary's final value %d, the standby's first %d", rto.Round(time.Millisecond), final, first)
+	if first != final {
+		t.Errorf("the standby resumed from %d, want the primary's final value %d (nothing lost)", first, final)
+		for _, e := range append(primary.log.snapshot(), standby.log.snapshot()...) {
+			if e.Kind == "checkpoint" || e.Kind == "restore" || e.Kind == "move" || e.Kind == "revocation" || e.Kind == "stop" {
+				t.Logf("%s %s %s: %s", e.Time.Format("15:04:05.000"), e.Agent, e.Kind, e.Detail)
+			}
+		}
 	}
 }

@@ -246,6 +246,8 @@ func (a *Agent) feed(s *driver.Step, in input) {
 		s.ClaimPublished(*in.claimAck)
 	case in.restored != nil:
 		s.Restored(*in.restored)
+	case in.handover != nil:
+		applyHandover(s, in.handover)
 	case in.clock != nil:
 		a.clockVerdict(s, *in.clock)
 	}

@@ -39,6 +39,7 @@ type metrics struct {
 	restores       *prometheus.CounterVec // result
 	ckptRefused    *prometheus.CounterVec // reason
 	ckptPublished  *prometheus.CounterVec // outcome
+	moves          *prometheus.CounterVec // outcome
 }
 
 // The bounded label values of the agent_* metrics (exported at 0 from the
@@ -61,6 +62,8 @@ var (
 	RestoreResults = []string{"restored", "fresh", "failed"}
 	// PublishOutcomes are agent_checkpoints_published_total's outcome values.
 	PublishOutcomes = []string{"published", "abandoned", "failed"}
+	// MoveOutcomes are agent_moves_total's outcome values.
+	MoveOutcomes = []string{"moved", "aborted"}
 	// RefusalReasons are agent_checkpoint_records_refused_total's reason
 	// values: the lease's rules, what fetching found, then the ingest's.
 	RefusalReasons = refusalReasons()
@@ -155,6 +158,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		ckptPublished: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_checkpoints_published_total", Help: "New checkpoints of durable workloads, by outcome: published (on K servers and M relays), abandoned (no longer held at its epoch), failed.",
 		}, []string{"outcome"}),
+		moves: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_moves_total", Help: "Planned moves (workloads move) of durable workloads, by outcome: moved (handed over naming the final checkpoint) or aborted.",
+		}, []string{"outcome"}),
 	}
 	if err := registered(); err != nil {
 		return nil, err
@@ -190,6 +196,9 @@ func (m *metrics) exportBoundedLabels() {
 	}
 	for _, o := range PublishOutcomes {
 		m.ckptPublished.WithLabelValues(o)
+	}
+	for _, o := range MoveOutcomes {
+		m.moves.WithLabelValues(o)
 	}
 	for _, r := range RefusalReasons {
 		m.ckptRefused.WithLabelValues(r)

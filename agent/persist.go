@@ -100,6 +100,7 @@ type Command struct {
 	Action    string // agentdb.ActionGrant or agentdb.ActionRelease
 	Workload  string
 	Spec      *lease.Spec // grant only
+	Successor string      // move only: the chosen successor ("" for any)
 	CreatedAt time.Time
 	AppliedAt time.Time
 	Result    string
@@ -154,6 +155,10 @@ func listCommands(ctx context.Context, st *agentdb.Store, pendingOnly bool, limi
 	out := make([]Command, len(rows))
 	for i, r := range rows {
 		out[i] = Command{Seq: r.Seq, Action: r.Action, Workload: r.Workload, CreatedAt: r.CreatedAt, AppliedAt: r.AppliedAt, Result: r.Result}
+		if r.Action == agentdb.ActionMove {
+			out[i].Successor = r.Spec
+			continue
+		}
 		if r.Spec != "" {
 			var s lease.Spec
 			if err := json.Unmarshal([]byte(r.Spec), &s); err != nil {

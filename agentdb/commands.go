@@ -11,6 +11,9 @@ import (
 const (
 	ActionGrant   = "grant"
 	ActionRelease = "release"
+	// ActionMove is a planned handover of a durable workload; the
+	// command's spec is the chosen successor's hex key ("" for any).
+	ActionMove = "move"
 )
 
 // CommandRow is one operator request in the command queue

@@ -50,6 +50,11 @@ before or after the subcommand's arguments.
                                  an OCI image (backend.kind = podman); LINE runs
                                  in it with /bin/sh -c, else its own command
   workloads release ID           stop the workload here and forget it
+  workloads move ID [--to KEY] [--wait]
+                                 planned handover of a durable workload held
+                                 here: SIGTERM it, publish the checkpoint it
+                                 writes on exit, then revoke naming it, so a
+                                 standby (--to: that one) resumes exactly there
 
 Keys are hex or npub; --primary defaults to this agent's own key. grant
 creates the database (and the data dir, mode 0700) when missing.
@@ -87,6 +92,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 var workloadsGroup = group{name: "workloads", usage: workloadsUsage, subs: []sub{
 	{"list", runWorkloadsList}, {"show", runWorkloadsShow}, {"grant", runWorkloadsGrant}, {"release", runWorkloadsRelease},
+	{"move", runWorkloadsMove},
 }}
 
 // openAgentDB opens the agent's database with the agent's migrations
@@ -417,3 +423,54 @@ func waitForRelays(ctx context.Context, need int, connected func() int) {
 // agent: the agent's own (agent.Config.RelayConfig), on the lease's relays
 // dialled as lease.dial_addrs says.
 func relayConfig(cfg config.Config) relay.Config { return cfg.AgentConfig("").RelayConfig() }
+
+func runWorkloadsMove(ctx context.Context, files *agentFiles, args []string, stdout, _ io.Writer) error {
+	fs, sub := subFlags("workloads move", workloadsUsage, files, stdout)
+	var to string
+	var wait bool
+	fs.StringVar(&to, "to", "", "the standby `key` to hand over to (hex or npub; default: the first standby alive)")
+	fs.BoolVar(&wait, "wait", false, "wait until the running agent moved it (or gave up) and print the outcome")
+	pos, err := parseArgs(fs, args, 1, "one workload ID")
+	if err != nil {
+		return err
+	}
+	if to != "" {
+		if to, err = identity.ParsePublicKey(to); err != nil {
+			return fmt.Errorf("workloads move: --to: %w", err)
+		}
+	}
+	db, _, err := openAgentDB(ctx, sub, false)
+	if err != nil {
+		return fmt.Errorf("workloads move: %w", err)
+	}
+	defer db.Close()
+	seq, err := agent.QueueMove(ctx, db, pos[0], to, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "queued move #%d of %s\n", seq, pos[0])
+	if !wait {
+		return nil
+	}
+	for {
+		cmds, err := agent.ListCommands(ctx, db, false)
+		if err != nil {
+			return fmt.Errorf("workloads move: %w", err)
+		}
+		for _, c := range cmds {
+			if c.Seq != seq || c.Result == "" || c.Result == "moving" {
+				continue
+			}
+			fmt.Fprintf(stdout, "%s: %s\n", pos[0], c.Result)
+			if !strings.HasPrefix(c.Result, "moved") {
+				return fmt.Errorf("workloads move %s: %s", pos[0], c.Result)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
