@@ -26,26 +26,47 @@ import (
 // resumes from its checkpoint (0 without one), appends "epoch value" to
 // starts when it starts, counts every 10 ms and checkpoints every 100
 // counts (about a second) the contract's way: another name, then a rename
-// onto checkpoint.
+// onto checkpoint; on SIGTERM it checkpoints once more and appends "final
+// epoch value".
 func counterLine(starts string) string {
 	return `d=$PROVIDER_AGENT_CHECKPOINT_DIR; n=$(cat "$d/checkpoint" 2>/dev/null || echo 0); ` +
-		`echo "$PROVIDER_AGENT_EPOCH $n" >> ` + starts + `; i=0; ` +
+		`echo "$PROVIDER_AGENT_EPOCH $n" >> ` + starts + `; ` +
+		`trap 'echo "$n" > "$d/checkpoint.tmp" && mv "$d/checkpoint.tmp" "$d/checkpoint"; echo "final $PROVIDER_AGENT_EPOCH $n" >> ` + starts + `; exit 0' TERM; i=0; ` +
 		`while :; do n=$((n + 1)); i=$((i + 1)); ` +
 		`if [ $((i % 100)) -eq 0 ]; then echo "$n" > "$d/checkpoint.tmp" && mv "$d/checkpoint.tmp" "$d/checkpoint"; fi; ` +
 		`sleep 0.01; done`
 }
 
 // startValue is the value the counter started from at epoch.
-func startValue(path string, epoch uint64) (int, bool) {
+func startValue(path string, epoch uint64) (int, bool) { return counterLog(path, "%d %d", epoch) }
+
+// finalValue is the value the counter checkpointed on SIGTERM at epoch.
+func finalValue(path string, epoch uint64) (int, bool) { return counterLog(path, "final %d %d", epoch) }
+
+func counterLog(path, format string, epoch uint64) (int, bool) {
 	data, _ := os.ReadFile(path)
 	for _, l := range strings.Split(string(data), "\n") {
 		var e uint64
 		var n int
-		if _, err := fmt.Sscanf(l, "%d %d", &e, &n); err == nil && e == epoch {
+		if _, err := fmt.Sscanf(l, format, &e, &n); err == nil && e == epoch {
 			return n, true
 		}
 	}
 	return 0, false
+}
+
+// waitValue waits for a counter log line of epoch.
+func waitValue(t *testing.T, read func(string, uint64) (int, bool), path string, epoch uint64, what string) int {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if n, ok := read(path, epoch); ok {
+			return n
+		}
+		if time.Now().After(deadline) {
+			data, _ := os.ReadFile(path)
+			t.Fatalf("%s at epoch %d: not in the counter's log within 20 s:\n%s", what, epoch, data)
+		}
+	}
 }
 
 // metricValue reads one sample of a metric from a /metrics URL (-1: none).
@@ -112,15 +133,17 @@ func lastPublished(t *testing.T, relays []string, holder, workload string, epoch
 	return newest, n
 }
 
-// TestDurableKill9 (issue 28's end-to-end test, kill -9 half): two real
+// TestDurableKill9AndMove (issue 28's end-to-end test): two real
 // agents, three relays, a dev-blossom server and the counter workload,
 // granted durable by the primary (published, trusted by the standby).
 // The primary publishes a checkpoint about every second. kill -9 of the
 // primary: the standby takes over, restores the newest checkpoint the
 // primary published and starts the counter from it: its first value is
-// at least the last published one. The test logs RPO (values lost) and
-// RTO (kill to the standby's start).
-func TestDurableKill9(t *testing.T) {
+// at least the last published one. The former primary then rejoins as
+// the standby and `workloads move` hands the counter back: it resumes at
+// exactly the value it checkpointed on SIGTERM. The test logs RPO and RTO
+// of both.
+func TestDurableKill9AndMove(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("workloads run as users of their own: needs root")
 	}
@@ -173,17 +196,7 @@ func TestDurableKill9(t *testing.T) {
 		w, ok := workloadIn(st, "ctr")
 		return ok && w.State == "live" && w.Epoch == 2 && w.Running
 	})
-	var first int
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		n, ok := startValue(starts, 2)
-		if ok {
-			first = n
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the counter never started at epoch 2: %s", must(t, nil, "workloads", "show", "ctr", "--config", cfgB).stdout)
-		}
-	}
+	first := waitValue(t, startValue, starts, 2, "the counter's start")
 	rto := time.Since(killed)
 	t.Logf("kill -9 -> standby's counter started at epoch 2 after %v (RTO, incl. up to 20 ms polling); the primary's last published checkpoint: seq %d, value %d, taken %v before the kill; the standby started from %d",
 		rto.Round(time.Millisecond), rec.Seq, lastValue, killed.Sub(rec.TakenAt).Round(time.Millisecond), first)
@@ -196,5 +209,33 @@ func TestDurableKill9(t *testing.T) {
 	metricsB := strings.TrimSuffix(b.status, "/status") + "/metrics"
 	if got := metricValue(t, metricsB, `agent_checkpoint_restores_total{result="restored"}`); got < 1 {
 		t.Errorf("standby agent_checkpoint_restores_total{result=restored} = %v, want >= 1", got)
+	}
+
+	// The former primary comes back as the standby of epoch 2; then a
+	// planned move hands the counter back to it with nothing lost.
+	a = startRun(t, "--config", cfgA)
+	a.waitStatus(t, "ctr a standby of epoch 2 on the former primary", 90*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, "ctr")
+		return ok && w.State == "standby" && w.Epoch == 2
+	})
+	b.waitStatus(t, "the holder sees its standby alive", 60*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, "ctr")
+		return ok && w.State == "live" && !w.NoStandby
+	})
+	time.Sleep(2 * time.Second) // a heartbeat listing ctr on quorum: the revocation carries quorum_at
+	moved := time.Now()
+	res := must(t, nil, "workloads", "move", "ctr", "--config", cfgB, "--wait")
+	t.Logf("workloads move: %s", strings.TrimSpace(res.stdout))
+	a.waitStatus(t, "ctr live on the former primary at epoch 3", 60*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, "ctr")
+		return ok && w.State == "live" && w.Epoch == 3 && w.Running
+	})
+	resumed := waitValue(t, startValue, starts, 3, "the counter's start")
+	moveRTO := time.Since(moved)
+	final := waitValue(t, finalValue, starts, 2, "the counter's final checkpoint")
+	t.Logf("workloads move -> the counter started at epoch 3 after %v (RTO); epoch 2's final value %d, epoch 3 started from %d",
+		moveRTO.Round(time.Millisecond), final, resumed)
+	if resumed != final {
+		t.Errorf("after the move the counter resumed from %d, want epoch 2's final value %d (RPO 0)", resumed, final)
 	}
 }
