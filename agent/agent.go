@@ -521,7 +521,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	a.data.rows.outbox = a.out.courier
-	a.initCheckpoints(deps.Checkpoints)
+	if err := a.initCheckpoints(ctx, deps.Checkpoints); err != nil {
+		_ = a.out.courier.Close()
+		return nil, fmt.Errorf("new agent: %w", err)
+	}
 	a.work.act = newActuator(a.work.backend, a.logger, a.send)
 	if cfg.Listen != "" || deps.Listener != nil {
 		if a.obs.http, err = newHTTPServerOn(cfg.Listen, deps.Listener, a.obs.gatherer, a.Status, a.healthy); err != nil {

@@ -8,6 +8,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"provideragent/agentdb"
 	"provideragent/backend"
 	"provideragent/checkpoint"
 	"provideragent/lease"
@@ -83,7 +85,7 @@ type restoreRun struct {
 	cancel  context.CancelFunc
 }
 
-func (a *Agent) initCheckpoints(deps CheckpointDeps) {
+func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error {
 	if deps.HTTPClient == nil {
 		deps.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -118,11 +120,26 @@ func (a *Agent) initCheckpoints(deps CheckpointDeps) {
 			TileSize: deps.Uploader.TileSize, MaxBytes: deps.MaxBytes, Holds: a.holds, Now: a.now, Logger: a.logger,
 		}
 	}
+	rows, err := a.data.tables.Checkpoints(ctx)
+	if err != nil {
+		return fmt.Errorf("checkpoint ledger: %w", err)
+	}
+	for _, r := range rows {
+		a.ckpt.last[r.Workload] = epochState{epoch: r.Epoch, uri: r.StateURI}
+		switch {
+		case r.Seq == 0 && r.EventID != "":
+			a.ckpt.parents[r.Workload] = epochState{epoch: r.Epoch, uri: r.EventID}
+		case r.Seq > 0 && a.ckpt.publisher != nil:
+			a.ckpt.publisher.Remember(checkpoint.Published{Workload: r.Workload, Epoch: r.Epoch, Seq: r.Seq,
+				EventID: r.EventID, CreatedAt: r.CreatedAt, StateURI: r.StateURI})
+		}
+	}
 	a.ckpt.restorer = &checkpoint.Restorer{
 		Relays: a.pool, Verify: a.inbound.ingestor, Blobs: checkpoint.HTTPBlobs{Client: deps.HTTPClient},
 		Self: a.me.self, MaxSkew: a.cfg.Lease.MaxSkew, Quorum: a.cfg.Lease.N - a.cfg.Lease.M + 1,
 		QueryTimeout: a.claimIOTimeout(), MaxBytes: deps.MaxBytes, Now: a.now, Logger: a.logger,
 	}
+	return nil
 }
 
 // restoreMargin is how much sooner than the machine's restore timeout an
@@ -204,11 +221,14 @@ func (a *Agent) runRestore(ctx context.Context, req checkpoint.RestoreRequest) l
 	switch r := out.Result; {
 	case r.OK:
 		a.setStateURI(req.ID, req.Epoch, out.StateURI)
+		row := agentdb.CheckpointRow{Workload: req.ID, Epoch: req.Epoch, StateURI: out.StateURI, CreatedAt: a.now()}
 		if out.Record != nil {
 			a.ckpt.mu.Lock()
 			a.ckpt.parents[req.ID] = epochState{epoch: req.Epoch, uri: out.Record.EventID}
 			a.ckpt.mu.Unlock()
+			row.EventID = out.Record.EventID
 		}
+		a.saveCheckpoint(ctx, row)
 		log.Info("checkpoint restored", "from", r.From, "dir", dir.Path)
 		a.emit("restore", req.ID, "checkpoint restored for epoch %d: %s", req.Epoch, r.From)
 	case r.Fresh:
@@ -429,8 +449,7 @@ func (a *Agent) publishCheckpoint(ctx context.Context, job checkpoint.PublishJob
 	log := a.logger.With("workload", job.Workload, "epoch", job.Epoch, "took", time.Since(start).Round(time.Millisecond))
 	switch {
 	case err == nil:
-		a.met.ckptPublished.WithLabelValues("published").Inc()
-		a.setStateURI(job.Workload, job.Epoch, pub.StateURI)
+		a.published(ctx, pub)
 		log.Info("checkpoint published", "seq", pub.Seq, "bytes", pub.Size, "record", pub.EventID,
 			"servers", len(pub.Servers), "relays", len(pub.Relays), "state_uri", pub.StateURI)
 		a.emit("checkpoint", job.Workload, "checkpoint epoch %d seq %d published (%d bytes on %d servers, record on %d relays)",
@@ -450,4 +469,21 @@ func (a *Agent) durableWorkload(id string) bool {
 	a.ckpt.mu.Lock()
 	defer a.ckpt.mu.Unlock()
 	return a.ckpt.durable[id]
+}
+
+// published records a checkpoint published: the revocation of its epoch
+// names it, also after a restart.
+func (a *Agent) published(ctx context.Context, pub checkpoint.Published) {
+	a.met.ckptPublished.WithLabelValues("published").Inc()
+	a.setStateURI(pub.Workload, pub.Epoch, pub.StateURI)
+	a.saveCheckpoint(ctx, agentdb.CheckpointRow{Workload: pub.Workload, Epoch: pub.Epoch, Seq: pub.Seq,
+		EventID: pub.EventID, StateURI: pub.StateURI, CreatedAt: pub.CreatedAt})
+}
+
+// saveCheckpoint writes the workload's ledger row (a failure is logged:
+// the row only matters after a restart).
+func (a *Agent) saveCheckpoint(ctx context.Context, row agentdb.CheckpointRow) {
+	if err := a.data.tables.PutCheckpoint(context.WithoutCancel(ctx), row); err != nil {
+		a.logger.Error("record the checkpoint in the ledger", "workload", row.Workload, "epoch", row.Epoch, "err", err)
+	}
 }

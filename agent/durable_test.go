@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"provideragent/checkpoint"
 	"provideragent/internal/devblossom"
 	"provideragent/lease"
 	"provideragent/uploader"
@@ -235,6 +237,37 @@ func TestDurableMove(t *testing.T) {
 			if e.Kind == "checkpoint" || e.Kind == "restore" || e.Kind == "move" || e.Kind == "revocation" || e.Kind == "stop" {
 				t.Logf("%s %s %s: %s", e.Time.Format("15:04:05.000"), e.Agent, e.Kind, e.Detail)
 			}
+		}
+	}
+}
+
+// TestRevocationNamesTheLedgersCheckpointAfterARestart: the checkpoint an
+// epoch last stood on is in the agent's database: an agent restarted on
+// it still names that checkpoint in the epoch's revocation (and nothing
+// for another epoch, or for a workload without a checkpoint policy).
+func TestRevocationNamesTheLedgersCheckpointAfterARestart(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	key := nostr.GeneratePrivateKey()
+	first := newStepAgent(t, stepOpts{key: key, dbPath: path})
+	uri := "blossom:" + strings.Repeat("ab", 32) + ".json?xs=http://b.example"
+	first.published(ctx, checkpoint.Published{Workload: "d1", Epoch: 3, Seq: 7, EventID: strings.Repeat("cd", 32), StateURI: uri, CreatedAt: time.Now()})
+	_ = first.out.courier.Close()
+
+	again := newStepAgent(t, stepOpts{key: key, dbPath: path})
+	durable := lease.Spec{ID: "d1", StateURI: "blossom:grant-seed.bin", Checkpoint: &lease.CheckpointPolicy{}}
+	for _, c := range []struct {
+		e    lease.Effect
+		spec lease.Spec
+		want string
+	}{
+		{lease.PublishRevocation{ID: "d1", Epoch: 3}, durable, uri},
+		{lease.PublishRevocation{ID: "d1", Epoch: 4}, durable, ""},
+		{lease.PublishRevocation{ID: "d1", Epoch: 3, StateURI: "blossom:final.json"}, durable, "blossom:final.json"},
+		{lease.PublishRevocation{ID: "d1", Epoch: 3}, lease.Spec{ID: "d1", StateURI: "blossom:grant-seed.bin"}, "blossom:grant-seed.bin"},
+	} {
+		if got := again.revocationStateURI(c.e, c.spec); got != c.want {
+			t.Errorf("revocationStateURI(%v, checkpoint policy %v) = %q, want %q", c.e, c.spec.Checkpoint != nil, got, c.want)
 		}
 	}
 }

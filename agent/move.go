@@ -125,8 +125,7 @@ func (a *Agent) move(ctx context.Context, w lease.WorkloadSnapshot, job checkpoi
 		if err != nil {
 			return a.abortMove(ctx, w, job, fmt.Sprintf("final checkpoint not published: %v", err))
 		}
-		a.met.ckptPublished.WithLabelValues("published").Inc()
-		a.setStateURI(id, epoch, pub.StateURI)
+		a.published(ctx, pub)
 		a.emit("checkpoint", id, "final checkpoint epoch %d seq %d published (%d bytes on %d servers, record on %d relays)",
 			epoch, pub.Seq, pub.Size, len(pub.Servers), len(pub.Relays))
 		uri = pub.StateURI

@@ -107,6 +107,20 @@ func (p *Publisher) Last(workload string) (Published, bool) {
 	return l, ok
 }
 
+// Remember sets the last checkpoint published of pub.Workload (one
+// published before a restart): the next record continues its seq, names it
+// as parent and is created after it.
+func (p *Publisher) Remember(pub Published) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last == nil {
+		p.last = map[string]Published{}
+	}
+	if cur, ok := p.last[pub.Workload]; !ok || cur.Epoch < pub.Epoch || (cur.Epoch == pub.Epoch && cur.Seq <= pub.Seq) {
+		p.last[pub.Workload] = pub
+	}
+}
+
 func (p *Publisher) now() time.Time {
 	if p.Now == nil {
 		return time.Now()

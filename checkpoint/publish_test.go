@@ -191,6 +191,18 @@ func TestPublishOnlyWhileHolding(t *testing.T) {
 	if err != nil || len(pub.Servers) != 1 || pub.Servers[0] != up.URL() {
 		t.Fatalf("Publish with K = 1 = %+v, %v; want it published naming only the server that holds it", pub, err)
 	}
+	// A publisher that remembers it (an agent restarted on its ledger)
+	// continues the seq and names it as parent.
+	again := w.publisher(&holds)
+	again.Remember(pub)
+	write(t, dir, "state after the restart")
+	next, err := again.Publish(ctx, job)
+	if err != nil || next.Seq != pub.Seq+1 || !next.CreatedAt.After(pub.CreatedAt) {
+		t.Fatalf("Publish after Remember = %+v, %v; want seq %d after %v", next, err, pub.Seq+1, pub.CreatedAt)
+	}
+	if recs := w.records("wl-short", 1); len(recs) != 1 || recs[0].Parent != pub.EventID {
+		t.Errorf("records of wl-short after the restart = %+v, want one whose parent is %s", recs, pub.EventID)
+	}
 	for _, id := range []string{"wl-fenced"} {
 		if recs := w.records(id, 1); len(recs) != 0 {
 			t.Errorf("records of %s on the relays: %+v, want none", id, recs)
