@@ -879,7 +879,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 		}
 	}
 	a.view.status = Status{Provider: a.me.keys.Npub(), Source: "agent", Now: now, Synced: !a.machine().AwaitingSync(), Workloads: ws,
-		ClockSuspect: sus, ClockWhy: why, Containment: a.work.containment.Summary, ContainmentWarning: a.work.containment.Warning,
+		ClockSuspect: sus, ClockWhy: why, Draining: a.machine().Draining(), Containment: a.work.containment.Summary, ContainmentWarning: a.work.containment.Warning,
 		Isolation: a.work.isolation.Summary, IsolationWarning: a.work.isolation.Warning}
 	a.view.counts = counts
 	a.view.mu.Unlock()

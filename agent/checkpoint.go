@@ -70,6 +70,7 @@ type ckptWork struct {
 	queued    map[string]checkpoint.Change     // by workload: a newer checkpoint waiting for it
 	uploaders map[string]uploader.Uploader     // by server set and K
 	moving    map[string]bool                  // workloads a planned move is handing over
+	moveSem   chan struct{}                    // bounds the moves in flight
 }
 
 // epochState is the checkpoint (its BUD-10 state_uri) an epoch stands on.
@@ -103,6 +104,7 @@ func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error 
 	a.ckpt.queued = map[string]checkpoint.Change{}
 	a.ckpt.uploaders = map[string]uploader.Uploader{}
 	a.ckpt.moving = map[string]bool{}
+	a.ckpt.moveSem = make(chan struct{}, maxMoves)
 	if a.ckpt.deps.MoveTimeout <= 0 {
 		a.ckpt.deps.MoveTimeout = DefaultMoveTimeout
 	}

@@ -6,6 +6,7 @@ package agent
 import (
 	"context"
 	"database/sql"
+	"fmt"
 
 	"provideragent/agentdb"
 	"provideragent/lease"
@@ -69,6 +70,26 @@ func (a *Agent) applyCommands(ctx context.Context) {
 			}
 			result = "moving"
 			moves = append(moves, pendingMove{seq: c.Seq, w: w, successor: c.Successor})
+		case agentdb.ActionDrain, agentdb.ActionUndrain:
+			on := c.Action == agentdb.ActionDrain
+			s.SetDraining(on)
+			result = "ok: draining off"
+			if on {
+				var moving, left []string
+				for _, id := range a.machine().IDs() {
+					w, why := a.moveCheck(id)
+					switch {
+					case why == "":
+						moving = append(moving, id)
+						moves = append(moves, pendingMove{seq: 0, w: w})
+					case w.Holder == a.me.self && w.State.Holding():
+						left = append(left, id+" ("+why+")")
+					}
+				}
+				result = fmt.Sprintf("draining: moving %d durable workloads %v; left running %d: %v", len(moving), moving, len(left), left)
+			}
+			a.emit("drain", "", "%s", result)
+			a.view.dirty = true
 		case agentdb.ActionRelease:
 			if !s.Release(c.Workload) {
 				result = "error: workload not tracked"

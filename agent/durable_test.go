@@ -172,39 +172,8 @@ func TestDurableMove(t *testing.T) {
 		t.Skip("workloads run as users of their own: needs root")
 	}
 	t.Parallel()
-	blobs, err := devblossom.New(devblossom.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := blobs.Start(context.Background(), "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = blobs.Shutdown(context.Background()) })
-	shared, err := os.MkdirTemp("", "durable-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(shared) })
-	if err := os.Chmod(shared, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	starts := filepath.Join(shared, "starts")
-	_, urls := startRelays(t, 3)
-	lcfg := lease.DemoConfig(urls)
-	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, blossom: []string{blobs.URL()}})
-	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg, blossom: []string{blobs.URL()}})
-	spec := warmSpec("m1", primary.pub, standby.pub, lcfg.Relays)
-	spec.Command = []string{"sh", "-c", counterScript(starts)}
-	spec.Checkpoint = &lease.CheckpointPolicy{Restore: lease.RestoreRequired, RestoreTimeout: 3 * time.Second}
+	primary, standby, starts := durablePair(t, "m1")
 	ctx := context.Background()
-	primary.a.Track(ctx, spec)
-	standby.a.Track(ctx, spec)
-	primary.waitState("m1", lease.StateLive, 1, 15*time.Second)
-	waitFor(t, 20*time.Second, "two checkpoints published by the primary", func() bool {
-		return testutil.ToFloat64(primary.a.met.ckptPublished.WithLabelValues("published")) >= 2
-	})
-	primary.waitListedOnQuorum("m1", 10*time.Second)
-
 	seq, err := QueueMove(ctx, primary.a.data.db, "m1", "", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -270,4 +239,84 @@ func TestRevocationNamesTheLedgersCheckpointAfterARestart(t *testing.T) {
 			t.Errorf("revocationStateURI(%v, checkpoint policy %v) = %q, want %q", c.e, c.spec.Checkpoint != nil, got, c.want)
 		}
 	}
+}
+
+// durablePair starts a primary and a standby (demo timings, three relays,
+// a dev-blossom server) of the durable counter id, waits until the
+// primary published two checkpoints and is listed on quorum, and returns
+// them with the counter's log.
+func durablePair(t *testing.T, id string) (primary, standby *testAgent, starts string) {
+	t.Helper()
+	blobs, err := devblossom.New(devblossom.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := blobs.Start(context.Background(), "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blobs.Shutdown(context.Background()) })
+	shared, err := os.MkdirTemp("", "durable-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	starts = filepath.Join(shared, "starts")
+	_, urls := startRelays(t, 3)
+	lcfg := lease.DemoConfig(urls)
+	primary = startAgent(t, agentOpts{name: "primary", lcfg: lcfg, blossom: []string{blobs.URL()}})
+	standby = startAgent(t, agentOpts{name: "standby", lcfg: lcfg, blossom: []string{blobs.URL()}})
+	spec := warmSpec(id, primary.pub, standby.pub, lcfg.Relays)
+	spec.Command = []string{"sh", "-c", counterScript(starts)}
+	spec.Checkpoint = &lease.CheckpointPolicy{Restore: lease.RestoreRequired, RestoreTimeout: 3 * time.Second}
+	ctx := context.Background()
+	primary.a.Track(ctx, spec)
+	standby.a.Track(ctx, spec)
+	primary.waitState(id, lease.StateLive, 1, 15*time.Second)
+	waitFor(t, 20*time.Second, "two checkpoints published by the primary", func() bool {
+		return testutil.ToFloat64(primary.a.met.ckptPublished.WithLabelValues("published")) >= 2
+	})
+	primary.waitListedOnQuorum(id, 10*time.Second)
+	return primary, standby, starts
+}
+
+// TestDurableDrain: a drain moves the durable workload away with nothing
+// lost, leaves the others running, and says so on /status until undone.
+func TestDurableDrain(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("workloads run as users of their own: needs root")
+	}
+	t.Parallel()
+	primary, standby, starts := durablePair(t, "dr1")
+	ctx := context.Background()
+	primary.a.Track(ctx, soloSpec("plain", primary.pub))
+	primary.waitState("plain", lease.StateLive, 1, 15*time.Second)
+	seq, err := QueueDrain(ctx, primary.a.data.db, true, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	standby.waitState("dr1", lease.StateLive, 2, 30*time.Second)
+	waitFor(t, 10*time.Second, "the counter started at epoch 2", func() bool { _, ok := startsAt(t, starts, 2); return ok })
+	final, _ := finalAt(t, starts, 1)
+	if first, _ := startsAt(t, starts, 2); first != final {
+		t.Errorf("after the drain the counter resumed from %d, want its final value %d", first, final)
+	}
+	cmds, _ := ListCommands(ctx, primary.a.data.db, false)
+	for _, c := range cmds {
+		if c.Seq == seq {
+			t.Logf("drain: %s", c.Result)
+			if !strings.Contains(c.Result, "moving 1 durable workloads [dr1]") || !strings.Contains(c.Result, "plain") {
+				t.Errorf("drain result %q, want dr1 moved and plain left running", c.Result)
+			}
+		}
+	}
+	if !primary.a.Status().Draining || !primary.backend.Running("plain") {
+		t.Errorf("while draining: /status draining %v, plain running %v; want both", primary.a.Status().Draining, primary.backend.Running("plain"))
+	}
+	if _, err := QueueDrain(ctx, primary.a.data.db, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the drain undone", func() bool { return !primary.a.Status().Draining })
 }

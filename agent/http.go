@@ -34,10 +34,13 @@ type Status struct {
 	// ClockSuspect is set while this node's clock is outside the bound of
 	// the relays' (the clock check): it takes over nothing and fences what
 	// it holds; ClockWhy says by how much.
-	ClockSuspect bool             `json:"clock_suspect,omitempty"`
-	ClockWhy     string           `json:"clock_why,omitempty"`
-	Workloads    []WorkloadStatus `json:"workloads"`
-	Relays       []RelayStatus    `json:"relays"`
+	ClockSuspect bool   `json:"clock_suspect,omitempty"`
+	ClockWhy     string `json:"clock_why,omitempty"`
+	// Draining is set while the operator's drain is on: this node claims
+	// and takes over nothing, and its durable workloads were moved away.
+	Draining  bool             `json:"draining,omitempty"`
+	Workloads []WorkloadStatus `json:"workloads"`
+	Relays    []RelayStatus    `json:"relays"`
 
 	// Containment says how the backend holds each workload's processes
 	// together ("pid namespace + cgroup v2 …", "none"); ContainmentWarning

@@ -21,6 +21,24 @@ import (
 // DefaultMoveTimeout bounds a move's final checkpoint publish.
 const DefaultMoveTimeout = 60 * time.Second
 
+// maxMoves bounds the moves in flight (a drain moves every durable
+// workload held here).
+const maxMoves = 8
+
+// QueueDrain queues turning this node's drain on (no claim, takeover or
+// retake; every durable workload held here is moved) or off.
+func QueueDrain(ctx context.Context, db *sql.DB, on bool, now time.Time) (int64, error) {
+	st, err := agentdb.Open(ctx, db)
+	if err != nil {
+		return 0, fmt.Errorf("queue drain: %w", err)
+	}
+	action := agentdb.ActionUndrain
+	if on {
+		action = agentdb.ActionDrain
+	}
+	return st.QueueCommand(ctx, nil, action, "", "", now)
+}
+
 // QueueMove queues the planned handover of workload to successor (hex;
 // "" for the first standby alive).
 func QueueMove(ctx context.Context, db *sql.DB, workload, successor string, now time.Time) (int64, error) {
@@ -74,13 +92,22 @@ func (a *Agent) startMove(ctx context.Context, seq int64, w lease.WorkloadSnapsh
 	a.ckpt.mu.Unlock()
 	a.emit("move", id, "planned move of epoch %d started: stopping the workload for its final checkpoint", w.Epoch)
 	a.goFeedback(ctx, func(ctx context.Context) {
+		select { // a drain moves maxMoves at a time
+		case a.ckpt.moveSem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 		result := a.move(ctx, w, job, watched, successor)
+		<-a.ckpt.moveSem
 		a.ckpt.mu.Lock()
 		delete(a.ckpt.moving, id)
 		a.ckpt.mu.Unlock()
 		a.logger.Info("planned move", "workload", id, "epoch", w.Epoch, "result", result)
 		a.emit("move", id, "planned move of epoch %d: %s", w.Epoch, result)
 		a.met.moves.WithLabelValues(moveOutcome(result)).Inc()
+		if seq == 0 {
+			return // part of a drain
+		}
 		if err := a.data.tables.MarkCommand(context.WithoutCancel(ctx), nil, seq, a.now(), result); err != nil {
 			a.logger.Error("record the move's result", "workload", id, "err", err)
 		}

@@ -14,6 +14,10 @@ const (
 	// ActionMove is a planned handover of a durable workload; the
 	// command's spec is the chosen successor's hex key ("" for any).
 	ActionMove = "move"
+	// ActionDrain and ActionUndrain turn the node's drain on and off
+	// (workload "").
+	ActionDrain   = "drain"
+	ActionUndrain = "undrain"
 )
 
 // CommandRow is one operator request in the command queue

@@ -1,10 +1,11 @@
--- A third operator command: move (provider-agent workloads move), a planned
--- handover of a durable workload to a standby; spec holds the chosen
--- successor's hex key ('' for the first standby alive). SQLite cannot
+-- More operator commands: move (provider-agent workloads move), a planned
+-- handover of a durable workload to a standby, spec holding the chosen
+-- successor's hex key ('' for the first standby alive); drain and undrain
+-- (provider-agent drain [--undo]), node-wide (workload ''). SQLite cannot
 -- alter a CHECK: the table is rebuilt with its rows and its index.
 CREATE TABLE agent_commands_new (
 	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
-	action     TEXT    NOT NULL CHECK (action IN ('grant', 'release', 'move')),
+	action     TEXT    NOT NULL CHECK (action IN ('grant', 'release', 'move', 'drain', 'undrain')),
 	workload   TEXT    NOT NULL,
 	spec       TEXT    NOT NULL DEFAULT '',
 	created_at INTEGER NOT NULL,

@@ -55,6 +55,11 @@ before or after the subcommand's arguments.
                                  here: SIGTERM it, publish the checkpoint it
                                  writes on exit, then revoke naming it, so a
                                  standby (--to: that one) resumes exactly there
+  workloads drain [--undo] [--wait]
+                                 node maintenance: claim and take over nothing,
+                                 and move every durable workload held here
+                                 (others are listed and left running); --undo
+                                 ends it
 
 Keys are hex or npub; --primary defaults to this agent's own key. grant
 creates the database (and the data dir, mode 0700) when missing.
@@ -92,7 +97,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 var workloadsGroup = group{name: "workloads", usage: workloadsUsage, subs: []sub{
 	{"list", runWorkloadsList}, {"show", runWorkloadsShow}, {"grant", runWorkloadsGrant}, {"release", runWorkloadsRelease},
-	{"move", runWorkloadsMove},
+	{"move", runWorkloadsMove}, {"drain", runWorkloadsDrain},
 }}
 
 // openAgentDB opens the agent's database with the agent's migrations
@@ -473,4 +478,45 @@ func runWorkloadsMove(ctx context.Context, files *agentFiles, args []string, std
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+func runWorkloadsDrain(ctx context.Context, files *agentFiles, args []string, stdout, _ io.Writer) error {
+	fs, sub := subFlags("workloads drain", workloadsUsage, files, stdout)
+	undo := fs.Bool("undo", false, "end the drain: claim and take over again")
+	wait := fs.Bool("wait", false, "wait until the running agent applied it and print what it did")
+	if _, err := parseArgs(fs, args, 0, ""); err != nil {
+		return err
+	}
+	db, _, err := openAgentDB(ctx, sub, false)
+	if err != nil {
+		return fmt.Errorf("workloads drain: %w", err)
+	}
+	defer db.Close()
+	seq, err := agent.QueueDrain(ctx, db, !*undo, time.Now())
+	if err != nil {
+		return err
+	}
+	what := "drain"
+	if *undo {
+		what = "undrain"
+	}
+	fmt.Fprintf(stdout, "queued %s #%d\n", what, seq)
+	for *wait {
+		cmds, err := agent.ListCommands(ctx, db, false)
+		if err != nil {
+			return fmt.Errorf("workloads drain: %w", err)
+		}
+		for _, c := range cmds {
+			if c.Seq == seq && !c.AppliedAt.IsZero() {
+				fmt.Fprintln(stdout, c.Result)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
 }
