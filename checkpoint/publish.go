@@ -69,6 +69,8 @@ type Published struct {
 	Servers   []string
 	Relays    []string
 	File      FileID
+	// Blobs are the manifest's and the tiles' hashes (this run's only).
+	Blobs []string
 }
 
 // Publisher publishes a workload's checkpoints: it tiles the file into
@@ -119,6 +121,13 @@ func (p *Publisher) Remember(pub Published) {
 	if cur, ok := p.last[pub.Workload]; !ok || cur.Epoch < pub.Epoch || (cur.Epoch == pub.Epoch && cur.Seq <= pub.Seq) {
 		p.last[pub.Workload] = pub
 	}
+}
+
+func (p *Publisher) logger() *slog.Logger {
+	if p.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return p.Logger
 }
 
 func (p *Publisher) now() time.Time {
@@ -239,7 +248,7 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 	pub := Published{
 		Workload: job.Workload, Epoch: job.Epoch, Seq: rec.Seq, EventID: ev.ID, CreatedAt: created,
 		StateURI: rec.StateURI, Manifest: manifest, Size: m.Size, TakenAt: rec.TakenAt, Servers: holding,
-		Relays: res.Accepted, File: info.ID,
+		Relays: res.Accepted, File: info.ID, Blobs: shas,
 	}
 	p.mu.Lock()
 	if p.last == nil {
@@ -247,6 +256,14 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 	}
 	p.last[job.Workload] = pub
 	p.mu.Unlock()
+	// The local copies of older checkpoints' tiles are no longer needed
+	// (the servers keep theirs): keep this one's and the one before.
+	keep := append(append([]string(nil), shas...), prev.Blobs...)
+	if n, err := p.Store.PruneUploaded(ctx, job.Workload, keep); err != nil {
+		p.logger().Warn("prune old checkpoint tiles", "workload", job.Workload, "err", err)
+	} else if n > 0 {
+		p.logger().Debug("pruned old checkpoint tiles", "workload", job.Workload, "tiles", n)
+	}
 	return pub, nil
 }
 

@@ -137,11 +137,43 @@ func TestPublishThenRestore(t *testing.T) {
 	if len(recs) != 1 || recs[0].EventID != second.EventID || recs[0].Parent != first.EventID || recs[0].StateURI != second.StateURI {
 		t.Fatalf("records on the relays = %+v, want only the second (parent the first)", recs)
 	}
+	if n, err := p.Store.Placed(ctx, "wl-pub", second.Blobs, []string{s1.URL(), s2.URL()}); err != nil || n != 2 {
+		t.Errorf("the second checkpoint's blobs are on %d servers (%v), want 2", n, err)
+	}
 	if ref, err := uploader.ParseBlossomURI(second.StateURI); err != nil || ref.SHA256 != second.Manifest || len(ref.Servers) != 2 || ref.Authors[0] != w.a.PublicKey() {
 		t.Errorf("state_uri %q (%v): want the manifest on both servers, by a", second.StateURI, err)
 	}
 	if last, ok := p.Last("wl-pub"); !ok || last.EventID != second.EventID {
 		t.Errorf("Last = %+v, %v; want the second", last, ok)
+	}
+	// A third checkpoint: the first one's local tiles are pruned, the
+	// second's and the third's kept.
+	write(t, dir, "counter=300 and something else entirely")
+	third, err := p.Publish(ctx, job)
+	if err != nil {
+		t.Fatalf("third Publish = %v", err)
+	}
+	tiles, err := p.Store.List(ctx, uploader.Filter{Workload: "wl-pub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := map[string]bool{}
+	for _, sha := range append(append([]string(nil), second.Blobs...), third.Blobs...) {
+		kept[sha] = true
+	}
+	for _, tl := range tiles {
+		if !kept[tl.SHA256] {
+			t.Errorf("tile %s of an older checkpoint is still stored", tl.SHA256)
+		}
+	}
+	for sha := range kept {
+		found := false
+		for _, tl := range tiles {
+			found = found || tl.SHA256 == sha
+		}
+		if !found {
+			t.Errorf("tile %s of the last two checkpoints was pruned", sha)
+		}
 	}
 
 	// b's claim for epoch 2 wins now; it restores the second checkpoint
@@ -150,11 +182,11 @@ func TestPublishThenRestore(t *testing.T) {
 	w.claimAt = time.Now()
 	req := w.request("wl-pub")
 	out := restore(t, w.restorer(), req)
-	if !out.Result.OK || out.Record == nil || out.Record.EventID != second.EventID {
-		t.Fatalf("Restore = %+v, want the second checkpoint", out.Result)
+	if !out.Result.OK || out.Record == nil || out.Record.EventID != third.EventID {
+		t.Fatalf("Restore = %+v, want the third checkpoint", out.Result)
 	}
 	got, _ := os.ReadFile(filepath.Join(req.Dir.Path, checkpoint.FileName))
-	if string(got) != "counter=200 and the rest of the state, grown" {
+	if string(got) != "counter=300 and something else entirely" {
 		t.Errorf("restored %q", got)
 	}
 }
