@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/checkpoint"
+	"provideragent/internal/cutproxy"
 	"provideragent/internal/devblossom"
 	"provideragent/lease"
 	"provideragent/uploader"
@@ -39,7 +40,7 @@ done`
 
 // startsAt reads the value the counter started from at epoch (ok false:
 // not started at that epoch yet).
-func startsAt(t *testing.T, path string, epoch uint64) (int, bool) {
+func startsAt(t testing.TB, path string, epoch uint64) (int, bool) {
 	t.Helper()
 	data, _ := os.ReadFile(path)
 	for _, l := range strings.Split(string(data), "\n") {
@@ -54,7 +55,7 @@ func startsAt(t *testing.T, path string, epoch uint64) (int, bool) {
 
 // publishedValue reads back the counter value of a published checkpoint
 // from Blossom.
-func publishedValue(t *testing.T, manifest string, servers []string) int {
+func publishedValue(t testing.TB, manifest string, servers []string) int {
 	t.Helper()
 	ctx := context.Background()
 	m, _, err := uploader.FetchManifest(ctx, nil, manifest, servers, 0)
@@ -150,7 +151,7 @@ func TestDurableFailover(t *testing.T) {
 }
 
 // finalAt reads the value the counter checkpointed on SIGTERM at epoch.
-func finalAt(t *testing.T, path string, epoch uint64) (int, bool) {
+func finalAt(t testing.TB, path string, epoch uint64) (int, bool) {
 	t.Helper()
 	data, _ := os.ReadFile(path)
 	for _, l := range strings.Split(string(data), "\n") {
@@ -245,7 +246,21 @@ func TestRevocationNamesTheLedgersCheckpointAfterARestart(t *testing.T) {
 // a dev-blossom server) of the durable counter id, waits until the
 // primary published two checkpoints and is listed on quorum, and returns
 // them with the counter's log.
-func durablePair(t *testing.T, id string) (primary, standby *testAgent, starts string) {
+func durablePair(t testing.TB, id string) (primary, standby *testAgent, starts string) {
+	d := startDurable(t, id, 0)
+	return d.primary, d.standby, d.starts
+}
+
+// durableSetup is a durable counter on a primary and a standby.
+type durableSetup struct {
+	primary, standby *testAgent
+	starts           string
+	proxies          []*cutproxy.Proxy // between the primary and its first relays
+}
+
+// startDurable is durablePair with the primary reaching its first cut
+// relays through proxies that can cut it off.
+func startDurable(t testing.TB, id string, cut int) *durableSetup {
 	t.Helper()
 	blobs, err := devblossom.New(devblossom.Options{})
 	if err != nil {
@@ -263,23 +278,27 @@ func durablePair(t *testing.T, id string) (primary, standby *testAgent, starts s
 	if err := os.Chmod(shared, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	starts = filepath.Join(shared, "starts")
-	_, urls := startRelays(t, 3)
+	d := &durableSetup{starts: filepath.Join(shared, "starts")}
+	rs, urls := startRelays(t, 3)
 	lcfg := lease.DemoConfig(urls)
-	primary = startAgent(t, agentOpts{name: "primary", lcfg: lcfg, blossom: []string{blobs.URL()}})
-	standby = startAgent(t, agentOpts{name: "standby", lcfg: lcfg, blossom: []string{blobs.URL()}})
-	spec := warmSpec(id, primary.pub, standby.pub, lcfg.Relays)
-	spec.Command = []string{"sh", "-c", counterScript(starts)}
+	var dial map[string]string
+	if cut > 0 {
+		d.proxies, dial = cutProxies(t, rs, urls, cut)
+	}
+	d.primary = startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: dial, blossom: []string{blobs.URL()}})
+	d.standby = startAgent(t, agentOpts{name: "standby", lcfg: lcfg, blossom: []string{blobs.URL()}})
+	spec := warmSpec(id, d.primary.pub, d.standby.pub, lcfg.Relays)
+	spec.Command = []string{"sh", "-c", counterScript(d.starts)}
 	spec.Checkpoint = &lease.CheckpointPolicy{Restore: lease.RestoreRequired, RestoreTimeout: 3 * time.Second}
 	ctx := context.Background()
-	primary.a.Track(ctx, spec)
-	standby.a.Track(ctx, spec)
-	primary.waitState(id, lease.StateLive, 1, 15*time.Second)
+	d.primary.a.Track(ctx, spec)
+	d.standby.a.Track(ctx, spec)
+	d.primary.waitState(id, lease.StateLive, 1, 15*time.Second)
 	waitFor(t, 20*time.Second, "two checkpoints published by the primary", func() bool {
-		return testutil.ToFloat64(primary.a.met.ckptPublished.WithLabelValues("published")) >= 2
+		return testutil.ToFloat64(d.primary.a.met.ckptPublished.WithLabelValues("published")) >= 2
 	})
-	primary.waitListedOnQuorum(id, 10*time.Second)
-	return primary, standby, starts
+	d.primary.waitListedOnQuorum(id, 10*time.Second)
+	return d
 }
 
 // TestDurableDrain: a drain moves the durable workload away with nothing
