@@ -22,10 +22,11 @@ import (
 //     includes what the cut-off primary counted until it fenced itself,
 //     which it could not publish), rto_s the time from the cut to the
 //     standby's counter starting.
+//
 //   - move: workloads move. rpo_values (0 expected) and rto_s from the
 //     command to the standby's counter starting.
 //
-//	go test ./agent -run '^$' -bench BenchmarkDurable -benchtime 3x
+//     go test ./agent -run '^$' -bench BenchmarkDurable -benchtime 3x
 func BenchmarkDurable(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("workloads run as users of their own: needs root")
