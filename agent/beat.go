@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/relay"
 )
 
 // heartbeatLoop publishes our heartbeats every interval: one beat of
@@ -42,7 +42,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 		now := a.now()
 		held := a.heldList()
 		maxEvent, maxContent := a.beatBudget()
-		beat, err := heartbeat.BuildBeat(a.keys, heartbeat.HeartbeatParams{
+		beat, err := heartbeat.BuildBeat(a.me.keys, heartbeat.HeartbeatParams{
 			At: now, Workloads: held, TTL: ttl, MaxEventBytes: maxEvent, MaxContentBytes: maxContent,
 		})
 		ticked := false
@@ -62,7 +62,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 			case <-t.C:
 				ticked = true
 			}
-			if a.onEvent != nil {
+			if a.me.onEvent != nil {
 				listing := fmt.Sprintf("%d workloads in %d events", len(held), len(beat.Stored)+1)
 				if len(held) <= 20 {
 					ids := make([]string, len(held))

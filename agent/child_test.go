@@ -19,7 +19,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/backend"
+	"provideragent/backend"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
 )
@@ -73,7 +73,7 @@ func runChild(path string) error {
 	if err != nil {
 		return err
 	}
-	cfg := DemoConfig(cc.Relays, cc.Key, "child")
+	cfg := testAgentConfig(cc.Relays, cc.Key, "child")
 	cfg.DialAddrs = cc.Dial
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
@@ -174,7 +174,7 @@ func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
 	proxies, dial := cutProxies(t, rs, urls, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
 	primaryKey := nostr.GeneratePrivateKey()
 	primaryPub, _ := nostr.GetPublicKey(primaryKey)
@@ -264,7 +264,7 @@ func TestCutOffPrimaryTakeover(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
 	proxies, dial := cutProxies(t, rs, urls, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	primary, standby := startPair(t, lcfg, dial)
 	cut := time.Now()
 	for _, p := range proxies {

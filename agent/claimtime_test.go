@@ -10,11 +10,11 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // recPool is a RelayPool that records what the agent publishes; every
@@ -30,6 +30,10 @@ func (p *recPool) Publish(_ context.Context, ev *nostr.Event) relay.PublishResul
 	defer p.mu.Unlock()
 	p.evs = append(p.evs, ev)
 	return relay.PublishResult{}
+}
+
+func (p *recPool) PublishQuorum(ctx context.Context, ev *nostr.Event, _ int) relay.PublishResult {
+	return p.Publish(ctx, ev)
 }
 
 func (p *recPool) published(kind int) []*nostr.Event {
@@ -98,10 +102,10 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 	// A restarted agent (same database) reads the last one back, so the
 	// driver continues above it (driver's TestClaimTimesIncrease).
 	b := newStepAgent(t, stepOpts{key: key, dbPath: dbPath, pool: pool})
-	if got, err := b.store.LastClaimTime(ctx, "w1", time.Second); err != nil || got != int64(withdraw.CreatedAt) {
+	if got, err := b.data.rows.LastClaimTime(ctx, "w1", time.Second); err != nil || got != int64(withdraw.CreatedAt) {
 		t.Fatalf("LastClaimTime(w1) after a restart = %d, %v, want %d", got, err, withdraw.CreatedAt)
 	}
-	if got, err := b.store.LastClaimTime(ctx, "w2", time.Second); err != nil || got != 0 {
+	if got, err := b.data.rows.LastClaimTime(ctx, "w2", time.Second); err != nil || got != 0 {
 		t.Fatalf("LastClaimTime(w2) = %d, %v, want 0", got, err)
 	}
 }
@@ -109,13 +113,13 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 // outboxEvent returns the one event of kind queued in a's outbox.
 func outboxEvent(t *testing.T, a *Agent, kind int) *nostr.Event {
 	t.Helper()
-	rs, err := a.outbox.List(context.Background(), courier.ListOptions{})
+	rs, err := a.out.courier.List(context.Background(), courier.ListOptions{})
 	if err != nil {
 		t.Fatalf("outbox List = %v", err)
 	}
 	var found *nostr.Event
 	for _, r := range rs {
-		full, err := a.outbox.Get(context.Background(), r.ID)
+		full, err := a.out.courier.Get(context.Background(), r.ID)
 		if err != nil {
 			t.Fatalf("outbox Get(%v) = %v", r.ID, err)
 		}

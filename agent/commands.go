@@ -7,7 +7,7 @@ import (
 	"context"
 	"database/sql"
 
-	"provideragent/agent/store"
+	"provideragent/agentdb"
 )
 
 // cmdBatch bounds the operator commands applied in one step (one commit);
@@ -19,15 +19,15 @@ const cmdBatch = 256
 // from the machine once committed). cmdsMore says whether more wait.
 func (a *Agent) applyCommands(ctx context.Context) {
 	lctx, cancel := context.WithTimeout(ctx, a.d.Wait())
-	cmds, err := listCommands(lctx, a.st, true, cmdBatch+1)
+	cmds, err := listCommands(lctx, a.data.tables, true, cmdBatch+1)
 	cancel()
-	a.cmdsMore = false
+	a.in.cmdsMore = false
 	if err != nil {
 		a.logger.Error("read operator commands", "err", err)
 		return
 	}
 	if len(cmds) > cmdBatch {
-		a.cmdsMore = true
+		a.in.cmdsMore = true
 		cmds = cmds[:cmdBatch]
 	}
 	if len(cmds) == 0 {
@@ -44,7 +44,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 	for i, c := range cmds {
 		result := "ok"
 		switch c.Action {
-		case store.ActionGrant:
+		case agentdb.ActionGrant:
 			if c.Spec == nil {
 				result = "error: no spec"
 				break
@@ -54,7 +54,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 			}
 			a.subs.dirty = true
 			a.emit("grant", c.Workload, "local operator grant applied: %s", result)
-		case store.ActionRelease:
+		case agentdb.ActionRelease:
 			if !s.Release(c.Workload) {
 				result = "error: workload not tracked"
 				break
@@ -63,13 +63,13 @@ func (a *Agent) applyCommands(ctx context.Context) {
 		}
 		marks = append(marks, applied{seq: c.Seq, result: result})
 		if release != "" {
-			a.cmdsMore = a.cmdsMore || i < len(cmds)-1
+			a.in.cmdsMore = a.in.cmdsMore || i < len(cmds)-1
 			break
 		}
 	}
 	s.Extra(commitExtra(func(ctx context.Context, tx *sql.Tx) error {
 		for _, m := range marks {
-			if err := a.st.MarkCommand(ctx, tx, m.seq, now, m.result); err != nil {
+			if err := a.data.tables.MarkCommand(ctx, tx, m.seq, now, m.result); err != nil {
 				return err
 			}
 		}
@@ -77,7 +77,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 	}))
 	if err := s.Commit(ctx); err != nil {
 		a.logger.Error("apply operator commands", "first_seq", cmds[0].Seq, "commands", len(marks), "err", err)
-		a.cmdsMore = false // retried with the next second's turn
+		a.in.cmdsMore = false // retried with the next second's turn
 		return
 	}
 	if release != "" {

@@ -8,10 +8,10 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // These tests drive one agent's ingest (decode) and machine step (feed)
@@ -41,7 +41,7 @@ func stepSpec(primary string, standbys ...string) lease.Spec {
 func firstStandby(t *testing.T, t0 time.Time, primary, second *identity.Keys) (*Agent, *identity.Keys) {
 	t.Helper()
 	a := newStepAgent(t, stepOpts{})
-	self := a.keys
+	self := a.me.keys
 	spec := stepSpec(primary.PublicKey(), self.PublicKey(), second.PublicKey())
 	feedInput(a, t0, input{grant: &spec})
 	return a, self

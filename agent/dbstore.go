@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"time"
 
-	"provideragent/agent/store"
+	"provideragent/agentdb"
 	"provideragent/courier"
 	"provideragent/driver"
 	"provideragent/internal/sqlitedb"
@@ -26,12 +26,12 @@ import (
 const claimKVPrefix = "claim_created_at:"
 
 // dbStore is the driver's Store over the agent's SQLite file: workload
-// rows, the machine's metadata and claim times in agent/store's tables, the
+// rows, the machine's metadata and claim times in agentdb's tables, the
 // outbox rows in the courier's, and the subscription cursor, all in one
 // transaction per commit.
 type dbStore struct {
 	db     *sql.DB
-	st     *store.Store
+	st     *agentdb.Store
 	outbox *courier.Courier
 	// saved is the hash of each workload's last committed row, to skip
 	// writing a row equal to it (the driver's periodic save hands every
@@ -49,7 +49,7 @@ func (s *dbStore) Load(ctx context.Context) (driver.Loaded, error) {
 	var l driver.Loaded
 	meta, err := s.st.KV(ctx, kvMachine)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, agentdb.ErrNotFound):
 	case err != nil:
 		return l, fmt.Errorf("load machine: %w", err)
 	default:
@@ -69,7 +69,7 @@ func (s *dbStore) LastClaimTime(ctx context.Context, id string, wait time.Durati
 	defer cancel()
 	v, err := s.st.KV(ctx, claimKVPrefix+id)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, agentdb.ErrNotFound):
 		return 0, nil
 	case err != nil:
 		return 0, err
@@ -78,7 +78,7 @@ func (s *dbStore) LastClaimTime(ctx context.Context, id string, wait time.Durati
 }
 
 func (s *dbStore) Commit(ctx context.Context, b *driver.Batch, wait time.Duration) error {
-	step := store.Step{Deleted: b.Deleted}
+	step := agentdb.Step{Deleted: b.Deleted}
 	hashes := make([]uint64, 0, len(b.Workloads))
 	for i := range b.Workloads {
 		r, h, err := rowOf(&b.Workloads[i])
@@ -149,14 +149,14 @@ func (s *dbStore) Commit(ctx context.Context, b *driver.Batch, wait time.Duratio
 var saveSeed = maphash.MakeSeed()
 
 // rowOf encodes one workload's row, and the hash of its snapshot's JSON.
-func rowOf(w *lease.WorkloadSnapshot) (store.WorkloadRow, uint64, error) {
+func rowOf(w *lease.WorkloadSnapshot) (agentdb.WorkloadRow, uint64, error) {
 	b, err := json.Marshal(w)
 	if err != nil {
-		return store.WorkloadRow{}, 0, fmt.Errorf("save workload %s: %w", w.Spec.ID, err)
+		return agentdb.WorkloadRow{}, 0, fmt.Errorf("save workload %s: %w", w.Spec.ID, err)
 	}
 	spec, err := json.Marshal(w.Spec)
 	if err != nil {
-		return store.WorkloadRow{}, 0, fmt.Errorf("save workload %s: %w", w.Spec.ID, err)
+		return agentdb.WorkloadRow{}, 0, fmt.Errorf("save workload %s: %w", w.Spec.ID, err)
 	}
-	return store.WorkloadRow{ID: w.Spec.ID, State: string(w.State), Epoch: w.Epoch, Spec: spec, Snapshot: b}, maphash.Bytes(saveSeed, b), nil
+	return agentdb.WorkloadRow{ID: w.Spec.ID, State: string(w.State), Epoch: w.Epoch, Spec: spec, Snapshot: b}, maphash.Bytes(saveSeed, b), nil
 }

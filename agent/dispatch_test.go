@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"provideragent/lease"
 	"provideragent/lease/leasetest"
 )
@@ -29,7 +31,7 @@ func TestAgentPerformsEveryEffectAsWanted(t *testing.T) {
 			}
 			pool := &recPool{}
 			a := newStepAgent(t, stepOpts{pool: pool})
-			be := a.backend.(*memBackend)
+			be := a.work.backend.(*memBackend)
 			ctx := context.Background()
 			now := time.Now()
 			if err := commitEffects(ctx, a, now, lease.StartWorkload{ID: "w1", Epoch: 1}); err != nil {
@@ -37,12 +39,13 @@ func TestAgentPerformsEveryEffectAsWanted(t *testing.T) {
 			}
 			waitFor(t, 10*time.Second, "w1 running", func() bool { return be.Running("w1") })
 			starts, stops := be.counts()
+			restores := restoresAsked(t, a)
 			if err := commitEffects(ctx, a, now, e); err != nil {
 				t.Fatalf("commit(%s) = %v", e, err)
 			}
-			a.act.wait()
+			a.work.act.wait()
 			a.claims.wg.Wait()
-			st, err := a.outbox.Stats(ctx)
+			st, err := a.out.courier.Stats(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,11 +54,22 @@ func TestAgentPerformsEveryEffectAsWanted(t *testing.T) {
 			reads := len(a.claims.reads.queue)
 			a.claims.reads.mu.Unlock()
 			pool.mu.Lock()
-			did := leasetest.Did{Started: s2 - starts, Stopped: p2 - stops, Queued: st.Pending, Published: len(pool.evs), ClaimReads: reads}
+			did := leasetest.Did{Started: s2 - starts, Stopped: p2 - stops, Queued: st.Pending, Published: len(pool.evs), ClaimReads: reads, Restores: restoresAsked(t, a) - restores}
 			pool.mu.Unlock()
 			if want := leasetest.Want(e); did != want {
 				t.Errorf("commit(%s) did %+v, want %+v (lease.DurabilityOf: %s)", e, did, want, lease.DurabilityOf(e))
 			}
 		})
 	}
+}
+
+// restoresAsked is how many checkpoint restores a carried out (every
+// result of agent_checkpoint_restores_total).
+func restoresAsked(t *testing.T, a *Agent) int {
+	t.Helper()
+	n := 0.0
+	for _, r := range RestoreResults {
+		n += testutil.ToFloat64(a.met.restores.WithLabelValues(r))
+	}
+	return int(n)
 }

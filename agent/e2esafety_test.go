@@ -49,7 +49,7 @@ func refuseWrites(t *testing.T, a *Agent, refuse bool) {
 	if refuse {
 		q = "PRAGMA query_only = 1"
 	}
-	if _, err := a.db.ExecContext(context.Background(), q); err != nil {
+	if _, err := a.data.db.ExecContext(context.Background(), q); err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
 }
@@ -87,7 +87,7 @@ func receivedRevocation(ta *testAgent, id string) func() bool {
 func TestDiskFullPrimaryStillFences(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	lcfg.TakeoverAfter = 90 * time.Second // the handover must come from the revocation
 	if err := lcfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestWriteLockHeldElsewhereDoesNotStallFencing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	standbyKeys, err := identity.NewKeys(nostr.GeneratePrivateKey())
 	if err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func TestForgedFutureEventDoesNotBlindTheAgent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	lcfg.TakeoverAfter = 5 * time.Minute // the silent primary must not be taken over meanwhile
 	if err := lcfg.Validate(); err != nil {
 		t.Fatal(err)

@@ -27,13 +27,13 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 	var logMu sync.Mutex
 	a.logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var fences []string
-	a.onEvent = func(e Event) {
+	a.me.onEvent = func(e Event) {
 		if e.Kind == "stop" {
 			fences = append(fences, e.Workload) // perform runs on this goroutine
 		}
 	}
-	b := a.backend.(*memBackend)
-	defer a.act.wait()
+	b := a.work.backend.(*memBackend)
+	defer a.work.act.wait()
 	defer cancel()
 	now := time.Now()
 
@@ -68,7 +68,7 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 		if len(fences) != tt.wantFences {
 			t.Errorf("%s: FENCE timeline lines = %v, want %d", tt.name, fences, tt.wantFences)
 		}
-		waitFor(t, 10*time.Second, tt.name+": actuator idle", func() bool { return a.act.Fenced(tt.id) })
+		waitFor(t, 10*time.Second, tt.name+": actuator idle", func() bool { return a.work.act.Fenced(tt.id) })
 		if _, stops := b.counts(); stops != tt.wantStops {
 			t.Errorf("%s: backend Stop calls = %d, want %d", tt.name, stops, tt.wantStops)
 		}
@@ -102,10 +102,10 @@ func TestFenceWithAStartPending(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a := newStepAgent(t, stepOpts{})
-	b := a.backend.(*memBackend)
+	b := a.work.backend.(*memBackend)
 	gate := make(chan struct{})
 	b.startGate = gate
-	defer a.act.wait()
+	defer a.work.act.wait()
 	defer cancel()
 	a.perf.ctx = ctx
 	fence := lease.StopWorkload{ID: "w1", Epoch: 1, Reason: "relay quorum lost"}
@@ -113,9 +113,9 @@ func TestFenceWithAStartPending(t *testing.T) {
 	// The start of epoch 1 is in flight: the backend holds it.
 	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
 	waitFor(t, 10*time.Second, "the start in flight", func() bool {
-		a.act.mu.Lock()
-		defer a.act.mu.Unlock()
-		return a.act.busy["w1"]
+		a.work.act.mu.Lock()
+		defer a.work.act.mu.Unlock()
+		return a.work.act.busy["w1"]
 	})
 	a.perf.Perform(fence, time.Time{})
 	// A start of epoch 2 queued behind that stop, and a fence of it while
@@ -126,7 +126,7 @@ func TestFenceWithAStartPending(t *testing.T) {
 		t.Fatalf("w1 runs before the backend let any start through")
 	}
 	close(gate)
-	waitFor(t, 10*time.Second, "actuator idle", func() bool { return a.act.Fenced("w1") })
+	waitFor(t, 10*time.Second, "actuator idle", func() bool { return a.work.act.Fenced("w1") })
 	starts, stops := b.counts()
 	if b.Running("w1") || starts != 2 || stops != 2 {
 		t.Errorf("after start, fence, start, fence with the starts pending: running %v, starts %d, stops %d; want not running, 2 starts, 2 stops",

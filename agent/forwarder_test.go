@@ -10,10 +10,10 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/heartbeat"
 	"provideragent/internal/relaytest"
+	"provideragent/relay"
 )
 
 // gate is a FenceGate the test flips.

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"provideragent/agent/relay"
+	"provideragent/relay"
 )
 
 // Status is the JSON document served at /status and printed by

@@ -31,9 +31,9 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 	}
 	// The outbox may send now: every restored stop is performed or queued
 	// (the fence gate holds a revocation until its stop finished).
-	close(a.restoredDone)
-	a.turns.start = a.now()
-	a.turns.lastStep.Store(a.turns.start.UnixNano())
+	close(a.out.restoredDone)
+	a.loop.turns.start = a.now()
+	a.loop.turns.lastStep.Store(a.loop.turns.start.UnixNano())
 	tick := time.NewTicker(a.cfg.TickInterval)
 	defer tick.Stop()
 	cmds := time.NewTicker(time.Second)
@@ -42,25 +42,25 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 	defer save.Stop()
 	a.applyCommands(ctx)
 	for {
-		// holdInputs (tests only) stops feeding inputs while ticks, saves
+		// in.hold (tests only) stops feeding inputs while ticks, saves
 		// and shutdown go on: inputs then wait in their channel, ingested
 		// but not applied.
 		inputs, beats := a.in.inputs, a.in.beats
-		if a.holdInputs.Load() {
+		if a.in.hold.Load() {
 			inputs, beats = nil, nil
 		}
 		var backlogTurn, cmdsTurn <-chan struct{}
 		if a.d.Backlogged() {
 			backlogTurn = closedChan
 		}
-		if a.cmdsMore {
+		if a.in.cmdsMore {
 			cmdsTurn = closedChan
 		}
 		var began time.Time
 		kind := ""
 		select {
 		case <-ctx.Done():
-			err := a.d.Close(context.WithoutCancel(ctx), a.now(), a.cursor.Cursor())
+			err := a.d.Close(context.WithoutCancel(ctx), a.now(), a.data.cursor.Cursor())
 			a.noteWrite(err)
 			return err
 		case in := <-beats:
@@ -75,7 +75,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			began = time.Now()
 			kind = "backlog"
 			_ = a.d.DrainBacklog(ctx, a.now())
-			a.turns.lastStep.Store(a.now().UnixNano())
+			a.loop.turns.lastStep.Store(a.now().UnixNano())
 		case <-tick.C:
 			began = time.Now()
 			kind = "tick"
@@ -91,7 +91,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			a.syncRelays(s)
 			s.Tick()
 			a.timedCommit(func() error { return s.Commit(ctx) })
-			a.turns.lastStep.Store(now.UnixNano())
+			a.loop.turns.lastStep.Store(now.UnixNano())
 			a.watchQuorum(now)
 			if a.beat.dirty {
 				a.publishHeld()
@@ -122,7 +122,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 // saveMachine is the periodic save (driver.Save, with the subscription
 // cursor), its outcome noted for /healthz.
 func (a *Agent) saveMachine(ctx context.Context) error {
-	err := a.d.Save(ctx, a.now(), a.cursor.Cursor())
+	err := a.d.Save(ctx, a.now(), a.data.cursor.Cursor())
 	a.noteWrite(err)
 	return err
 }
@@ -161,7 +161,7 @@ drain:
 	// Errors are logged and counted by commitEvents; a held step is
 	// retried, its cursor tokens finished only once persisted.
 	a.timedCommit(func() error { return s.Commit(ctx) })
-	a.turns.lastStep.Store(now.UnixNano())
+	a.loop.turns.lastStep.Store(now.UnixNano())
 	if a.view.dirty && now.Sub(a.view.refreshed) >= statusEvery {
 		a.refreshStatus(now)
 	}
@@ -178,17 +178,17 @@ const (
 // noteTurn records how long a turn of the machine loop took (StepMax) and
 // warns, rate-limited, when it kept inputs waiting longer than slowTurn.
 func (a *Agent) noteTurn(kind string, d time.Duration) {
-	if int64(d) > a.turns.stepMax.Load() {
-		a.turns.stepMax.Store(int64(d))
+	if int64(d) > a.loop.turns.stepMax.Load() {
+		a.loop.turns.stepMax.Store(int64(d))
 	}
 	if d <= slowTurn {
 		return
 	}
-	a.turns.slow++
-	if now := time.Now(); now.Sub(a.turns.slowLogged) >= slowTurnLogEvery {
+	a.loop.turns.slow++
+	if now := time.Now(); now.Sub(a.loop.turns.slowLogged) >= slowTurnLogEvery {
 		a.logger.Warn("machine loop turn slow: inputs waited", "kind", kind, "took", d.Round(time.Millisecond),
-			"slow_turns", a.turns.slow, "backlog", a.d.BacklogLen())
-		a.turns.slowLogged, a.turns.slow = now, 0
+			"slow_turns", a.loop.turns.slow, "backlog", a.d.BacklogLen())
+		a.loop.turns.slowLogged, a.loop.turns.slow = now, 0
 	}
 }
 
@@ -199,10 +199,10 @@ const statusEvery = 100 * time.Millisecond
 // StepMax returns the longest turn of the machine loop (a step with its
 // commit, a backlog batch, a tick, a save) since the last ResetStepMax:
 // how long inputs waited at worst (the mass-evict-step-ms benchmark).
-func (a *Agent) StepMax() time.Duration { return time.Duration(a.turns.stepMax.Load()) }
+func (a *Agent) StepMax() time.Duration { return time.Duration(a.loop.turns.stepMax.Load()) }
 
 // ResetStepMax starts a new StepMax window.
-func (a *Agent) ResetStepMax() { a.turns.stepMax.Store(0) }
+func (a *Agent) ResetStepMax() { a.loop.turns.stepMax.Store(0) }
 
 // feed applies one input to the driver's step s.
 func (a *Agent) feed(s *driver.Step, in input) {
@@ -212,7 +212,7 @@ func (a *Agent) feed(s *driver.Step, in input) {
 	switch {
 	case in.hb != nil:
 		s.Heartbeat(*in.hb)
-		if in.hb.Provider != a.self {
+		if in.hb.Provider != a.me.self {
 			for _, we := range in.hb.Workloads {
 				if i, ok := a.view.idx[we.ID]; ok && a.view.status.Workloads[i].Epoch != we.Epoch {
 					a.view.ids.add(we.ID) // a standby learns the epoch held
@@ -226,7 +226,7 @@ func (a *Agent) feed(s *driver.Step, in input) {
 		w, _ := a.machine().Workload(in.rev.WorkloadID)
 		r := heartbeat.RevocationInput(in.rev, w)
 		a.met.revocations.WithLabelValues("received").Inc()
-		if r.Signer != a.self {
+		if r.Signer != a.me.self {
 			a.emit("received", r.Workload, "revocation of epoch %d from %s, successor %s", r.Epoch, short(r.Signer), short(r.Successor))
 		}
 		s.Revocation(r)
@@ -244,6 +244,8 @@ func (a *Agent) feed(s *driver.Step, in input) {
 		s.RespawnDone(*in.respawn)
 	case in.claimAck != nil:
 		s.ClaimPublished(*in.claimAck)
+	case in.restored != nil:
+		s.Restored(*in.restored)
 	case in.clock != nil:
 		a.clockVerdict(s, *in.clock)
 	}
@@ -258,7 +260,7 @@ func (a *Agent) feed(s *driver.Step, in input) {
 	}
 	if r := in.claimRead; r != nil {
 		s.ClaimsRead(*r, claims)
-		a.emit("read", r.Workload, "read claims for epoch %d on %d relays: %d competing", r.Epoch, r.Relays, competing(a.self, *r, claims))
+		a.emit("read", r.Workload, "read claims for epoch %d on %d relays: %d competing", r.Epoch, r.Relays, competing(a.me.self, *r, claims))
 		return
 	}
 	for _, c := range claims {
@@ -292,13 +294,13 @@ func (a *Agent) syncRelays(s *driver.Step) {
 		return
 	}
 	for _, r := range a.pool.Status() {
-		if r.EOSE && !a.quorum.synced[r.URL] {
-			a.quorum.synced[r.URL] = true
+		if r.EOSE && !a.loop.quorum.synced[r.URL] {
+			a.loop.quorum.synced[r.URL] = true
 			s.RelaySynced(r.URL)
 		}
 	}
 	if !a.machine().AwaitingSync() {
-		a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.quorum.synced))
+		a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.loop.quorum.synced))
 	}
 }
 
@@ -309,13 +311,13 @@ func (a *Agent) syncRelays(s *driver.Step) {
 // PublishTimeout after the loop started, so that the first connections
 // have time to come up); connections coming back after that are INFO.
 func (a *Agent) watchQuorum(now time.Time) {
-	q := a.machine().HasQuorum(now, a.self)
-	if q != a.quorum.had {
-		a.quorum.had = q
+	q := a.machine().HasQuorum(now, a.me.self)
+	if q != a.loop.quorum.had {
+		a.loop.quorum.had = q
 		up := a.connected()
 		switch {
-		case q && !a.quorum.ever:
-			a.quorum.ever = true
+		case q && !a.loop.quorum.ever:
+			a.loop.quorum.ever = true
 			a.logger.Info("relay quorum reached: own heartbeats seen on enough relays", "quorum", a.cfg.Lease.M, "relays", a.cfg.Lease.N, "connected", up)
 		case q:
 			a.logger.Warn("relay quorum regained: own heartbeats seen on enough relays again", "quorum", a.cfg.Lease.M, "relays", a.cfg.Lease.N, "connected", up)
@@ -328,14 +330,14 @@ func (a *Agent) watchQuorum(now time.Time) {
 			a.emit("quorum", "", "own heartbeats on fewer than %d relays: quorum LOST", a.cfg.Lease.M)
 		}
 	}
-	if now.Sub(a.turns.start) < a.cfg.PublishTimeout {
+	if now.Sub(a.loop.turns.start) < a.cfg.PublishTimeout {
 		return
 	}
 	none := a.connected() == 0
-	if none == a.quorum.noRelays {
+	if none == a.loop.quorum.noRelays {
 		return
 	}
-	a.quorum.noRelays = none
+	a.loop.quorum.noRelays = none
 	if none {
 		a.logger.Warn("no relay connected", "relays", a.cfg.Lease.N)
 		a.emit("relays", "", "no relay connected")

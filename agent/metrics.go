@@ -10,7 +10,7 @@ import (
 
 // metrics are the agent's Prometheus collectors, all prefixed agent_. Relay
 // connections, reconnects, frames received and publish outcomes are
-// agent/relay's relay_* metrics on the same registry.
+// relay's relay_* metrics on the same registry.
 type metrics struct {
 	workloads      *prometheus.GaugeVec   // by state
 	transitions    *prometheus.CounterVec // from, to
@@ -33,6 +33,7 @@ type metrics struct {
 	beatSeconds    prometheus.Histogram
 	beatSuperseded *prometheus.CounterVec // by relay
 	backlog        prometheus.Gauge       // workloads waiting for their commit
+	restores       *prometheus.CounterVec // result
 }
 
 // The bounded label values of the agent_* metrics (exported at 0 from the
@@ -47,7 +48,12 @@ var (
 	PromotionOutcomes = []string{"claimed", "withdrawn", "announced"}
 	// EffectTypes are agent_effects_total's type values (effectType).
 	EffectTypes = []string{"entered_state", "start", "stop", "publish_revocation", "publish_claim",
-		"withdraw_claim", "read_claims", "announce_promotion", "attempt_respawn", "failed", "quorum_report"}
+		"withdraw_claim", "read_claims", "announce_promotion", "attempt_respawn", "failed", "quorum_report",
+		"restore_checkpoint", "restore_report"}
+	// RestoreResults are agent_checkpoint_restores_total's result values:
+	// a checkpoint placed, nothing to restore (fresh start), or the attempt
+	// failed (the lease retries or gives up, by the grant's restore mode).
+	RestoreResults = []string{"restored", "fresh", "failed"}
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -118,6 +124,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		backlog: f.NewGauge(prometheus.GaugeOpts{
 			Name: "agent_backlog_workloads", Help: "Workloads of big machine steps waiting for their batch to be committed.",
 		}),
+		restores: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_checkpoint_restores_total", Help: "Checkpoint restore attempts before a new epoch's start, by result (restored, fresh, failed).",
+		}, []string{"result"}),
 	}
 	if err := registered(); err != nil {
 		return nil, err
@@ -147,5 +156,8 @@ func (m *metrics) exportBoundedLabels() {
 	}
 	for _, e := range EffectTypes {
 		m.effects.WithLabelValues(e)
+	}
+	for _, r := range RestoreResults {
+		m.restores.WithLabelValues(r)
 	}
 }

@@ -16,10 +16,10 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/driver"
 	"provideragent/heartbeat"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // eventBuilder is the driver's Outbox: it signs the events of a step's
@@ -157,8 +157,8 @@ func (p *performer) Record(e lease.Effect) {
 		if e.From == "" || e.To.Terminal() {
 			a.subs.dirty = true
 		}
-		if a.onEvent != nil {
-			a.onEvent(Event{Time: a.now(), Agent: a.name, Kind: "state", Workload: e.ID,
+		if a.me.onEvent != nil {
+			a.me.onEvent(Event{Time: a.now(), Agent: a.me.name, Kind: "state", Workload: e.ID,
 				Detail: fmt.Sprintf("%s -> %s (epoch %d)", from, e.To, e.Epoch), State: string(e.To), Epoch: e.Epoch})
 		}
 		a.beat.dirty = true // publishHeld on the next tick
@@ -177,12 +177,12 @@ func (p *performer) Record(e lease.Effect) {
 func (p *performer) Start(e lease.StartWorkload) {
 	w, _ := p.a.d.Machine().Workload(e.ID)
 	p.a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
-	p.a.act.enqueue(p.ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command})
+	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command})
 }
 
 func (p *performer) Stop(e lease.StopWorkload) {
 	a := p.a
-	if a.act.Fenced(e.ID) {
+	if a.work.act.Fenced(e.ID) {
 		// Repeated stops (Restore re-issues one for every workload not
 		// held here) are no-ops: nothing runs or is queued.
 		a.logger.Debug("stop workload: not running here", "workload", e.ID, "epoch", e.Epoch)
@@ -190,13 +190,13 @@ func (p *performer) Stop(e lease.StopWorkload) {
 	}
 	reason := p.word(e.Reason)
 	a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, reason)
-	a.act.enqueue(p.ctx, e.ID, op{kind: opStop, epoch: e.Epoch})
+	a.work.act.enqueue(p.ctx, e.ID, op{kind: opStop, epoch: e.Epoch})
 }
 
 func (p *performer) Respawn(e lease.AttemptRespawn) {
 	w, _ := p.a.d.Machine().Workload(e.ID)
 	p.a.emit("respawn", e.ID, "respawn attempt %d (due %s)", e.Attempt, e.At.Format(time.TimeOnly))
-	p.a.act.enqueue(p.ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt})
+	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt})
 }
 
 // Queue reports an outbox effect: its row was committed with the step
@@ -230,6 +230,22 @@ func (p *performer) PublishClaim(e lease.PublishClaim) {
 	})
 }
 
+// Restore fetches and places the checkpoint a new epoch starts from. This
+// agent has no restorer yet (issue 28): an ask is answered as a failure, so
+// a grant with restore = required stays provisioning until
+// provision_timeout and is then handed on, and one with best-effort starts
+// fresh after its restore timeout, saying so.
+func (p *performer) Restore(e lease.RestoreCheckpoint) {
+	a := p.a
+	a.logger.Error("checkpoint restore asked of an agent that cannot restore", "workload", e.ID, "epoch", e.Epoch)
+	a.claims.wg.Add(1)
+	go func() {
+		defer a.claims.wg.Done()
+		a.met.restores.WithLabelValues("failed").Inc()
+		a.send(p.ctx, input{restored: &lease.RestoreResult{Workload: e.ID, Epoch: e.Epoch, Attempt: e.Attempt, Reason: "this agent cannot restore checkpoints"}})
+	}()
+}
+
 func (p *performer) ReadClaims(e lease.ReadClaims) {
 	p.a.claims.reads.add(e) // batched with the other reads due (claimreads.go)
 }
@@ -258,6 +274,10 @@ func effectType(e lease.Effect) string {
 		return "failed"
 	case lease.QuorumReport:
 		return "quorum_report"
+	case lease.RestoreCheckpoint:
+		return "restore_checkpoint"
+	case lease.RestoreReport:
+		return "restore_report"
 	}
 	return "other"
 }
@@ -280,13 +300,13 @@ func (a *Agent) outboxEvent(e lease.Effect, at time.Time, stateURI string) (*nos
 	var err error
 	switch e := e.(type) {
 	case lease.PublishRevocation:
-		ev, err = heartbeat.BuildRevocationFor(a.keys, e, at, stateURI)
+		ev, err = heartbeat.BuildRevocationFor(a.me.keys, e, at, stateURI)
 		key = fmt.Sprintf("revocation:%s:%d", e.ID, e.Epoch)
 	case lease.WithdrawClaim:
-		ev, err = heartbeat.BuildWithdrawFor(a.keys, e, at)
+		ev, err = heartbeat.BuildWithdrawFor(a.me.keys, e, at)
 		key = fmt.Sprintf("withdraw:%s:%d:%d", e.ID, e.Epoch, at.Unix())
 	case lease.AnnouncePromotion:
-		ev, err = heartbeat.BuildAnnouncementFor(a.keys, e, at)
+		ev, err = heartbeat.BuildAnnouncementFor(a.me.keys, e, at)
 		key = fmt.Sprintf("announcement:%s:%d", e.ID, e.Epoch)
 	default:
 		return nil, "", fmt.Errorf("%s is not an outbox effect", e)
@@ -301,7 +321,7 @@ func (a *Agent) outboxEvent(e lease.Effect, at time.Time, stateURI string) (*nos
 // effect, created at at, and reports how many relays accepted it (the
 // claim step's feedback; withdrawn markers go through the outbox).
 func (a *Agent) publishClaim(ctx context.Context, e lease.PublishClaim, at time.Time) {
-	ev, err := heartbeat.BuildClaimFor(a.keys, e, at)
+	ev, err := heartbeat.BuildClaimFor(a.me.keys, e, at)
 	if err != nil {
 		a.logger.Error("build promotion claim", "workload", e.ID, "err", err)
 		a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: e.ID, Epoch: e.Epoch}})
@@ -328,10 +348,10 @@ func (a *Agent) onOutboxAttempt(ev *nostr.Event, res relay.PublishResult) {
 		return
 	}
 	// Once per event: the outbox may retry many times.
-	a.revReports.mu.Lock()
-	seen := a.revReports.seen[ev.ID]
-	a.revReports.seen[ev.ID] = true
-	a.revReports.mu.Unlock()
+	a.out.revReports.mu.Lock()
+	seen := a.out.revReports.seen[ev.ID]
+	a.out.revReports.seen[ev.ID] = true
+	a.out.revReports.mu.Unlock()
 	if seen {
 		return
 	}

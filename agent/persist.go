@@ -8,14 +8,14 @@ import (
 	"fmt"
 	"time"
 
-	"provideragent/agent/store"
+	"provideragent/agentdb"
 	"provideragent/lease"
 )
 
-// Migrate applies the agent's migrations (all owned by agent/store,
+// Migrate applies the agent's migrations (all owned by agentdb,
 // including the operator command queue) to db.
 func Migrate(ctx context.Context, db *sql.DB) error {
-	if _, err := store.Open(ctx, db); err != nil {
+	if _, err := agentdb.Open(ctx, db); err != nil {
 		return fmt.Errorf("migrate agent tables: %w", err)
 	}
 	return nil
@@ -44,14 +44,14 @@ func (d dirtySet) remove(id string) { delete(d, id) }
 // LoadWorkloads reads every persisted workload snapshot (used by
 // `provider-agent status` when the agent is down).
 func LoadWorkloads(ctx context.Context, db *sql.DB) ([]lease.WorkloadSnapshot, error) {
-	st, err := store.Open(ctx, db)
+	st, err := agentdb.Open(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("load workloads: %w", err)
 	}
 	return loadWorkloads(ctx, st)
 }
 
-func loadWorkloads(ctx context.Context, st *store.Store) ([]lease.WorkloadSnapshot, error) {
+func loadWorkloads(ctx context.Context, st *agentdb.Store) ([]lease.WorkloadSnapshot, error) {
 	rows, err := st.LoadAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load workloads: %w", err)
@@ -72,8 +72,8 @@ func loadWorkloads(ctx context.Context, st *store.Store) ([]lease.WorkloadSnapsh
 // it, after which every subscription asked only for events after it): it
 // is clamped to now, in the database too, with a warning.
 func (a *Agent) loadCursor(ctx context.Context) (int64, error) {
-	v, err := a.st.Cursor(ctx, cursorKey)
-	if errors.Is(err, store.ErrNotFound) {
+	v, err := a.data.tables.Cursor(ctx, cursorKey)
+	if errors.Is(err, agentdb.ErrNotFound) {
 		return 0, nil
 	}
 	if err != nil {
@@ -83,7 +83,7 @@ func (a *Agent) loadCursor(ctx context.Context) (int64, error) {
 	if v <= now {
 		return v, nil
 	}
-	got, err := a.st.ClampCursor(ctx, nil, cursorKey, now)
+	got, err := a.data.tables.ClampCursor(ctx, nil, cursorKey, now)
 	if err != nil {
 		return 0, fmt.Errorf("heal cursor: %w", err)
 	}
@@ -97,7 +97,7 @@ func (a *Agent) loadCursor(ctx context.Context) (int64, error) {
 // pending commands within a second; a stopped one applies them at start.
 type Command struct {
 	Seq       int64
-	Action    string // store.ActionGrant or store.ActionRelease
+	Action    string // agentdb.ActionGrant or agentdb.ActionRelease
 	Workload  string
 	Spec      *lease.Spec // grant only
 	CreatedAt time.Time
@@ -107,7 +107,7 @@ type Command struct {
 
 // QueueGrant queues a local operator lease grant for the agent.
 func QueueGrant(ctx context.Context, db *sql.DB, spec lease.Spec, now time.Time) (int64, error) {
-	st, err := store.Open(ctx, db)
+	st, err := agentdb.Open(ctx, db)
 	if err != nil {
 		return 0, fmt.Errorf("queue grant: %w", err)
 	}
@@ -115,7 +115,7 @@ func QueueGrant(ctx context.Context, db *sql.DB, spec lease.Spec, now time.Time)
 }
 
 // queueGrant queues a grant inside tx (nil: its own transaction).
-func queueGrant(ctx context.Context, st *store.Store, tx *sql.Tx, spec lease.Spec, now time.Time) (int64, error) {
+func queueGrant(ctx context.Context, st *agentdb.Store, tx *sql.Tx, spec lease.Spec, now time.Time) (int64, error) {
 	if err := spec.Validate(); err != nil {
 		return 0, fmt.Errorf("queue grant: %w", err)
 	}
@@ -123,22 +123,22 @@ func queueGrant(ctx context.Context, st *store.Store, tx *sql.Tx, spec lease.Spe
 	if err != nil {
 		return 0, fmt.Errorf("queue grant: %w", err)
 	}
-	return st.QueueCommand(ctx, tx, store.ActionGrant, spec.ID, string(b), now)
+	return st.QueueCommand(ctx, tx, agentdb.ActionGrant, spec.ID, string(b), now)
 }
 
 // QueueRelease queues the release (stop and forget) of a workload.
 func QueueRelease(ctx context.Context, db *sql.DB, workload string, now time.Time) (int64, error) {
-	st, err := store.Open(ctx, db)
+	st, err := agentdb.Open(ctx, db)
 	if err != nil {
 		return 0, fmt.Errorf("queue release: %w", err)
 	}
-	return st.QueueCommand(ctx, nil, store.ActionRelease, workload, "", now)
+	return st.QueueCommand(ctx, nil, agentdb.ActionRelease, workload, "", now)
 }
 
 // ListCommands returns queued commands, newest last (pendingOnly: those not
 // applied yet).
 func ListCommands(ctx context.Context, db *sql.DB, pendingOnly bool) ([]Command, error) {
-	st, err := store.Open(ctx, db)
+	st, err := agentdb.Open(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("list commands: %w", err)
 	}
@@ -146,7 +146,7 @@ func ListCommands(ctx context.Context, db *sql.DB, pendingOnly bool) ([]Command,
 }
 
 // listCommands reads commands (limit <= 0: all) with their specs decoded.
-func listCommands(ctx context.Context, st *store.Store, pendingOnly bool, limit int) ([]Command, error) {
+func listCommands(ctx context.Context, st *agentdb.Store, pendingOnly bool, limit int) ([]Command, error) {
 	rows, err := st.Commands(ctx, pendingOnly, limit)
 	if err != nil {
 		return nil, err

@@ -8,19 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"provideragent/agent/relay"
-	"provideragent/agent/store"
+	"provideragent/agentdb"
 	"provideragent/driver"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // rowState is the persisted state of workload id ("" when no row).
 func rowState(t *testing.T, a *Agent, id string) string {
 	t.Helper()
-	r, err := a.st.Workload(context.Background(), id)
-	if errors.Is(err, store.ErrNotFound) {
+	r, err := a.data.tables.Workload(context.Background(), id)
+	if errors.Is(err, agentdb.ErrNotFound) {
 		return ""
 	}
 	if err != nil {
@@ -41,8 +41,8 @@ func claimInput(t *testing.T, a *Agent, now time.Time, claimer *identity.Keys, w
 	if !ok {
 		t.Fatalf("decode(claim of %s at epoch %d) rejected it", w, epoch)
 	}
-	in.cursorTok, in.hasTok = a.cursor.Reserve(int64(ev.CreatedAt)), true
-	a.cursor.Accept(in.cursorTok)
+	in.cursorTok, in.hasTok = a.data.cursor.Reserve(int64(ev.CreatedAt)), true
+	a.data.cursor.Accept(in.cursorTok)
 	return in
 }
 
@@ -56,10 +56,10 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	a := newStepAgent(t, stepOpts{})
-	self := a.keys
+	self := a.me.keys
 	standby := newTestKeys(t)
-	b := a.backend.(*memBackend)
-	defer a.act.wait()
+	b := a.work.backend.(*memBackend)
+	defer a.work.act.wait()
 	t0 := time.Now()
 	spec := func(id string) *lease.Spec {
 		s := stepSpec(self.PublicKey(), standby.PublicKey())
@@ -79,8 +79,8 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 	// w2 and w3 are granted (as if from the relays, with cursor tokens)
 	// while the disk is full: their starts wait.
 	for _, id := range []string{"w2", "w3"} {
-		tok := a.cursor.Reserve(t0.Unix())
-		a.cursor.Accept(tok)
+		tok := a.data.cursor.Reserve(t0.Unix())
+		a.data.cursor.Accept(tok)
 		if err := commitInputs(ctx, a, t0, input{grant: spec(id), cursorTok: tok, hasTok: true}); err == nil {
 			t.Fatalf("commit(grant %s) with writes failing = nil, want an error", id)
 		}
@@ -104,7 +104,7 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 		t.Fatalf("running w2 %v, w3 %v, starts %d: want no start while its step is not persisted",
 			b.Running("w2"), b.Running("w3"), starts())
 	}
-	if n := a.cursor.InFlight(); n != 4 {
+	if n := a.data.cursor.InFlight(); n != 4 {
 		t.Fatalf("cursor tokens in flight = %d, want 4 (their steps did not persist)", n)
 	}
 	if err := a.saveMachine(ctx); !errors.Is(err, driver.ErrUnpersisted) {
@@ -121,15 +121,15 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 		}
 	}
 	waitFor(t, 10*time.Second, "w3 started once its grant persisted", func() bool { return b.Running("w3") })
-	a.act.wait()
+	a.work.act.wait()
 	if b.Running("w2") || starts() != 2 {
 		t.Fatalf("running w2 %v, starts %d: want w2 (fenced while its start was held) never started, 2 starts (w1, w3)",
 			b.Running("w2"), starts())
 	}
-	if n := a.cursor.InFlight(); n != 0 {
+	if n := a.data.cursor.InFlight(); n != 0 {
 		t.Fatalf("cursor tokens in flight after the retry = %d, want 0", n)
 	}
-	if got := a.cursor.Cursor(); got < t0.Unix() {
+	if got := a.data.cursor.Cursor(); got < t0.Unix() {
 		t.Fatalf("cursor after the retry = %d, want >= %d", got, t0.Unix())
 	}
 }
@@ -146,7 +146,7 @@ func TestFutureCursorHealedAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, db)
+	st, err := agentdb.Open(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,13 +158,13 @@ func TestFutureCursorHealedAtStart(t *testing.T) {
 
 	a := newStepAgent(t, stepOpts{dbPath: dbPath})
 	now := time.Now().Unix()
-	if got := a.cursor.Cursor(); got > now {
+	if got := a.data.cursor.Cursor(); got > now {
 		t.Fatalf("cursor after start = %d, want <= now %d", got, now)
 	}
 	if got := int64(a.since()); got > now {
 		t.Fatalf("since() = %d, want <= now %d", got, now)
 	}
-	if got, err := a.st.Cursor(ctx, cursorKey); err != nil || got > now {
+	if got, err := a.data.tables.Cursor(ctx, cursorKey); err != nil || got > now {
 		t.Fatalf("persisted cursor after start = %d, %v, want <= now %d", got, err, now)
 	}
 }
@@ -178,9 +178,9 @@ func TestShutdownCommitsTheBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	a := newStepAgent(t, stepOpts{})
-	self := a.keys
+	self := a.me.keys
 	standby := newTestKeys(t)
-	defer a.act.wait()
+	defer a.work.act.wait()
 	t0 := time.Now()
 	n := 2*commitBatch + 10
 	var ins []input
@@ -197,7 +197,7 @@ func TestShutdownCommitsTheBacklog(t *testing.T) {
 		t.Fatalf("backlog %v, held steps %v: want both", a.d.Backlogged(), a.d.Held())
 	}
 	refuseWrites(t, a, false)
-	if err := a.d.Close(ctx, a.now(), a.cursor.Cursor()); err != nil {
+	if err := a.d.Close(ctx, a.now(), a.data.cursor.Cursor()); err != nil {
 		t.Fatalf("shutdown save = %v, want nil (the held step retried and the backlog committed)", err)
 	}
 	if a.d.Backlogged() || a.d.Held() {

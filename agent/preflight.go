@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // BeatTags is the most tags an event of a beat carries: a relay whose

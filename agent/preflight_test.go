@@ -3,8 +3,8 @@ package agent
 import (
 	"testing"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/relay"
 )
 
 func TestBeatBudget(t *testing.T) {

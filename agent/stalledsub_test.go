@@ -51,7 +51,7 @@ func vanishedStandby(t *testing.T, kind relaytest.Kind) {
 		proxies[i] = relaytest.NewStallProxy(t, rs[i].Addr())
 		dial[urls[i]] = proxies[i].URL()
 	}
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	// The standby subscribes first, so that in khatru's fan-out (its
 	// listeners in subscription order) the standby's listeners come before
 	// the primary's: with khatru's own blocking writes the primary's

@@ -1,7 +1,7 @@
 package agent
 
 import (
-	"provideragent/agent/backend"
+	"provideragent/backend"
 	"provideragent/lease"
 )
 
@@ -33,13 +33,9 @@ func WorkloadView(w lease.WorkloadSnapshot, self string) WorkloadStatus {
 // (Status' own copy of the rows) from its log file, when the backend keeps
 // one.
 func (a *Agent) fillReasons(ws []WorkloadStatus) {
-	lp, ok := a.backend.(interface{ LogPath(id string) string })
-	if !ok {
-		return
-	}
 	for i, w := range ws {
-		if NeedsReason(lease.State(w.State)) {
-			ws[i].Reason = backend.ExitReason(lp.LogPath(w.ID))
+		if p := a.work.backend.LogPath(w.ID); p != "" && NeedsReason(lease.State(w.State)) {
+			ws[i].Reason = backend.ExitReason(p)
 		}
 	}
 }

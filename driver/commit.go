@@ -14,7 +14,7 @@ import (
 // rest. run=false (shutdown) persists without performing the deferred
 // effects: a restart re-derives them (Restore, Outstanding, RelaySynced).
 func (d *Driver) commitStep(ctx context.Context, now time.Time, effs []lease.Effect, toks []Token, release string, extra any, run bool) error {
-	if len(effs) == 0 && extra == nil && release == "" && d.pend.empty() {
+	if len(effs) == 0 && extra == nil && release == "" && d.pend.empty() && d.metaSaved {
 		d.finish(toks)
 		return nil
 	}
@@ -59,7 +59,7 @@ func (d *Driver) performEarly(now time.Time, effs []lease.Effect) {
 // effects: the second half of commitStep. toks are tokens to finish with
 // the commit besides those of the steps the pieces complete.
 func (d *Driver) commitPieces(ctx context.Context, now time.Time, pieces []*piece, toks []Token, release string, extra any, run bool) error {
-	if len(pieces) == 0 && extra == nil && release == "" && d.pend.empty() {
+	if len(pieces) == 0 && extra == nil && release == "" && d.pend.empty() && d.metaSaved {
 		d.finish(toks)
 		return nil
 	}

@@ -114,6 +114,30 @@ func (s *Step) RespawnDone(r lease.RespawnResult) {
 }
 
 // ClaimPublished feeds the outcome of a PublishClaim.
+// Restored feeds a RestoreCheckpoint's outcome.
+func (s *Step) Restored(r lease.RestoreResult) {
+	s.d.dirty.add(r.Workload)
+	s.add(s.d.m.Restored(s.now, r))
+}
+
+// HandOver hands a held workload over at the operator's request
+// (lease.Machine.HandOver).
+func (s *Step) HandOver(h lease.Handover) error {
+	s.d.dirty.add(h.Workload)
+	effs, err := s.d.m.HandOver(s.now, h)
+	s.add(effs)
+	return err
+}
+
+// SetDraining turns the operator's drain on or off; the step's commit
+// writes the machine's metadata, which holds it.
+func (s *Step) SetDraining(on bool) {
+	if s.d.m.Draining() != on {
+		s.d.m.SetDraining(s.now, on)
+		s.d.metaSaved = false
+	}
+}
+
 func (s *Step) ClaimPublished(a lease.ClaimAck) {
 	s.d.dirty.add(a.Workload)
 	s.add(s.d.m.ClaimPublished(s.now, a))

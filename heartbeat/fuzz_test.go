@@ -291,7 +291,7 @@ func FuzzIngestRaw(f *testing.F) {
 			t.Fatalf("IngestRaw accepted an event whose signature does not verify")
 		}
 		n := 0
-		for _, p := range []bool{res.Heartbeat != nil, res.Revocation != nil, res.Promotion != nil, res.LeaseGrant != nil} {
+		for _, p := range []bool{res.Heartbeat != nil, res.Revocation != nil, res.Promotion != nil, res.LeaseGrant != nil, res.Checkpoint != nil} {
 			if p {
 				n++
 			}

@@ -108,8 +108,9 @@ type SignerPolicy interface {
 	// only from it.
 	CurrentPrimary(workloadID string) (pubkey string, ok bool)
 	// IsMember reports whether pubkey is the primary or a standby of the
-	// workload. Promotion claims are accepted only from members, so a stranger
-	// cannot fence a workload with a forged higher epoch.
+	// workload. Promotion claims and checkpoint records are accepted only
+	// from members, so a stranger cannot fence a workload with a forged
+	// higher epoch or offer it a state to restore.
 	IsMember(workloadID, pubkey string) bool
 	// AllowedIssuer reports whether pubkey may issue lease grants.
 	AllowedIssuer(pubkey string) bool
@@ -132,6 +133,8 @@ type Ingested struct {
 	Promotion *Promotion
 	// LeaseGrant is set for kind 38388.
 	LeaseGrant *LeaseGrant
+	// Checkpoint is set for kind 38387.
+	Checkpoint *CheckpointRecord
 }
 
 // Ingestor verifies and decodes incoming events: cheap checks first, the
@@ -383,12 +386,15 @@ func (in *Ingestor) cheapChecks(now time.Time, ev *nostr.Event) *RejectError {
 		return reject(ReasonMalformed, "id, pubkey or sig has the wrong length")
 	}
 	switch ev.Kind {
-	case KindHeartbeat, KindHeartbeatEphemeral, KindHeartbeatShard, KindRevocation, KindPromotion, KindLeaseGrant:
+	case KindHeartbeat, KindHeartbeatEphemeral, KindHeartbeatShard, KindRevocation, KindPromotion, KindLeaseGrant, KindCheckpoint:
 	default:
 		return reject(ReasonBadKind, "kind %d is not a protocol kind", ev.Kind)
 	}
 	if len(ev.Content) > in.cfg.MaxContentBytes {
 		return reject(ReasonTooLarge, "content is %d bytes, max %d", len(ev.Content), in.cfg.MaxContentBytes)
+	}
+	if ev.Kind == KindCheckpoint && len(ev.Content) > MaxCheckpointContentBytes {
+		return reject(ReasonTooLarge, "checkpoint content is %d bytes, max %d", len(ev.Content), MaxCheckpointContentBytes)
 	}
 	if len(ev.Tags) > in.cfg.MaxTags {
 		return reject(ReasonTooLarge, "%d tags, max %d", len(ev.Tags), in.cfg.MaxTags)
@@ -498,6 +504,14 @@ func (in *Ingestor) signerRules(res Ingested) *RejectError {
 		if !in.policy.AllowedIssuer(res.LeaseGrant.Issuer) {
 			return reject(ReasonWrongSigner, "lease grant from an issuer that is not allowed")
 		}
+	case res.Checkpoint != nil:
+		c := res.Checkpoint
+		if !in.policy.IsMember(c.WorkloadID, c.Signer) {
+			return reject(ReasonWrongSigner, "checkpoint record of %.64q (epoch %d) signed by a non-member %.64s", c.WorkloadID, c.Epoch, c.Signer)
+		}
+		if !tracks(c.WorkloadID) {
+			return reject(ReasonUnknownWorkload, "checkpoint record of finished workload %.64q", c.WorkloadID)
+		}
 	}
 	return nil
 }
@@ -514,6 +528,8 @@ func decodeKind(ev *nostr.Event) (res Ingested, rej *RejectError) {
 		res.Promotion, derr = DecodePromotion(ev)
 	case KindLeaseGrant:
 		res.LeaseGrant, derr = DecodeLeaseGrant(ev)
+	case KindCheckpoint:
+		res.Checkpoint, derr = DecodeCheckpointRecord(ev)
 	}
 	if derr != nil {
 		if re, ok := derr.(*RejectError); ok {

@@ -12,7 +12,8 @@ import (
 )
 
 // Event kinds of the wire protocol. The first four are Paygress v1 kinds; the
-// lease grant is ours.
+// lease grant, the heartbeat shard and the checkpoint record (KindCheckpoint,
+// checkpoint.go) are ours.
 const (
 	// KindHeartbeat is the stored (NIP-33 addressable) heartbeat, one d tag per
 	// provider and minute.
@@ -211,6 +212,8 @@ func kindName(kind int) string {
 		return "lease_grant"
 	case KindHeartbeatShard:
 		return "heartbeat_shard"
+	case KindCheckpoint:
+		return "checkpoint"
 	}
 	return "other"
 }

@@ -49,6 +49,7 @@ func RevocationInput(r *Revocation, w lease.WorkloadSnapshot) lease.Revocation {
 		Reason:    r.Reason,
 		CreatedAt: r.CreatedAt,
 		QuorumAt:  r.QuorumAt,
+		StateURI:  r.StateURI,
 	}
 }
 
@@ -80,6 +81,11 @@ func SpecOf(g *LeaseGrant) lease.Spec {
 	s.Standbys = append([]string(nil), s.Standbys...)
 	s.Relays = append([]string(nil), s.Relays...)
 	s.Command = append([]string(nil), s.Command...)
+	if s.Checkpoint != nil {
+		p := *s.Checkpoint
+		p.Servers = append([]string(nil), p.Servers...)
+		s.Checkpoint = &p
+	}
 	return s
 }
 

@@ -52,6 +52,9 @@ type LeaseGrantParams struct {
 	Image    *imagespec.Image
 	// StateURI optionally points at the latest checkpoint.
 	StateURI string
+	// Checkpoint is the optional checkpoint policy (nil: none); its
+	// RestoreTimeout must be whole seconds.
+	Checkpoint *lease.CheckpointPolicy
 	// ExpiresAt zero means the lease does not expire.
 	ExpiresAt time.Time
 	// Epoch zero means 1.
@@ -62,35 +65,37 @@ type LeaseGrantParams struct {
 
 // leaseWire is the content JSON; keys are written as hex.
 type leaseWire struct {
-	WorkloadID    string              `json:"workload_id"`
-	Primary       string              `json:"primary"`
-	Standbys      []string            `json:"standbys"`
-	Relays        []string            `json:"relays"`
-	Quorum        int                 `json:"quorum"`
-	Replication   lease.Replication   `json:"replication"`
-	RestartPolicy lease.RestartPolicy `json:"restart_policy"`
-	Command       []string            `json:"command,omitempty"`
-	Manifest      string              `json:"manifest,omitempty"`
-	Image         *imagespec.Image    `json:"image,omitempty"`
-	StateURI      string              `json:"state_uri,omitempty"`
-	ExpiresAt     uint64              `json:"expires_at"`
-	Epoch         uint64              `json:"epoch"`
+	WorkloadID    string                `json:"workload_id"`
+	Primary       string                `json:"primary"`
+	Standbys      []string              `json:"standbys"`
+	Relays        []string              `json:"relays"`
+	Quorum        int                   `json:"quorum"`
+	Replication   lease.Replication     `json:"replication"`
+	RestartPolicy lease.RestartPolicy   `json:"restart_policy"`
+	Command       []string              `json:"command,omitempty"`
+	Manifest      string                `json:"manifest,omitempty"`
+	Image         *imagespec.Image      `json:"image,omitempty"`
+	StateURI      string                `json:"state_uri,omitempty"`
+	ExpiresAt     uint64                `json:"expires_at"`
+	Epoch         uint64                `json:"epoch"`
+	Checkpoint    *checkpointPolicyWire `json:"checkpoint,omitempty"`
 }
 
 type leaseIn struct {
-	WorkloadID    *string              `json:"workload_id"`
-	Primary       *string              `json:"primary"`
-	Standbys      []string             `json:"standbys"`
-	Relays        []string             `json:"relays"`
-	Quorum        *int                 `json:"quorum"`
-	Replication   *string              `json:"replication"`
-	RestartPolicy *lease.RestartPolicy `json:"restart_policy"`
-	Command       []string             `json:"command"`
-	Manifest      string               `json:"manifest"`
-	Image         *imagespec.Image     `json:"image"`
-	StateURI      string               `json:"state_uri"`
-	ExpiresAt     uint64               `json:"expires_at"`
-	Epoch         *uint64              `json:"epoch"`
+	WorkloadID    *string               `json:"workload_id"`
+	Primary       *string               `json:"primary"`
+	Standbys      []string              `json:"standbys"`
+	Relays        []string              `json:"relays"`
+	Quorum        *int                  `json:"quorum"`
+	Replication   *string               `json:"replication"`
+	RestartPolicy *lease.RestartPolicy  `json:"restart_policy"`
+	Command       []string              `json:"command"`
+	Manifest      string                `json:"manifest"`
+	Image         *imagespec.Image      `json:"image"`
+	StateURI      string                `json:"state_uri"`
+	ExpiresAt     uint64                `json:"expires_at"`
+	Epoch         *uint64               `json:"epoch"`
+	Checkpoint    *checkpointPolicyWire `json:"checkpoint"`
 }
 
 // BuildLeaseGrant validates p and builds a lease grant signed by k (the issuer).
@@ -130,6 +135,13 @@ func BuildLeaseGrant(k *identity.Keys, p LeaseGrantParams) (*nostr.Event, error)
 		Quorum: &p.Quorum, Replication: &repl, RestartPolicy: &p.RestartPolicy,
 		Command: command, Manifest: p.Manifest, Image: image, StateURI: p.StateURI, ExpiresAt: exp, Epoch: &epoch,
 	}
+	if p.Checkpoint != nil {
+		w, err := policyWire(p.Checkpoint)
+		if err != nil {
+			return nil, fmt.Errorf("build lease grant: %w", err)
+		}
+		in.Checkpoint = w
+	}
 	g, err := validateLease(in, ts)
 	if err != nil {
 		return nil, fmt.Errorf("build lease grant: %w", err)
@@ -139,6 +151,7 @@ func BuildLeaseGrant(k *identity.Keys, p LeaseGrantParams) (*nostr.Event, error)
 		WorkloadID: s.ID, Primary: s.Primary, Standbys: nonNil(s.Standbys), Relays: s.Relays,
 		Quorum: s.Quorum, Replication: s.Replication, RestartPolicy: s.RestartPolicy,
 		Command: command, Manifest: g.Manifest, Image: image, StateURI: s.StateURI, ExpiresAt: exp, Epoch: s.Epoch,
+		Checkpoint: in.Checkpoint,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build lease grant: %w", err)
@@ -297,6 +310,13 @@ func validateLease(in leaseIn, created int64) (*LeaseGrant, error) {
 			return nil, fmt.Errorf("expires_at %d out of range", in.ExpiresAt)
 		}
 		s.ExpiresAt = unixTime(in.ExpiresAt)
+	}
+	if in.Checkpoint != nil {
+		p, err := decodeCheckpointPolicy(in.Checkpoint)
+		if err != nil {
+			return nil, err
+		}
+		s.Checkpoint = p
 	}
 	if err := s.Validate(); err != nil {
 		return nil, err

@@ -9,7 +9,7 @@ import (
 )
 
 // kinds in metric label order.
-var metricKinds = []int{KindHeartbeat, KindHeartbeatEphemeral, KindHeartbeatShard, KindRevocation, KindPromotion, KindLeaseGrant}
+var metricKinds = []int{KindHeartbeat, KindHeartbeatEphemeral, KindHeartbeatShard, KindRevocation, KindPromotion, KindLeaseGrant, KindCheckpoint}
 
 func kindIndex(kind int) int {
 	for i, k := range metricKinds {

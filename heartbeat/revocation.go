@@ -42,7 +42,8 @@ type Revocation struct {
 	Reason string
 	// RevokedAt is the content's revoked_at.
 	RevokedAt time.Time
-	// StateURI is the Blossom URI of the latest checkpoint, "" if none.
+	// StateURI is the Blossom URI of the latest checkpoint (at most
+	// MaxStateURIBytes), "" if none.
 	StateURI string
 	// Version is the payload schema version (1).
 	Version uint8
@@ -73,7 +74,8 @@ type RevocationParams struct {
 	Reason string
 	// At is created_at and revoked_at.
 	At time.Time
-	// StateURI is the Blossom URI of the latest checkpoint (optional).
+	// StateURI is the BUD-10 URI of the last published checkpoint's
+	// manifest (optional, at most MaxStateURIBytes); written only when set.
 	StateURI string
 	// Successor is the standby that should claim (hex or npub); "" means
 	// none (written as "", so readers do not default to the first standby).
@@ -130,6 +132,9 @@ func BuildRevocation(k *identity.Keys, p RevocationParams) (*nostr.Event, error)
 	ts := p.At.Unix()
 	if ts < 0 || ts > maxUnix {
 		return nil, fmt.Errorf("build revocation: time %v out of range", p.At)
+	}
+	if len(p.StateURI) > MaxStateURIBytes {
+		return nil, fmt.Errorf("build revocation: state_uri of %d bytes, max %d", len(p.StateURI), MaxStateURIBytes)
 	}
 	hexes := make([]string, 0, len(p.Standbys))
 	for i, s := range p.Standbys {
@@ -256,6 +261,9 @@ func DecodeRevocation(ev *nostr.Event) (*Revocation, error) {
 		Version:     version,
 	}
 	if in.StateURI != nil {
+		if len(*in.StateURI) > MaxStateURIBytes {
+			return nil, reject(ReasonDecode, "revocation content: state_uri of %d bytes, max %d", len(*in.StateURI), MaxStateURIBytes)
+		}
 		r.StateURI = *in.StateURI
 	}
 	seen := map[string]bool{primary: true}

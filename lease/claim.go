@@ -96,7 +96,7 @@ func (m *Machine) tickStandby(w *WorkloadSnapshot, now time.Time, out *[]Effect)
 			return // someone else is in the claim step
 		}
 	}
-	if !m.clockSuspect && m.takeoverDue(w, now) {
+	if !m.clockSuspect && !m.draining && m.takeoverDue(w, now) {
 		m.promote(w, TriggerTakeover, out)
 	}
 }
@@ -107,6 +107,7 @@ func (m *Machine) promote(w *WorkloadSnapshot, trigger Trigger, out *[]Effect) {
 	w.Trigger = trigger
 	w.Target = w.Epoch + 1
 	w.ClaimAttempt = 0
+	w.RestoreHint = "" // a revocation's state_uri is set by ObserveRevocation
 	w.Rivals = dropRivals(w.Rivals, w.Epoch)
 	m.publishClaim(w, out)
 }
@@ -158,8 +159,12 @@ func (m *Machine) tickPromoting(w *WorkloadSnapshot, now time.Time, out *[]Effec
 			m.enter(w, StateStandby, out) // the holder spoke again, or this clock cannot judge silence
 			return
 		}
-		if w.Trigger == TriggerRetake && m.clockSuspect {
+		if w.Trigger == TriggerRetake && (m.clockSuspect || m.draining) {
 			m.enter(w, StateEvicted, out)
+			return
+		}
+		if m.draining {
+			m.enter(w, StateStandby, out) // a draining node starts no claim
 			return
 		}
 		m.publishClaim(w, out)
@@ -220,7 +225,8 @@ func (m *Machine) ClaimsRead(now time.Time, r ClaimRead) []Effect {
 	w.Rivals = nil
 	clear(w.ClaimAt)
 	m.enter(w, StateProvisioning, &out)
-	out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: target}, AnnouncePromotion{ID: w.Spec.ID, Epoch: target})
+	m.beginEpoch(w, w.RestoreHint, &out)
+	out = append(out, AnnouncePromotion{ID: w.Spec.ID, Epoch: target})
 	return out
 }
 

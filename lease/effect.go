@@ -61,6 +61,11 @@ type PublishRevocation struct {
 	Standbys  []string
 	Reason    string
 	QuorumAt  time.Time
+	// StateURI names the checkpoint the successor should resume from: set
+	// by a planned handover (HandOver) to its final checkpoint; empty
+	// otherwise, and the driver names the last checkpoint it published at
+	// Epoch, if any.
+	StateURI string
 }
 
 // PublishClaim asks the driver to publish an active promotion claim (kind
@@ -83,8 +88,8 @@ type WithdrawClaim struct {
 // the Paygress v1 promotion announcement (kind 38386 under
 // paygress:promoted:v1:<workload>) that this provider now holds the
 // workload at Epoch. The machine emits it once, right after the StartWorkload
-// of a won claim step (Paygress starts the workload first and announces
-// after). Only a won claim is announced there: a Paygress node reads any
+// (or, for a durable workload, the RestoreCheckpoint) of a won claim step
+// (Paygress starts the workload first and announces after). Only a won claim is announced there: a Paygress node reads any
 // event under that d tag as a promotion, so the claim step's own claims and
 // withdrawn markers live under another d tag.
 type AnnouncePromotion struct {
@@ -258,7 +263,7 @@ func DurabilityOf(e Effect) Durability {
 		return Process
 	case PublishRevocation, WithdrawClaim, AnnouncePromotion:
 		return Outbox
-	case PublishClaim, ReadClaims:
+	case PublishClaim, ReadClaims, RestoreCheckpoint:
 		return Feedback
 	}
 	return Record
@@ -303,7 +308,7 @@ func (m *Machine) AfterHeld(held []Effect) []Effect {
 			restart[id] = true
 		case StopWorkload:
 			delete(restart, id)
-		case PublishClaim, ReadClaims:
+		case PublishClaim, ReadClaims, RestoreCheckpoint:
 			requests[id] = true
 		}
 		if DurabilityOf(e) == Outbox {
@@ -317,7 +322,9 @@ func (m *Machine) AfterHeld(held []Effect) []Effect {
 		}
 		switch w.State {
 		case StateProvisioning, StateLive, StateSuspect:
-			out = append(out, StartWorkload{ID: id, Epoch: w.Epoch})
+			if !w.Restore.pending() {
+				out = append(out, StartWorkload{ID: id, Epoch: w.Epoch})
+			}
 		}
 	}
 	if len(restart) > 0 || len(requests) > 0 {

@@ -4,8 +4,10 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"provideragent/lease"
@@ -14,21 +16,30 @@ import (
 
 // TestEffectExamplesCoverEveryEffect: leasetest.Effects has one example of
 // every type that implements lease.Effect (found in effect.go by its
-// isEffect method), so drivers' tests that range over it see a new effect
+// isEffect method, in any of the package's files), so drivers' tests that range over it see a new effect
 // type as soon as it exists; and every one has a durability class.
 func TestEffectExamplesCoverEveryEffect(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "effect.go", nil, 0)
+	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var want []string
-	for _, d := range f.Decls {
-		fn, ok := d.(*ast.FuncDecl)
-		if !ok || fn.Name.Name != "isEffect" || fn.Recv == nil {
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
 			continue
 		}
-		if id, ok := fn.Recv.List[0].Type.(*ast.Ident); ok {
-			want = append(want, id.Name)
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Name.Name != "isEffect" || fn.Recv == nil {
+				continue
+			}
+			if id, ok := fn.Recv.List[0].Type.(*ast.Ident); ok {
+				want = append(want, id.Name)
+			}
 		}
 	}
 	var got []string
@@ -41,6 +52,6 @@ func TestEffectExamplesCoverEveryEffect(t *testing.T) {
 	slices.Sort(want)
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
-		t.Fatalf("leasetest.Effects() types = %v, want every Effect type in effect.go %v", got, want)
+		t.Fatalf("leasetest.Effects() types = %v, want every Effect type of the package %v", got, want)
 	}
 }

@@ -20,6 +20,10 @@ var (
 	// tracked. Re-sending an identical spec, or one that only extends
 	// ExpiresAt or changes StateURI, is not an error.
 	ErrAlreadyTracked = errors.New("lease: workload already tracked")
+	// ErrCannotHandOver: a planned handover was asked of a workload this
+	// provider does not hold Live or Suspect at that epoch, or naming a
+	// successor that does not stand by for it.
+	ErrCannotHandOver = errors.New("lease: cannot hand over")
 	// ErrInvalidSnapshot wraps every Restore failure.
 	ErrInvalidSnapshot = errors.New("lease: invalid snapshot")
 )

@@ -68,6 +68,9 @@ type Revocation struct {
 	// bounds how late the revocation may still start the claim step (see
 	// RevocationDeadline).
 	QuorumAt time.Time
+	// StateURI names the last checkpoint the holder published (Paygress's
+	// state_uri); the successor tries it first when it restores.
+	StateURI string
 }
 
 // PromotionClaim is a promotion claim or announcement (kind 38386) after

@@ -38,6 +38,9 @@ type Machine struct {
 	// how, for the eviction reason.
 	clockSuspect bool
 	clockWhy     string
+	// draining is set while the operator drains this node (SetDraining):
+	// it starts no claim step.
+	draining bool
 }
 
 // New returns an empty machine for provider self (a hex pubkey).
@@ -242,9 +245,10 @@ func (m *Machine) Track(now time.Time, spec Spec) ([]Effect, error) {
 	if spec.Primary == m.self {
 		w.HoldFrom = now
 		m.enter(w, StateProvisioning, &out)
-		out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: w.Epoch})
+		m.beginEpoch(w, "", &out)
 	} else {
 		w.WatchFrom = now
+		m.noteHolder(w, w.Epoch, w.Holder, now)
 		m.enter(w, StateStandby, &out)
 	}
 	return out, nil
@@ -254,7 +258,15 @@ func specEqual(a, b Spec) bool {
 	return a.ID == b.ID && a.Primary == b.Primary && slices.Equal(a.Standbys, b.Standbys) &&
 		a.Replication == b.Replication && a.RestartPolicy == b.RestartPolicy && a.Epoch == b.Epoch &&
 		a.StateURI == b.StateURI && slices.Equal(a.Command, b.Command) && a.CreatedAt.Equal(b.CreatedAt) &&
-		a.ExpiresAt.Equal(b.ExpiresAt) && slices.Equal(a.Relays, b.Relays) && a.Quorum == b.Quorum
+		a.ExpiresAt.Equal(b.ExpiresAt) && slices.Equal(a.Relays, b.Relays) && a.Quorum == b.Quorum &&
+		checkpointEqual(a.Checkpoint, b.Checkpoint)
+}
+
+func checkpointEqual(a, b *CheckpointPolicy) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.Equal(a.Servers, b.Servers) && a.MinServers == b.MinServers && a.Restore == b.Restore && a.RestoreTimeout == b.RestoreTimeout
 }
 
 func (m *Machine) checkRelays(spec Spec) error {
@@ -310,6 +322,11 @@ func (m *Machine) enter(w *WorkloadSnapshot, to State, out *[]Effect) {
 	}
 	if to != StateSyncing {
 		w.Resume, w.ResumeSince = "", time.Time{}
+	}
+	if to != StateProvisioning && w.Restore.pending() {
+		// A restore in progress is abandoned; its report is refused by
+		// Restored from now on.
+		w.Restore, w.RestoreAt = RestoreNone, time.Time{}
 	}
 	if to != StateRespawning {
 		// A respawn not yet issued is cancelled; one issued and not yet

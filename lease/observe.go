@@ -292,6 +292,8 @@ func (m *Machine) follow(w *WorkloadSnapshot, pi int, e uint64, at time.Time) {
 	w.Epoch = e
 	w.WatchFrom = at
 	w.Revoked = false
+	m.noteHolder(w, e, w.Holder, at)
+	w.Restore, w.RestoreAt, w.RestoreAttempt, w.RestoreWhy, w.RestoreHint = RestoreNone, time.Time{}, 0, "", ""
 	m.touch(w)
 	clear(w.ClaimAt)
 	w.Rivals = dropRivals(w.Rivals, e)
@@ -469,7 +471,7 @@ func (m *Machine) ObserveRevocation(now time.Time, r Revocation) []Effect {
 	now = m.clock(now)
 	m.touch(w)
 	w.Revoked = true
-	if w.State != StateStandby || r.Successor != m.self || m.clockSuspect {
+	if w.State != StateStandby || r.Successor != m.self || m.clockSuspect || m.draining {
 		return nil
 	}
 	by := m.RevocationDeadline(r)
@@ -479,6 +481,7 @@ func (m *Machine) ObserveRevocation(now time.Time, r Revocation) []Effect {
 	var out []Effect
 	m.promote(w, TriggerRevocation, &out)
 	w.RevokeBy = by
+	w.RestoreHint = r.StateURI
 	return out
 }
 

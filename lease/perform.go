@@ -9,8 +9,8 @@ package lease
 // The method an effect reaches is one of its durability class's
 // (DurabilityOf).
 type Performer interface {
-	// Record (class Record): log and count EnteredState, Failed and
-	// QuorumReport. Nothing else.
+	// Record (class Record): log and count EnteredState, Failed,
+	// QuorumReport and RestoreReport. Nothing else.
 	Record(Effect)
 	// Start, Stop and Respawn (class Process): start, stop or restart the
 	// workload process, in slice order. Respawn reports RespawnDone.
@@ -27,6 +27,9 @@ type Performer interface {
 	// (ClaimPublished, ObserveClaim and ClaimsRead).
 	PublishClaim(PublishClaim)
 	ReadClaims(ReadClaims)
+	// Restore (class Feedback): fetch, verify and place the checkpoint a
+	// new epoch starts from; the outcome is fed back (Restored).
+	Restore(RestoreCheckpoint)
 }
 
 // Perform hands e to its Performer method (see Performer): the process
@@ -45,6 +48,8 @@ func Perform(p Performer, e Effect) {
 		p.PublishClaim(e)
 	case ReadClaims:
 		p.ReadClaims(e)
+	case RestoreCheckpoint:
+		p.Restore(e)
 	default:
 		if DurabilityOf(e) == Outbox {
 			p.Queue(e)

@@ -17,6 +17,7 @@ func (p *methodPerformer) Respawn(lease.AttemptRespawn)    { p.calls = append(p.
 func (p *methodPerformer) Queue(lease.Effect)              { p.calls = append(p.calls, "Queue") }
 func (p *methodPerformer) PublishClaim(lease.PublishClaim) { p.calls = append(p.calls, "PublishClaim") }
 func (p *methodPerformer) ReadClaims(lease.ReadClaims)     { p.calls = append(p.calls, "ReadClaims") }
+func (p *methodPerformer) Restore(lease.RestoreCheckpoint) { p.calls = append(p.calls, "Restore") }
 
 // TestPerformCallsTheMethodOfEachEffectsClass: Perform hands every effect
 // type to exactly one Performer method, one of its durability class's, and
@@ -27,7 +28,7 @@ func TestPerformCallsTheMethodOfEachEffectsClass(t *testing.T) {
 		lease.Record:   {"Record"},
 		lease.Process:  {"Start", "Stop", "Respawn"},
 		lease.Outbox:   {"Queue"},
-		lease.Feedback: {"PublishClaim", "ReadClaims"},
+		lease.Feedback: {"PublishClaim", "ReadClaims", "Restore"},
 	}
 	for _, e := range leasetest.Effects() {
 		p := &methodPerformer{}

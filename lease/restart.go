@@ -41,8 +41,12 @@ func (m *Machine) RelaySynced(now time.Time, relay string) []Effect {
 		if w.State == StateProvisioning {
 			// Restored while provisioning: its process died with the
 			// agent, and reaching quorum now would make it Live without a
-			// start.
-			out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: w.Epoch})
+			// start. One still restoring its state restores it again.
+			if w.Restore.pending() {
+				m.requestRestore(w, &out)
+			} else {
+				out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: w.Epoch})
+			}
 			continue
 		}
 		if w.State != StateSyncing {
@@ -59,8 +63,9 @@ func (m *Machine) RelaySynced(now time.Time, relay string) []Effect {
 // Outstanding returns the requests a restarted driver must re-issue because
 // their feedback is still awaited: PublishClaim or ReadClaims for Promoting
 // workloads, and AttemptRespawn for Respawning ones whose attempt was issued
-// — but never while awaiting relay sync (rule 10): right after Restore it
-// returns no AttemptRespawn, and RelaySynced re-issues them once M relays
+// and RestoreCheckpoint for Provisioning ones restoring their state — but
+// these two never while awaiting relay sync (rule 10): right after Restore
+// it returns neither, and RelaySynced re-issues them once M relays
 // synced. It changes nothing.
 func (m *Machine) Outstanding() []Effect {
 	var out []Effect
@@ -74,6 +79,8 @@ func (m *Machine) Outstanding() []Effect {
 			out = append(out, PublishClaim{ID: w.Spec.ID, Epoch: w.Target})
 		case w.State == StatePromoting && w.Phase == PhaseReading:
 			out = append(out, ReadClaims{ID: w.Spec.ID, Epoch: w.Target, At: w.PhaseAt})
+		case w.State == StateProvisioning && w.Restore == RestoreRunning && !m.awaitingSync:
+			out = append(out, m.restoreRequest(w))
 		}
 	}
 	return out

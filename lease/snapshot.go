@@ -111,6 +111,20 @@ type WorkloadSnapshot struct {
 	// claim step (TriggerRevocation): the claim step must have read the
 	// relays by then, else it gives way to the takeover rule.
 	RevokeBy time.Time `json:"revoke_by,omitzero"`
+	// Restore is where restoring the state of Epoch stands (workloads
+	// with a checkpoint policy whose epoch began here); RestoreAt is when
+	// the running attempt times out or the next one starts,
+	// RestoreAttempt the attempt number, RestoreWhy the last outcome and
+	// RestoreHint the state_uri of the revocation that handed the
+	// workload over.
+	Restore        RestorePhase `json:"restore,omitempty"`
+	RestoreAt      time.Time    `json:"restore_at,omitzero"`
+	RestoreAttempt int          `json:"restore_attempt,omitempty"`
+	RestoreWhy     string       `json:"restore_why,omitempty"`
+	RestoreHint    string       `json:"restore_hint,omitempty"`
+	// Holders are the epochs whose holder this provider knows (at most
+	// 16, the newest), for checking checkpoint records.
+	Holders []EpochHolder `json:"holders,omitempty"`
 
 	holder   int       // provider index of Holder
 	named    []int     // provider indices of Spec.Primary and Spec.Standbys
@@ -160,6 +174,7 @@ type Snapshot struct {
 	Synced       []bool             `json:"synced,omitempty"`
 	ClockSuspect bool               `json:"clock_suspect,omitempty"`
 	ClockWhy     string             `json:"clock_why,omitempty"`
+	Draining     bool               `json:"draining,omitempty"`
 	Providers    []ProviderSnapshot `json:"providers"`
 	Workloads    []WorkloadSnapshot `json:"workloads"`
 }
@@ -170,6 +185,7 @@ func (w *WorkloadSnapshot) copy() WorkloadSnapshot {
 	c.ClaimAt = append([]time.Time(nil), w.ClaimAt...)
 	c.Rivals = append([]RivalClaim(nil), w.Rivals...)
 	c.ClaimMarks = append([]ClaimMark(nil), w.ClaimMarks...)
+	c.Holders = append([]EpochHolder(nil), w.Holders...)
 	c.named = append([]int(nil), w.named...)
 	return c
 }
@@ -207,6 +223,7 @@ func (m *Machine) MetaSnapshot() Snapshot {
 		AwaitingSync: m.awaitingSync,
 		ClockSuspect: m.clockSuspect,
 		ClockWhy:     m.clockWhy,
+		Draining:     m.draining,
 		Providers:    make([]ProviderSnapshot, len(m.provs)),
 	}
 	if m.awaitingSync {
@@ -326,11 +343,19 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 		if w.RespawnIssued && w.State != StateRespawning {
 			return bad("workload %s: respawn issued in state %q", w.Spec.ID, w.State)
 		}
+		switch w.Restore {
+		case RestoreNone, RestoreRunning, RestoreWaiting, RestoreDone, RestoreFresh:
+		default:
+			return bad("workload %s: restore = %q", w.Spec.ID, w.Restore)
+		}
+		if w.Restore.pending() && (w.State != StateProvisioning || w.Spec.Checkpoint == nil) || len(w.Holders) > maxHolders {
+			return bad("workload %s: restore %q in state %q, %d holders", w.Spec.ID, w.Restore, w.State, len(w.Holders))
+		}
 		w.normaliseTimes()
 		m.add(&w)
 	}
 	m.now = maxTime(m.now, now.UTC())
-	m.clockSuspect, m.clockWhy = snap.ClockSuspect, snap.ClockWhy
+	m.clockSuspect, m.clockWhy, m.draining = snap.ClockSuspect, snap.ClockWhy, snap.Draining
 	m.awaitingSync = true
 	m.synced = make([]bool, n)
 	var out []Effect
@@ -359,6 +384,10 @@ func (w *WorkloadSnapshot) normaliseTimes() {
 	w.PhaseAt = w.PhaseAt.UTC()
 	w.ClaimFrom = w.ClaimFrom.UTC()
 	w.RevokeBy = w.RevokeBy.UTC()
+	w.RestoreAt = w.RestoreAt.UTC()
+	for i := range w.Holders {
+		w.Holders[i].From = w.Holders[i].From.UTC()
+	}
 	w.Spec.CreatedAt = w.Spec.CreatedAt.UTC()
 	w.Spec.ExpiresAt = w.Spec.ExpiresAt.UTC()
 	for i := range w.ClaimAt {

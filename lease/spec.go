@@ -83,6 +83,10 @@ type Spec struct {
 	Relays []string `json:"relays,omitempty"`
 	// Quorum optionally states M; when non-zero it must equal Config.M.
 	Quorum int `json:"quorum,omitempty"`
+	// Checkpoint, when set, makes the workload durable: its checkpoints
+	// are published, and a holder whose epoch begins restores the last
+	// one before it starts the workload (see RestoreCheckpoint).
+	Checkpoint *CheckpointPolicy `json:"checkpoint,omitempty"`
 }
 
 // IsHexPubkey reports whether s is a 64-character lower-case hex string.
@@ -165,6 +169,11 @@ func (s Spec) Validate() error {
 			return bad("relays[%d] = %q: %v", i, r, err)
 		}
 	}
+	if s.Checkpoint != nil {
+		if err := s.Checkpoint.Validate(); err != nil {
+			return bad("%v", err)
+		}
+	}
 	return nil
 }
 
@@ -187,5 +196,10 @@ func (s Spec) clone() Spec {
 	s.Standbys = append([]string(nil), s.Standbys...)
 	s.Command = append([]string(nil), s.Command...)
 	s.Relays = append([]string(nil), s.Relays...)
+	if s.Checkpoint != nil {
+		p := *s.Checkpoint
+		p.Servers = append([]string(nil), p.Servers...)
+		s.Checkpoint = &p
+	}
 	return s
 }

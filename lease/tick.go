@@ -39,7 +39,7 @@ func (m *Machine) tickOne(w *WorkloadSnapshot, now time.Time, self *ProviderSnap
 	case w.State.Holding():
 		m.tickHolder(w, now, self, out)
 	case w.State == StateEvicted:
-		if w.Holder == m.self && !m.awaitingSync && !m.clockSuspect && len(w.Rivals) == 0 && m.retakeDue(w, now, self) {
+		if w.Holder == m.self && !m.awaitingSync && !m.clockSuspect && !m.draining && len(w.Rivals) == 0 && m.retakeDue(w, now, self) {
 			m.promote(w, TriggerRetake, out)
 		}
 	case w.State == StateStandby:
@@ -136,13 +136,18 @@ func (m *Machine) tickHolder(w *WorkloadSnapshot, now time.Time, self *ProviderS
 	evictDue := !has && m.evicting(w) && !now.Before(deadline)
 	switch w.State {
 	case StateProvisioning:
+		restoring := m.tickRestore(w, now, out)
 		switch {
-		case has:
+		case has && !restoring:
 			m.becomeLive(w, out)
 		case evictDue:
 			m.evict(w, lost, out)
 		case !now.Before(w.Since.Add(m.cfg.ProvisionTimeout)):
-			m.giveUp(w, fmt.Sprintf("provision timeout: no relay quorum within %v", m.cfg.ProvisionTimeout), out)
+			why := fmt.Sprintf("provision timeout: no relay quorum within %v", m.cfg.ProvisionTimeout)
+			if restoring {
+				why = fmt.Sprintf("restore %s: no checkpoint restored within provision_timeout %v: %s", w.Spec.Checkpoint.Mode(), m.cfg.ProvisionTimeout, w.RestoreWhy)
+			}
+			m.giveUp(w, why, out)
 		}
 	case StateLive:
 		if has {

@@ -88,6 +88,15 @@ type faultSpace struct {
 	// less the drift allowance, of a heartbeat of the followed epoch
 	// delivered from M relays.
 	CheckTakeoverBound bool
+	// Freezes lets relays freeze (take everything, answer nothing) for up
+	// to 10 min.
+	Freezes bool
+	// Moves lets the operator move the workload away from its Live holder
+	// (sim.Move), also with a strike soon after.
+	Moves bool
+	// CheckpointForgeries lets relays serve forged checkpoint records
+	// (forgeCheckpoint).
+	CheckpointForgeries bool
 }
 
 // agentDown draws how long an agent-only crash lasts.
@@ -160,6 +169,9 @@ type world struct {
 	// revs are the revocations published so far (lateRevocation aims at
 	// the next one).
 	revs []sim.RevocationPublished
+	// held and holding are, per epoch, the providers seen holding the
+	// workload Live, and in any holding state (with CheckpointForgeries).
+	held, holding map[uint64]map[sim.ProviderID]bool
 }
 
 func newWorld(t *rapid.T, proto protocol, fs faultSpace) *world {
@@ -431,6 +443,7 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			w.wait(t)
 		}
 	}
+	w.addCheckpointActions(a)
 	return a
 }
 

@@ -252,7 +252,7 @@ feed:
 }
 
 // uploadTile PUTs one tile to every reachable server and records the verdict
-// in the store. refused reports whether every server answered 401, 402 or
+// in the store, and each server that stored it as a placement. refused reports whether every server answered 401, 402 or
 // 403 (a refusal of the uploader, not of the tile).
 func (u *BlossomUploader) uploadTile(ctx context.Context, t Tile, b *batch) (TileResult, bool) {
 	res := TileResult{TileID: t.ID, SHA256: t.SHA256, Size: t.Size, Verdict: VerdictRejected}
@@ -263,7 +263,7 @@ func (u *BlossomUploader) uploadTile(ctx context.Context, t Tile, b *batch) (Til
 		return res, false
 	}
 	refused := true
-	acks := 0
+	var acked []string // servers that stored the tile and confirmed its hash
 	if sum := sha256.Sum256(content); hex.EncodeToString(sum[:]) != t.SHA256 || int64(len(content)) != t.Size {
 		res.Reason = "local tile content does not match its sha256 or size"
 		refused = false
@@ -292,7 +292,7 @@ func (u *BlossomUploader) uploadTile(ctx context.Context, t Tile, b *batch) (Til
 				continue
 			}
 			if reason == "" {
-				acks++
+				acked = append(acked, srv)
 				b.bytes.Add(t.Size)
 				continue
 			}
@@ -302,6 +302,12 @@ func (u *BlossomUploader) uploadTile(ctx context.Context, t Tile, b *batch) (Til
 			}
 		}
 	}
+	// Every acknowledgement is a placement, whether or not the tile
+	// reaches min_replicas: a checkpoint counts its own servers (Placed).
+	if err := u.store.RecordPlacements(ctx, t.Workload, t.SHA256, acked); err != nil {
+		b.fail(err)
+	}
+	acks := len(acked)
 	if acks >= u.minReplicas {
 		res.Verdict, res.Reason, res.Code = VerdictAccepted, "", http.StatusOK
 		if err := u.store.MarkUploaded(ctx, t.ID); err != nil {

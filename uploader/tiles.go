@@ -10,8 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"strings"
 
 	"provideragent/internal/sqlitedb"
 )
@@ -35,9 +33,11 @@ var (
 	ErrBadManifest = errors.New("bad manifest")
 	// ErrBadTileSize means a tile size is outside [1, MaxTileSize].
 	ErrBadTileSize = errors.New("bad tile size")
-	// ErrTileUnavailable means no server returned a tile with the right hash.
+	// ErrTileUnavailable means no server returned a tile (or a manifest
+	// blob) with the right hash.
 	ErrTileUnavailable = errors.New("tile unavailable")
-	// ErrCorrupt means reassembled data does not match the manifest.
+	// ErrCorrupt means downloaded or reassembled data does not match what
+	// the manifest says (ErrTruncatedTile, ErrHashMismatch wrap it).
 	ErrCorrupt = errors.New("restored data does not match manifest")
 )
 
@@ -232,75 +232,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// Restore downloads every tile of m (GET <server>/<sha256>, trying servers in
-// order), verifies each tile's hash and size, and writes the tiles to out in
-// order. It verifies the whole file's sha256 at the end; on any error out may
-// hold a prefix of the file. A nil client means http.DefaultClient.
-func Restore(ctx context.Context, client *http.Client, m Manifest, servers []string, out io.Writer) error {
-	if err := m.Validate(); err != nil {
-		return fmt.Errorf("restore: %w", err)
-	}
-	if len(servers) == 0 {
-		return errors.New("restore: no servers")
-	}
-	if client == nil {
-		client = http.DefaultClient
-	}
-	whole := sha256.New()
-	for i, t := range m.Tiles {
-		var lastErr error
-		var body []byte
-		for _, srv := range servers {
-			b, err := fetchTile(ctx, client, srv, t)
-			if err == nil {
-				body = b
-				break
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("restore tile %d: %w", i, ctx.Err())
-			}
-			lastErr = err
-		}
-		if body == nil {
-			return fmt.Errorf("restore tile %d (%s): %w: %w", i, t.SHA256, ErrTileUnavailable, lastErr)
-		}
-		whole.Write(body)
-		if _, err := out.Write(body); err != nil {
-			return fmt.Errorf("restore tile %d: write: %w", i, err)
-		}
-	}
-	if got := hex.EncodeToString(whole.Sum(nil)); got != m.SHA256 {
-		return fmt.Errorf("restore: file sha256 %s, manifest says %s: %w", got, m.SHA256, ErrCorrupt)
-	}
-	return nil
-}
-
-func fetchTile(ctx context.Context, client *http.Client, server string, t ManifestTile) ([]byte, error) {
-	url := strings.TrimRight(server, "/") + "/" + t.SHA256
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", url, err)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("get %s: status %d %s", url, resp.StatusCode, truncate(resp.Header.Get("X-Reason"), 200))
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, t.Size+1))
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", url, err)
-	}
-	if int64(len(b)) != t.Size {
-		return nil, fmt.Errorf("get %s: %d bytes, want %d: %w", url, len(b), t.Size, ErrCorrupt)
-	}
-	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != t.SHA256 {
-		return nil, fmt.Errorf("get %s: content hash mismatch: %w", url, ErrCorrupt)
-	}
-	return b, nil
 }

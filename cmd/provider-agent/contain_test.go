@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"provideragent/agent"
-	"provideragent/agent/config"
+	"provideragent/config"
 	"provideragent/internal/sqlitedb"
 )
 

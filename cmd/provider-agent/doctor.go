@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"provideragent/agent/config"
+	"provideragent/config"
 )
 
 func init() {

@@ -15,10 +15,10 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
-	"provideragent/agent/config"
-	"provideragent/agent/relay"
+	"provideragent/backend"
+	"provideragent/config"
 	"provideragent/identity"
+	"provideragent/relay"
 	"provideragent/uploader"
 )
 

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"provideragent/agent/backend"
-	"provideragent/agent/config"
+	"provideragent/backend"
+	"provideragent/config"
 	"provideragent/internal/devblossom"
 	"provideragent/internal/relaytest"
 )

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"provideragent/agent"
-	"provideragent/agent/backend/backendtest"
-	"provideragent/agent/config"
+	"provideragent/backend/backendtest"
+	"provideragent/config"
 	"provideragent/internal/relaytest"
 )
 

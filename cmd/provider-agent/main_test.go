@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"provideragent/agent/backend"
+	"provideragent/backend"
 )
 
 // TestMain lets the process backend re-execute this test binary as a

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
-	"provideragent/agent/backend/backendtest"
+	"provideragent/backend"
+	"provideragent/backend/backendtest"
 	"provideragent/internal/relaytest"
 )
 

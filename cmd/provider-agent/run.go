@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
-	"provideragent/agent/config"
+	"provideragent/backend"
+	"provideragent/config"
 	"provideragent/internal/sdnotify"
 	"provideragent/internal/sqlitedb"
 	"provideragent/uploader"
@@ -115,39 +115,14 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := os.MkdirAll(cfg.Agent.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
-	if err := checkWritable(cfg.Agent.DataDir); err != nil {
-		return fmt.Errorf("data dir %s is not writable (%s): run creates %s, its -wal and -shm files, %s and logs/ there",
-			cfg.Agent.DataDir, pathErrCause(err), config.DBFileName, lockFileName)
-	}
 	// One agent per data dir, for the whole run (released when run returns,
 	// after the workloads were stopped, or by the kernel when it dies).
-	lock, err := lockDataDir(cfg.Agent.DataDir)
+	held, err := holdDataDir(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
-	defer lock.Close()
-	if err := config.CheckDataDirMode(cfg.Agent.DataDir); errors.Is(err, config.ErrDataDirMode) {
-		logger.Warn(err.Error())
-	}
-	// Before anything that can fail: an earlier agent on this data dir that
-	// was killed must not keep its workloads running because this one
-	// cannot open its database or read its key.
-	if _, err := backend.KillLeftovers(cfg.BackendLogDir(), logger); err != nil {
-		return err
-	}
-	if cfg.Backend.Kind == "podman" {
-		if _, err := backend.KillPodmanLeftovers(ctx, cfg.Backend.Podman, cfg.BackendLogDir(), logger); err != nil {
-			return err
-		}
-	}
-	secret, err := config.LoadKeyFile(cfg.KeyFilePath())
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no identity key at %s: create one with 'provider-agent keygen --out %s' (or point agent.key_file / --key-file at yours)",
-			cfg.KeyFilePath(), cfg.KeyFilePath())
-	}
-	if err != nil {
-		return err
-	}
+	defer held.Close()
+	secret := held.secret
 	db, err := sqlitedb.Open(ctx, cfg.DBPath(), sqlitedb.Options{})
 	if err != nil {
 		return diagnoseDB(cfg.DBPath(), err)

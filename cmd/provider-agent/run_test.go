@@ -12,7 +12,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/agent"
-	"provideragent/agent/config"
+	"provideragent/config"
 )
 
 // TestRunRejectsBadConfig: invalid settings stop startup with one line that

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"provideragent/agent"
-	"provideragent/agent/config"
+	"provideragent/config"
 	"provideragent/identity"
 )
 

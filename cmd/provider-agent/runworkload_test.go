@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"provideragent/agent/config"
+	"provideragent/config"
 	"provideragent/internal/relaytest"
 )
 

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
-	"provideragent/agent/config"
+	"provideragent/backend"
+	"provideragent/config"
 )
 
 func init() {

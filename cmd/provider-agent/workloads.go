@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
-	"provideragent/agent/config"
-	"provideragent/agent/relay"
+	"provideragent/backend"
+	"provideragent/config"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/internal/imagespec"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 func init() {

@@ -15,6 +15,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // the "sqlite3" driver, for the lock holder
 
 	"provideragent/agent"
+	"provideragent/internal/cutproxy"
 	"provideragent/internal/relaytest"
 )
 
@@ -118,10 +119,10 @@ func TestWriteLockHeldElsewhereDoesNotDelayTheFence(t *testing.T) {
 		urls = append(urls, r.URL())
 	}
 	// The primary reaches relays 1 and 2 through proxies that the test cuts.
-	var proxies []*agent.Proxy
+	var proxies []*cutproxy.Proxy
 	dial := "\n[lease.dial_addrs]\n"
 	for _, r := range relays[1:] {
-		p, err := agent.NewProxy(r.Addr())
+		p, err := cutproxy.New(r.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}

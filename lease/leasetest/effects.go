@@ -25,6 +25,8 @@ func Effects() []lease.Effect {
 		lease.AttemptRespawn{ID: "w1", Epoch: 1, Attempt: 1},
 		lease.Failed{ID: "w1", Epoch: 1, Reason: "test"},
 		lease.QuorumReport{ID: "w1", Epoch: 1},
+		lease.RestoreCheckpoint{ID: "w1", Epoch: 2, Attempt: 1, Mode: lease.RestoreBestEffort, Timeout: time.Minute},
+		lease.RestoreReport{ID: "w1", Epoch: 2, Phase: lease.RestoreFresh, Reason: "test"},
 	}
 }
 
@@ -38,6 +40,7 @@ type Did struct {
 	Queued     int // outbox rows committed with the step
 	Published  int // events sent directly, not through the outbox
 	ClaimReads int // claim reads requested
+	Restores   int // checkpoint restores requested
 }
 
 // Want is what a driver must do when it performs e alone, with e's
@@ -53,8 +56,11 @@ func Want(e lease.Effect) Did {
 	case lease.Outbox:
 		return Did{Queued: 1}
 	case lease.Feedback:
-		if _, read := e.(lease.ReadClaims); read {
+		switch e.(type) {
+		case lease.ReadClaims:
 			return Did{ClaimReads: 1}
+		case lease.RestoreCheckpoint:
+			return Did{Restores: 1}
 		}
 		return Did{Published: 1}
 	}

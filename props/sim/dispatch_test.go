@@ -32,9 +32,17 @@ func (e *didEnv) Stop(w string) {
 	e.Env.Stop(w)
 }
 
+// At counts a claim read by its timer (timerRead, set for ReadClaims.At,
+// which queries every relay when it fires) and a restore the same way
+// (timerRestore, set for now: it queries every relay for the workload's
+// checkpoint records when it fires), one per request whatever the number
+// of relays.
 func (e *didEnv) At(local time.Time, tag any) {
-	if _, read := tag.(timerRead); read {
+	switch tag.(type) {
+	case timerRead:
 		e.did.ClaimReads++
+	case timerRestore:
+		e.did.Restores++
 	}
 	e.Env.At(local, tag)
 }

@@ -10,4 +10,11 @@
 // configuration and the fault schedule applied to it. A provider's protocol
 // logic plugs in as a Node (the lease machine driven as the agent drives it,
 // or a model of the anchor's rule); invariant checkers run after every event.
+//
+// Durable workloads (a lease with a checkpoint policy): a LeaseNode's copy
+// is a counter that checkpoints to a file on the node's disk and, while its
+// machine holds the workload Live, publishes checkpoint records (read by
+// query, never subscribed to); a new epoch restores through lease's
+// SelectCheckpoints; Sim.Move is the operator's planned move. Nodes keep a
+// CheckpointJournal that CheckpointLineage and MoveLosesNothing read.
 package sim

@@ -338,3 +338,29 @@ func (s *Sim) InjectForged(r RelayID, f ForgedEvent) {
 		s.fanOut(r, ev)
 	}
 }
+
+// ForgedCheckpoint describes a checkpoint record a relay serves that no
+// provider of the world published: Body signed as Author (any ProviderID,
+// also one outside the world: an unknown key), dated At (unix seconds),
+// with a signature that verifies or not. A valid signature by a member is
+// a record the lease's rules must refuse (an epoch its signer never held,
+// a later epoch, another grant's record).
+type ForgedCheckpoint struct {
+	Author ProviderID
+	Body   LeaseCheckpoint
+	At     int64
+	BadSig bool
+}
+
+// InjectCheckpoint makes relay r store f's record (it replaces the
+// author's record of that epoch there when newer, as a relay that stores
+// what it is sent does). Nobody subscribes to records: restorers read it.
+func (s *Sim) InjectCheckpoint(r RelayID, f ForgedCheckpoint) {
+	if !s.relays[r].up {
+		return
+	}
+	ev := &Event{ID: s.newEventID(), Kind: KindCheckpoint, Author: f.Author, CreatedAt: f.At, D: CheckpointD(f.Body.Workload, f.Body.Epoch),
+		Body: f.Body, Forged: f.BadSig, Injected: true, SentAt: s.now}
+	s.Logf("relay R%d serves a forged checkpoint record: %+v", r, f)
+	s.store(r, ev)
+}

@@ -95,3 +95,119 @@ func (s *Sim) storedEpochEvidence(w string, e uint64) int {
 	}
 	return n
 }
+
+// CheckpointLineage returns a checker for the checkpoints workload w's
+// nodes restore (each NoteRestored of a CheckpointJournal): whenever a
+// node restores the state of epoch E from a record of epoch e signed by s,
+//
+//   - the record is no injected event (InjectCheckpoint: no forgery, with
+//     a valid signature or not, is ever restored);
+//   - e < E, or e == E and s is the restorer itself (its own record of
+//     the epoch it restores again after a restart);
+//   - s was seen holding w Live at e: by this checker, which watches every
+//     node's Live after every event, or by the world at the instant s
+//     published the record;
+//   - s held w Live at e at the instant it published the record
+//     (Event.AuthorHeldLive): only the current holder publishes.
+func CheckpointLineage(w string) Checker {
+	read := map[ProviderID]int{} // journal notes read, per provider
+	held := map[ProviderID]map[uint64]bool{}
+	return func(s *Sim) error {
+		for _, p := range s.provs {
+			if !p.up {
+				continue
+			}
+			if e, ok := p.node.Live(w); ok && !held[p.id][e] {
+				if held[p.id] == nil {
+					held[p.id] = map[uint64]bool{}
+				}
+				held[p.id][e] = true
+			}
+		}
+		for _, p := range s.provs {
+			j, ok := p.node.(CheckpointJournal)
+			if !ok {
+				continue
+			}
+			notes := j.CheckpointJournal()
+			from := read[p.id]
+			read[p.id] = len(notes)
+			for _, nt := range notes[from:] {
+				if nt.What != NoteRestored || nt.Workload != w {
+					continue
+				}
+				if err := s.lineageOf(p, nt, held); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+}
+
+func (s *Sim) lineageOf(p *provider, nt CheckpointNote, held map[ProviderID]map[uint64]bool) error {
+	ev := nt.Record
+	b, _ := ev.Body.(LeaseCheckpoint)
+	signer := fmt.Sprintf("P%d", ev.Author)
+	what := fmt.Sprintf("%s restored workload %s at epoch %d from %s's record of epoch %d (seq %d, value %d)",
+		p.name, nt.Workload, nt.Epoch, signer, b.Epoch, b.Seq, b.Value)
+	switch {
+	case ev.Injected || ev.Forged:
+		return fmt.Errorf("%s: the record is a forgery a relay served (bad signature %v)", what, ev.Forged)
+	case b.Epoch > nt.Epoch || (b.Epoch == nt.Epoch && ev.Author != p.id):
+		return fmt.Errorf("%s: a record of a later epoch, or of its own epoch by another provider", what)
+	case !held[ev.Author][b.Epoch] && !ev.AuthorHeldLive:
+		return fmt.Errorf("%s: %s was never seen holding epoch %d Live", what, signer, b.Epoch)
+	case !ev.AuthorHeldLive:
+		return fmt.Errorf("%s: %s did not hold epoch %d Live when it published the record (at %v)", what, signer, b.Epoch, ev.SentAt)
+	}
+	return nil
+}
+
+// MoveLosesNothing returns a checker for workload w's planned moves: after
+// a move handed epoch E over at value v (a NoteMoved of a
+// CheckpointJournal), the first copy any node starts at an epoch above E
+// starts from v exactly (RPO 0), whoever it is (the successor, a later
+// standby, or the mover retaking it). A move the mover's restart aborted
+// (NoteMoveAborted: its handover was never committed, and the copy ran on
+// at E) is no longer checked.
+func MoveLosesNothing(w string) Checker {
+	read := map[ProviderID]int{}
+	var moved *CheckpointNote
+	var mover ProviderID
+	return func(s *Sim) error {
+		var fresh [][]CheckpointNote
+		for _, p := range s.provs {
+			j, ok := p.node.(CheckpointJournal)
+			if !ok {
+				fresh = append(fresh, nil)
+				continue
+			}
+			notes := j.CheckpointJournal()
+			fresh = append(fresh, notes[read[p.id]:])
+			read[p.id] = len(notes)
+			for _, nt := range fresh[p.id] {
+				switch {
+				case nt.Workload != w:
+				case nt.What == NoteMoved:
+					moved, mover = &nt, p.id
+				case nt.What == NoteMoveAborted && moved != nil && mover == p.id && moved.Epoch == nt.Epoch:
+					moved = nil
+				}
+			}
+		}
+		for _, p := range s.provs {
+			for _, nt := range fresh[p.id] {
+				if moved == nil || nt.What != NoteStarted || nt.Workload != w || nt.Epoch <= moved.Epoch {
+					continue
+				}
+				if nt.Value != moved.Value {
+					return fmt.Errorf("%s starts workload %s at epoch %d from value %d; %s's planned move handed epoch %d over at value %d",
+						p.name, w, nt.Epoch, nt.Value, s.provs[mover].name, moved.Epoch, moved.Value)
+				}
+				moved = nil
+			}
+		}
+		return nil
+	}
+}

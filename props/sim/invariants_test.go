@@ -9,9 +9,12 @@ import (
 // fixedNode is a Node whose Live answer the test sets: the checker's tests
 // are about the checker, not about how a machine reaches a state.
 type fixedNode struct {
-	epoch uint64
-	live  bool
+	epoch   uint64
+	live    bool
+	journal []CheckpointNote
 }
+
+func (n *fixedNode) CheckpointJournal() []CheckpointNote { return n.journal }
 
 func (n *fixedNode) Boot(Env, time.Time)                                          {}
 func (n *fixedNode) Tick(Env, time.Time)                                          {}
@@ -141,4 +144,106 @@ func TestSingleWriterClauses(t *testing.T) {
 		w.live(1, 2)
 		w.want(t, "provider 1 enters Live at epoch 2 beside claims that prove nothing above it", "")
 	})
+}
+
+// record is a checkpoint record of w by author at epoch; heldLive is what
+// the world saw when it was published.
+func (w *checkerWorld) record(author ProviderID, epoch uint64, heldLive bool) *Event {
+	return &Event{ID: w.s.newEventID(), Kind: KindCheckpoint, Author: author, D: CheckpointD("w", epoch),
+		Body: LeaseCheckpoint{Workload: "w", Epoch: epoch, Seq: 3, Value: 42}, AuthorHeldLive: heldLive}
+}
+
+// restores journals that provider p restored epoch from rec.
+func (w *checkerWorld) restores(p int, epoch uint64, rec *Event) {
+	b := rec.Body.(LeaseCheckpoint)
+	w.nodes[p].journal = append(w.nodes[p].journal, CheckpointNote{What: NoteRestored, Workload: "w", Epoch: epoch, Value: b.Value, Record: rec})
+}
+
+// Each clause of CheckpointLineage is tripped by a restore that breaks
+// only that clause, after restores that break none.
+func TestCheckpointLineageClauses(t *testing.T) {
+	// lineage is a world in which P0 held epoch 1 and P1 epoch 2 Live
+	// (seen by the checker), and P1 restored epoch 2 from P0's record of
+	// epoch 1 and again from its own record of epoch 2.
+	lineage := func(t *testing.T) *checkerWorld {
+		w := newCheckerWorld(t)
+		w.check = CheckpointLineage("w")
+		w.live(0, 1)
+		w.want(t, "P0 Live at epoch 1", "")
+		w.notLive(0)
+		w.restores(1, 2, w.record(0, 1, true))
+		w.want(t, "P1 restores epoch 2 from P0's record of epoch 1", "")
+		w.live(1, 2)
+		w.want(t, "P1 Live at epoch 2", "")
+		w.restores(1, 2, w.record(1, 2, true))
+		w.want(t, "P1 restores epoch 2 again, from its own record of it", "")
+		w.restores(2, 3, w.record(0, 1, true))
+		w.want(t, "P2 restores epoch 3 from P0's record of epoch 1", "")
+		return w
+	}
+	t.Run("an injected record", func(t *testing.T) {
+		w := lineage(t)
+		rec := w.record(1, 2, true)
+		rec.Injected = true // otherwise a record P1 could have made
+		w.restores(2, 3, rec)
+		w.want(t, "P2 restores a record a relay served", "the record is a forgery a relay served")
+	})
+	t.Run("a record with a bad signature", func(t *testing.T) {
+		w := lineage(t)
+		rec := w.record(1, 2, true)
+		rec.Forged, rec.Injected = true, true
+		w.restores(2, 3, rec)
+		w.want(t, "P2 restores a record whose signature fails", "the record is a forgery a relay served (bad signature true)")
+	})
+	t.Run("a later epoch", func(t *testing.T) {
+		w := lineage(t)
+		w.restores(2, 1, w.record(1, 2, true))
+		w.want(t, "P2 restores epoch 1 from a record of epoch 2", "a record of a later epoch")
+	})
+	t.Run("its own epoch by another provider", func(t *testing.T) {
+		w := lineage(t)
+		w.restores(2, 2, w.record(1, 2, true))
+		w.want(t, "P2 restores epoch 2 from P1's record of epoch 2", "a record of a later epoch, or of its own epoch by another provider")
+	})
+	t.Run("a signer never seen holding the epoch", func(t *testing.T) {
+		w := lineage(t)
+		w.restores(1, 3, w.record(2, 1, false))
+		w.want(t, "P1 restores epoch 3 from P2's record of epoch 1", "P2 was never seen holding epoch 1 Live")
+	})
+	t.Run("a record published while not Live", func(t *testing.T) {
+		w := lineage(t)
+		w.restores(2, 3, w.record(0, 1, false)) // P0 held epoch 1 Live, but not when it published this
+		w.want(t, "P2 restores epoch 3 from a record P0 published while not Live", "P0 did not hold epoch 1 Live when it published the record")
+	})
+}
+
+// MoveLosesNothing trips only on the first start above the moved epoch
+// whose value differs from the move's final value.
+func TestMoveLosesNothingClauses(t *testing.T) {
+	w := newCheckerWorld(t)
+	w.check = MoveLosesNothing("w")
+	note := func(p int, what NoteKind, epoch, value uint64) {
+		w.nodes[p].journal = append(w.nodes[p].journal, CheckpointNote{What: what, Workload: "w", Epoch: epoch, Value: value})
+	}
+	note(0, NoteStarted, 1, 0)
+	w.want(t, "P0 starts epoch 1 from nothing", "")
+	note(0, NoteMoveAborted, 1, 50)
+	note(0, NoteStarted, 1, 50)
+	w.want(t, "an aborted move restarts P0's copy at epoch 1", "")
+	note(0, NoteMoved, 1, 120)
+	w.want(t, "P0 hands epoch 1 over at 120", "")
+	note(1, NoteStarted, 2, 120)
+	w.want(t, "P1 starts epoch 2 from 120", "")
+	note(2, NoteStarted, 3, 7)
+	w.want(t, "P2 starts epoch 3 from 7 with no move pending", "")
+	note(2, NoteMoved, 3, 300)
+	note(2, NoteMoveAborted, 3, 300) // P2 restarted before its handover was committed, and ran on
+	note(1, NoteStarted, 4, 444)
+	w.want(t, "P1 starts epoch 4 from 444 after P2's move of epoch 3 was aborted by a restart", "")
+	note(1, NoteMoved, 4, 500)
+	w.want(t, "P1 hands epoch 4 over at 500", "")
+	note(2, NoteStarted, 4, 0) // a stale start of the moved epoch is not the successor's
+	w.want(t, "a start at the moved epoch itself", "")
+	note(0, NoteStarted, 5, 499)
+	w.want(t, "P0 starts epoch 5 from 499", "P0 starts workload w at epoch 5 from value 499; P1's planned move handed epoch 4 over at value 500")
 }

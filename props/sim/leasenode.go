@@ -29,6 +29,9 @@ type LeaseRevocation struct {
 	Standbys  []string
 	Reason    string
 	QuorumAt  int64 // unix milliseconds, the revoker's clock; 0 unknown
+	// StateURI names the checkpoint the successor should resume from (a
+	// planned move's final record).
+	StateURI string
 }
 
 // LeaseClaim is the body of a promotion claim or withdrawn marker (kind
@@ -103,10 +106,12 @@ type outboxEntry struct {
 
 // leaseDisk is what survives an agent crash: the driver's database (a
 // drivertest.MemStore: workload rows, the machine's metadata, claim times,
-// the subscription cursor) and the outbox's receipts.
+// the subscription cursor), the outbox's receipts, and each durable
+// workload's checkpoint file.
 type leaseDisk struct {
 	store  drivertest.MemStore
 	outbox []outboxEntry
+	files  map[string]*ckptFile
 }
 
 type claimPub struct {
@@ -160,7 +165,11 @@ const fenceRetry = time.Second
 // every claim found), and sends the outbox rows the driver committed (a
 // revocation only once its workload's stop completed, as the agent's fence
 // gate does). Its database is a drivertest.MemStore that survives crashes:
-// what a restart restores is exactly what the driver committed.
+// what a restart restores is exactly what the driver committed. With a
+// checkpoint policy in the grant (checkpoint.go, move.go) it also runs the
+// copy as a counter that checkpoints every CheckpointEvery, publishes
+// records while Live, restores a new epoch's state from the relays, and
+// performs planned moves (Sim.Move).
 //
 // Faults aimed at the driver's seams: ArmCommitFailure (commits refused),
 // ArmCommitStall (each commit waits for the database, stalling the loop,
@@ -202,12 +211,25 @@ type LeaseNode struct {
 	// commit attempt stalls the loop for its wait and fails until
 	// stallUntil; a crash at the next step's commit (crashDown >= 0),
 	// before it (crashBefore) or after it.
-	failUntil   time.Time
-	stallUntil  time.Time
-	crashDown   time.Duration
-	crashArmed  bool
+	failUntil  time.Time
+	stallUntil time.Time
+	crashDown  time.Duration
+	crashArmed bool
+	// crashIf, when set, narrows an armed crash to a commit writing a row
+	// it accepts (tests aim at one step).
+	crashIf     func(lease.WorkloadSnapshot) bool
 	crashBefore bool
 	nextSave    time.Time
+
+	// Durable workloads (checkpoint.go, move.go): the checkpoint cadence;
+	// the copies this node started (the processes: gone with the agent);
+	// restore reads, by query; moves under way, by workload; and the
+	// journal checkers read (kept across crashes).
+	ckptEvery time.Duration
+	copies    map[string]*ckptCopy
+	restores  map[QueryID]*restoreRead
+	moves     map[string]*moveOp
+	journal   []CheckpointNote
 }
 
 // ShardBeats makes the node split every beat over n heartbeat events, the
@@ -256,7 +278,7 @@ func (n *LeaseNode) ArmCrashBeforeCommit(down time.Duration) {
 
 // NewLeaseNode returns provider self's node for spec under cfg.
 func NewLeaseNode(cfg lease.Config, spec lease.Spec, self ProviderID, providers int) *LeaseNode {
-	n := &LeaseNode{cfg: cfg, spec: spec, self: self, key: ProviderKey(self), keys: map[string]ProviderID{}, disk: &leaseDisk{}}
+	n := &LeaseNode{cfg: cfg, spec: spec, self: self, key: ProviderKey(self), keys: map[string]ProviderID{}, disk: &leaseDisk{files: map[string]*ckptFile{}}}
 	for i := 0; i < providers; i++ {
 		n.keys[ProviderKey(ProviderID(i))] = ProviderID(i)
 	}
@@ -310,6 +332,9 @@ func (n *LeaseNode) Boot(env Env, now time.Time) {
 	n.halted = false
 	n.pubs = map[EventID]*claimPub{}
 	n.reads = map[QueryID]*claimRead{}
+	n.copies = map[string]*ckptCopy{}
+	n.restores = map[QueryID]*restoreRead{}
+	n.moves = map[string]*moveOp{}
 	n.nextHB = now
 	n.nextSave = now.Add(SaveEvery)
 	n.now = maxTime(n.now, now)
@@ -321,7 +346,9 @@ func (n *LeaseNode) Boot(env Env, now time.Time) {
 		return
 	}
 	n.d = d
+	n.armCheckpoints(now)
 	n.checkRestored()
+	n.checkMoveLost()
 	if !d.Restored() {
 		s := d.Begin(now)
 		if err := s.Grant(n.spec); err != nil {
@@ -370,12 +397,13 @@ func (n *LeaseNode) commit(s *driver.Step) {
 // survive.
 func (n *LeaseNode) Crash() {
 	n.d, n.pubs, n.reads = nil, nil, nil
+	n.copies, n.restores, n.moves = nil, nil, nil
 	n.failUntil, n.stallUntil, n.crashArmed = time.Time{}, time.Time{}, false
 }
 
 // refuse is the database's answer to a commit attempt (the armed faults).
 func (n *LeaseNode) refuse(b *driver.Batch, wait time.Duration) error {
-	if n.crashArmed && n.crashBefore && len(b.Workloads) > 0 {
+	if n.crashArmed && n.crashBefore && n.crashAt(b) {
 		n.crashArmed = false
 		n.env.Logf("agent crashes after the step's stops, before its commit")
 		n.halt()
@@ -402,7 +430,7 @@ func (n *LeaseNode) wrote(b *driver.Batch) {
 		}
 		n.disk.outbox = append(n.disk.outbox, e)
 	}
-	if n.crashArmed && !n.crashBefore && len(b.Workloads) > 0 {
+	if n.crashArmed && !n.crashBefore && n.crashAt(b) {
 		n.crashArmed = false
 		n.env.Logf("agent crashes after the commit, before the step's deferred effects")
 		n.halt()
@@ -411,6 +439,17 @@ func (n *LeaseNode) wrote(b *driver.Batch) {
 	if len(b.Outbox) > 0 {
 		n.flushOutbox()
 	}
+}
+
+// crashAt reports whether an armed crash strikes at the commit of b: one
+// that writes a workload row (crashIf accepts).
+func (n *LeaseNode) crashAt(b *driver.Batch) bool {
+	for _, w := range b.Workloads {
+		if n.crashIf == nil || n.crashIf(w) {
+			return true
+		}
+	}
+	return false
 }
 
 // halt stops the node handling anything and crashes its agent right after
@@ -587,7 +626,7 @@ func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 		s.Revocation(lease.Revocation{
 			Workload: b.Workload, Signer: author, Epoch: b.Epoch,
 			Successor: b.Successor, Standbys: b.Standbys, Reason: b.Reason, CreatedAt: time.Unix(ev.CreatedAt, 0),
-			QuorumAt: unixMilliOrZero(b.QuorumAt),
+			QuorumAt: unixMilliOrZero(b.QuorumAt), StateURI: b.StateURI,
 		})
 	default:
 		return
@@ -640,6 +679,10 @@ func (n *LeaseNode) PublishResult(env Env, now time.Time, r RelayID, id EventID,
 		}
 		n.pruneOutbox()
 	}
+	if mv := n.moveFor(id); mv != nil {
+		n.movePublished(now, mv, ok)
+		return
+	}
 	p := n.pubs[id]
 	if p == nil || p.reported {
 		return
@@ -660,9 +703,14 @@ func (n *LeaseNode) PublishResult(env Env, now time.Time, r RelayID, id EventID,
 
 // QueryResult implements Node: the claim read's answers; once every relay
 // answered, the claims found and the count of relays read go to the driver
-// in one step.
+// in one step. A restore read's answers go to restoreAnswer.
 func (n *LeaseNode) QueryResult(env Env, now time.Time, r RelayID, q QueryID, evs []*Event, ok bool) {
 	if !n.enter(env, now) {
+		return
+	}
+	if rr := n.restores[q]; rr != nil {
+		delete(n.restores, q)
+		n.restoreAnswer(now, r, rr, evs, ok)
 		return
 	}
 	rd := n.reads[q]
@@ -728,6 +776,18 @@ func (n *LeaseNode) Timer(env Env, now time.Time, tag any) {
 		if t.gen == n.flushGen {
 			n.flushOutbox()
 		}
+	case timerCheckpoint:
+		n.checkpoint(now)
+	case timerRestore:
+		n.queryRestore(now, t.req)
+	case timerRestoreRetry:
+		if !t.rd.completed {
+			n.queryRecords(t.rd, t.r)
+		}
+	case timerMove:
+		if mv := n.moves[t.workload]; mv != nil && mv.rec.ID == t.rec && !mv.done {
+			n.abortMove(mv, fmt.Sprintf("final record accepted by %d relays within %v, fewer than %d", mv.acks, MoveTimeout, n.cfg.M))
+		}
 	}
 }
 
@@ -736,6 +796,7 @@ func (n *LeaseNode) Exited(env Env, now time.Time, w string, epoch uint64) {
 	if !n.enter(env, now) {
 		return
 	}
+	delete(n.copies, w) // it crashed: its file keeps its last checkpoint
 	s := n.d.Begin(now)
 	s.Exited(lease.ProcessExit{Workload: w, Epoch: epoch, Reason: "exit status 1"})
 	n.commit(s)
@@ -814,6 +875,7 @@ func (n *LeaseNode) outboxEvent(at time.Time, e lease.Effect) Event {
 		}
 		return Event{Kind: KindRevocation, CreatedAt: at.Unix(), D: e.ID, Body: LeaseRevocation{
 			Workload: e.ID, Epoch: e.Epoch, Successor: e.Successor, Standbys: e.Standbys, Reason: e.Reason, QuorumAt: q,
+			StateURI: e.StateURI,
 		}}
 	case lease.WithdrawClaim:
 		return Event{Kind: KindClaim, CreatedAt: at.Unix(), D: ClaimD(e.ID), Body: LeaseClaim{
@@ -872,6 +934,8 @@ func (p performer) Record(e lease.Effect) {
 		p.env.Logf("FAILED: %s", e.Reason)
 	case lease.QuorumReport:
 		p.env.Logf("quorum report (lost at %s)", e.LostAt.Format(time.TimeOnly))
+	case lease.RestoreReport:
+		p.env.Logf("restore of epoch %d: %s: %s", e.Epoch, e.Phase, e.Reason)
 	default:
 		p.n.fail(fmt.Errorf("unknown effect %T: %s", e, strings.TrimSpace(e.String())))
 	}
@@ -880,12 +944,21 @@ func (p performer) Record(e lease.Effect) {
 // Start starts the process; the database must already hold the workload
 // at that epoch (a start performed before its step was committed would
 // run a copy a crash forgets).
+// A start during a planned move of the workload is dropped (the agent's
+// actuator drops it: the move restarts the copy if it aborts).
 func (p performer) Start(e lease.StartWorkload) {
 	p.checkPersisted(e.ID, e.Epoch, "start")
-	p.env.Start(e.ID, e.Epoch)
+	if mv := p.n.moves[e.ID]; mv != nil && mv.epoch == e.Epoch {
+		p.env.Logf("start of epoch %d dropped: a move is under way", e.Epoch)
+		return
+	}
+	p.n.startCopy(e.ID, e.Epoch)
 }
 
+// Stop stops the process; a durable copy writes its final checkpoint first
+// (SIGTERM), which is published only while the machine holds it Live.
 func (p performer) Stop(e lease.StopWorkload) {
+	p.n.stopCopy(e.ID)
 	p.env.Stop(e.ID)
 	p.env.Logf("  stop reason: %s", e.Reason)
 }
@@ -895,7 +968,7 @@ func (p performer) Stop(e lease.StopWorkload) {
 func (p performer) Respawn(e lease.AttemptRespawn) {
 	p.checkPersisted(e.ID, e.Epoch, "respawn")
 	p.env.Logf("respawn attempt %d", e.Attempt)
-	p.env.Start(e.ID, e.Epoch)
+	p.n.startCopy(e.ID, e.Epoch)
 	p.env.At(p.now, timerRespawn{workload: e.ID, epoch: e.Epoch, attempt: e.Attempt})
 }
 

@@ -36,6 +36,11 @@ const (
 	KindRevocation
 	// KindClaim is an addressable promotion claim (active or withdrawn).
 	KindClaim
+	// KindCheckpoint is an addressable checkpoint record (kind 38387), one
+	// per (author, workload, epoch) (CheckpointD): relays keep the newest.
+	// No node subscribes to it: records are read by query when a new epoch
+	// restores its state.
+	KindCheckpoint
 )
 
 func (k Kind) String() string {
@@ -46,6 +51,8 @@ func (k Kind) String() string {
 		return "revocation"
 	case KindClaim:
 		return "claim"
+	case KindCheckpoint:
+		return "checkpoint"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -69,6 +76,10 @@ type Event struct {
 	// made (InjectForged), signature valid or not: never evidence that an
 	// epoch was held.
 	Injected bool
+	// AuthorHeldLive is, for a checkpoint record, whether its author's
+	// node held the record's workload Live at the record's epoch at the
+	// instant it published it (the world looked; nodes never read it).
+	AuthorHeldLive bool
 }
 
 // Config sizes the simulated world and its healthy-network behaviour.
@@ -740,7 +751,7 @@ func (s *Sim) syncSubscription(p ProviderID, r RelayID) {
 	evs := s.Stored(r)
 	since := s.provs[p].node.Since()
 	for _, ev := range evs {
-		if ev.Kind != KindHeartbeat && ev.CreatedAt < since {
+		if !subscribed(ev.Kind) || (ev.Kind != KindHeartbeat && ev.CreatedAt < since) {
 			continue
 		}
 		s.sendDown(p, r, ev.Author, func(pr *provider, inc uint64) {
@@ -849,8 +860,17 @@ func (s *Sim) publish(p *provider, ev Event, to []RelayID) EventID {
 	ev.ID = s.newEventID()
 	ev.Author = p.id
 	ev.SentAt = s.now
+	if b, ok := ev.Body.(LeaseCheckpoint); ok {
+		e, live := p.node.Live(b.Workload)
+		ev.AuthorHeldLive = live && e == b.Epoch
+	}
 	return s.send(p, &ev, to)
 }
+
+// subscribed reports whether the nodes' subscriptions match events of
+// kind k: a relay fans out and catches up only those. Checkpoint records
+// are read by query (the agent subscribes to no kind 38387).
+func subscribed(k Kind) bool { return k != KindCheckpoint }
 
 func (s *Sim) send(p *provider, e *Event, to []RelayID) EventID {
 	if to == nil {
@@ -873,7 +893,7 @@ func (s *Sim) send(p *provider, e *Event, to []RelayID) EventID {
 			stored := s.store(r, e)
 			// OK back to the publisher, then fan-out to subscribers.
 			s.sendDown(p.id, r, -1, func(*provider, uint64) { result(true) }, false)
-			if stored {
+			if stored && subscribed(e.Kind) {
 				s.fanOut(r, e)
 			}
 		}, true)

@@ -1,0 +1,108 @@
+package lease
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// CheckpointCandidate is a checkpoint record (kind 38387) a restorer found
+// on the relays, after its signature and encoding were checked: the
+// fields the lease rules judge. Ref is the driver's own (the decoded
+// record), carried through untouched.
+type CheckpointCandidate struct {
+	EventID   string
+	Signer    string
+	Workload  string
+	Epoch     uint64
+	Seq       uint64
+	CreatedAt time.Time
+	// GrantAt is the created_at of the lease grant the record says it
+	// belongs to.
+	GrantAt time.Time
+	Ref     any
+}
+
+// Why a checkpoint record is refused (CheckpointRefusal.Reason); also the
+// label values of the agent's refusal metric. The restorer adds the ones
+// it finds while fetching (hash_mismatch, truncated_tile, bad_manifest).
+const (
+	RefuseOtherWorkload       = "other_workload"
+	RefuseOtherGrant          = "other_grant"
+	RefuseLaterEpoch          = "later_epoch"
+	RefuseUnknownHolder       = "unknown_holder"
+	RefuseWrongSigner         = "wrong_signer"
+	RefuseAfterSuccessorStart = "after_successor_start"
+)
+
+// CheckpointRefusal is a record SelectCheckpoints refused, and why.
+type CheckpointRefusal struct {
+	EventID string
+	Reason  string
+	Detail  string
+}
+
+// SelectCheckpoints applies the lease's rules to the checkpoint records a
+// restorer found for req and returns the usable ones, newest first (epoch,
+// then seq, then created_at), and the refused ones with their reason. A
+// record is usable only when:
+//
+//   - it is of req's workload and its grant (GrantAt equal to req.GrantAt
+//     to the second: records stay on relays across re-grants, whose
+//     epochs start again);
+//   - its epoch is below req.Epoch, or is req.Epoch and signed by self (a
+//     restorer's own base record, after a restart): nobody restores a
+//     checkpoint of an epoch later than its claim's predecessor;
+//   - its signer held that epoch, as this provider knows from req.Holders
+//     (an epoch whose holder it never learned is refused: unknown_holder);
+//   - it was made before the next epoch began (created_at at most MaxSkew
+//     after the From of the holder of epoch+1 in req.Holders): a record of
+//     epoch e published after epoch e+1 started comes from a holder that
+//     was fenced by then, and is ignored.
+func SelectCheckpoints(req RestoreCheckpoint, self string, maxSkew time.Duration, cands []CheckpointCandidate) (usable []CheckpointCandidate, refused []CheckpointRefusal) {
+	holder := func(e uint64) (EpochHolder, bool) {
+		for _, h := range req.Holders {
+			if h.Epoch == e {
+				return h, true
+			}
+		}
+		return EpochHolder{}, false
+	}
+	refuse := func(c CheckpointCandidate, reason, format string, args ...any) {
+		refused = append(refused, CheckpointRefusal{EventID: c.EventID, Reason: reason, Detail: fmt.Sprintf(format, args...)})
+	}
+	for _, c := range cands {
+		switch {
+		case c.Workload != req.ID:
+			refuse(c, RefuseOtherWorkload, "record of workload %q", c.Workload)
+			continue
+		case c.GrantAt.Unix() != req.GrantAt.Unix():
+			refuse(c, RefuseOtherGrant, "record of the grant made at %s, this lease was granted at %s",
+				c.GrantAt.UTC().Format(time.RFC3339), req.GrantAt.UTC().Format(time.RFC3339))
+			continue
+		case c.Epoch > req.Epoch || (c.Epoch == req.Epoch && c.Signer != self):
+			refuse(c, RefuseLaterEpoch, "record of epoch %d by %s, restoring for epoch %d", c.Epoch, short(c.Signer), req.Epoch)
+			continue
+		}
+		h, ok := holder(c.Epoch)
+		if !ok {
+			refuse(c, RefuseUnknownHolder, "who held epoch %d is not known here", c.Epoch)
+			continue
+		}
+		if h.Holder != c.Signer {
+			refuse(c, RefuseWrongSigner, "signed by %s, epoch %d was held by %s", short(c.Signer), c.Epoch, short(h.Holder))
+			continue
+		}
+		if next, ok := holder(c.Epoch + 1); ok && c.Epoch < req.Epoch && c.CreatedAt.After(next.From.Add(maxSkew)) {
+			refuse(c, RefuseAfterSuccessorStart, "made at %s, after epoch %d began at %s",
+				c.CreatedAt.UTC().Format(time.RFC3339), c.Epoch+1, next.From.UTC().Format(time.RFC3339))
+			continue
+		}
+		usable = append(usable, c)
+	}
+	slices.SortStableFunc(usable, func(a, b CheckpointCandidate) int {
+		return -cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.Seq, b.Seq), a.CreatedAt.Compare(b.CreatedAt))
+	})
+	return usable, refused
+}

@@ -1,0 +1,290 @@
+package lease
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// durableSpec is warmSpec with a checkpoint policy.
+func durableSpec(mode RestoreMode, primary string, standbys ...string) Spec {
+	sp := warmSpec("w1", primary, standbys...)
+	sp.Checkpoint = &CheckpointPolicy{Servers: []string{"https://b1.test"}, Restore: mode, RestoreTimeout: 20 * time.Second}
+	return sp
+}
+
+// restoreOf returns the RestoreCheckpoint in effs (failing when none).
+func restoreOf(t *testing.T, effs []Effect) RestoreCheckpoint {
+	t.Helper()
+	for _, e := range effs {
+		if r, ok := e.(RestoreCheckpoint); ok {
+			return r
+		}
+	}
+	t.Fatalf("effects %v: want a RestoreCheckpoint", render(effs))
+	return RestoreCheckpoint{}
+}
+
+// A primary whose grant has a checkpoint policy restores before it starts,
+// and becomes Live only once started, even with quorum before that.
+func TestGrantRestoresBeforeStart(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	sp := durableSpec(RestoreBestEffort, "alice", "bob")
+	sp.StateURI = "blossom:seed.json"
+	effs := h.track(0, sp)
+	h.wantEffects("Track", effs, "entered w1 (new) -> provisioning epoch=1",
+		"restore w1 epoch=1 attempt=1 mode=best-effort timeout=20s")
+	r := restoreOf(t, effs)
+	if r.Seed != "blossom:seed.json" || r.Hint != "" || !r.GrantAt.Equal(sp.CreatedAt) || len(r.Holders) != 1 ||
+		r.Holders[0] != (EpochHolder{Epoch: 1, Holder: key("alice"), From: at(0)}) {
+		t.Fatalf("RestoreCheckpoint = %+v, want seed, grant time and alice as holder of epoch 1", r)
+	}
+	h.beat("alice", 1*s, 10*s, 1*s, []WorkloadEpoch{{"w1", 1}})
+	h.wantState("w1", StateProvisioning) // quorum, but nothing started yet
+	h.wantEffects("Restored(stale attempt)", h.m.Restored(at(11*s), RestoreResult{Workload: "w1", Epoch: 1, Attempt: 2, OK: true}))
+	effs = h.m.Restored(at(11*s), RestoreResult{Workload: "w1", Epoch: 1, Attempt: 1, OK: true, From: "record e1"})
+	h.wantEffects("Restored(OK)", effs, `restore-report w1 epoch=1 phase=restored reason="restored record e1"`, "start w1 epoch=1")
+	h.wantEffects("Restored(again)", h.m.Restored(at(11*s), RestoreResult{Workload: "w1", Epoch: 1, Attempt: 1, OK: true}))
+	h.wantEffects("Tick", h.tick(12*s), "entered w1 provisioning -> live epoch=1")
+}
+
+// Nothing ever published starts the workload from nothing in either mode;
+// a failed attempt does so under best-effort only.
+func TestRestoreOutcomes(t *testing.T) {
+	for _, tt := range []struct {
+		mode   RestoreMode
+		result RestoreResult
+		want   []string
+	}{
+		{RestoreRequired, RestoreResult{Fresh: true, Reason: "no checkpoint was ever published"},
+			[]string{`restore-report w1 epoch=1 phase=fresh reason="no checkpoint was ever published"`, "start w1 epoch=1"}},
+		{RestoreBestEffort, RestoreResult{Reason: "no server reachable"},
+			[]string{`restore-report w1 epoch=1 phase=fresh reason="started without a checkpoint (best-effort): no server reachable"`, "start w1 epoch=1"}},
+		{RestoreRequired, RestoreResult{Reason: "no server reachable"},
+			[]string{`restore-report w1 epoch=1 phase=waiting reason="restore required: attempt 1 failed, next at +15s: no server reachable"`}},
+	} {
+		h := newHarness(t, "alice", nil)
+		h.track(0, durableSpec(tt.mode, "alice", "bob"))
+		r := tt.result
+		r.Workload, r.Epoch, r.Attempt = "w1", 1, 1
+		h.wantEffects(string(tt.mode)+" "+r.Reason, h.m.Restored(at(5*s), r), tt.want...)
+	}
+}
+
+// Under required a failed or unanswered attempt is retried after half a
+// RestoreTimeout; the workload stays Provisioning (holding its epoch, in
+// its heartbeats) until ProvisionTimeout, then fails with the reason and
+// hands over to the next standby.
+func TestRequiredRestoreRetriesUntilProvisionTimeout(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	h.track(0, durableSpec(RestoreRequired, "alice", "bob"))
+	h.beat("alice", 1*s, 19*s, 1*s, []WorkloadEpoch{{"w1", 1}})
+	// No answer within the 20 s timeout: a failure; next attempt 10 s on.
+	effs := h.hb(20*s, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+	effs = append(effs, h.tick(20*s)...)
+	h.wantEffects("Tick(timeout)", effs, `restore-report w1 epoch=1 phase=waiting reason="restore required: attempt 1 failed, next at +30s: no answer within restore_timeout 20s"`)
+	h.wantEffects("Tick(waiting)", h.tick(29*s))
+	effs = h.tick(30 * s)
+	h.wantEffects("Tick(retry)", effs, "restore w1 epoch=1 attempt=2 mode=required timeout=20s")
+	if held := h.m.Held(nil); len(held) != 1 {
+		t.Fatalf("Held while restoring = %v, want w1 (it holds its epoch)", held)
+	}
+	cfg := h.m.Config()
+	h.beat("alice", 31*s, cfg.ProvisionTimeout-s, 10*s, []WorkloadEpoch{{"w1", 1}})
+	effs = h.tick(cfg.ProvisionTimeout)
+	if !hasEffect[Failed](effs) || !hasEffect[PublishRevocation](effs) || h.state("w1") != StateFailed {
+		t.Fatalf("Tick(provision timeout) = %v, want failed and revoked", render(effs))
+	}
+	for _, e := range effs {
+		if f, ok := e.(Failed); ok && !strings.Contains(f.Reason, "restore required: no checkpoint restored within provision_timeout") {
+			t.Fatalf("Failed reason = %q, want it to say the restore did not succeed", f.Reason)
+		}
+	}
+}
+
+// A standby's won claim restores from the revocation's state_uri and the
+// epochs it knows the holders of, then announces; the start waits.
+func TestWonClaimRestores(t *testing.T) {
+	h := newHarness(t, "bob", nil)
+	h.track(0, durableSpec(RestoreBestEffort, "alice", "bob", "carol"))
+	h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"),
+		QuorumAt: at(100 * s), StateURI: "blossom:final.json"})
+	effs := claimStep(h, 101*s, 2)
+	h.wantEffects("claim step", effs, "read-claims w1 epoch=2 at=+1m51s", "entered w1 promoting -> provisioning epoch=2",
+		"restore w1 epoch=2 attempt=1 mode=best-effort timeout=20s", "announce w1 epoch=2")
+	r := restoreOf(t, effs)
+	want := []EpochHolder{{1, key("alice"), at(0)}, {2, key("bob"), at(100 * s)}}
+	if r.Hint != "blossom:final.json" || len(r.Holders) != 2 || r.Holders[0] != want[0] || r.Holders[1] != want[1] {
+		t.Fatalf("RestoreCheckpoint = %+v, want hint blossom:final.json and holders %v", r, want)
+	}
+	h.wantEffects("Restored", h.m.Restored(at(115*s), RestoreResult{Workload: "w1", Epoch: 2, Attempt: 1, OK: true, From: "x"}),
+		`restore-report w1 epoch=2 phase=restored reason="restored x"`, "start w1 epoch=2")
+}
+
+// A fence while restoring stops at once; the restore's late report is
+// refused, and nothing starts.
+func TestFenceWhileRestoring(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	h.track(0, durableSpec(RestoreRequired, "alice", "bob"))
+	effs := h.m.ObserveClaim(at(5*s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true})
+	h.wantEffects("ObserveClaim(epoch 2)", effs, "entered w1 provisioning -> fenced epoch=1", `stop w1 epoch=1 reason="epoch 2 claimed by bob"`)
+	h.wantEffects("Restored(late)", h.m.Restored(at(6*s), RestoreResult{Workload: "w1", Epoch: 1, Attempt: 1, OK: true}))
+	w, _ := h.m.Workload("w1")
+	if w.Restore != RestoreNone {
+		t.Fatalf("restore phase after the fence = %q, want none", w.Restore)
+	}
+}
+
+// Across a restart a restore in progress is asked again once M relays
+// synced (not before), and after a held commit through Outstanding.
+func TestRestoreAcrossRestart(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	h.track(0, durableSpec(RestoreRequired, "alice", "bob"))
+	effs := restoreJSON(t, h, 5*s)
+	if hasEffect[RestoreCheckpoint](effs) || hasEffect[StartWorkload](effs) || len(h.m.Outstanding()) != 0 {
+		t.Fatalf("Restore() = %v, Outstanding = %v: want no restore before relay sync", render(effs), render(h.m.Outstanding()))
+	}
+	h.m.RelaySynced(at(6*s), "wss://r1.test")
+	effs = h.m.RelaySynced(at(6*s), "wss://r2.test")
+	h.wantEffects("RelaySynced(M)", effs, "restore w1 epoch=1 attempt=2 mode=required timeout=20s")
+	h.wantEffects("Outstanding", h.m.Outstanding(), "restore w1 epoch=1 attempt=2 mode=required timeout=20s")
+	h.wantEffects("AfterHeld(held restore)", h.m.AfterHeld(effs), "restore w1 epoch=1 attempt=2 mode=required timeout=20s")
+	h.wantEffects("Restored(attempt 1)", h.m.Restored(at(7*s), RestoreResult{Workload: "w1", Epoch: 1, Attempt: 1, OK: true}))
+	h.wantEffects("Restored(attempt 2)", h.m.Restored(at(7*s), RestoreResult{Workload: "w1", Epoch: 1, Attempt: 2, OK: true, From: "r"}),
+		`restore-report w1 epoch=1 phase=restored reason="restored r"`, "start w1 epoch=1")
+	// Restored, then restarted before quorum: started again, not restored.
+	effs = restoreJSON(t, h, 8*s)
+	h.m.RelaySynced(at(9*s), "wss://r1.test")
+	h.wantEffects("RelaySynced after the restore", h.m.RelaySynced(at(9*s), "wss://r2.test"), "start w1 epoch=1")
+}
+
+// A planned handover: only from Live or Suspect at the epoch, to a member
+// standing by; stop, then a revocation carrying the final checkpoint.
+func TestHandOver(t *testing.T) {
+	h := liveAlice(t, warmSpec("w1", "alice", "bob", "carol"), 100*s, nil)
+	h.hb(100*s, "carol", all3, []WorkloadEpoch{})
+	for _, bad := range []Handover{
+		{Workload: "nope", Epoch: 1},
+		{Workload: "w1", Epoch: 2},
+		{Workload: "w1", Epoch: 1, Successor: key("dave")},
+		{Workload: "w1", Epoch: 1, Successor: key("alice")},
+	} {
+		if _, err := h.m.HandOver(at(101*s), bad); !errors.Is(err, ErrCannotHandOver) {
+			t.Errorf("HandOver(%+v) = %v, want ErrCannotHandOver", bad, err)
+		}
+	}
+	effs, err := h.m.HandOver(at(101*s), Handover{Workload: "w1", Epoch: 1, StateURI: "blossom:final.json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.wantEffects("HandOver", effs, "entered w1 live -> evicted epoch=1", `stop w1 epoch=1 reason="planned handover"`,
+		`revoke w1 epoch=1 successor=carol standbys=[bob,carol] quorum_at=+1m0s reason="planned handover"`)
+	if r := effs[2].(PublishRevocation); r.StateURI != "blossom:final.json" {
+		t.Fatalf("revocation StateURI = %q, want the final checkpoint", r.StateURI)
+	}
+	if _, err := h.m.HandOver(at(102*s), Handover{Workload: "w1", Epoch: 1}); !errors.Is(err, ErrCannotHandOver) {
+		t.Fatalf("second HandOver = %v, want ErrCannotHandOver (evicted)", err)
+	}
+}
+
+// While draining a node starts no claim step: no takeover, no claim on a
+// revocation naming it, no retake; it keeps running what it holds.
+func TestDrainingStartsNoClaim(t *testing.T) {
+	h := newHarness(t, "bob", nil)
+	h.track(0, warmSpec("w1", "alice", "bob"))
+	h.m.SetDraining(at(0), true)
+	effs := h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(100 * s)})
+	h.wantEffects("ObserveRevocation(draining)", effs)
+	cfg := h.m.Config()
+	effs = h.beat("bob", 1*s, cfg.TakeoverAfter+200*s, 30*s, []WorkloadEpoch{})
+	if hasEffect[PublishClaim](effs) {
+		t.Fatalf("draining standby claimed: %v", render(effs))
+	}
+	snap := roundTrip(t, h.m.Snapshot())
+	if !snap.Draining {
+		t.Fatalf("Snapshot().Draining = false while draining")
+	}
+	h.m.SetDraining(at(cfg.TakeoverAfter+201*s), false)
+	effs = h.beat("bob", cfg.TakeoverAfter+210*s, cfg.TakeoverAfter+240*s, 30*s, []WorkloadEpoch{})
+	if !hasEffect[PublishClaim](effs) {
+		t.Fatalf("after the drain ended: %v, want the takeover's claim", render(effs))
+	}
+}
+
+func TestSelectCheckpoints(t *testing.T) {
+	granted := at(0)
+	req := RestoreCheckpoint{ID: "w1", Epoch: 3, GrantAt: granted, Holders: []EpochHolder{
+		{1, key("alice"), at(0)}, {2, key("bob"), at(1000 * s)}, {3, key("carol"), at(2000 * s)},
+	}}
+	c := func(id, signer string, epoch, seq uint64, created time.Duration) CheckpointCandidate {
+		return CheckpointCandidate{EventID: id, Signer: key(signer), Workload: "w1", Epoch: epoch, Seq: seq, CreatedAt: at(created), GrantAt: granted}
+	}
+	other := c("other", "bob", 2, 9, 1500*s)
+	other.Workload = "w2"
+	regrant := c("regrant", "bob", 2, 9, 1500*s)
+	regrant.GrantAt = at(-time.Hour)
+	cands := []CheckpointCandidate{
+		c("a1", "alice", 1, 5, 900*s),
+		c("a-late", "alice", 1, 6, 1000*s+2*time.Minute), // after epoch 2 began (max_skew 30 s)
+		c("a-skew", "alice", 1, 7, 1000*s+20*s),          // within max_skew of it
+		c("b1", "bob", 2, 1, 1100*s),
+		c("b2", "bob", 2, 2, 1200*s),
+		c("b-forged", "alice", 2, 3, 1300*s), // alice never held epoch 2
+		c("b-late", "bob", 2, 4, 2100*s),     // after epoch 3 began
+		c("z0", "zed", 0, 1, 10*s),           // who held epoch 0 is unknown
+		c("c-own", "carol", 3, 0, 2001*s),    // the restorer's own base record
+		c("c-other", "bob", 3, 1, 2002*s),    // epoch 3 by someone else
+		c("d", "dave", 4, 1, 3000*s),
+		other, regrant,
+	}
+	usable, refused := SelectCheckpoints(req, key("carol"), 30*s, cands)
+	var got []string
+	for _, u := range usable {
+		got = append(got, u.EventID)
+	}
+	if want := "c-own b2 b1 a-skew a1"; strings.Join(got, " ") != want {
+		t.Errorf("usable = %v, want %s", got, want)
+	}
+	wantRefused := map[string]string{
+		"a-late": RefuseAfterSuccessorStart, "b-forged": RefuseWrongSigner, "b-late": RefuseAfterSuccessorStart,
+		"z0": RefuseUnknownHolder, "c-other": RefuseLaterEpoch, "d": RefuseLaterEpoch,
+		"other": RefuseOtherWorkload, "regrant": RefuseOtherGrant,
+	}
+	for _, r := range refused {
+		if wantRefused[r.EventID] != r.Reason {
+			t.Errorf("refused %s as %s (%s), want %q", r.EventID, r.Reason, r.Detail, wantRefused[r.EventID])
+		}
+		delete(wantRefused, r.EventID)
+	}
+	for id, reason := range wantRefused {
+		t.Errorf("%s not refused, want %s", id, reason)
+	}
+}
+
+func TestCheckpointPolicyValidate(t *testing.T) {
+	for _, tt := range []struct {
+		p    CheckpointPolicy
+		want string
+	}{
+		{CheckpointPolicy{}, ""},
+		{CheckpointPolicy{Servers: []string{"https://a.test", "http://b.test:3000"}, MinServers: 2, Restore: RestoreRequired, RestoreTimeout: time.Minute}, ""},
+		{CheckpointPolicy{Servers: []string{"ftp://a.test"}}, `checkpoint: servers[0] "ftp://a.test", want an http(s) base URL`},
+		{CheckpointPolicy{Servers: []string{"https://a.test", "https://a.test"}}, `checkpoint: servers[1] "https://a.test" listed twice`},
+		{CheckpointPolicy{Servers: []string{"https://a.test"}, MinServers: 2}, "checkpoint.min_servers = 2"},
+		{CheckpointPolicy{MinServers: -1}, "checkpoint.min_servers = -1"},
+		{CheckpointPolicy{Restore: "maybe"}, `checkpoint.restore = "maybe"`},
+		{CheckpointPolicy{RestoreTimeout: time.Millisecond}, "checkpoint.restore_timeout = 1ms"},
+		{CheckpointPolicy{Servers: make([]string, 17)}, "checkpoint: 17 servers, want 0 to 16"},
+	} {
+		err := tt.p.Validate()
+		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("Validate(%+v) = %v, want %q", tt.p, err, tt.want)
+		}
+	}
+	sp := durableSpec(RestoreRequired, "alice", "bob")
+	sp.Checkpoint.Restore = "sometimes"
+	if err := sp.Validate(); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("Spec.Validate(bad checkpoint) = %v, want ErrInvalidSpec", err)
+	}
+}

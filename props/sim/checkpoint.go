@@ -1,0 +1,421 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"provideragent/lease"
+)
+
+// LeaseCheckpoint is the body of a checkpoint record (kind 38387 under
+// CheckpointD): the value of a workload's counter at one checkpoint of an
+// epoch, published by that epoch's holder once the (simulated) blobs are
+// stored. GrantAt is the grant's created_at (unix seconds): records stay on
+// relays across re-grants. Final marks the record a planned move publishes
+// after the copy stopped: its exact last value.
+type LeaseCheckpoint struct {
+	Workload string
+	Epoch    uint64
+	Seq      uint64
+	Value    uint64
+	GrantAt  int64
+	Final    bool
+}
+
+// CheckpointD is the d tag of a workload's checkpoint records at an epoch
+// (the agent's provider-agent:checkpoint:v1:<workload>:<epoch>): relays keep
+// the newest record per author, workload and epoch.
+func CheckpointD(workload string, epoch uint64) string {
+	return fmt.Sprintf("checkpoint:%s:%d", workload, epoch)
+}
+
+// DurableLeaseSpec is LeaseSpec with checkpoint policy p: every epoch that
+// begins restores the newest usable checkpoint first.
+func DurableLeaseSpec(cfg lease.Config, id string, k int, p lease.CheckpointPolicy) lease.Spec {
+	s := LeaseSpec(cfg, id, k)
+	s.Checkpoint = &p
+	return s
+}
+
+// MoveTimeout bounds a planned move (Sim.Move) from the stop to M relays
+// accepting its final record (the agent's checkpoint.move_timeout).
+const MoveTimeout = 60 * time.Second
+
+// NoteKind says what a CheckpointNote records.
+type NoteKind int
+
+const (
+	// NoteRestored: a restore placed Record's value as the state of Epoch
+	// (the checkpoint file of the new epoch).
+	NoteRestored NoteKind = iota + 1
+	// NoteStarted: a copy started at Epoch from Value (its base).
+	NoteStarted
+	// NoteMoved: a planned move handed Epoch over (HandOver accepted it)
+	// after M relays accepted its final Record of Value.
+	NoteMoved
+	// NoteMoveAborted: a planned move stopped the copy and then gave up
+	// (Detail says why); the copy was restarted when the machine still held
+	// the workload.
+	NoteMoveAborted
+)
+
+func (k NoteKind) String() string {
+	switch k {
+	case NoteRestored:
+		return "restored"
+	case NoteStarted:
+		return "started"
+	case NoteMoved:
+		return "moved"
+	case NoteMoveAborted:
+		return "move aborted"
+	}
+	return fmt.Sprintf("note(%d)", int(k))
+}
+
+// CheckpointNote is one thing a node did with a workload's state, kept for
+// checkers (CheckpointJournal).
+type CheckpointNote struct {
+	What     NoteKind
+	Workload string
+	Epoch    uint64
+	Value    uint64
+	Record   *Event
+	Detail   string
+}
+
+// CheckpointJournal is what a Node tells checkers about the workload
+// state it restored, started from and handed over (LeaseNode does). The
+// journal only grows, and survives the node's crashes: it is an observer's
+// log, not the agent's memory.
+type CheckpointJournal interface {
+	CheckpointJournal() []CheckpointNote
+}
+
+// ckptFile is a workload's checkpoint file on the node's disk (the
+// checkpoint of its epoch's directory, design §1 and §4.5) and what was
+// published of it: it survives the agent's and the node's crashes. The
+// workload writes it at every checkpoint and when stopped (SIGTERM); a
+// restore places the restored value in it; a copy started at Epoch (a
+// respawn, a restart of the agent, an aborted move) resumes from it.
+type ckptFile struct {
+	Epoch, Seq, Value uint64
+	// PubSeq is the Seq last published at Epoch; PubAt its created_at
+	// (records of one epoch have strictly rising created_at, as relays
+	// keep the newest per d tag).
+	PubSeq uint64
+	PubAt  int64
+}
+
+// ckptCopy is a running copy of a workload this node started: a counter
+// that adds one per second it runs (on the node's clock) to the value it
+// started from. A stop (SIGTERM) freezes it: the workload writes its final
+// checkpoint and counts no more while it exits.
+type ckptCopy struct {
+	epoch   uint64
+	base    uint64
+	from    time.Time
+	stopped bool
+	final   uint64
+}
+
+func (c *ckptCopy) value(now time.Time) uint64 {
+	if c.stopped {
+		return c.final
+	}
+	if d := now.Sub(c.from); d > 0 {
+		return c.base + uint64(d/time.Second)
+	}
+	return c.base
+}
+
+// restoreRead is one restore attempt's query of every relay. A relay whose
+// query fails (not connected, no answer) is asked again every
+// restoreRetry until the read's deadline, as the agent's relay pool waits
+// for a connection within its query timeout.
+type restoreRead struct {
+	req       lease.RestoreCheckpoint
+	deadline  time.Time
+	answered  int
+	read      int
+	evs       []*Event
+	seen      map[EventID]bool
+	completed bool
+}
+
+// moveOp is a planned move under way (volatile: the agent's move goroutine
+// dies with it; a restarted machine starts the copy again from the file).
+type moveOp struct {
+	workload string
+	epoch    uint64
+	value    uint64
+	rec      *Event
+	acks     int
+	answered int
+	done     bool
+}
+
+type timerCheckpoint struct{}
+type timerRestore struct{ req lease.RestoreCheckpoint }
+type timerRestoreRetry struct {
+	rd *restoreRead
+	r  RelayID
+}
+
+// restoreReadTimeout bounds a restore attempt's read of the relays; a
+// relay whose query failed is asked again every restoreRetry until then.
+const (
+	restoreReadTimeout = 10 * time.Second
+	restoreRetry       = time.Second
+)
+
+type timerMove struct {
+	workload string
+	rec      EventID
+}
+
+// CheckpointEvery makes the node checkpoint every copy it started of a
+// workload whose lease has a checkpoint policy every d (0: never): the
+// copy writes its value to the checkpoint file and, while the machine
+// holds the workload Live at the copy's epoch, the node publishes it as a
+// record to every relay. Set it before the world boots.
+func (n *LeaseNode) CheckpointEvery(d time.Duration) { n.ckptEvery = d }
+
+// CheckpointJournal implements CheckpointJournal.
+func (n *LeaseNode) CheckpointJournal() []CheckpointNote { return n.journal }
+
+// durable reports whether the node's lease has a checkpoint policy.
+func (n *LeaseNode) durable() bool { return n.spec.Checkpoint != nil }
+
+func (n *LeaseNode) note(c CheckpointNote) { n.journal = append(n.journal, c) }
+
+// armCheckpoints sets the next checkpoint timer.
+func (n *LeaseNode) armCheckpoints(now time.Time) {
+	if n.durable() && n.ckptEvery > 0 {
+		n.env.At(now.Add(n.ckptEvery), timerCheckpoint{})
+	}
+}
+
+// startCopy starts workload w at epoch from the checkpoint file of that
+// epoch (0 without one): the process a StartWorkload, AttemptRespawn or an
+// aborted move starts. A copy already running at epoch is left as it is
+// (starts are idempotent).
+func (n *LeaseNode) startCopy(w string, epoch uint64) {
+	env := n.env
+	if !n.durable() {
+		env.Start(w, epoch)
+		return
+	}
+	if c := n.copies[w]; c != nil && c.epoch == epoch && !c.stopped {
+		if e, ok := env.Running(w); ok && e == epoch {
+			return
+		}
+	}
+	var base uint64
+	if f := n.disk.files[w]; f != nil && f.Epoch == epoch {
+		base = f.Value
+	}
+	n.copies[w] = &ckptCopy{epoch: epoch, base: base, from: n.now}
+	n.note(CheckpointNote{What: NoteStarted, Workload: w, Epoch: epoch, Value: base})
+	env.Logf("copy of %s starts at epoch %d from value %d", w, epoch, base)
+	env.Start(w, epoch)
+}
+
+// stopCopy sends the copy SIGTERM: it writes its final checkpoint to the
+// file and counts no more. It returns the copy's final value (ok false when
+// this node runs no copy it started).
+func (n *LeaseNode) stopCopy(w string) (uint64, bool) {
+	c := n.copies[w]
+	if c == nil || c.stopped {
+		return 0, false
+	}
+	if e, ok := n.env.Running(w); !ok || e != c.epoch {
+		delete(n.copies, w)
+		return 0, false
+	}
+	c.final, c.stopped = c.value(n.now), true
+	n.writeFile(w, c.epoch, c.final)
+	return c.final, true
+}
+
+// writeFile is the workload writing its checkpoint file.
+func (n *LeaseNode) writeFile(w string, epoch, value uint64) {
+	f := n.disk.files[w]
+	if f == nil || f.Epoch != epoch {
+		f = &ckptFile{Epoch: epoch}
+		n.disk.files[w] = f
+	}
+	f.Seq++
+	f.Value = value
+}
+
+// checkpoint is the timer's work: every running copy writes its value to
+// its file, and the node publishes what changed (the agent's watcher).
+func (n *LeaseNode) checkpoint(now time.Time) {
+	n.armCheckpoints(now)
+	for w, c := range n.copies {
+		if e, ok := n.env.Running(w); !ok || e != c.epoch {
+			delete(n.copies, w) // it exited, or a stop completed
+			continue
+		}
+		if !c.stopped {
+			n.writeFile(w, c.epoch, c.value(now))
+		}
+	}
+	// The file of a copy stopped since (a fence's SIGTERM) is published
+	// too if the machine still holds the workload Live at its epoch: it
+	// does not once it fenced (design flag F4).
+	n.publishCheckpoint(n.spec.ID, now)
+}
+
+// publishCheckpoint publishes workload w's checkpoint file as a record
+// when it changed since the last one published, only while the machine
+// holds w Live at the file's epoch, checked just before publishing (only
+// the current holder publishes), and never during a planned move (the
+// move publishes the final record itself).
+func (n *LeaseNode) publishCheckpoint(w string, now time.Time) {
+	f := n.disk.files[w]
+	if f == nil || f.Seq <= f.PubSeq || n.moves[w] != nil {
+		return
+	}
+	if e, ok := n.Live(w); !ok || e != f.Epoch {
+		return
+	}
+	n.publishRecord(w, f, now, false)
+}
+
+// publishRecord publishes f as workload w's record to every relay.
+func (n *LeaseNode) publishRecord(w string, f *ckptFile, now time.Time, final bool) *Event {
+	at := max(now.Unix(), f.PubAt+1)
+	ev := Event{Kind: KindCheckpoint, CreatedAt: at, D: CheckpointD(w, f.Epoch), Body: LeaseCheckpoint{
+		Workload: w, Epoch: f.Epoch, Seq: f.Seq, Value: f.Value, GrantAt: n.spec.CreatedAt.Unix(), Final: final,
+	}}
+	ev.ID = n.env.Publish(ev, nil)
+	f.PubSeq, f.PubAt = f.Seq, at
+	return &ev
+}
+
+// Restore asks every relay for the workload's checkpoint records (from its
+// timer, at once: the agent's restorer runs beside the loop).
+func (p performer) Restore(e lease.RestoreCheckpoint) {
+	p.env.Logf("restores the state of epoch %d (attempt %d, %s)", e.Epoch, e.Attempt, e.Mode)
+	p.env.At(p.now, timerRestore{req: e})
+}
+
+// queryRestore sends one restore attempt's queries.
+func (n *LeaseNode) queryRestore(now time.Time, req lease.RestoreCheckpoint) {
+	rd := &restoreRead{req: req, deadline: now.Add(restoreReadTimeout), seen: map[EventID]bool{}}
+	for r := 0; r < n.env.NumRelays(); r++ {
+		n.queryRecords(rd, RelayID(r))
+	}
+}
+
+func (n *LeaseNode) queryRecords(rd *restoreRead, r RelayID) {
+	id := rd.req.ID
+	q := n.env.Query(r, func(ev *Event) bool {
+		b, ok := ev.Body.(LeaseCheckpoint)
+		return ok && ev.Kind == KindCheckpoint && b.Workload == id
+	})
+	n.restores[q] = rd
+}
+
+// restoreAnswer takes one relay's answer to a restore read; once N-M+1
+// relays were read (a read of them meets every record that reached M), or
+// every relay answered, the attempt ends.
+func (n *LeaseNode) restoreAnswer(now time.Time, r RelayID, rd *restoreRead, evs []*Event, ok bool) {
+	if rd.completed {
+		return
+	}
+	if !ok && now.Add(restoreRetry).Before(rd.deadline) {
+		n.env.At(now.Add(restoreRetry), timerRestoreRetry{rd: rd, r: r})
+		return
+	}
+	rd.answered++
+	if ok {
+		rd.read++
+		for _, ev := range evs {
+			if !rd.seen[ev.ID] {
+				rd.seen[ev.ID] = true
+				rd.evs = append(rd.evs, ev)
+			}
+		}
+	}
+	if rd.read < n.cfg.N-n.cfg.M+1 && rd.answered < n.env.NumRelays() {
+		return
+	}
+	rd.completed = true
+	n.finishRestore(now, rd)
+}
+
+// finishRestore judges the records one attempt read, places the chosen one
+// and reports to the machine.
+func (n *LeaseNode) finishRestore(now time.Time, rd *restoreRead) {
+	req, env := rd.req, n.env
+	w, ok := n.d.Machine().Workload(req.ID)
+	if !ok || w.State != lease.StateProvisioning || w.Epoch != req.Epoch || w.Restore != lease.RestoreRunning || w.RestoreAttempt != req.Attempt {
+		env.Logf("restore attempt %d of epoch %d ends after the machine moved on: nothing placed", req.Attempt, req.Epoch)
+		return
+	}
+	res := lease.RestoreResult{Workload: req.ID, Epoch: req.Epoch, Attempt: req.Attempt}
+	need := n.cfg.N - n.cfg.M + 1
+	var cands []lease.CheckpointCandidate
+	for _, ev := range rd.evs {
+		// The agent's ingest: signature, a key the lease names, not from
+		// the future.
+		if !n.admit(now, ev) {
+			continue
+		}
+		b := ev.Body.(LeaseCheckpoint)
+		cands = append(cands, lease.CheckpointCandidate{
+			EventID: eventID(ev.ID), Signer: ProviderKey(ev.Author), Workload: b.Workload, Epoch: b.Epoch, Seq: b.Seq,
+			CreatedAt: time.Unix(ev.CreatedAt, 0), GrantAt: time.Unix(b.GrantAt, 0), Ref: ev,
+		})
+	}
+	usable, refused := lease.SelectCheckpoints(req, n.key, n.cfg.MaxSkew, cands)
+	for _, r := range refused {
+		env.Logf("  record %s refused: %s (%s)", r.EventID, r.Reason, r.Detail)
+	}
+	switch {
+	case rd.read < need:
+		res.Reason = fmt.Sprintf("read %d of %d relays, need %d", rd.read, n.cfg.N, need)
+	case len(cands) == 0:
+		res.Fresh, res.Reason = true, fmt.Sprintf("no checkpoint record of %s on the %d relays read", req.ID, rd.read)
+	case len(usable) == 0:
+		reasons := make([]string, 0, len(refused))
+		for _, r := range refused {
+			reasons = append(reasons, r.Reason)
+		}
+		slices.Sort(reasons)
+		res.Reason = fmt.Sprintf("%d records, none usable (%s)", len(cands), strings.Join(slices.Compact(reasons), ", "))
+	default:
+		ev := usable[0].Ref.(*Event)
+		b := ev.Body.(LeaseCheckpoint)
+		f := &ckptFile{Epoch: req.Epoch, Value: b.Value}
+		if old := n.disk.files[req.ID]; old != nil && old.Epoch == req.Epoch {
+			f.Seq, f.PubSeq, f.PubAt = old.Seq, old.PubSeq, old.PubAt // this epoch's records go on rising
+		}
+		n.disk.files[req.ID] = f
+		res.OK, res.From = true, eventID(ev.ID)
+		n.note(CheckpointNote{What: NoteRestored, Workload: req.ID, Epoch: req.Epoch, Value: b.Value, Record: ev})
+		hint := ""
+		if req.Hint != "" && req.Hint != stateURI(ev.ID) {
+			hint = fmt.Sprintf(" (the revocation named %s)", req.Hint)
+		}
+		env.Logf("restored epoch %d from %s's record of epoch %d seq %d: value %d%s", req.Epoch, n.name(ProviderKey(ev.Author)), b.Epoch, b.Seq, b.Value, hint)
+	}
+	if !res.OK {
+		env.Logf("restore attempt %d of epoch %d: fresh %v: %s", req.Attempt, req.Epoch, res.Fresh, res.Reason)
+	}
+	s := n.d.Begin(now)
+	s.Restored(res)
+	n.commit(s)
+}
+
+// eventID is the hex id of a simulated event, as lease inputs carry it.
+func eventID(id EventID) string { return fmt.Sprintf("%016x", uint64(id)) }
+
+// stateURI names a checkpoint record (what a revocation's state_uri
+// carries: the agent's BUD-10 URI of its manifest).
+func stateURI(id EventID) string { return "sim:checkpoint:" + eventID(id) }
