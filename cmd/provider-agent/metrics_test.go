@@ -91,7 +91,7 @@ var documentedMetrics = []metricDoc{
 		help: "workloads of big machine steps waiting for their batch (256 per turn) to be committed"},
 	{section: "agent", name: "agent_checkpoint_restores_total", typ: "counter", labels: []string{"result"},
 		values: map[string][]string{"result": {"restored", "fresh", "failed"}},
-		help: "checkpoint restores asked before a new epoch's start, by result"},
+		help:   "checkpoint restores asked before a new epoch's start, by result"},
 	{section: "agent", name: "agent_saved_rows_total", typ: "counter",
 		help: "workload rows the periodic save wrote (changed by inputs without an effect; a step writes its own)"},
 	{section: "agent", name: "agent_clock_offset_seconds", typ: "gauge",
