@@ -361,7 +361,7 @@ func (w *workdirs) make() error {
 			return err
 		}
 		w.temp, w.root = t, filepath.Join(t, w.label)
-	} else if err := os.MkdirAll(w.dir, 0o711); err != nil {
+	} else if err := mkdirAllSearchable(w.dir); err != nil {
 		return err
 	}
 	if err := mkdirOwned(w.root, 0o711, -1, -1); err != nil {
@@ -476,6 +476,39 @@ func mkdirOwned(dir string, mode os.FileMode, uid, gid int) error {
 		// Lchown left it a directory; Chmod follows no link here.
 		if err := os.Chmod(dir, mode); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// mkdirAllSearchable makes dir and its missing parents mode 0711 whatever
+// the umask (a unit's UMask=0077 would leave them 0700, which no workload
+// user can pass); directories that exist are left as they are (reachable
+// checked them at start).
+func mkdirAllSearchable(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for p := abs; ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, p)
+		if p == filepath.Dir(p) {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		} else if err == nil {
+			if err := os.Chmod(missing[i], 0o711); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

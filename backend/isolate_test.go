@@ -331,3 +331,45 @@ func TestUnreachableWorkloadDirIsAnError(t *testing.T) {
 		t.Errorf("Isolation() with isolation none = %+v, want inactive with a warning", iso)
 	}
 }
+
+// TestWorkloadDirSearchableUnderUmask: the workload dir and the parents
+// the first start makes are searchable by workload users whatever the
+// agent's umask (the unit's UMask=0077), so that the next agent's start-up
+// check finds them reachable; a directory that was there is left alone.
+// Not parallel: the umask is the process's.
+func TestWorkloadDirSearchableUnderUmask(t *testing.T) {
+	base := reachableDir(t)
+	dir := filepath.Join(base, "a", "b")
+	cfg := DefaultProcessConfig()
+	cfg.Containment = ContainNone // about directories, not containment
+	cfg.LogDir, cfg.WorkloadDir = filepath.Join(t.TempDir(), "logs"), dir
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	b, err := NewProcess(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	if err := b.Start(context.Background(), StartSpec{WorkloadID: "w", Epoch: 1, Command: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Umask(old)
+	if e := nextExit(t, b); e.Code != 0 {
+		t.Errorf("workload under umask 077 = %v, want exit 0 (it could not enter its home?)", e)
+	}
+	for _, d := range []string{filepath.Join(base, "a"), dir} {
+		if st, err := os.Stat(d); err != nil || st.Mode().Perm() != 0o711 {
+			t.Errorf("%s: mode %v (%v), want 0711", d, st.Mode().Perm(), err)
+		}
+	}
+	if st, err := os.Stat(base); err != nil || st.Mode().Perm() != 0o711 {
+		t.Errorf("existing parent %s: mode %v (%v), want its own 0711 kept", base, st.Mode().Perm(), err)
+	}
+	// What a restarted agent checks first: the workload dir is reachable.
+	_ = b.Close(context.Background())
+	b2, err := NewProcess(cfg, nil)
+	if err != nil {
+		t.Fatalf("NewProcess after a start under umask 077 = %v, want the workload dir it made reachable", err)
+	}
+	_ = b2.Close(context.Background())
+}

@@ -118,34 +118,20 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Backoff is exponential backoff with full jitter: after the n-th failure
-// the next attempt is uniformly random in (0, min(Max, Initial*Factor^(n-1))].
-type Backoff struct {
-	Initial time.Duration // ceiling after the first failure
-	Factor  float64       // growth of the ceiling per failure (>= 1)
-	Max     time.Duration // cap of the ceiling
+// Backoff is the delivery retry delay c configures: backoff.Policy from
+// InitialBackoff growing by BackoffFactor up to MaxBackoff, with full
+// jitter (many receipts due at once spread over the whole window).
+func (c Config) Backoff() backoff.Policy {
+	return backoff.Policy{Initial: c.InitialBackoff, Factor: c.BackoffFactor, Max: c.MaxBackoff, Jitter: backoff.FullJitter}
 }
 
-// Backoff returns the backoff that c configures.
-func (c Config) Backoff() Backoff {
-	return Backoff{Initial: c.InitialBackoff, Factor: c.BackoffFactor, Max: c.MaxBackoff}
-}
-
-// Ceiling is the largest delay after the given number of failed attempts
-// (attempt >= 1; smaller values count as 1).
-func (b Backoff) Ceiling(attempt int) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
-	return backoff.Exponential{Base: b.Initial, Factor: b.Factor, Max: b.Max}.Ceiling(attempt - 1)
-}
-
-// NextAttemptAt is when to try again after the attempt-th failure, given a
-// uniform random rnd in [0, 1). It is a pure function. The result is at
-// least 1 ms after now, so a retry never lands in the same instant (one
-// Flush forwards each receipt at most once).
-func (b Backoff) NextAttemptAt(now time.Time, attempt int, rnd float64) time.Time {
-	d := backoff.Full(b.Ceiling(attempt), rnd)
+// NextAttemptAt is when to try again after the failures-th failure
+// (1-based; smaller counts as 1) under policy p, given a uniform random rnd
+// in [0, 1). It is a pure function. The result is at least 1 ms after now,
+// so a retry never lands in the same instant (one Flush forwards each
+// receipt at most once).
+func NextAttemptAt(p backoff.Policy, now time.Time, failures int, rnd float64) time.Time {
+	d := p.Delay(max(failures, 1)-1, rnd)
 	if d < time.Millisecond {
 		d = time.Millisecond
 	}

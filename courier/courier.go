@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zeebo/blake3"
 
+	"provideragent/internal/backoff"
 	"provideragent/internal/promreg"
 	"provideragent/internal/sqlitedb"
 )
@@ -74,7 +75,7 @@ type Courier struct {
 	log     *slog.Logger
 	clock   Clock
 	rnd     func() float64
-	backoff Backoff
+	backoff backoff.Policy
 	m       *metrics
 
 	sendCh    chan *sendReq

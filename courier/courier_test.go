@@ -456,7 +456,7 @@ func TestBackoffNextAttemptAt(t *testing.T) {
 		{1, -3, time.Millisecond},
 	}
 	for _, tt := range tests {
-		got := b.NextAttemptAt(now, tt.attempt, tt.rnd)
+		got := NextAttemptAt(b, now, tt.attempt, tt.rnd)
 		if d := got.Sub(now); d < tt.want-time.Microsecond || d > tt.want+time.Microsecond {
 			t.Errorf("NextAttemptAt(now, %d, %v) = now+%v, want now+%v", tt.attempt, tt.rnd, d, tt.want)
 		}

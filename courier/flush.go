@@ -451,7 +451,7 @@ func (c *Courier) retryAt(now time.Time, attempts int, class ErrorClass, retryAf
 		retryAfter = min(retryAfter, c.cfg.MaxRetryAfter)
 		return now.Add(max(retryAfter, time.Millisecond))
 	}
-	return c.backoff.NextAttemptAt(now, attempts, c.rnd())
+	return NextAttemptAt(c.backoff, now, attempts, c.rnd())
 }
 
 // NextDue returns when the earliest pending receipt of dest is due (ok =

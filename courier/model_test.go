@@ -165,7 +165,7 @@ func TestCourierMatchesModel(t *testing.T) {
 						n.due = now.Add(5 * time.Second)
 						want.Retried++
 					default:
-						n.due = backoff.NextAttemptAt(now, n.attempts, 0.5)
+						n.due = NextAttemptAt(backoff, now, n.attempts, 0.5)
 						want.Retried++
 					}
 					changes = append(changes, change{id, n})

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"provideragent/internal/backoff"
 )
 
 // MaxRelays bounds the size of a lease's relay set (N). The per-provider relay
@@ -207,10 +209,23 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// RestartPolicy is the respawn delay: backoff.Policy from RestartInitial
+// doubling up to RestartMax, no jitter (the machine is deterministic).
+func (c Config) RestartPolicy() backoff.Policy {
+	return backoff.Policy{Initial: c.RestartInitial, Factor: 2, Max: c.RestartMax}
+}
+
 // RestartBackoff is the delay before respawn attempt number attempt (1-based):
 // RestartInitial doubled per earlier attempt, capped at RestartMax.
 func (c Config) RestartBackoff(attempt int) time.Duration {
-	return doubling(c.RestartInitial, c.RestartMax, attempt)
+	return c.RestartPolicy().Delay(attempt-1, 0)
+}
+
+// ClaimRetryPolicy is the claim step's retry delay before the rank stagger:
+// backoff.Policy from ClaimRetryBase doubling up to ClaimRetryMax, no jitter
+// (standbys are staggered by rank instead, see ClaimBackoff).
+func (c Config) ClaimRetryPolicy() backoff.Policy {
+	return backoff.Policy{Initial: c.ClaimRetryBase, Factor: 2, Max: c.ClaimRetryMax}
 }
 
 // ClaimBackoff is the delay before retrying the claim step after attempt
@@ -221,18 +236,7 @@ func (c Config) ClaimBackoff(attempt, rank int) time.Duration {
 	if rank < 0 {
 		rank = 0
 	}
-	return doubling(c.ClaimRetryBase, c.ClaimRetryMax, attempt) + time.Duration(rank)*c.ClaimRetryBase
-}
-
-func doubling(base, limit time.Duration, attempt int) time.Duration {
-	d := base
-	for i := 1; i < attempt && d < limit; i++ {
-		d *= 2
-	}
-	if d > limit {
-		d = limit
-	}
-	return d
+	return c.ClaimRetryPolicy().Delay(attempt-1, 0) + time.Duration(rank)*c.ClaimRetryBase
 }
 
 // NormalizeRelayURL returns the canonical form of a relay URL, so that two

@@ -292,11 +292,13 @@ func TestFormerPrimaryRejoinsAsStandby(t *testing.T) {
 // TestStandbyAlive: a holder sees a standby alive while one of the
 // members standing by for it sent a counting heartbeat within Stale, the
 // former primary included once another provider holds; Successor names
-// the first of them.
+// the first of them, and the first ranked standby while it hears none (a
+// holder resuming from a long stall heard nobody: naming nobody left the
+// workload down until it retook it).
 func TestStandbyAlive(t *testing.T) {
 	h := liveAlice(t, warmSpec("w1", "alice", "bob", "carol"), 100*s, nil)
-	if h.m.StandbyAlive("w1") || h.m.Successor("w1") != "" {
-		t.Fatalf("no standby heard: StandbyAlive = %v, Successor = %q, want false, none", h.m.StandbyAlive("w1"), h.m.Successor("w1"))
+	if h.m.StandbyAlive("w1") || h.m.Successor("w1") != key("bob") {
+		t.Fatalf("no standby heard: StandbyAlive = %v, Successor = %q, want false, bob (first ranked)", h.m.StandbyAlive("w1"), h.m.Successor("w1"))
 	}
 	h.hb(101*s, "carol", []int{1}, []WorkloadEpoch{})
 	h.tick(102 * s)

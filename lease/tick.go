@@ -234,8 +234,8 @@ func StandbysOf(w WorkloadSnapshot) []string { return w.standbysBut(w.Holder) }
 
 // Successor is the standby this provider's revocation of workload id would
 // name now: the first member standing by that it sees alive (a counting
-// heartbeat within Stale on a relay); "" when none is, or id is not
-// tracked. A holder without one has nobody to hand over to.
+// heartbeat within Stale on a relay), else the first ranked standby; ""
+// when it has no standby, or id is not tracked.
 func (m *Machine) Successor(id string) string {
 	w := m.byID[id]
 	if w == nil {
@@ -261,12 +261,21 @@ func (m *Machine) StandbyAlive(id string) bool {
 	return w.Spec.Primary != m.self && len(w.Spec.Standbys) > 0 && m.alive(w.Spec.Primary)
 }
 
-// successor is the first standby this provider still sees alive.
+// successor is the first standby this provider still sees alive, else the
+// first ranked one: a holder that resumes from a stall longer than stale
+// sees nobody alive because it heard nothing, and naming nobody left the
+// workload down until it retook it (issue 25). Naming a standby that is
+// really gone costs nothing (no claim follows, takeover by silence still
+// does), and a named standby that is alive claims through the claim step
+// before the revocation's deadline, as any successor does.
 func (m *Machine) successor(standbys []string) string {
 	for _, s := range standbys {
 		if m.alive(s) {
 			return s
 		}
+	}
+	if len(standbys) > 0 {
+		return standbys[0]
 	}
 	return ""
 }

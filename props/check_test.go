@@ -35,7 +35,17 @@ func CheckCI(t *testing.T, ciChecks int, prop func(*rapid.T)) {
 		if err := flag.Set("rapid.checks", n); err != nil {
 			t.Fatalf("set rapid.checks: %v", err)
 		}
-	} else if ciChecks > 0 && checksFlag.Value.String() == checksFlag.DefValue {
+	} else if checksFlag.Value.String() == checksFlag.DefValue && (ciChecks > 0 || raceEnabled) {
+		if ciChecks == 0 {
+			ciChecks, _ = strconv.Atoi(checksFlag.DefValue)
+		}
+		if raceEnabled {
+			// The simulator runs on one goroutine: the race detector finds
+			// nothing in it and slows it 4x. Under -race (the README's test
+			// command) each property runs a quarter of its CI depth;
+			// .ci/run runs them at full depth without -race.
+			ciChecks = max(ciChecks/4, 5)
+		}
 		if err := flag.Set("rapid.checks", strconv.Itoa(ciChecks)); err != nil {
 			t.Fatalf("set rapid.checks: %v", err)
 		}

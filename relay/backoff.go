@@ -1,21 +1,11 @@
 package relay
 
-import (
-	"time"
+import "provideragent/internal/backoff"
 
-	"provideragent/internal/backoff"
-)
-
-// Backoff computes jittered exponential delays: attempt 0 waits about
-// Initial, each further attempt doubles it up to Max. The jitter ("equal
-// jitter") keeps the delay in [d/2, d], so reconnects never hammer a relay
-// and many agents do not reconnect in lockstep.
-type Backoff struct {
-	Initial time.Duration
-	Max     time.Duration
-}
-
-// Delay returns the wait before attempt (0-based), given r uniform in [0, 1).
-func (b Backoff) Delay(attempt int, r float64) time.Duration {
-	return backoff.Equal(backoff.Exponential{Base: b.Initial, Factor: 2, Max: b.Max}.Ceiling(attempt), r)
+// Backoff is the reconnect, resubscribe and rate-limited publish delay:
+// backoff.Policy from BackoffInitial doubling up to BackoffMax, with equal
+// jitter (in [d/2, d)), so reconnects never hammer a relay and many agents
+// do not reconnect in lockstep.
+func (c Config) Backoff() backoff.Policy {
+	return backoff.Policy{Initial: c.BackoffInitial, Factor: 2, Max: c.BackoffMax, Jitter: backoff.EqualJitter}
 }

@@ -147,7 +147,7 @@ func (s *supervisor) logNotice(text string, attached int) {
 // rateLimited starts (or lengthens) the publish backoff after an OK
 // "rate-limited:" and returns when publishes may resume.
 func (s *supervisor) rateLimited(reason string) time.Time {
-	backoff := Backoff{Initial: s.p.cfg.BackoffInitial, Max: s.p.cfg.BackoffMax}
+	backoff := s.p.cfg.Backoff()
 	now := s.p.opts.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -184,7 +184,7 @@ func (s *supervisor) waitConn(ctx context.Context) (*conn, error) {
 }
 
 func (s *supervisor) run(ctx context.Context) {
-	backoff := Backoff{Initial: s.p.cfg.BackoffInitial, Max: s.p.cfg.BackoffMax}
+	backoff := s.p.cfg.Backoff()
 	for first := true; ; first = false {
 		if ctx.Err() != nil {
 			return
@@ -1064,7 +1064,7 @@ func (ss *session) handleClosed(sub *mainSub, reason string) error {
 		// The REQ served for a while: a fresh CLOSED starts a fresh backoff.
 		sub.attempt = 0
 	}
-	backoff := Backoff{Initial: ss.s.p.cfg.BackoffInitial, Max: ss.s.p.cfg.BackoffMax}
+	backoff := ss.s.p.cfg.Backoff()
 	delay := backoff.Delay(sub.attempt, ss.s.p.opts.Rand())
 	sub.attempt++
 	sub.state = subRetry

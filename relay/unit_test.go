@@ -10,7 +10,7 @@ import (
 )
 
 func TestBackoffDelay(t *testing.T) {
-	b := Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
+	b := Config{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second}.Backoff()
 	tests := []struct {
 		attempt  int
 		r        float64

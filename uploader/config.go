@@ -122,13 +122,13 @@ func (e *FieldError) Error() string {
 // Unwrap returns ErrBadConfig.
 func (e *FieldError) Unwrap() error { return ErrBadConfig }
 
-// Backoff is the sleep before in-call retry n (1-based):
-// min(BackoffBase^n seconds, BackoffCap). With the defaults: 2s, 4s, 8s.
-func (c Config) Backoff(retry int) time.Duration {
-	if retry < 1 {
-		retry = 1
-	}
-	return backoff.Exponential{Base: time.Second, Factor: c.BackoffBase, Max: c.BackoffCap}.Ceiling(retry)
+// Backoff is the in-call retry policy: backoff.Policy from BackoffBase
+// seconds growing by BackoffBase up to BackoffCap, no jitter (one upload
+// call's retries; uploads are not synchronised across agents). Retry n
+// (1-based) sleeps Delay(n-1, 0) = min(BackoffBase^n seconds, BackoffCap):
+// with the defaults 2s, 4s, 8s.
+func (c Config) Backoff() backoff.Policy {
+	return backoff.Policy{Initial: time.Duration(c.BackoffBase * float64(time.Second)), Factor: c.BackoffBase, Max: c.BackoffCap}
 }
 
 // NextRetryAt is the operator hint returned when the in-call budget runs out:

@@ -108,7 +108,7 @@ func (r *RetryUploader) UploadPending(ctx context.Context, req Request) (Report,
 			return final, nil
 		}
 		retries++
-		d := r.cfg.Backoff(retries)
+		d := r.cfg.Backoff().Delay(retries-1, 0)
 		r.metrics.Retries.Inc()
 		r.logger.Info("retrying partial upload", "attempt_number", retries, "sleep", d,
 			"remaining_pending_count", pending)

@@ -52,7 +52,7 @@ func TestRetryLogsAtInfo(t *testing.T) {
 		if n, _ := line.Int("attempt_number"); n != int64(i+1) {
 			t.Errorf("retry line %d attempt_number = %d, want %d", i+1, n, i+1)
 		}
-		if got, want := line.Attrs["sleep"].Duration(), cfg.Backoff(i+1); got != want {
+		if got, want := line.Attrs["sleep"].Duration(), cfg.Backoff().Delay(i, 0); got != want {
 			t.Errorf("retry line %d sleep = %v, want %v", i+1, got, want)
 		}
 		if n, _ := line.Int("remaining_pending_count"); n != 2 {

@@ -15,7 +15,7 @@ import (
 func init() {
 	register(command{
 		name:    "doctor",
-		summary: "check a node before it joins a fleet: config, key, data dir, relays, clock, containment, Blossom, disk",
+		summary: "check a node before it joins a fleet: config, key, data dir, relays, clock, containment, isolation, Blossom, disk",
 		run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runDoctor(ctx, args, stdout, doctorEnv{now: time.Now, environ: os.Environ()})
 		},
@@ -36,6 +36,9 @@ and prints one line per check:
                the agent's rule: within max(lease.max_skew/2, 2s)
   containment  the workload containment backend.containment asks for is
                available to this user here (PID namespace, cgroup)
+  isolation    as which users workloads would run (a uid of their own, or
+               backend.workload_user); fails when no workload could start
+               (isolation needs root) or with backend.isolation = none
   blossom      per uploader.servers entry: reachable (HEAD /upload)
   disk         free space where the data dir is, at least --min-free-mib
 
@@ -43,7 +46,7 @@ It publishes one ephemeral event (kind 20385, which no relay stores and the
 agent never reads) to test writes, and changes no file. It exits 0 only when
 every check passes, 1 otherwise (a check that does not apply, such as
 blossom without servers, is "skip" and passes). Run it as the user the agent
-runs as: containment and file access depend on it.
+runs as: containment, isolation and file access depend on it.
 
 Example:
   provider-agent doctor --config /etc/provider-agent/provider-agent.toml

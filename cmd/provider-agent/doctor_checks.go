@@ -36,7 +36,7 @@ func doctorChecks(ctx context.Context, flags *config.Flags, opts doctorOptions, 
 	cfg, err := flags.Resolve(env.environ)
 	if err != nil {
 		out := []checkResult{{Check: "config", Target: source, Status: checkFail, Detail: err.Error()}}
-		for _, c := range []string{"key file", "data dir", "relay", "clock", "containment", "blossom", "disk"} {
+		for _, c := range []string{"key file", "data dir", "relay", "clock", "containment", "isolation", "blossom", "disk"} {
 			out = append(out, checkResult{Check: c, Status: checkSkip, Detail: "not checked: the config is invalid"})
 		}
 		return out
@@ -54,18 +54,19 @@ func doctorChecks(ctx context.Context, flags *config.Flags, opts doctorOptions, 
 	wg.Go(func() { relays = checkRelays(nctx, cfg, secret, opts, env.now) })
 	wg.Go(func() { clock = checkClock(nctx, cfg, env.now) })
 	wg.Go(func() { blossom = checkBlossom(nctx, cfg) })
-	containment := checkContainment(cfg)
+	containment, isolation := checkContainment(cfg), checkIsolation(cfg)
 	wg.Wait()
 	out = append(out, relays...)
-	out = append(out, clock, containment)
+	out = append(out, clock, containment, isolation)
 	out = append(out, blossom...)
 	return append(out, checkDisk(cfg, opts.minFreeMiB))
 }
 
 func checkConfig(cfg config.Config, source string) checkResult {
 	return checkResult{Check: "config", Target: source, Status: checkOK,
-		Detail: fmt.Sprintf("valid: %s, quorum %d, heartbeat every %v, backend %s (containment %s)",
-			plural(len(cfg.Lease.Relays), "relay"), cfg.Lease.Quorum, cfg.Heartbeat.Interval, cfg.Backend.Kind, cfg.Backend.Containment)}
+		Detail: fmt.Sprintf("valid: %s, quorum %d, heartbeat every %v, backend %s (containment %s, isolation %s)",
+			plural(len(cfg.Lease.Relays), "relay"), cfg.Lease.Quorum, cfg.Heartbeat.Interval, cfg.Backend.Kind, cfg.Backend.Containment,
+			cfg.Backend.Isolation)}
 }
 
 // checkKeyFile loads the key file as run does; it returns the secret (hex;
@@ -397,6 +398,29 @@ type probeResult struct {
 var probes struct {
 	mu   sync.Mutex
 	done map[backend.ContainMode]probeResult
+}
+
+// checkIsolation says as which users workloads would run, with the
+// backend's own start-up probe (both backends isolate alike: a container
+// runs as its workload's uid). It passes only when each workload runs as
+// a user that is not the agent's: with isolation none workloads can read
+// the key file and the database, and where the agent cannot isolate no
+// workload starts.
+func checkIsolation(cfg config.Config) checkResult {
+	r := checkResult{Check: "isolation", Status: checkFail}
+	iso, err := backend.ProbeIsolation(cfg.ProcessConfig())
+	switch {
+	case err != nil:
+		r.Detail = err.Error()
+	case iso.Active:
+		r.Status, r.Detail = checkOK, "workloads run as "+iso.Users+", directories under "+iso.WorkloadDir
+	case iso.Mode == backend.IsolateNone:
+		r.Detail = iso.Users + ": " + iso.Warning
+	default:
+		// The warning says that no workload starts, why, and the fix.
+		r.Detail = iso.Warning
+	}
+	return r
 }
 
 // checkBlossom checks that every uploader server answers.

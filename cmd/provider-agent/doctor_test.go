@@ -8,12 +8,15 @@ import (
 	"flag"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"provideragent/backend"
+	"provideragent/config"
 	"provideragent/internal/devblossom"
 	"provideragent/internal/relaytest"
 )
@@ -64,7 +67,8 @@ func closedPort(t *testing.T) string {
 // TestDoctor runs doctor against two good local relays (the passing
 // baseline), then once per failing check with one thing wrong: the config,
 // the key file, the data dir, a relay that refuses our events, one with
-// tiny NIP-11 limits, one unreachable, the clock, the containment, a
+// tiny NIP-11 limits, one unreachable, the clock, the containment, the
+// isolation (turned off; a workload dir workload users cannot reach), a
 // Blossom server and the disk. Each failure must fail its own check (and
 // exit non-zero) and name the fix or the cause.
 func TestDoctor(t *testing.T) {
@@ -88,8 +92,13 @@ func TestDoctor(t *testing.T) {
 		uncontained = true
 		t.Logf("this host cannot contain workloads (%v %s): the containment check is expected to fail", err, c.Warning)
 	}
+	// One that cannot isolate them (not root) fails the isolation check.
+	unisolated := !canIsolateHere(t)
+	hostFails := func(c checkResult) bool {
+		return (uncontained && c.Check == "containment") || (unisolated && c.Check == "isolation")
+	}
 	expected := func(c checkResult, check, target string) bool {
-		return (c.Check == check && (target == "" || c.Target == target)) || (uncontained && c.Check == "containment")
+		return (c.Check == check && (target == "" || c.Target == target)) || hostFails(c)
 	}
 
 	tmp := t.TempDir()
@@ -100,11 +109,11 @@ func TestDoctor(t *testing.T) {
 
 	t.Run("all pass", func(t *testing.T) {
 		rep, err := doctorJSON(t, []string{"PROVIDER_AGENT_UPLOADER_SERVERS=" + blossom.URL()}, time.Now, base...)
-		if (err != nil || !rep.OK) && !uncontained {
+		if (err != nil || !rep.OK) && !uncontained && !unisolated {
 			t.Fatalf("doctor = %v, ok %v, want nil, true: %+v", err, rep.OK, rep.Checks)
 		}
 		for _, c := range rep.Checks {
-			if c.Status != checkOK && !(uncontained && c.Check == "containment") {
+			if c.Status != checkOK && !hostFails(c) {
 				t.Errorf("%s %s = %s (%s), want ok", c.Check, c.Target, c.Status, c.Detail)
 			}
 		}
@@ -122,6 +131,7 @@ func TestDoctor(t *testing.T) {
 		check   string
 		target  string
 		want    string // in the failed check's detail
+		root    bool   // only where workloads can be isolated (as root)
 	}
 	cases := []tcase{
 		{name: "config", extra: []string{"--quorum", "3"}, check: "config", want: "lease.quorum = 3"},
@@ -154,12 +164,19 @@ func TestDoctor(t *testing.T) {
 			check: "clock", want: "local clock 1h0m0s behind the relays"},
 		{name: "containment", environ: []string{"PROVIDER_AGENT_BACKEND_CONTAINMENT=none"},
 			check: "containment", want: "containment is off"},
+		{name: "isolation none", environ: []string{"PROVIDER_AGENT_BACKEND_ISOLATION=none"},
+			check: "isolation", want: "isolation is off (backend.isolation = none)"},
+		{name: "isolation workload dir unreachable", environ: []string{"PROVIDER_AGENT_BACKEND_WORKLOAD_DIR=" + filepath.Join(tmp, "workloads")},
+			check: "isolation", want: "workload users could not reach their directories", root: true},
 		{name: "blossom", environ: []string{"PROVIDER_AGENT_UPLOADER_SERVERS=" + strings.Replace(closedPort(t), "ws:", "http:", 1)},
 			check: "blossom", want: "unreachable"},
 		{name: "disk", extra: []string{"--min-free-mib", "1000000000000"}, check: "disk", want: "below --min-free-mib"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && unisolated {
+				t.Skip("the workload dir is checked only where workloads can be isolated")
+			}
 			args := append(append([]string(nil), base...), tc.extra...)
 			if tc.prepare != nil {
 				args = append(args, tc.prepare(t)...)
@@ -186,6 +203,76 @@ func TestDoctor(t *testing.T) {
 	}
 }
 
+// canIsolateHere reports whether this process can run workloads as
+// other users (root), as doctor's isolation check finds it.
+func canIsolateHere(t *testing.T) bool {
+	t.Helper()
+	iso, err := backend.ProbeIsolation(backend.ProcessConfig{StopGrace: time.Second, WorkloadDir: os.TempDir()})
+	if err != nil {
+		t.Fatalf("ProbeIsolation: %v", err)
+	}
+	if !iso.Active {
+		t.Logf("this host cannot isolate workloads (%s): the isolation check is expected to fail", iso.Warning)
+	}
+	return iso.Active
+}
+
+// TestDoctorIsolation: the isolation check names the users workloads
+// would run as: a uid of their own from the range (the default), or the
+// one backend.workload_user; and, run by a user that is not root (the
+// real binary as uid 65534 here), that no workload can start and how to
+// fix it.
+func TestDoctorIsolation(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: workloads run as other users only when the agent is root")
+	}
+	t.Parallel()
+	relay := closedPort(t)
+	base := []string{"--data-dir", filepath.Join(t.TempDir(), "data"), "--relay", relay, "--quorum", "1", "--timeout", "1s"}
+	for _, tc := range []struct {
+		name    string
+		environ []string
+		want    string
+	}{
+		{"a uid per workload", nil, "workloads run as uids 1900000000-1900065535, one per workload, directories under " +
+			config.DefaultIsolatedWorkloadDir + "/"},
+		{"workload_user", []string{"PROVIDER_AGENT_BACKEND_WORKLOAD_USER=65534", "PROVIDER_AGENT_BACKEND_WORKLOAD_UIDS=1900000000-1900000009"},
+			"workloads run as user nobody (uid 65534), shared by every workload"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, _ := doctorJSON(t, tc.environ, time.Now, base...)
+			c := rep.find(t, "isolation", "")
+			t.Log(c.line())
+			if c.Status != checkOK || !strings.HasPrefix(c.Detail, tc.want) {
+				t.Errorf("isolation = %s %q, want ok %q", c.Status, c.Detail, tc.want)
+			}
+		})
+	}
+
+	t.Run("not root", func(t *testing.T) {
+		cmd := exec.Command(agentBinary(t), append(append([]string{"doctor"}, base...), "--json")...)
+		cmd.Env = append(runEnv(), "HOME=/")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		var rep doctorReport
+		if jerr := json.Unmarshal(out, &rep); jerr != nil {
+			t.Fatalf("doctor --json as uid 65534 printed %q: %v (err %v, stderr %q)", out, jerr, err, stderr.String())
+		}
+		c := rep.find(t, "isolation", "")
+		t.Log(c.line())
+		for _, want := range []string{"uid 65534, not root", "no workload starts", "Run the agent as root", "backend.isolation = \"none\""} {
+			if c.Status != checkFail || !strings.Contains(c.Detail, want) {
+				t.Errorf("isolation as uid 65534 = %s %q, want fail naming %q", c.Status, c.Detail, want)
+			}
+		}
+		if err == nil || rep.OK {
+			t.Errorf("doctor as uid 65534 = %v, ok %v, want a failure", err, rep.OK)
+		}
+	})
+}
+
 // TestDoctorText checks the line format, the summary and --help.
 func TestDoctorText(t *testing.T) {
 	good := relaytest.Start(t).URL()
@@ -194,6 +281,9 @@ func TestDoctorText(t *testing.T) {
 	if c, err := probeContainment(backend.ContainAuto); err != nil || c.Warning != "" {
 		t.Skipf("this host cannot contain workloads (%v %s): doctor cannot pass here", err, c.Warning)
 	}
+	if !canIsolateHere(t) {
+		t.Skip("this host cannot isolate workloads: doctor cannot pass here")
+	}
 	var out bytes.Buffer
 	err := runDoctor(context.Background(), []string{"--data-dir", data, "--relay", good, "--quorum", "1", "--min-free-mib", "1"},
 		&out, doctorEnv{now: time.Now})
@@ -201,8 +291,8 @@ func TestDoctorText(t *testing.T) {
 		t.Fatalf("doctor = %v, want nil:\n%s", err, out.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 9 || lines[8] != "doctor: all 8 checks passed" {
-		t.Errorf("doctor printed %d lines:\n%s\nwant 8 checks and the summary", len(lines), out.String())
+	if len(lines) != 10 || lines[9] != "doctor: all 9 checks passed" {
+		t.Errorf("doctor printed %d lines:\n%s\nwant 9 checks and the summary", len(lines), out.String())
 	}
 	if !strings.HasPrefix(lines[3], "ok    relay        "+good+": connected in ") {
 		t.Errorf("relay line = %q", lines[3])

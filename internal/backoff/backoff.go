@@ -1,14 +1,60 @@
-// Package backoff is the one retry-delay formula of the relay supervisor,
-// the courier and the uploader: an exponential ceiling from a base, capped,
-// and optional jitter. The jitter source is an argument r (uniform in
-// [0, 1)), so callers inject their random source and tests pin delays.
-// lease keeps its own formulas: it imports only the standard library.
+// Package backoff is the one retry-delay policy of the relay supervisor's
+// reconnects, the courier's deliveries, the uploader's in-call retries and
+// the lease's claim retry and respawns: Policy, an exponential ceiling from
+// Initial growing by Factor per attempt up to Max, and a Jitter. The jitter
+// source is an argument r (uniform in [0, 1)), so callers inject their
+// random source and tests (and the lease machine, which is deterministic)
+// pin delays.
 package backoff
 
 import (
 	"math"
 	"time"
 )
+
+// Jitter is how a Policy spreads a delay below its ceiling d.
+type Jitter int
+
+const (
+	// NoJitter waits exactly the ceiling (the lease machine: its delays are
+	// staggered by standby rank instead).
+	NoJitter Jitter = iota
+	// FullJitter waits uniformly in [0, d) (the courier: many receipts due
+	// at once spread over the whole window).
+	FullJitter
+	// EqualJitter waits in [d/2, d) (relay reconnects: never hammering a
+	// relay, never in lockstep with other agents).
+	EqualJitter
+)
+
+// Policy is the retry delay of every retrying part of the agent, with one
+// set of names: attempt 0 (the first retry) waits about Initial, each
+// further attempt Factor times longer, never more than Max.
+type Policy struct {
+	Initial time.Duration // the ceiling of attempt 0
+	Factor  float64       // growth per attempt (>= 1; 2 doubles)
+	Max     time.Duration // the cap of the ceiling
+	Jitter  Jitter
+}
+
+// Ceiling is attempt's un-jittered delay: min(Initial * Factor^attempt,
+// Max), attempt < 0 counting as 0.
+func (p Policy) Ceiling(attempt int) time.Duration {
+	return Exponential{Base: p.Initial, Factor: p.Factor, Max: p.Max}.Ceiling(attempt)
+}
+
+// Delay is attempt's delay with the policy's jitter, given r uniform in
+// [0, 1).
+func (p Policy) Delay(attempt int, r float64) time.Duration {
+	d := p.Ceiling(attempt)
+	switch p.Jitter {
+	case FullJitter:
+		return Full(d, r)
+	case EqualJitter:
+		return Equal(d, r)
+	}
+	return d
+}
 
 // Exponential is min(Base * Factor^n, Max) for n = 0, 1, 2, ...
 type Exponential struct {

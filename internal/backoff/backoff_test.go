@@ -42,3 +42,26 @@ func TestJitter(t *testing.T) {
 		}
 	}
 }
+
+func TestPolicyDelay(t *testing.T) {
+	p := Policy{Initial: 100 * time.Millisecond, Factor: 2, Max: time.Second}
+	for _, tc := range []struct {
+		jitter  Jitter
+		attempt int
+		r       float64
+		want    time.Duration
+	}{
+		{NoJitter, 0, 0.5, 100 * time.Millisecond},
+		{NoJitter, 2, 0.5, 400 * time.Millisecond},
+		{NoJitter, 9, 0, time.Second},
+		{FullJitter, 1, 0.5, 100 * time.Millisecond},
+		{FullJitter, 1, 0, 0},
+		{EqualJitter, 1, 0, 100 * time.Millisecond},
+		{EqualJitter, 1, 0.5, 150 * time.Millisecond},
+	} {
+		p.Jitter = tc.jitter
+		if got := p.Delay(tc.attempt, tc.r); got != tc.want {
+			t.Errorf("%+v.Delay(%d, %v) = %v, want %v", p, tc.attempt, tc.r, got, tc.want)
+		}
+	}
+}

@@ -531,6 +531,14 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 		kr.MaxMessageSize = int64(r.opts.Limits.MaxMessageLength)
 	}
 	kr.PingPeriod, kr.PongWait = r.opts.PingInterval, 2*r.opts.PingInterval
+	// khatru v0.19.1 reads its listener slice without a lock while
+	// subscriptions are added (append) and removed: a broadcast can see a
+	// listener slot before its fields are written, and WriteJSON on its nil
+	// connection killed the relay (a child relay's panic failed
+	// TestSingleRelayFaultsKeepQuorum in CI). PreventBroadcast runs before
+	// WriteJSON: skip such a slot (the subscription being added reads the
+	// event from the store, or the next one live).
+	kr.PreventBroadcast = append(kr.PreventBroadcast, func(ws *khatru.WebSocket, _ *nostr.Event) bool { return ws == nil })
 	kr.OnConnect = append(kr.OnConnect, func(ctx context.Context) {
 		r.mu.Lock()
 		r.wss[khatru.GetConnection(ctx)] = struct{}{}

@@ -12,7 +12,7 @@ systemctl stop $unit 2>/dev/null; systemctl reset-failed $unit 2>/dev/null
 pkill -KILL -f 'sleep 1000[78]' 2>/dev/null
 user=$(systemctl show -p User --value $unit); user=${user:-root}
 grant() { # the workload's command line
-  rm -rf $dd/provider-agent.db* $dd/logs $dd/probe
+  rm -rf $dd/provider-agent.db* $dd/logs $dd/workloads /var/lib/provider-agent/workloads
   chown -R "$user:" $dd
   runuser -u "$user" -- provider-agent workloads grant --config /etc/provider-agent/provider-agent.toml --id w1 --command "$1" >/dev/null 2>&1
 }
@@ -24,8 +24,12 @@ ran=no
 for _ in $(seq 1 100); do pgrep -f 'sleep 10008' >/dev/null && pgrep -f 'sleep 10007' >/dev/null && { ran=yes; break; }; sleep 0.2; done
 log=$(journalctl -u $unit --since=@$since -o cat 2>/dev/null)
 contain=$(echo "$log" | grep -m1 -oE 'msg="workload containment" containment="[^"]*"|workloads are not fully contained: [^"]{0,200}' | sed 's/msg="workload containment" //')
-err=$(echo "$log" | grep -E 'level=(ERROR|WARN)|^provider-agent: ' | grep -vE 'not fully contained|running as|provider-agent: stopped' | head -2 | cut -c1-300 | tr '\n' ' ')
-probes=$(tr '\n' ' ' < $dd/probe 2>/dev/null)
+iso=$(echo "$log" | grep -m1 -oE 'msg="workload isolation" isolation="[^"]*"|workloads are not isolated: [^"]{0,100}' | sed 's/msg="workload isolation" //')
+err=$(echo "$log" | grep -E 'level=(ERROR|WARN)|^provider-agent: ' | grep -vE 'not fully contained|not isolated|running as|provider-agent: stopped' | head -2 | cut -c1-300 | tr '\n' ' ')
+# The probe writes into its working directory: the workload's home
+# (isolated: under /var/lib/provider-agent/workloads; with isolation none:
+# under the data dir).
+probes=$(cat /var/lib/provider-agent/workloads/*/w1/home/probe $dd/workloads/*/w1/home/probe 2>/dev/null | tr '\n' ' ')
 systemctl stop $unit
 sleep 0.5
 left=$(pgrep -f 'sleep 1000[78]' | wc -l)
@@ -36,10 +40,15 @@ if [ "$ran" = yes ]; then
   grant 'setsid env -i /bin/sleep 10007 & exec /bin/sleep 10008'
   timeout 60 systemctl start $unit 2>/dev/null
   for _ in $(seq 1 100); do pgrep -f 'sleep 10007' >/dev/null && break; sleep 0.2; done
-  kill -9 $(systemctl show -p MainPID --value $unit) $(pgrep -f '^provider-agent-shim')
-  sleep 1.5
-  k9=$(pgrep -f 'sleep 1000[78]' | wc -l)
+  main=$(systemctl show -p MainPID --value $unit)
+  if [ "${main:-0}" -gt 0 ]; then # never kill -9 0: that is this process group
+    kill -9 "$main" $(pgrep -f '^provider-agent-shim')
+    sleep 1.5
+    k9=$(pgrep -f 'sleep 1000[78]' | wc -l)
+  else
+    k9="not tried: the second start failed"
+  fi
   systemctl stop $unit
   pkill -KILL -f 'sleep 1000[78]' 2>/dev/null
 fi
-echo "$name | start: $start | workload ran: $ran (${probes:-no probes}) | ${contain:-no containment line} | errors: ${err:-none} | left after stop: $left | left after kill -9 of agent and supervisors: $k9"
+echo "$name | start: $start | workload ran: $ran (${probes:-no probes}) | ${contain:-no containment line} | ${iso:-no isolation line} | errors: ${err:-none} | left after stop: $left | left after kill -9 of agent and supervisors: $k9"

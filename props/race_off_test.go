@@ -1,0 +1,5 @@
+//go:build !race
+
+package props
+
+const raceEnabled = false

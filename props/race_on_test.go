@@ -1,0 +1,7 @@
+//go:build race
+
+package props
+
+// raceEnabled: CheckCI runs a quarter of each property's CI depth under
+// the race detector (see CheckCI).
+const raceEnabled = true
