@@ -122,6 +122,13 @@ func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error 
 			TileSize: deps.Uploader.TileSize, MaxBytes: deps.MaxBytes, Holds: a.holds, Now: a.now, Logger: a.logger,
 		}
 	}
+	// What the restored machine holds (its EnteredState effects came
+	// before this run).
+	for _, id := range a.machine().IDs() {
+		if w, ok := a.machine().Workload(id); ok && w.Holder == a.me.self && w.State.Holding() {
+			a.ckpt.holding[id] = w.Epoch
+		}
+	}
 	rows, err := a.data.tables.Checkpoints(ctx)
 	if err != nil {
 		return fmt.Errorf("checkpoint ledger: %w", err)
@@ -155,7 +162,11 @@ func restoreMargin(timeout time.Duration) time.Duration {
 // bounded by the attempt's timeout; a previous attempt of the workload is
 // cancelled.
 func (a *Agent) beginRestore(ctx context.Context, e lease.RestoreCheckpoint) (context.Context, func()) {
-	rctx, cancel := context.WithTimeout(ctx, e.Timeout-restoreMargin(e.Timeout))
+	timeout := e.Timeout
+	if timeout <= 0 {
+		timeout = lease.DefaultRestoreTimeout
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout-restoreMargin(timeout))
 	run := &restoreRun{epoch: e.Epoch, attempt: e.Attempt, cancel: cancel}
 	a.ckpt.mu.Lock()
 	if old := a.ckpt.restores[e.ID]; old != nil {

@@ -266,9 +266,12 @@ func (r *Restorer) try(ctx context.Context, req RestoreRequest) (RestoreOutcome,
 				out.Result.Reason += "; refused " + refusals(out.Refused)
 			}
 			return out, nil
-		case len(out.Refused) == 0:
+		case !blocking(out.Refused):
 			out.Result.Fresh = true
 			out.Result.Reason = "no checkpoint was ever published"
+			if len(out.Refused) > 0 {
+				out.Result.Reason += " for this grant; refused " + refusals(out.Refused)
+			}
 			return out, nil
 		}
 		return out, fmt.Errorf("no usable checkpoint: refused %s", refusals(out.Refused))
@@ -523,6 +526,19 @@ func place(ctx context.Context, d Dir, write func(io.Writer) error) (FileID, err
 	f.Close()
 	_ = unix.Fsync(dfd)
 	return FileID{Dev: uint64(st.Dev), Ino: st.Ino}, nil
+}
+
+// blocking reports whether any refusal is of a record of this lease's
+// grant: then the attempt fails (something was published and is refused)
+// instead of calling the workload fresh. Records of another grant of the
+// same id (left on the relays by an earlier lease) are not.
+func blocking(rs []lease.CheckpointRefusal) bool {
+	for _, r := range rs {
+		if r.Reason != lease.RefuseOtherGrant && r.Reason != lease.RefuseOtherWorkload {
+			return true
+		}
+	}
+	return false
 }
 
 // refusals names refused records for a reason: "wrong_signer (1a2b3c4d),
