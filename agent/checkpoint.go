@@ -73,8 +73,10 @@ type ckptWork struct {
 	moveSem   chan struct{}                    // bounds the moves in flight
 }
 
-// epochState is the checkpoint (its BUD-10 state_uri) an epoch stands on.
+// epochState is the checkpoint (its BUD-10 state_uri) an epoch of a
+// grant (its created_at, unix seconds) stands on.
 type epochState struct {
+	grant int64
 	epoch uint64
 	uri   string
 }
@@ -134,13 +136,14 @@ func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error 
 		return fmt.Errorf("checkpoint ledger: %w", err)
 	}
 	for _, r := range rows {
-		a.ckpt.last[r.Workload] = epochState{epoch: r.Epoch, uri: r.StateURI}
+		g := r.GrantAt.Unix()
+		a.ckpt.last[r.Workload] = epochState{grant: g, epoch: r.Epoch, uri: r.StateURI}
 		switch {
 		case r.Seq == 0 && r.EventID != "":
-			a.ckpt.parents[r.Workload] = epochState{epoch: r.Epoch, uri: r.EventID}
+			a.ckpt.parents[r.Workload] = epochState{grant: g, epoch: r.Epoch, uri: r.EventID}
 		case r.Seq > 0 && a.ckpt.publisher != nil:
 			a.ckpt.publisher.Remember(checkpoint.Published{Workload: r.Workload, Epoch: r.Epoch, Seq: r.Seq,
-				EventID: r.EventID, CreatedAt: r.CreatedAt, StateURI: r.StateURI})
+				EventID: r.EventID, CreatedAt: r.CreatedAt, StateURI: r.StateURI, GrantAt: r.GrantAt})
 		}
 	}
 	a.ckpt.restorer = &checkpoint.Restorer{
@@ -233,11 +236,11 @@ func (a *Agent) runRestore(ctx context.Context, req checkpoint.RestoreRequest) l
 	}
 	switch r := out.Result; {
 	case r.OK:
-		a.setStateURI(req.ID, req.Epoch, out.StateURI)
-		row := agentdb.CheckpointRow{Workload: req.ID, Epoch: req.Epoch, StateURI: out.StateURI, CreatedAt: a.now()}
+		a.setStateURI(req.ID, req.GrantAt, req.Epoch, out.StateURI)
+		row := agentdb.CheckpointRow{Workload: req.ID, GrantAt: req.GrantAt, Epoch: req.Epoch, StateURI: out.StateURI, CreatedAt: a.now()}
 		if out.Record != nil {
 			a.ckpt.mu.Lock()
-			a.ckpt.parents[req.ID] = epochState{epoch: req.Epoch, uri: out.Record.EventID}
+			a.ckpt.parents[req.ID] = epochState{grant: req.GrantAt.Unix(), epoch: req.Epoch, uri: out.Record.EventID}
 			a.ckpt.mu.Unlock()
 			row.EventID = out.Record.EventID
 		}
@@ -252,25 +255,26 @@ func (a *Agent) runRestore(ctx context.Context, req checkpoint.RestoreRequest) l
 	return out.Result
 }
 
-// setStateURI records that epoch of id stands on the checkpoint uri (the
-// one it restored, then each it publishes).
-func (a *Agent) setStateURI(id string, epoch uint64, uri string) {
+// setStateURI records that epoch of id's grant (made at grantAt) stands
+// on the checkpoint uri (the one it restored, then each it publishes).
+func (a *Agent) setStateURI(id string, grantAt time.Time, epoch uint64, uri string) {
 	if uri == "" {
 		return
 	}
+	g := grantAt.Unix()
 	a.ckpt.mu.Lock()
-	if cur, ok := a.ckpt.last[id]; !ok || cur.epoch <= epoch {
-		a.ckpt.last[id] = epochState{epoch: epoch, uri: uri}
+	if cur, ok := a.ckpt.last[id]; !ok || cur.grant != g || cur.epoch <= epoch {
+		a.ckpt.last[id] = epochState{grant: g, epoch: epoch, uri: uri}
 	}
 	a.ckpt.mu.Unlock()
 }
 
-// stateURI is the checkpoint a revocation of epoch of id names: the last
-// one that epoch published or restored, "" when none.
-func (a *Agent) stateURI(id string, epoch uint64) string {
+// stateURI is the checkpoint a revocation of epoch of id's grant names:
+// the last one that epoch published or restored, "" when none.
+func (a *Agent) stateURI(id string, grantAt time.Time, epoch uint64) string {
 	a.ckpt.mu.Lock()
 	defer a.ckpt.mu.Unlock()
-	if cur := a.ckpt.last[id]; cur.epoch == epoch {
+	if cur := a.ckpt.last[id]; cur.grant == grantAt.Unix() && cur.epoch == epoch {
 		return cur.uri
 	}
 	return ""
@@ -288,7 +292,7 @@ func (a *Agent) revocationStateURI(e lease.Effect, spec lease.Spec) string {
 	case r.StateURI != "":
 		return r.StateURI
 	case spec.Checkpoint != nil:
-		return a.stateURI(r.ID, r.Epoch)
+		return a.stateURI(r.ID, spec.CreatedAt, r.Epoch)
 	}
 	return spec.StateURI
 }
@@ -365,7 +369,7 @@ func (a *Agent) watchCheckpoints(id string, epoch uint64) {
 		job.Servers, job.MinServers = a.ckpt.deps.Servers, 0
 	}
 	a.ckpt.mu.Lock()
-	if par := a.ckpt.parents[id]; par.epoch == epoch {
+	if par := a.ckpt.parents[id]; par.epoch == epoch && par.grant == w.Spec.CreatedAt.Unix() {
 		job.Parent = par.uri
 	}
 	a.ckpt.watched[id] = job
@@ -488,8 +492,8 @@ func (a *Agent) durableWorkload(id string) bool {
 // names it, also after a restart.
 func (a *Agent) published(ctx context.Context, pub checkpoint.Published) {
 	a.met.ckptPublished.WithLabelValues("published").Inc()
-	a.setStateURI(pub.Workload, pub.Epoch, pub.StateURI)
-	a.saveCheckpoint(ctx, agentdb.CheckpointRow{Workload: pub.Workload, Epoch: pub.Epoch, Seq: pub.Seq,
+	a.setStateURI(pub.Workload, pub.GrantAt, pub.Epoch, pub.StateURI)
+	a.saveCheckpoint(ctx, agentdb.CheckpointRow{Workload: pub.Workload, GrantAt: pub.GrantAt, Epoch: pub.Epoch, Seq: pub.Seq,
 		EventID: pub.EventID, StateURI: pub.StateURI, CreatedAt: pub.CreatedAt})
 }
 

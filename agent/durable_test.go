@@ -214,18 +214,22 @@ func TestDurableMove(t *testing.T) {
 // TestRevocationNamesTheLedgersCheckpointAfterARestart: the checkpoint an
 // epoch last stood on is in the agent's database: an agent restarted on
 // it still names that checkpoint in the epoch's revocation (and nothing
-// for another epoch, or for a workload without a checkpoint policy).
+// for another epoch, or the same epoch of a re-grant; the grant's own
+// state_uri for a workload without a checkpoint policy).
 func TestRevocationNamesTheLedgersCheckpointAfterARestart(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
 	key := nostr.GeneratePrivateKey()
 	first := newStepAgent(t, stepOpts{key: key, dbPath: path})
 	uri := "blossom:" + strings.Repeat("ab", 32) + ".json?xs=http://b.example"
-	first.published(ctx, checkpoint.Published{Workload: "d1", Epoch: 3, Seq: 7, EventID: strings.Repeat("cd", 32), StateURI: uri, CreatedAt: time.Now()})
+	grantAt := time.Now().Add(-time.Hour).Truncate(time.Second)
+	first.published(ctx, checkpoint.Published{Workload: "d1", GrantAt: grantAt, Epoch: 3, Seq: 7, EventID: strings.Repeat("cd", 32), StateURI: uri, CreatedAt: time.Now()})
 	_ = first.out.courier.Close()
 
 	again := newStepAgent(t, stepOpts{key: key, dbPath: path})
-	durable := lease.Spec{ID: "d1", StateURI: "blossom:grant-seed.bin", Checkpoint: &lease.CheckpointPolicy{}}
+	durable := lease.Spec{ID: "d1", StateURI: "blossom:grant-seed.bin", Checkpoint: &lease.CheckpointPolicy{}, CreatedAt: grantAt}
+	regranted := durable
+	regranted.CreatedAt = grantAt.Add(time.Minute)
 	for _, c := range []struct {
 		e    lease.Effect
 		spec lease.Spec
@@ -233,6 +237,7 @@ func TestRevocationNamesTheLedgersCheckpointAfterARestart(t *testing.T) {
 	}{
 		{lease.PublishRevocation{ID: "d1", Epoch: 3}, durable, uri},
 		{lease.PublishRevocation{ID: "d1", Epoch: 4}, durable, ""},
+		{lease.PublishRevocation{ID: "d1", Epoch: 3}, regranted, ""},
 		{lease.PublishRevocation{ID: "d1", Epoch: 3, StateURI: "blossom:final.json"}, durable, "blossom:final.json"},
 		{lease.PublishRevocation{ID: "d1", Epoch: 3}, lease.Spec{ID: "d1", StateURI: "blossom:grant-seed.bin"}, "blossom:grant-seed.bin"},
 	} {

@@ -11,8 +11,8 @@ import (
 )
 
 // TestCheckpointLedger: a workload's row is replaced by a checkpoint of
-// the same or a later epoch, never by one of an earlier epoch, and
-// survives a reopen.
+// the same or a later epoch, never by one of an earlier epoch of the same
+// grant (any of another grant), and survives a reopen.
 func TestCheckpointLedger(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
@@ -36,16 +36,20 @@ func TestCheckpointLedger(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	put(CheckpointRow{Workload: "w1", Epoch: 2, Seq: 1, EventID: "e1", StateURI: "blossom:a.json", CreatedAt: at})
-	put(CheckpointRow{Workload: "w1", Epoch: 2, Seq: 2, EventID: "e2", StateURI: "blossom:b.json", CreatedAt: at.Add(time.Second)})
-	put(CheckpointRow{Workload: "w1", Epoch: 1, Seq: 9, EventID: "old", StateURI: "blossom:old.json", CreatedAt: at})
-	put(CheckpointRow{Workload: "w2", Epoch: 1, Seq: 0, EventID: "", StateURI: "blossom:c.json", CreatedAt: at})
+	grant := time.Unix(1_600_000_000, 0).UTC()
+	put(CheckpointRow{Workload: "w1", GrantAt: grant, Epoch: 2, Seq: 1, EventID: "e1", StateURI: "blossom:a.json", CreatedAt: at})
+	put(CheckpointRow{Workload: "w1", GrantAt: grant, Epoch: 2, Seq: 2, EventID: "e2", StateURI: "blossom:b.json", CreatedAt: at.Add(time.Second)})
+	put(CheckpointRow{Workload: "w1", GrantAt: grant, Epoch: 1, Seq: 9, EventID: "old", StateURI: "blossom:old.json", CreatedAt: at})
+	put(CheckpointRow{Workload: "w2", GrantAt: grant, Epoch: 3, Seq: 0, EventID: "", StateURI: "blossom:c.json", CreatedAt: at})
+	// A re-grant of w2 starts its epochs again: its epoch 1 replaces the
+	// earlier grant's epoch 3.
+	put(CheckpointRow{Workload: "w2", GrantAt: grant.Add(time.Hour), Epoch: 1, Seq: 1, EventID: "new", StateURI: "blossom:d.json", CreatedAt: at})
 	if err := s.PutCheckpoint(ctx, CheckpointRow{}); err == nil {
 		t.Errorf("PutCheckpoint without a workload = nil, want an error")
 	}
 	want := []CheckpointRow{
-		{Workload: "w1", Epoch: 2, Seq: 2, EventID: "e2", StateURI: "blossom:b.json", CreatedAt: at.Add(time.Second)},
-		{Workload: "w2", Epoch: 1, Seq: 0, StateURI: "blossom:c.json", CreatedAt: at},
+		{Workload: "w1", GrantAt: grant, Epoch: 2, Seq: 2, EventID: "e2", StateURI: "blossom:b.json", CreatedAt: at.Add(time.Second)},
+		{Workload: "w2", GrantAt: grant.Add(time.Hour), Epoch: 1, Seq: 1, EventID: "new", StateURI: "blossom:d.json", CreatedAt: at},
 	}
 	got, err := open().Checkpoints(ctx)
 	if err != nil || !reflect.DeepEqual(got, want) {

@@ -71,6 +71,8 @@ type Published struct {
 	File      FileID
 	// Blobs are the manifest's and the tiles' hashes (this run's only).
 	Blobs []string
+	// GrantAt is the lease grant's time the record names.
+	GrantAt time.Time
 }
 
 // Publisher publishes a workload's checkpoints: it tiles the file into
@@ -248,7 +250,7 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 	pub := Published{
 		Workload: job.Workload, Epoch: job.Epoch, Seq: rec.Seq, EventID: ev.ID, CreatedAt: created,
 		StateURI: rec.StateURI, Manifest: manifest, Size: m.Size, TakenAt: rec.TakenAt, Servers: holding,
-		Relays: res.Accepted, File: info.ID, Blobs: shas,
+		Relays: res.Accepted, File: info.ID, Blobs: shas, GrantAt: job.GrantAt,
 	}
 	p.mu.Lock()
 	if p.last == nil {

@@ -133,9 +133,20 @@ func TestPublishThenRestore(t *testing.T) {
 	if second.Seq != first.Seq+1 || !second.CreatedAt.After(first.CreatedAt) || len(second.Servers) != 2 || len(second.Relays) < 2 {
 		t.Errorf("second = %+v after %+v, want seq+1, a later created_at, 2 servers, >= 2 relays", second, first)
 	}
-	recs := w.records("wl-pub", 1)
-	if len(recs) != 1 || recs[0].EventID != second.EventID || recs[0].Parent != first.EventID || recs[0].StateURI != second.StateURI {
-		t.Fatalf("records on the relays = %+v, want only the second (parent the first)", recs)
+	// Relays keep one record per epoch: the second (a relay beyond the M
+	// that answered may still serve the first for a moment).
+	var rec *heartbeat.CheckpointRecord
+	for _, r := range w.records("wl-pub", 1) {
+		switch r.EventID {
+		case second.EventID:
+			rec = r
+		case first.EventID:
+		default:
+			t.Errorf("unexpected record %+v", r)
+		}
+	}
+	if rec == nil || rec.Parent != first.EventID || rec.StateURI != second.StateURI {
+		t.Fatalf("the second record on the relays = %+v, want it with parent the first", rec)
 	}
 	if n, err := p.Store.Placed(ctx, "wl-pub", second.Blobs, []string{s1.URL(), s2.URL()}); err != nil || n != 2 {
 		t.Errorf("the second checkpoint's blobs are on %d servers (%v), want 2", n, err)
@@ -232,8 +243,19 @@ func TestPublishOnlyWhileHolding(t *testing.T) {
 	if err != nil || next.Seq != pub.Seq+1 || !next.CreatedAt.After(pub.CreatedAt) {
 		t.Fatalf("Publish after Remember = %+v, %v; want seq %d after %v", next, err, pub.Seq+1, pub.CreatedAt)
 	}
-	if recs := w.records("wl-short", 1); len(recs) != 1 || recs[0].Parent != pub.EventID {
-		t.Errorf("records of wl-short after the restart = %+v, want one whose parent is %s", recs, pub.EventID)
+	// (PublishQuorum returns once M = 2 relays took it: the third may
+	// still serve the one before.)
+	found := false
+	for _, r := range w.records("wl-short", 1) {
+		if r.EventID == next.EventID {
+			found = true
+			if r.Parent != pub.EventID {
+				t.Errorf("record after the restart has parent %s, want %s", r.Parent, pub.EventID)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("the record published after the restart is on no relay")
 	}
 	for _, id := range []string{"wl-fenced"} {
 		if recs := w.records(id, 1); len(recs) != 0 {
