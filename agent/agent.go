@@ -784,7 +784,11 @@ func (a *Agent) Status() Status {
 	s.Workloads = slices.Clone(s.Workloads)
 	a.view.mu.Unlock()
 	for i := range s.Workloads {
-		s.Workloads[i].Running = a.work.backend.Running(s.Workloads[i].ID)
+		w := &s.Workloads[i]
+		w.Running = a.work.backend.Running(w.ID)
+		if w.Primary == a.me.self {
+			w.Checkpoint = a.heldStateURI(w.ID, w.Epoch)
+		}
 	}
 	s.Relays = a.pool.Status()
 	synced := 0

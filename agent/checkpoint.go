@@ -504,3 +504,14 @@ func (a *Agent) saveCheckpoint(ctx context.Context, row agentdb.CheckpointRow) {
 		a.logger.Error("record the checkpoint in the ledger", "workload", row.Workload, "epoch", row.Epoch, "err", err)
 	}
 }
+
+// heldStateURI is the checkpoint epoch of id stands on, whatever its
+// grant (for /status).
+func (a *Agent) heldStateURI(id string, epoch uint64) string {
+	a.ckpt.mu.Lock()
+	defer a.ckpt.mu.Unlock()
+	if cur := a.ckpt.last[id]; cur.epoch == epoch {
+		return cur.uri
+	}
+	return ""
+}

@@ -142,6 +142,16 @@ func TestDurableFailover(t *testing.T) {
 	if got := testutil.ToFloat64(standby.a.met.restores.WithLabelValues("restored")); got < 1 {
 		t.Errorf("standby restores restored = %v, want >= 1", got)
 	}
+	var row WorkloadStatus
+	waitFor(t, 5*time.Second, "the standby's /status row of d1 restored, standing on a checkpoint", func() bool {
+		for _, w := range standby.a.Status().Workloads {
+			if w.ID == "d1" {
+				row = w
+			}
+		}
+		return row.Restore == string(lease.RestoreDone) && strings.HasPrefix(row.Checkpoint, "blossom:")
+	})
+	t.Logf("standby's /status row: restore %s (%s), checkpoint %s", row.Restore, row.RestoreWhy, row.Checkpoint)
 	rev, ok := primary.log.find(func(e Event) bool { return e.Kind == "revocation" && e.Workload == "d1" })
 	if !ok {
 		t.Errorf("the primary queued no revocation")

@@ -82,6 +82,15 @@ type WorkloadStatus struct {
 	// respawning workload (backend.ExitReason of its log file), e.g.
 	// "exit 127 (command not found): sh: 1: no-such-tool: not found".
 	Reason string `json:"reason,omitempty"`
+	// Restore is, for a durable workload whose epoch began here, how its
+	// state was restored (restoring, waiting, restored, fresh) and
+	// RestoreWhy what the last attempt said.
+	Restore    string `json:"restore,omitempty"`
+	RestoreWhy string `json:"restore_why,omitempty"`
+	// Checkpoint is the state_uri of the checkpoint the held epoch stands
+	// on (the last published here, or the one restored): what its
+	// revocation names.
+	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
 // RelayStatus is one relay connection as this agent sees it.

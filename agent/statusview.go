@@ -18,7 +18,7 @@ import (
 func WorkloadView(w lease.WorkloadSnapshot, self string) WorkloadStatus {
 	ws := WorkloadStatus{
 		ID: w.Spec.ID, State: string(w.State), Epoch: w.Epoch, Primary: w.Holder,
-		Standbys: lease.StandbysOf(w),
+		Standbys: lease.StandbysOf(w), Restore: string(w.Restore), RestoreWhy: w.RestoreWhy,
 	}
 	if self != "" {
 		ws.Role = "standby"
