@@ -1,9 +1,13 @@
 // Package checkpoint carries a durable workload's state across a failover:
 // it reads the checkpoint a workload wrote (Open: the exact file name and
 // the checks a root agent needs before it reads a file a workload
-// controls), notices new ones (Watcher), and, with the uploader and the
-// relays, publishes them and restores the newest usable one before a new
-// epoch starts.
+// controls), notices new ones (Watcher), publishes them (Publisher: tiles
+// on K Blossom servers, then a signed kind 38387 record on M relays, only
+// while this provider holds the workload at that epoch) and restores the
+// newest usable one into a new run's directory before it starts
+// (Restorer: the lease's selection rules, every hash verified, the file
+// placed atomically for the workload's user). It never imports the agent:
+// relays, the verifying ingest and Blossom are interfaces.
 //
 // The workload's side of the contract: its checkpoint directory is
 // $PROVIDER_AGENT_CHECKPOINT_DIR (private to the workload and its epoch);
