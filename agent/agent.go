@@ -821,6 +821,7 @@ const statusRebuildEvery = 30 * time.Second
 // last refresh, every row every statusRebuildEvery.
 func (a *Agent) refreshStatus(now time.Time) {
 	a.view.refreshed, a.view.dirty = now, false
+	a.observeCheckpointAge(now)
 	counts := a.machine().StateCounts(nil)
 	for _, s := range lease.States {
 		a.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))

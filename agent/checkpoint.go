@@ -69,6 +69,7 @@ type ckptWork struct {
 	busy      map[string]context.CancelFunc    // by workload: the publish in flight
 	queued    map[string]checkpoint.Change     // by workload: a newer checkpoint waiting for it
 	uploaders map[string]uploader.Uploader     // by server set and K
+	watchedAt map[string]time.Time             // by workload: when its run's directory began to be watched
 	moving    map[string]bool                  // workloads a planned move is handing over
 	moveSem   chan struct{}                    // bounds the moves in flight
 }
@@ -106,6 +107,7 @@ func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error 
 	a.ckpt.queued = map[string]checkpoint.Change{}
 	a.ckpt.uploaders = map[string]uploader.Uploader{}
 	a.ckpt.moving = map[string]bool{}
+	a.ckpt.watchedAt = map[string]time.Time{}
 	a.ckpt.moveSem = make(chan struct{}, maxMoves)
 	if a.ckpt.deps.MoveTimeout <= 0 {
 		a.ckpt.deps.MoveTimeout = DefaultMoveTimeout
@@ -373,6 +375,7 @@ func (a *Agent) watchCheckpoints(id string, epoch uint64) {
 		job.Parent = par.uri
 	}
 	a.ckpt.watched[id] = job
+	a.ckpt.watchedAt[id] = a.now()
 	a.ckpt.durable[id] = true
 	a.ckpt.mu.Unlock()
 	// The file already there (restored, or the newest local checkpoint of
@@ -390,6 +393,7 @@ func (a *Agent) unwatchCheckpoints(id string) {
 	a.ckpt.watcher.Unwatch(id)
 	a.ckpt.mu.Lock()
 	delete(a.ckpt.watched, id)
+	delete(a.ckpt.watchedAt, id)
 	delete(a.ckpt.queued, id)
 	if cancel := a.ckpt.busy[id]; cancel != nil {
 		cancel()
@@ -514,4 +518,32 @@ func (a *Agent) heldStateURI(id string, epoch uint64) string {
 		return cur.uri
 	}
 	return ""
+}
+
+// observeCheckpointAge sets agent_checkpoint_age_seconds: the oldest last
+// published checkpoint among the watched workloads (since the watch began
+// for one that published none at its epoch yet).
+func (a *Agent) observeCheckpointAge(now time.Time) {
+	if a.ckpt.publisher == nil {
+		return
+	}
+	a.ckpt.mu.Lock()
+	type watch struct {
+		epoch uint64
+		since time.Time
+	}
+	ws := make(map[string]watch, len(a.ckpt.watched))
+	for id, job := range a.ckpt.watched {
+		ws[id] = watch{epoch: job.Epoch, since: a.ckpt.watchedAt[id]}
+	}
+	a.ckpt.mu.Unlock()
+	var oldest time.Duration
+	for id, w := range ws {
+		at := w.since
+		if last, ok := a.ckpt.publisher.Last(id); ok && last.Epoch == w.epoch && last.TakenAt.After(at) {
+			at = last.TakenAt
+		}
+		oldest = max(oldest, now.Sub(at))
+	}
+	a.met.ckptAge.Set(oldest.Seconds())
 }

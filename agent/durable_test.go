@@ -185,6 +185,12 @@ func TestDurableMove(t *testing.T) {
 	t.Parallel()
 	primary, standby, starts := durablePair(t, "m1")
 	ctx := context.Background()
+	// Checkpoints every 200 ms: the oldest published one is never much
+	// older (the gauge is set once a second).
+	waitFor(t, 5*time.Second, "agent_checkpoint_age_seconds in (0, 2)", func() bool {
+		age := testutil.ToFloat64(primary.a.met.ckptAge)
+		return age > 0 && age < 2
+	})
 	seq, err := QueueMove(ctx, primary.a.data.db, "m1", "", time.Now())
 	if err != nil {
 		t.Fatal(err)

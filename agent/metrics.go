@@ -40,6 +40,7 @@ type metrics struct {
 	ckptRefused    *prometheus.CounterVec // reason
 	ckptPublished  *prometheus.CounterVec // outcome
 	moves          *prometheus.CounterVec // outcome
+	ckptAge        prometheus.Gauge       // oldest last published checkpoint of a watched durable workload
 }
 
 // The bounded label values of the agent_* metrics (exported at 0 from the
@@ -158,6 +159,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		ckptPublished: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_checkpoints_published_total", Help: "New checkpoints of durable workloads, by outcome: published (on K servers and M relays), abandoned (no longer held at its epoch), failed.",
 		}, []string{"outcome"}),
+		ckptAge: f.NewGauge(prometheus.GaugeOpts{
+			Name: "agent_checkpoint_age_seconds", Help: "Age of the oldest last published checkpoint among the durable workloads running here (since their start when none was published): the state a failover now would lose.",
+		}),
 		moves: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_moves_total", Help: "Planned moves (workloads move) of durable workloads, by outcome: moved (handed over naming the final checkpoint) or aborted.",
 		}, []string{"outcome"}),

@@ -99,6 +99,8 @@ var documentedMetrics = []metricDoc{
 	{section: "agent", name: "agent_checkpoints_published_total", typ: "counter", labels: []string{"outcome"},
 		values: map[string][]string{"outcome": agent.PublishOutcomes},
 		help:   "new checkpoints of durable workloads: `published` (every blob on K servers, record on M relays), `abandoned` (no longer held at its epoch), `failed`"},
+	{section: "agent", name: "agent_checkpoint_age_seconds", typ: "gauge",
+		help: "age of the oldest last published checkpoint among the durable workloads running here (since their start when none was published yet): what a failover now would lose"},
 	{section: "agent", name: "agent_moves_total", typ: "counter", labels: []string{"outcome"},
 		values: map[string][]string{"outcome": agent.MoveOutcomes},
 		help:   "planned moves (`workloads move`) of durable workloads: `moved` (handed over naming the final checkpoint) or `aborted` (restarted here, or no longer held)"},
