@@ -38,6 +38,7 @@ type op struct {
 	epoch   uint64
 	command []string
 	attempt int
+	reason  string // opStop: the reason given to the backend ("": fenced)
 }
 
 func newActuator(b backend.Backend, logger *slog.Logger, report func(ctx context.Context, in input)) *actuator {
@@ -91,7 +92,11 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 	case opStop:
 		// A stop runs even during shutdown: fencing must complete.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		if err := a.backend.Stop(sctx, id, stopReasonFenced); err != nil {
+		reason := o.reason
+		if reason == "" {
+			reason = stopReasonFenced
+		}
+		if err := a.backend.Stop(sctx, id, reason); err != nil {
 			a.logger.Error("stop workload", "workload", id, "err", err)
 		}
 		cancel()
@@ -118,6 +123,7 @@ func (a *actuator) start(ctx context.Context, id string, o op) error {
 const (
 	stopReasonFenced   = "fenced by the lease machine"
 	stopReasonShutdown = "agent shutting down (stop_workloads_on_exit)"
+	stopReasonMove     = "planned move: final checkpoint, then handover"
 )
 
 // Fenced implements FenceGate.

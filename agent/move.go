@@ -131,7 +131,7 @@ func (a *Agent) move(ctx context.Context, w lease.WorkloadSnapshot, job checkpoi
 	// 1. Stop the process (SIGTERM, SIGKILL after stop_grace): it writes
 	// its final checkpoint. No new checkpoint is published meanwhile.
 	a.unwatchCheckpoints(id)
-	a.work.act.enqueue(ctx, id, op{kind: opStop, epoch: epoch})
+	a.work.act.enqueue(ctx, id, op{kind: opStop, epoch: epoch, reason: stopReasonMove})
 	for !a.work.act.Fenced(id) {
 		if !sleepCtx(ctx, 20*time.Millisecond) {
 			return "move aborted: agent shutting down"
