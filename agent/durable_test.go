@@ -19,6 +19,7 @@ import (
 	"provideragent/internal/devblossom"
 	"provideragent/lease"
 	"provideragent/uploader"
+	"provideragent/uploader/uploadertest"
 )
 
 // counterScript is the durable test workload: it resumes from its
@@ -359,4 +360,54 @@ func TestDurableDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the drain undone", func() bool { return !primary.a.Status().Draining })
+}
+
+// TestCheckpointNeverDelaysAStop: a checkpoint stuck uploading to a slow
+// Blossom server does not hold up the workload's stop (a release here):
+// the stop cancels the publish, which is abandoned, never announced.
+func TestCheckpointNeverDelaysAStop(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("workloads run as users of their own: needs root")
+	}
+	t.Parallel()
+	slow := uploadertest.NewServer(t)
+	slow.SlowPuts(8 * time.Second) // the server's Close waits for it
+	shared, err := os.MkdirTemp("", "durable-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_, urls := startRelays(t, 3)
+	lcfg := lease.DemoConfig(urls)
+	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, blossom: []string{slow.URL}})
+	absent, _ := nostr.GetPublicKey(nostr.GeneratePrivateKey()) // a standby that never runs
+	spec := warmSpec("s1", primary.pub, absent, lcfg.Relays)
+	spec.Command = []string{"sh", "-c", counterScript(filepath.Join(shared, "starts"))}
+	spec.Checkpoint = &lease.CheckpointPolicy{Servers: []string{slow.URL}}
+	ctx := context.Background()
+	primary.a.Track(ctx, spec)
+	primary.waitState("s1", lease.StateLive, 1, 15*time.Second)
+	waitFor(t, 10*time.Second, "a checkpoint upload in flight", func() bool { return slow.MaxPutsInFlight() >= 1 })
+	if _, err := QueueRelease(ctx, primary.a.data.db, "s1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	waitFor(t, 10*time.Second, "the workload stopped", func() bool {
+		_, ok := primary.log.find(func(e Event) bool { return e.Kind == "stop" && e.Workload == "s1" })
+		return ok && !primary.backend.Running("s1")
+	})
+	took := time.Since(released)
+	t.Logf("release to stopped: %v, with an upload held for 8 s", took.Round(time.Millisecond))
+	if took > 4*time.Second {
+		t.Errorf("the stop took %v: it waited for the checkpoint upload", took)
+	}
+	waitFor(t, 10*time.Second, "the publish abandoned", func() bool {
+		return testutil.ToFloat64(primary.a.met.ckptPublished.WithLabelValues("abandoned")) >= 1
+	})
+	if got := testutil.ToFloat64(primary.a.met.ckptPublished.WithLabelValues("published")); got != 0 {
+		t.Errorf("checkpoints published = %v, want 0", got)
+	}
 }
