@@ -111,6 +111,9 @@ type agentOpts struct {
 	// blossom, when set, lets the agent publish durable workloads'
 	// checkpoints (a tile store on its database; these servers).
 	blossom []string
+	// workloadDir is backend.workload_dir ("": a temporary one, removed
+	// when the agent stops).
+	workloadDir string
 }
 
 func startAgent(t testing.TB, o agentOpts) *testAgent {
@@ -135,6 +138,7 @@ func startAgent(t testing.TB, o agentOpts) *testAgent {
 	cfg.ClockCheckInterval = o.clockCheck
 	pcfg := backend.DefaultProcessConfig()
 	pcfg.StopGrace = 2 * time.Second
+	pcfg.WorkloadDir = o.workloadDir
 	proc, err := backend.NewProcess(pcfg, nil)
 	if err != nil {
 		t.Fatal(err)

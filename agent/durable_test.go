@@ -411,3 +411,95 @@ func TestCheckpointNeverDelaysAStop(t *testing.T) {
 		t.Errorf("checkpoints published = %v, want 0", got)
 	}
 }
+
+// TestDurableHolderRestart: the holder's agent restarts on a persistent
+// workload dir: the counter stops with the agent (checkpointing on
+// SIGTERM), resumes from that local checkpoint at the same epoch, and the
+// next record continues the epoch's seq (the agent's ledger).
+func TestDurableHolderRestart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("workloads run as users of their own: needs root")
+	}
+	t.Parallel()
+	blobs, err := devblossom.New(devblossom.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := blobs.Start(context.Background(), "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blobs.Shutdown(context.Background()) })
+	shared, err := os.MkdirTemp("", "durable-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	wdir, err := os.MkdirTemp("", "durable-workloads-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(wdir) })
+	if err := os.Chmod(wdir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	starts := filepath.Join(shared, "starts")
+	_, urls := startRelays(t, 3)
+	lcfg := lease.DemoConfig(urls)
+	key, dbPath := nostr.GeneratePrivateKey(), filepath.Join(t.TempDir(), "holder.db")
+	opts := agentOpts{name: "holder", key: key, dbPath: dbPath, lcfg: lcfg, blossom: []string{blobs.URL()}, workloadDir: wdir}
+	holder := startAgent(t, opts)
+	absent, _ := nostr.GetPublicKey(nostr.GeneratePrivateKey())
+	spec := warmSpec("r1", holder.pub, absent, lcfg.Relays)
+	spec.Command = []string{"sh", "-c", counterScript(starts)}
+	spec.Checkpoint = &lease.CheckpointPolicy{}
+	holder.a.Track(context.Background(), spec)
+	holder.waitState("r1", lease.StateLive, 1, 15*time.Second)
+	waitFor(t, 20*time.Second, "two checkpoints published", func() bool {
+		return testutil.ToFloat64(holder.a.met.ckptPublished.WithLabelValues("published")) >= 2
+	})
+	holder.stop()
+	before, ok := holder.a.ckpt.publisher.Last("r1")
+	if !ok {
+		t.Fatal("nothing published before the restart")
+	}
+	final, ok := finalAt(t, starts, 1)
+	if !ok {
+		t.Fatal("the counter wrote no checkpoint when the agent stopped it")
+	}
+
+	again := startAgent(t, opts)
+	again.waitState("r1", lease.StateLive, 1, 20*time.Second)
+	var resumed []int
+	waitFor(t, 10*time.Second, "the counter started again", func() bool {
+		resumed = startsOf(starts, 1)
+		return len(resumed) >= 2
+	})
+	if len(resumed) != 2 || resumed[1] != final {
+		t.Fatalf("the counter's starts at epoch 1 = %v, want 0 then the value it checkpointed when stopped (%d)", resumed, final)
+	}
+	waitFor(t, 20*time.Second, "a checkpoint published after the restart", func() bool {
+		return testutil.ToFloat64(again.a.met.ckptPublished.WithLabelValues("published")) >= 1
+	})
+	after, _ := again.a.ckpt.publisher.Last("r1")
+	t.Logf("before the restart: seq %d; after: seq %d (parent %.12s)", before.Seq, after.Seq, before.EventID)
+	if after.Epoch != 1 || after.Seq <= before.Seq {
+		t.Errorf("after the restart the holder published epoch %d seq %d, want epoch 1 and a seq above %d", after.Epoch, after.Seq, before.Seq)
+	}
+}
+
+// startsOf lists the values the counter started from at epoch, in order.
+func startsOf(path string, epoch uint64) []int {
+	var out []int
+	data, _ := os.ReadFile(path)
+	for _, l := range strings.Split(string(data), "\n") {
+		var e uint64
+		var n int
+		if _, err := fmt.Sscanf(l, "%d %d", &e, &n); err == nil && e == epoch {
+			out = append(out, n)
+		}
+	}
+	return out
+}
