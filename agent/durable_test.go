@@ -269,7 +269,7 @@ func TestRevocationNamesTheLedgersCheckpointAfterARestart(t *testing.T) {
 // primary published two checkpoints and is listed on quorum, and returns
 // them with the counter's log.
 func durablePair(t testing.TB, id string) (primary, standby *testAgent, starts string) {
-	d := startDurable(t, id, 0)
+	d := startDurable(t, id, 0, lease.DemoConfig)
 	return d.primary, d.standby, d.starts
 }
 
@@ -282,7 +282,7 @@ type durableSetup struct {
 
 // startDurable is durablePair with the primary reaching its first cut
 // relays through proxies that can cut it off.
-func startDurable(t testing.TB, id string, cut int) *durableSetup {
+func startDurable(t testing.TB, id string, cut int, profile func([]string) lease.Config) *durableSetup {
 	t.Helper()
 	blobs, err := devblossom.New(devblossom.Options{})
 	if err != nil {
@@ -302,7 +302,7 @@ func startDurable(t testing.TB, id string, cut int) *durableSetup {
 	}
 	d := &durableSetup{starts: filepath.Join(shared, "starts")}
 	rs, urls := startRelays(t, 3)
-	lcfg := lease.DemoConfig(urls)
+	lcfg := profile(urls)
 	var dial map[string]string
 	if cut > 0 {
 		d.proxies, dial = cutProxies(t, rs, urls, cut)
@@ -315,11 +315,11 @@ func startDurable(t testing.TB, id string, cut int) *durableSetup {
 	ctx := context.Background()
 	d.primary.a.Track(ctx, spec)
 	d.standby.a.Track(ctx, spec)
-	d.primary.waitState(id, lease.StateLive, 1, 15*time.Second)
+	d.primary.waitState(id, lease.StateLive, 1, lcfg.ProvisionTimeout+10*time.Second)
 	waitFor(t, 20*time.Second, "two checkpoints published by the primary", func() bool {
 		return testutil.ToFloat64(d.primary.a.met.ckptPublished.WithLabelValues("published")) >= 2
 	})
-	d.primary.waitListedOnQuorum(id, 10*time.Second)
+	d.primary.waitListedOnQuorum(id, 3*lcfg.HeartbeatInterval+10*time.Second)
 	return d
 }
 
