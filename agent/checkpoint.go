@@ -1,23 +1,19 @@
 package agent
 
-// Durable workloads (a lease with a checkpoint policy): restoring the last
-// published checkpoint before a new epoch's start, off the machine loop
-// like the claim step's reads, and remembering which checkpoint each held
-// epoch last stood on, which its revocation names.
+// Durable workloads (a lease with a checkpoint policy): their settings and
+// state, and which checkpoint each held epoch stands on, which its
+// revocation names (kept in the agent's database). Restoring is in
+// checkpoint_restore.go, publishing in checkpoint_publish.go, planned
+// moves in move.go.
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"provideragent/agentdb"
-	"provideragent/backend"
 	"provideragent/checkpoint"
 	"provideragent/lease"
 	"provideragent/uploader"
@@ -80,13 +76,6 @@ type epochState struct {
 	grant int64
 	epoch uint64
 	uri   string
-}
-
-// restoreRun is a restore attempt in flight, cancelled by a stop.
-type restoreRun struct {
-	epoch   uint64
-	attempt int
-	cancel  context.CancelFunc
 }
 
 func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error {
@@ -156,107 +145,6 @@ func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error 
 	return nil
 }
 
-// restoreMargin is how much sooner than the machine's restore timeout an
-// attempt gives up, so that its report arrives while the machine still
-// waits for it.
-func restoreMargin(timeout time.Duration) time.Duration {
-	return min(timeout/10, 2*time.Second)
-}
-
-// beginRestore registers a restore attempt of e and returns its context,
-// bounded by the attempt's timeout; a previous attempt of the workload is
-// cancelled.
-func (a *Agent) beginRestore(ctx context.Context, e lease.RestoreCheckpoint) (context.Context, func()) {
-	timeout := e.Timeout
-	if timeout <= 0 {
-		timeout = lease.DefaultRestoreTimeout
-	}
-	rctx, cancel := context.WithTimeout(ctx, timeout-restoreMargin(timeout))
-	run := &restoreRun{epoch: e.Epoch, attempt: e.Attempt, cancel: cancel}
-	a.ckpt.mu.Lock()
-	if old := a.ckpt.restores[e.ID]; old != nil {
-		old.cancel()
-	}
-	a.ckpt.restores[e.ID] = run
-	a.ckpt.mu.Unlock()
-	return rctx, func() {
-		cancel()
-		a.ckpt.mu.Lock()
-		if a.ckpt.restores[e.ID] == run {
-			delete(a.ckpt.restores, e.ID)
-		}
-		a.ckpt.mu.Unlock()
-	}
-}
-
-// cancelRestore cancels the workload's restore in flight, if any: a stop
-// never waits for a download, and nothing is placed after it.
-func (a *Agent) cancelRestore(id string) {
-	a.ckpt.mu.Lock()
-	if run := a.ckpt.restores[id]; run != nil {
-		run.cancel()
-		delete(a.ckpt.restores, id)
-	}
-	a.ckpt.mu.Unlock()
-}
-
-// restoreRequest is what the restorer needs for e, read from the machine
-// (machine goroutine).
-func (a *Agent) restoreRequest(e lease.RestoreCheckpoint) checkpoint.RestoreRequest {
-	req := checkpoint.RestoreRequest{RestoreCheckpoint: e}
-	if w, ok := a.machine().Workload(e.ID); ok {
-		req.Members = append([]string{w.Spec.Primary}, w.Spec.Standbys...)
-		if p := w.Spec.Checkpoint; p != nil {
-			req.Servers = append(req.Servers, p.Servers...)
-		}
-	}
-	req.Servers = append(req.Servers, a.ckpt.deps.Servers...)
-	return req
-}
-
-// runRestore carries out one restore attempt (off the machine goroutine)
-// and returns the machine's input.
-func (a *Agent) runRestore(ctx context.Context, req checkpoint.RestoreRequest) lease.RestoreResult {
-	fail := func(reason string) lease.RestoreResult {
-		return lease.RestoreResult{Workload: req.ID, Epoch: req.Epoch, Attempt: req.Attempt, Reason: reason}
-	}
-	cp, ok := a.work.backend.(backend.Checkpointer)
-	if !ok {
-		return fail("the backend gives workloads no checkpoint directory")
-	}
-	dir, err := cp.CheckpointDir(req.ID, req.Epoch)
-	if err != nil {
-		return fail(err.Error())
-	}
-	req.Dir = checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID}
-	start := time.Now()
-	out := a.ckpt.restorer.Restore(ctx, req)
-	log := a.logger.With("workload", req.ID, "epoch", req.Epoch, "attempt", req.Attempt, "took", time.Since(start).Round(time.Millisecond))
-	for _, f := range out.Refused {
-		a.met.ckptRefused.WithLabelValues(f.Reason).Inc()
-		log.Warn("checkpoint refused", "record", f.EventID, "reason", f.Reason, "detail", f.Detail)
-	}
-	switch r := out.Result; {
-	case r.OK:
-		a.setStateURI(req.ID, req.GrantAt, req.Epoch, out.StateURI)
-		row := agentdb.CheckpointRow{Workload: req.ID, GrantAt: req.GrantAt, Epoch: req.Epoch, StateURI: out.StateURI, CreatedAt: a.now()}
-		if out.Record != nil {
-			a.ckpt.mu.Lock()
-			a.ckpt.parents[req.ID] = epochState{grant: req.GrantAt.Unix(), epoch: req.Epoch, uri: out.Record.EventID}
-			a.ckpt.mu.Unlock()
-			row.EventID = out.Record.EventID
-		}
-		a.saveCheckpoint(ctx, row)
-		log.Info("checkpoint restored", "from", r.From, "dir", dir.Path)
-		a.emit("restore", req.ID, "checkpoint restored for epoch %d: %s", req.Epoch, r.From)
-	case r.Fresh:
-		log.Info("no checkpoint to restore", "reason", r.Reason)
-	default:
-		log.Warn("checkpoint restore failed", "reason", r.Reason)
-	}
-	return out.Result
-}
-
 // setStateURI records that epoch of id's grant (made at grantAt) stands
 // on the checkpoint uri (the one it restored, then each it publishes).
 func (a *Agent) setStateURI(id string, grantAt time.Time, epoch uint64, uri string) {
@@ -299,25 +187,6 @@ func (a *Agent) revocationStateURI(e lease.Effect, spec lease.Spec) string {
 	return spec.StateURI
 }
 
-// leaseUploader is the uploader of a lease's server set with K, built
-// once per set.
-func (a *Agent) leaseUploader(servers []string, k int) (uploader.Uploader, error) {
-	key := strconv.Itoa(k) + " " + strings.Join(servers, " ")
-	a.ckpt.mu.Lock()
-	defer a.ckpt.mu.Unlock()
-	if up := a.ckpt.uploaders[key]; up != nil {
-		return up, nil
-	}
-	cfg := a.ckpt.deps.Uploader
-	cfg.Servers, cfg.MinReplicas = slices.Clone(servers), k
-	up, err := uploader.BuildUploader(cfg, uploader.Deps{Store: a.ckpt.deps.Store, SecretKey: a.cfg.SecretKey, Logger: a.logger, Metrics: a.ckpt.deps.Metrics})
-	if err != nil {
-		return nil, err
-	}
-	a.ckpt.uploaders[key] = up
-	return up, nil
-}
-
 // holds reports whether this provider holds workload id at epoch now (a
 // Holding state, as the machine last reported it).
 func (a *Agent) holds(id string, epoch uint64) bool {
@@ -340,147 +209,6 @@ func (a *Agent) noteState(e lease.EnteredState) {
 	if e.To.Terminal() {
 		delete(a.ckpt.last, e.ID)
 		delete(a.ckpt.parents, e.ID)
-	}
-}
-
-// watchCheckpoints starts looking for new checkpoints of a durable
-// workload started at epoch (machine goroutine, at its StartWorkload).
-func (a *Agent) watchCheckpoints(id string, epoch uint64) {
-	if a.ckpt.watcher == nil {
-		return
-	}
-	w, ok := a.machine().Workload(id)
-	if !ok || w.Spec.Checkpoint == nil {
-		return
-	}
-	cp, ok := a.work.backend.(backend.Checkpointer)
-	if !ok {
-		return
-	}
-	dir, err := cp.CheckpointDir(id, epoch)
-	if err != nil {
-		a.logger.Error("checkpoint directory", "workload", id, "epoch", epoch, "err", err)
-		return
-	}
-	p := w.Spec.Checkpoint
-	job := checkpoint.PublishJob{
-		Workload: id, Epoch: epoch, Dir: checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID},
-		Servers: p.Servers, MinServers: p.MinServers, GrantAt: w.Spec.CreatedAt,
-	}
-	if len(job.Servers) == 0 {
-		job.Servers, job.MinServers = a.ckpt.deps.Servers, 0
-	}
-	a.ckpt.mu.Lock()
-	if par := a.ckpt.parents[id]; par.epoch == epoch && par.grant == w.Spec.CreatedAt.Unix() {
-		job.Parent = par.uri
-	}
-	a.ckpt.watched[id] = job
-	a.ckpt.watchedAt[id] = a.now()
-	a.ckpt.durable[id] = true
-	a.ckpt.mu.Unlock()
-	// The file already there (restored, or the newest local checkpoint of
-	// a restarted run) is published too: the epoch's first record names
-	// the state it started from.
-	a.ckpt.watcher.Watch(id, epoch, dir.Path, checkpoint.FileID{})
-}
-
-// unwatchCheckpoints stops publishing the workload's checkpoints and
-// cancels a publish in flight (a stop never waits for one).
-func (a *Agent) unwatchCheckpoints(id string) {
-	if a.ckpt.watcher == nil {
-		return
-	}
-	a.ckpt.watcher.Unwatch(id)
-	a.ckpt.mu.Lock()
-	delete(a.ckpt.watched, id)
-	delete(a.ckpt.watchedAt, id)
-	delete(a.ckpt.queued, id)
-	if cancel := a.ckpt.busy[id]; cancel != nil {
-		cancel()
-	}
-	a.ckpt.mu.Unlock()
-}
-
-// checkpointLoop polls the watched checkpoint directories and publishes
-// each new checkpoint, one publish per workload at a time (a newer one
-// waits, replacing any older waiting one), until ctx ends.
-func (a *Agent) checkpointLoop(ctx context.Context) error {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		a.ckpt.watcher.Run(ctx)
-	}()
-	finished := make(chan string, 64)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case id := <-finished:
-			a.ckpt.mu.Lock()
-			delete(a.ckpt.busy, id)
-			c, ok := a.ckpt.queued[id]
-			delete(a.ckpt.queued, id)
-			a.ckpt.mu.Unlock()
-			if ok {
-				a.startPublish(ctx, &wg, c, finished)
-			}
-		case <-a.ckpt.watcher.Ready():
-			for _, c := range a.ckpt.watcher.Take() {
-				a.startPublish(ctx, &wg, c, finished)
-			}
-		}
-	}
-}
-
-func (a *Agent) startPublish(ctx context.Context, wg *sync.WaitGroup, c checkpoint.Change, finished chan<- string) {
-	a.ckpt.mu.Lock()
-	job, ok := a.ckpt.watched[c.Workload]
-	if !ok || job.Epoch != c.Epoch {
-		a.ckpt.mu.Unlock()
-		return
-	}
-	if a.ckpt.busy[c.Workload] != nil {
-		a.ckpt.queued[c.Workload] = c
-		a.ckpt.mu.Unlock()
-		return
-	}
-	pctx, cancel := context.WithTimeout(ctx, a.ckpt.deps.PublishTimeout)
-	a.ckpt.busy[c.Workload] = cancel
-	a.ckpt.mu.Unlock()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer func() {
-			cancel()
-			select {
-			case finished <- c.Workload:
-			case <-ctx.Done():
-			}
-		}()
-		a.publishCheckpoint(pctx, job)
-	}()
-}
-
-// publishCheckpoint publishes the workload's current checkpoint.
-func (a *Agent) publishCheckpoint(ctx context.Context, job checkpoint.PublishJob) {
-	start := time.Now()
-	pub, err := a.ckpt.publisher.Publish(ctx, job)
-	log := a.logger.With("workload", job.Workload, "epoch", job.Epoch, "took", time.Since(start).Round(time.Millisecond))
-	switch {
-	case err == nil:
-		a.published(ctx, pub)
-		log.Info("checkpoint published", "seq", pub.Seq, "bytes", pub.Size, "record", pub.EventID,
-			"servers", len(pub.Servers), "relays", len(pub.Relays), "state_uri", pub.StateURI)
-		a.emit("checkpoint", job.Workload, "checkpoint epoch %d seq %d published (%d bytes on %d servers, record on %d relays)",
-			job.Epoch, pub.Seq, pub.Size, len(pub.Servers), len(pub.Relays))
-	case errors.Is(err, checkpoint.ErrNotHolder), errors.Is(err, context.Canceled):
-		a.met.ckptPublished.WithLabelValues("abandoned").Inc()
-		log.Info("checkpoint not published: no longer held here at its epoch", "err", err)
-	default:
-		a.met.ckptPublished.WithLabelValues("failed").Inc()
-		log.Warn("checkpoint not published", "err", err)
 	}
 }
 

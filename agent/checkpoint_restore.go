@@ -1,0 +1,123 @@
+package agent
+
+// Restoring a durable workload's checkpoint before its epoch starts: off
+// the machine loop (like the claim step's reads), one attempt at a time
+// per workload, cancelled by a stop.
+
+import (
+	"context"
+	"time"
+
+	"provideragent/agentdb"
+	"provideragent/backend"
+	"provideragent/checkpoint"
+	"provideragent/lease"
+)
+
+// restoreRun is a restore attempt in flight, cancelled by a stop.
+type restoreRun struct {
+	epoch   uint64
+	attempt int
+	cancel  context.CancelFunc
+}
+
+// restoreMargin is how much sooner than the machine's restore timeout an
+// attempt gives up, so that its report arrives while the machine still
+// waits for it.
+func restoreMargin(timeout time.Duration) time.Duration {
+	return min(timeout/10, 2*time.Second)
+}
+
+// beginRestore registers a restore attempt of e and returns its context,
+// bounded by the attempt's timeout; a previous attempt of the workload is
+// cancelled.
+func (a *Agent) beginRestore(ctx context.Context, e lease.RestoreCheckpoint) (context.Context, func()) {
+	timeout := e.Timeout
+	if timeout <= 0 {
+		timeout = lease.DefaultRestoreTimeout
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout-restoreMargin(timeout))
+	run := &restoreRun{epoch: e.Epoch, attempt: e.Attempt, cancel: cancel}
+	a.ckpt.mu.Lock()
+	if old := a.ckpt.restores[e.ID]; old != nil {
+		old.cancel()
+	}
+	a.ckpt.restores[e.ID] = run
+	a.ckpt.mu.Unlock()
+	return rctx, func() {
+		cancel()
+		a.ckpt.mu.Lock()
+		if a.ckpt.restores[e.ID] == run {
+			delete(a.ckpt.restores, e.ID)
+		}
+		a.ckpt.mu.Unlock()
+	}
+}
+
+// cancelRestore cancels the workload's restore in flight, if any: a stop
+// never waits for a download, and nothing is placed after it.
+func (a *Agent) cancelRestore(id string) {
+	a.ckpt.mu.Lock()
+	if run := a.ckpt.restores[id]; run != nil {
+		run.cancel()
+		delete(a.ckpt.restores, id)
+	}
+	a.ckpt.mu.Unlock()
+}
+
+// restoreRequest is what the restorer needs for e, read from the machine
+// (machine goroutine).
+func (a *Agent) restoreRequest(e lease.RestoreCheckpoint) checkpoint.RestoreRequest {
+	req := checkpoint.RestoreRequest{RestoreCheckpoint: e}
+	if w, ok := a.machine().Workload(e.ID); ok {
+		req.Members = append([]string{w.Spec.Primary}, w.Spec.Standbys...)
+		if p := w.Spec.Checkpoint; p != nil {
+			req.Servers = append(req.Servers, p.Servers...)
+		}
+	}
+	req.Servers = append(req.Servers, a.ckpt.deps.Servers...)
+	return req
+}
+
+// runRestore carries out one restore attempt (off the machine goroutine)
+// and returns the machine's input.
+func (a *Agent) runRestore(ctx context.Context, req checkpoint.RestoreRequest) lease.RestoreResult {
+	fail := func(reason string) lease.RestoreResult {
+		return lease.RestoreResult{Workload: req.ID, Epoch: req.Epoch, Attempt: req.Attempt, Reason: reason}
+	}
+	cp, ok := a.work.backend.(backend.Checkpointer)
+	if !ok {
+		return fail("the backend gives workloads no checkpoint directory")
+	}
+	dir, err := cp.CheckpointDir(req.ID, req.Epoch)
+	if err != nil {
+		return fail(err.Error())
+	}
+	req.Dir = checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID}
+	start := time.Now()
+	out := a.ckpt.restorer.Restore(ctx, req)
+	log := a.logger.With("workload", req.ID, "epoch", req.Epoch, "attempt", req.Attempt, "took", time.Since(start).Round(time.Millisecond))
+	for _, f := range out.Refused {
+		a.met.ckptRefused.WithLabelValues(f.Reason).Inc()
+		log.Warn("checkpoint refused", "record", f.EventID, "reason", f.Reason, "detail", f.Detail)
+	}
+	switch r := out.Result; {
+	case r.OK:
+		a.setStateURI(req.ID, req.GrantAt, req.Epoch, out.StateURI)
+		row := agentdb.CheckpointRow{Workload: req.ID, GrantAt: req.GrantAt, Epoch: req.Epoch, StateURI: out.StateURI, CreatedAt: a.now()}
+		if out.Record != nil {
+			a.ckpt.mu.Lock()
+			a.ckpt.parents[req.ID] = epochState{grant: req.GrantAt.Unix(), epoch: req.Epoch, uri: out.Record.EventID}
+			a.ckpt.mu.Unlock()
+			row.EventID = out.Record.EventID
+		}
+		a.saveCheckpoint(ctx, row)
+		log.Info("checkpoint restored", "from", r.From, "dir", dir.Path)
+		a.emit("restore", req.ID, "checkpoint restored for epoch %d: %s", req.Epoch, r.From)
+	case r.Fresh:
+		log.Info("no checkpoint to restore", "reason", r.Reason)
+	default:
+		log.Warn("checkpoint restore failed", "reason", r.Reason)
+	}
+	return out.Result
+}
