@@ -39,6 +39,10 @@ type op struct {
 	command []string
 	attempt int
 	reason  string // opStop: the reason given to the backend ("": fenced)
+	// prepare, when set, runs before an opStart (a durable workload's
+	// checkpoint is recovered into its run's directory); false: the start
+	// is dropped (a stop, queued next, cancelled it).
+	prepare func(ctx context.Context) bool
 }
 
 func newActuator(b backend.Backend, logger *slog.Logger, report func(ctx context.Context, in input)) *actuator {
@@ -83,6 +87,9 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 	switch o.kind {
 	case opStart:
 		if ctx.Err() != nil {
+			return
+		}
+		if o.prepare != nil && !o.prepare(ctx) {
 			return
 		}
 		if err := a.start(ctx, id, o); err != nil {

@@ -6,6 +6,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"provideragent/agentdb"
@@ -120,4 +121,53 @@ func (a *Agent) runRestore(ctx context.Context, req checkpoint.RestoreRequest) l
 		log.Warn("checkpoint restore failed", "reason", r.Reason)
 	}
 	return out.Result
+}
+
+// localRecovery returns what the start of w's run at its epoch must do
+// first when the epoch already stood on a checkpoint here (a restart of the
+// agent, whose run's directory may be gone with a temporary workload dir):
+// put that checkpoint back when the directory has none, so the workload
+// does not start from nothing and then publish nothing over it. nil when
+// there is nothing to recover (machine goroutine). A stop cancels it.
+func (a *Agent) localRecovery(w lease.WorkloadSnapshot) func(context.Context) bool {
+	if w.Spec.Checkpoint == nil {
+		return nil
+	}
+	id, epoch := w.Spec.ID, w.Epoch
+	uri := a.stateURI(id, w.Spec.CreatedAt, epoch)
+	if uri == "" {
+		return nil
+	}
+	servers := append(append([]string(nil), w.Spec.Checkpoint.Servers...), a.ckpt.deps.Servers...)
+	timeout := w.Spec.Checkpoint.Timeout()
+	return func(ctx context.Context) bool {
+		cp, ok := a.work.backend.(backend.Checkpointer)
+		if !ok {
+			return true
+		}
+		dir, err := cp.CheckpointDir(id, epoch)
+		if err != nil {
+			a.logger.Error("checkpoint directory", "workload", id, "epoch", epoch, "err", err)
+			return true
+		}
+		if _, err := checkpoint.Stat(dir.Path); err == nil {
+			return true // the run's own checkpoint is there: newer than any published
+		}
+		rctx, done := a.beginRestore(ctx, lease.RestoreCheckpoint{ID: id, Epoch: epoch, Timeout: timeout})
+		defer done()
+		start := time.Now()
+		_, err = a.ckpt.restorer.PlaceURI(rctx, uri, servers, checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID})
+		switch {
+		case err == nil:
+			a.logger.Info("checkpoint recovered for the run's restart", "workload", id, "epoch", epoch, "state_uri", uri,
+				"took", time.Since(start).Round(time.Millisecond))
+			a.emit("restore", id, "epoch %d restarts from its last checkpoint %s", epoch, uri)
+		case rctx.Err() != nil && ctx.Err() == nil && !errors.Is(context.Cause(rctx), context.DeadlineExceeded):
+			return false // a stop cancelled it: the stop comes next
+		default:
+			a.logger.Error("checkpoint of the restarted run not recovered: it starts without it", "workload", id, "epoch", epoch,
+				"state_uri", uri, "err", err)
+		}
+		return true
+	}
 }

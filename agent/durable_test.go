@@ -412,15 +412,25 @@ func TestCheckpointNeverDelaysAStop(t *testing.T) {
 	}
 }
 
-// TestDurableHolderRestart: the holder's agent restarts on a persistent
-// workload dir: the counter stops with the agent (checkpointing on
-// SIGTERM), resumes from that local checkpoint at the same epoch, and the
-// next record continues the epoch's seq (the agent's ledger).
+// TestDurableHolderRestart: the holder's agent restarts. On a persistent
+// workload dir the counter, stopped with the agent (checkpointing on
+// SIGTERM), resumes from that local checkpoint at the same epoch; on a
+// temporary one (gone with the agent) the run's last published checkpoint
+// is put back before the start, so it resumes from that, not from zero.
+// Either way the next record continues the epoch's seq (the ledger).
 func TestDurableHolderRestart(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("workloads run as users of their own: needs root")
 	}
-	t.Parallel()
+	for _, persistent := range []bool{true, false} {
+		t.Run(fmt.Sprintf("persistent=%v", persistent), func(t *testing.T) {
+			t.Parallel()
+			holderRestart(t, persistent)
+		})
+	}
+}
+
+func holderRestart(t *testing.T, persistent bool) {
 	blobs, err := devblossom.New(devblossom.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -437,13 +447,15 @@ func TestDurableHolderRestart(t *testing.T) {
 	if err := os.Chmod(shared, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	wdir, err := os.MkdirTemp("", "durable-workloads-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(wdir) })
-	if err := os.Chmod(wdir, 0o711); err != nil {
-		t.Fatal(err)
+	wdir := ""
+	if persistent {
+		if wdir, err = os.MkdirTemp("", "durable-workloads-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(wdir) })
+		if err := os.Chmod(wdir, 0o711); err != nil {
+			t.Fatal(err)
+		}
 	}
 	starts := filepath.Join(shared, "starts")
 	_, urls := startRelays(t, 3)
@@ -469,6 +481,10 @@ func TestDurableHolderRestart(t *testing.T) {
 	if !ok {
 		t.Fatal("the counter wrote no checkpoint when the agent stopped it")
 	}
+	want := final // the local checkpoint
+	if !persistent {
+		want = publishedValue(t, before.Manifest, before.Servers)
+	}
 
 	again := startAgent(t, opts)
 	again.waitState("r1", lease.StateLive, 1, 20*time.Second)
@@ -477,14 +493,14 @@ func TestDurableHolderRestart(t *testing.T) {
 		resumed = startsOf(starts, 1)
 		return len(resumed) >= 2
 	})
-	if len(resumed) != 2 || resumed[1] != final {
-		t.Fatalf("the counter's starts at epoch 1 = %v, want 0 then the value it checkpointed when stopped (%d)", resumed, final)
+	t.Logf("starts at epoch 1: %v; stopped at %d, last published %d", resumed, final, want)
+	if len(resumed) != 2 || resumed[1] != want || want == 0 {
+		t.Fatalf("the counter's starts at epoch 1 = %v, want 0 then %d", resumed, want)
 	}
 	waitFor(t, 20*time.Second, "a checkpoint published after the restart", func() bool {
 		return testutil.ToFloat64(again.a.met.ckptPublished.WithLabelValues("published")) >= 1
 	})
 	after, _ := again.a.ckpt.publisher.Last("r1")
-	t.Logf("before the restart: seq %d; after: seq %d (parent %.12s)", before.Seq, after.Seq, before.EventID)
 	if after.Epoch != 1 || after.Seq <= before.Seq {
 		t.Errorf("after the restart the holder published epoch %d seq %d, want epoch 1 and a seq above %d", after.Epoch, after.Seq, before.Seq)
 	}

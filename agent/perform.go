@@ -188,7 +188,7 @@ func (p *performer) Record(e lease.Effect) {
 func (p *performer) Start(e lease.StartWorkload) {
 	w, _ := p.a.d.Machine().Workload(e.ID)
 	p.a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
-	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command})
+	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command, prepare: p.a.localRecovery(w)})
 	p.a.watchCheckpoints(e.ID, e.Epoch)
 }
 

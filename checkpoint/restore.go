@@ -311,6 +311,23 @@ func (r *Restorer) try(ctx context.Context, req RestoreRequest) (RestoreOutcome,
 	return out, err
 }
 
+// PlaceURI fetches the checkpoint whose manifest the BUD-10 uri names (its
+// xs servers, then servers), verifies every hash and places it in dir as
+// Restore does; for a checkpoint this provider published or restored
+// itself (a restarted run), which needs no record.
+func (r *Restorer) PlaceURI(ctx context.Context, uri string, servers []string, dir Dir) (FileID, error) {
+	ref, err := uploader.ParseBlossomURI(uri)
+	if err != nil {
+		return FileID{}, err
+	}
+	var out RestoreOutcome
+	req := RestoreRequest{Servers: servers, Dir: dir}
+	if err := r.fetchAndPlace(ctx, req, candidate{ref: ref, what: "state_uri " + short(ref.SHA256), label: "uri"}, &out); err != nil {
+		return FileID{}, err
+	}
+	return out.Placed, nil
+}
+
 func recordCandidate(rec *heartbeat.CheckpointRecord) candidate {
 	return candidate{
 		rec:   rec,
