@@ -127,7 +127,8 @@ func (a *Agent) runRestore(ctx context.Context, req checkpoint.RestoreRequest) l
 // first when the epoch already stood on a checkpoint here (a restart of the
 // agent, whose run's directory may be gone with a temporary workload dir):
 // put that checkpoint back when the directory has none, so the workload
-// does not start from nothing and then publish nothing over it. nil when
+// does not start from nothing and then publish nothing over it. It tries
+// for up to the policy's restore timeout, then starts without it. nil when
 // there is nothing to recover (machine goroutine). A stop cancels it.
 func (a *Agent) localRecovery(w lease.WorkloadSnapshot) func(context.Context) bool {
 	if w.Spec.Checkpoint == nil {
@@ -156,7 +157,12 @@ func (a *Agent) localRecovery(w lease.WorkloadSnapshot) func(context.Context) bo
 		rctx, done := a.beginRestore(ctx, lease.RestoreCheckpoint{ID: id, Epoch: epoch, Timeout: timeout})
 		defer done()
 		start := time.Now()
-		_, err = a.ckpt.restorer.PlaceURI(rctx, uri, servers, checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID})
+		for {
+			_, err = a.ckpt.restorer.PlaceURI(rctx, uri, servers, checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID})
+			if err == nil || !sleepCtx(rctx, time.Second) {
+				break // placed, or the restore timeout (or a stop) ended the tries
+			}
+		}
 		switch {
 		case err == nil:
 			a.logger.Info("checkpoint recovered for the run's restart", "workload", id, "epoch", epoch, "state_uri", uri,
