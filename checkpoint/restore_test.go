@@ -460,3 +460,32 @@ func TestRestoreNeedsQuorumOfRelays(t *testing.T) {
 		t.Fatalf("Restore = %+v, want a failure: too few relays answered", out.Result)
 	}
 }
+
+// TestRestoreSeed: a grant's state_uri (a re-grant naming the state to
+// start from) is restored when no record of the grant exists; a record,
+// once there, wins over it.
+func TestRestoreSeed(t *testing.T) {
+	needRoot(t)
+	w := newWorld(t)
+	b := &blobs{dir: t.TempDir()}
+	seed, later := []byte("state handed over by the issuer"), []byte("state the holder of epoch 1 made")
+	seedSHA, seedSize, _ := b.put(t, "wl-seed", seed)
+	sha, size, m := b.put(t, "wl-seed", later)
+	b.start(t)
+	req := w.request("wl-seed")
+	req.Seed = uploader.BlossomURI(seedSHA, "json", []string{b.url}, "", seedSize)
+	out := restore(t, w.restorer(), req)
+	if !out.Result.OK || out.Record != nil || !strings.Contains(out.Result.From, "grant's state_uri") {
+		t.Fatalf("Restore with only a seed = %+v, want the seed restored", out.Result)
+	}
+	placed(t, req, seed)
+
+	w.record(w.a, ckpt("wl-seed", 1, 1, sha, size, m, b.url, w.grantAt, w.grantAt.Add(time.Minute)), w.grantAt.Add(time.Minute))
+	req2 := w.request("wl-seed")
+	req2.Seed = req.Seed
+	out = restore(t, w.restorer(), req2)
+	if !out.Result.OK || out.Record == nil {
+		t.Fatalf("Restore with a record and a seed = %+v, want the record restored", out.Result)
+	}
+	placed(t, req2, later)
+}
