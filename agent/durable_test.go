@@ -364,7 +364,8 @@ func TestDurableDrain(t *testing.T) {
 
 // TestCheckpointNeverDelaysAStop: a checkpoint stuck uploading to a slow
 // Blossom server does not hold up the workload's stop (a release here):
-// the stop cancels the publish, which is abandoned, never announced.
+// the stop cancels the publish, which is abandoned, never announced. (A
+// move is refused first: no standby is alive.)
 func TestCheckpointNeverDelaysAStop(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("workloads run as users of their own: needs root")
@@ -391,6 +392,23 @@ func TestCheckpointNeverDelaysAStop(t *testing.T) {
 	primary.a.Track(ctx, spec)
 	primary.waitState("s1", lease.StateLive, 1, 15*time.Second)
 	waitFor(t, 10*time.Second, "a checkpoint upload in flight", func() bool { return slow.MaxPutsInFlight() >= 1 })
+	// Its standby never runs: a move is refused, and nothing stops.
+	seq, err := QueueMove(ctx, primary.a.data.db, "s1", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the move refused", func() bool {
+		cmds, _ := ListCommands(ctx, primary.a.data.db, false)
+		for _, c := range cmds {
+			if c.Seq == seq && strings.Contains(c.Result, "no standby alive") {
+				return true
+			}
+		}
+		return false
+	})
+	if !primary.backend.Running("s1") {
+		t.Fatalf("a refused move stopped the workload")
+	}
 	if _, err := QueueRelease(ctx, primary.a.data.db, "s1", time.Now()); err != nil {
 		t.Fatal(err)
 	}

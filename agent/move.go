@@ -72,6 +72,8 @@ func (a *Agent) moveCheck(id string) (lease.WorkloadSnapshot, string) {
 		return w, "this agent publishes no checkpoints (no tile store)"
 	case len(lease.StandbysOf(w)) == 0:
 		return w, "its lease names no standby"
+	case !a.machine().StandbyAlive(id):
+		return w, "no standby alive: moving it would stop it with nobody to take over"
 	}
 	a.ckpt.mu.Lock()
 	moving := a.ckpt.moving[id]
