@@ -16,6 +16,7 @@ import (
 	"provideragent/agent"
 	"provideragent/backend"
 	"provideragent/config"
+	"provideragent/lease"
 )
 
 func init() {
@@ -170,6 +171,9 @@ func printStatus(w io.Writer, st agent.Status) {
 	if st.IsolationWarning != "" {
 		fmt.Fprintf(w, "WARNING: workloads are not isolated (%s): %s\n", st.Isolation, st.IsolationWarning)
 	}
+	if st.Draining {
+		fmt.Fprintln(w, "draining: this node claims and takes over nothing (workloads drain --undo ends it)")
+	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKLOAD\tSTATE\tEPOCH\tROLE\tRUNNING\tHOLDER\tSTANDBYS")
 	for _, x := range st.Workloads {
@@ -221,6 +225,9 @@ func printWorkloadNotes(w io.Writer, ws []agent.WorkloadStatus) {
 	for _, x := range ws {
 		if x.Reason != "" {
 			fmt.Fprintf(w, "%s: %s: %s\n", x.ID, x.State, x.Reason)
+		}
+		if x.Restore == string(lease.RestoreRunning) || x.Restore == string(lease.RestoreWaiting) || x.Restore == string(lease.RestoreFresh) {
+			fmt.Fprintf(w, "%s: restore %s: %s\n", x.ID, x.Restore, oneLine(x.RestoreWhy, 300))
 		}
 		if x.NoStandby {
 			fmt.Fprintf(w, "%s: no standby alive: if %s fails, nobody takes over until one of %s runs again (a former primary rejoins as a standby once it does)\n",
