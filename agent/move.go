@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"provideragent/agentdb"
@@ -94,6 +95,11 @@ func (a *Agent) startMove(ctx context.Context, seq int64, w lease.WorkloadSnapsh
 	a.ckpt.mu.Unlock()
 	a.emit("move", id, "planned move of epoch %d started: stopping the workload for its final checkpoint", w.Epoch)
 	a.goFeedback(ctx, func(ctx context.Context) {
+		defer func() {
+			a.ckpt.mu.Lock()
+			delete(a.ckpt.moving, id)
+			a.ckpt.mu.Unlock()
+		}()
 		select { // a drain moves maxMoves at a time
 		case a.ckpt.moveSem <- struct{}{}:
 		case <-ctx.Done():
@@ -101,9 +107,6 @@ func (a *Agent) startMove(ctx context.Context, seq int64, w lease.WorkloadSnapsh
 		}
 		result := a.move(ctx, w, job, watched, successor)
 		<-a.ckpt.moveSem
-		a.ckpt.mu.Lock()
-		delete(a.ckpt.moving, id)
-		a.ckpt.mu.Unlock()
 		a.logger.Info("planned move", "workload", id, "epoch", w.Epoch, "result", result)
 		a.emit("move", id, "planned move of epoch %d: %s", w.Epoch, result)
 		a.met.moves.WithLabelValues(moveOutcome(result)).Inc()
@@ -117,7 +120,7 @@ func (a *Agent) startMove(ctx context.Context, seq int64, w lease.WorkloadSnapsh
 }
 
 func moveOutcome(result string) string {
-	if len(result) >= 5 && result[:5] == "moved" {
+	if strings.HasPrefix(result, "moved") {
 		return "moved"
 	}
 	return "aborted"
