@@ -60,8 +60,17 @@ func (m *Machine) nextWake(w *WorkloadSnapshot, now time.Time, self *ProviderSna
 	const never = int64(^uint64(0) >> 1)
 	var at time.Time
 	switch w.State {
-	case StateFenced, StateFailed, StateExpired:
+	case StateFailed, StateExpired:
 		return never
+	case StateFenced:
+		// Not terminal (a fenced provider rejoins as a standby when it
+		// hears the holder, an input): only its expiry is due. It slept
+		// for ever, so a fenced workload never expired until a restart
+		// ticked it (props TestMachineProperties, restored twin).
+		if w.Spec.ExpiresAt.IsZero() {
+			return never
+		}
+		at = w.Spec.ExpiresAt
 	case StateLive:
 		at = maxTime(self.QuorumUntil, w.HoldFrom).Add(m.cfg.T1)
 		if w.Attempts > 0 {
