@@ -250,7 +250,9 @@ func (r *Restorer) try(ctx context.Context, req RestoreRequest) (RestoreOutcome,
 			order = append(order, recordCandidate(rec))
 		}
 	}
-	if len(usable) == 0 && req.Seed != "" {
+	if len(usable) == 0 && req.Seed != "" && !refusedFor(out.Refused, lease.RefuseBehindUnknownEpoch) {
+		// (Not when a required restore refused older records as behind a
+		// newer epoch: the grant's seed is older still.)
 		if ref, err := uploader.ParseBlossomURI(req.Seed); err != nil {
 			out.Refused = append(out.Refused, lease.CheckpointRefusal{EventID: "seed", Reason: RefuseBadHint, Detail: err.Error()})
 		} else {
@@ -549,6 +551,16 @@ func place(ctx context.Context, d Dir, write func(io.Writer) error) (FileID, err
 // grant: then the attempt fails (something was published and is refused)
 // instead of calling the workload fresh. Records of another grant of the
 // same id (left on the relays by an earlier lease) are not.
+// refusedFor reports whether any of rs was refused for reason.
+func refusedFor(rs []lease.CheckpointRefusal, reason string) bool {
+	for _, r := range rs {
+		if r.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
 func blocking(rs []lease.CheckpointRefusal) bool {
 	for _, r := range rs {
 		if r.Reason != lease.RefuseOtherGrant && r.Reason != lease.RefuseOtherWorkload {

@@ -34,6 +34,10 @@ const (
 	RefuseUnknownHolder       = "unknown_holder"
 	RefuseWrongSigner         = "wrong_signer"
 	RefuseAfterSuccessorStart = "after_successor_start"
+	// RefuseBehindUnknownEpoch: a required restore does not go back to a
+	// record older than a record of an epoch whose holder is not known
+	// here (see SelectCheckpoints).
+	RefuseBehindUnknownEpoch = "behind_unknown_epoch"
 )
 
 // CheckpointRefusal is a record SelectCheckpoints refused, and why.
@@ -60,6 +64,17 @@ type CheckpointRefusal struct {
 //     after the From of the holder of epoch+1 in req.Holders): a record of
 //     epoch e published after epoch e+1 started comes from a holder that
 //     was fenced by then, and is ignored.
+//
+// A provider that missed whole epochs (cut off or down while others held
+// the workload) does not know their holders and refuses their records
+// (unknown_holder): it cannot tell the holder's record from one a member
+// signed for an epoch it never held. For a required restore (req.Mode) the
+// usable records older than such a record are refused too
+// (behind_unknown_epoch): the state the lease requires is newer than any
+// it can verify, and going back to an older epoch's would lose what the
+// missed epochs did. The restore then fails and is retried, and after
+// provision_timeout the workload is handed to a standby that may know. A
+// best-effort restore takes the newest usable record.
 func SelectCheckpoints(req RestoreCheckpoint, self string, maxSkew time.Duration, cands []CheckpointCandidate) (usable []CheckpointCandidate, refused []CheckpointRefusal) {
 	holder := func(e uint64) (EpochHolder, bool) {
 		for _, h := range req.Holders {
@@ -72,6 +87,7 @@ func SelectCheckpoints(req RestoreCheckpoint, self string, maxSkew time.Duration
 	refuse := func(c CheckpointCandidate, reason, format string, args ...any) {
 		refused = append(refused, CheckpointRefusal{EventID: c.EventID, Reason: reason, Detail: fmt.Sprintf(format, args...)})
 	}
+	var unknownEpoch uint64 // newest epoch of a record refused as unknown_holder
 	for _, c := range cands {
 		switch {
 		case c.Workload != req.ID:
@@ -88,6 +104,7 @@ func SelectCheckpoints(req RestoreCheckpoint, self string, maxSkew time.Duration
 		h, ok := holder(c.Epoch)
 		if !ok {
 			refuse(c, RefuseUnknownHolder, "who held epoch %d is not known here", c.Epoch)
+			unknownEpoch = max(unknownEpoch, c.Epoch)
 			continue
 		}
 		if h.Holder != c.Signer {
@@ -104,5 +121,16 @@ func SelectCheckpoints(req RestoreCheckpoint, self string, maxSkew time.Duration
 	slices.SortStableFunc(usable, func(a, b CheckpointCandidate) int {
 		return -cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.Seq, b.Seq), a.CreatedAt.Compare(b.CreatedAt))
 	})
+	if req.Mode == RestoreRequired && unknownEpoch > 0 {
+		kept := usable[:0]
+		for _, c := range usable {
+			if c.Epoch < unknownEpoch {
+				refuse(c, RefuseBehindUnknownEpoch, "record of epoch %d, behind a record of epoch %d whose holder is not known here: a required restore does not go back", c.Epoch, unknownEpoch)
+				continue
+			}
+			kept = append(kept, c)
+		}
+		usable = kept
+	}
 	return usable, refused
 }

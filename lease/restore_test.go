@@ -288,3 +288,51 @@ func TestCheckpointPolicyValidate(t *testing.T) {
 		t.Fatalf("Spec.Validate(bad checkpoint) = %v, want ErrInvalidSpec", err)
 	}
 }
+
+// TestSelectCheckpointsRequiredDoesNotGoBack: a provider that missed epoch
+// 2 (it knows only epoch 1's holder) refuses bob's records of epoch 2 as
+// unknown_holder; a best-effort restore then takes alice's record of epoch
+// 1, but a required one refuses it too (behind_unknown_epoch) rather than
+// lose what epoch 2 did, and takes only records not behind it.
+func TestSelectCheckpointsRequiredDoesNotGoBack(t *testing.T) {
+	granted := at(0)
+	req := RestoreCheckpoint{ID: "w1", Epoch: 4, GrantAt: granted, Holders: []EpochHolder{{1, key("alice"), at(0)}, {4, key("carol"), at(3000 * s)}}}
+	c := func(id, signer string, epoch, seq uint64) CheckpointCandidate {
+		return CheckpointCandidate{EventID: id, Signer: key(signer), Workload: "w1", Epoch: epoch, Seq: seq, CreatedAt: at(time.Duration(epoch) * 1000 * s), GrantAt: granted}
+	}
+	cands := []CheckpointCandidate{c("a1", "alice", 1, 5), c("b2", "bob", 2, 9), c("c4", "carol", 4, 0)}
+	ids := func(us []CheckpointCandidate) string {
+		var got []string
+		for _, u := range us {
+			got = append(got, u.EventID)
+		}
+		return strings.Join(got, " ")
+	}
+	reasons := func(rs []CheckpointRefusal) map[string]string {
+		m := map[string]string{}
+		for _, r := range rs {
+			m[r.EventID] = r.Reason
+		}
+		return m
+	}
+	req.Mode = RestoreBestEffort
+	usable, refused := SelectCheckpoints(req, key("carol"), 30*s, cands)
+	if got := ids(usable); got != "c4 a1" {
+		t.Errorf("best-effort: usable = %s, want c4 a1", got)
+	}
+	if got := reasons(refused); len(got) != 1 || got["b2"] != RefuseUnknownHolder {
+		t.Errorf("best-effort: refused %v, want b2 unknown_holder", got)
+	}
+	req.Mode = RestoreRequired
+	usable, refused = SelectCheckpoints(req, key("carol"), 30*s, cands)
+	if got := ids(usable); got != "c4" {
+		t.Errorf("required: usable = %s, want c4 (the restorer's own base record, not behind epoch 2)", got)
+	}
+	if got := reasons(refused); len(got) != 2 || got["b2"] != RefuseUnknownHolder || got["a1"] != RefuseBehindUnknownEpoch {
+		t.Errorf("required: refused %v, want b2 unknown_holder, a1 behind_unknown_epoch", got)
+	}
+	usable, _ = SelectCheckpoints(req, key("carol"), 30*s, cands[:2])
+	if len(usable) != 0 {
+		t.Errorf("required without a base record: usable = %s, want none", ids(usable))
+	}
+}
