@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -39,11 +40,16 @@ type op struct {
 	command []string
 	attempt int
 	reason  string // opStop: the reason given to the backend ("": fenced)
-	// prepare, when set, runs before an opStart (a durable workload's
-	// checkpoint is recovered into its run's directory); false: the start
-	// is dropped (a stop, queued next, cancelled it).
-	prepare func(ctx context.Context) bool
+	// prepare, when set, runs before an opStart or opRespawn (a durable workload's
+	// checkpoint is recovered into its run's directory): errStartDropped
+	// drops the start (a stop, queued next, cancelled it); another error
+	// is reported as the start's failure.
+	prepare func(ctx context.Context) error
 }
+
+// errStartDropped is what a start's prepare returns when a stop cancelled
+// it: the start is dropped, not failed.
+var errStartDropped = errors.New("start dropped")
 
 func newActuator(b backend.Backend, logger *slog.Logger, report func(ctx context.Context, in input)) *actuator {
 	return &actuator{backend: b, logger: logger, report: report, queues: map[string][]op{}, busy: map[string]bool{}}
@@ -89,10 +95,17 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 		if ctx.Err() != nil {
 			return
 		}
-		if o.prepare != nil && !o.prepare(ctx) {
+		var err error
+		if o.prepare != nil {
+			err = o.prepare(ctx)
+		}
+		if errors.Is(err, errStartDropped) {
 			return
 		}
-		if err := a.start(ctx, id, o); err != nil {
+		if err == nil {
+			err = a.start(ctx, id, o)
+		}
+		if err != nil {
 			a.logger.Error("start workload", "workload", id, "epoch", o.epoch, "err", err)
 			a.report(ctx, input{exit: &lease.ProcessExit{Workload: id, Epoch: o.epoch, Reason: "start failed: " + err.Error()}})
 		}
@@ -112,7 +125,16 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 		if ctx.Err() != nil {
 			return
 		}
-		err := a.start(ctx, id, o)
+		var err error
+		if o.prepare != nil {
+			err = o.prepare(ctx)
+		}
+		if errors.Is(err, errStartDropped) {
+			return
+		}
+		if err == nil {
+			err = a.start(ctx, id, o)
+		}
 		res := lease.RespawnResult{Workload: id, Attempt: o.attempt, OK: err == nil}
 		if err != nil {
 			res.Reason = err.Error()

@@ -7,6 +7,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"provideragent/agentdb"
@@ -128,9 +129,12 @@ func (a *Agent) runRestore(ctx context.Context, req checkpoint.RestoreRequest) l
 // agent, whose run's directory may be gone with a temporary workload dir):
 // put that checkpoint back when the directory has none, so the workload
 // does not start from nothing and then publish nothing over it. It tries
-// for up to the policy's restore timeout, then starts without it. nil when
-// there is nothing to recover (machine goroutine). A stop cancels it.
-func (a *Agent) localRecovery(w lease.WorkloadSnapshot) func(context.Context) bool {
+// for up to the policy's restore timeout; then a best-effort workload
+// starts without it, and the start of a required one fails (the restart
+// policy decides what follows: a start from nothing would publish its
+// fresh state over the good checkpoint). nil when there is nothing to
+// recover (machine goroutine). A stop cancels it (errStartDropped).
+func (a *Agent) localRecovery(w lease.WorkloadSnapshot) func(context.Context) error {
 	if w.Spec.Checkpoint == nil {
 		return nil
 	}
@@ -141,18 +145,22 @@ func (a *Agent) localRecovery(w lease.WorkloadSnapshot) func(context.Context) bo
 	}
 	servers := append(append([]string(nil), w.Spec.Checkpoint.Servers...), a.ckpt.deps.Servers...)
 	timeout := w.Spec.Checkpoint.Timeout()
-	return func(ctx context.Context) bool {
+	required := w.Spec.Checkpoint.Mode() == lease.RestoreRequired
+	return func(ctx context.Context) error {
 		cp, ok := a.work.backend.(backend.Checkpointer)
 		if !ok {
-			return true
+			return nil
 		}
 		dir, err := cp.CheckpointDir(id, epoch)
 		if err != nil {
 			a.logger.Error("checkpoint directory", "workload", id, "epoch", epoch, "err", err)
-			return true
+			if required {
+				return fmt.Errorf("restore required: checkpoint directory: %w", err)
+			}
+			return nil
 		}
 		if _, err := checkpoint.Stat(dir.Path); err == nil {
-			return true // the run's own checkpoint is there: newer than any published
+			return nil // the run's own checkpoint is there: newer than any published
 		}
 		rctx, done := a.beginRestore(ctx, lease.RestoreCheckpoint{ID: id, Epoch: epoch, Timeout: timeout})
 		defer done()
@@ -169,11 +177,15 @@ func (a *Agent) localRecovery(w lease.WorkloadSnapshot) func(context.Context) bo
 				"took", time.Since(start).Round(time.Millisecond))
 			a.emit("restore", id, "epoch %d restarts from its last checkpoint %s", epoch, uri)
 		case rctx.Err() != nil && ctx.Err() == nil && !errors.Is(context.Cause(rctx), context.DeadlineExceeded):
-			return false // a stop cancelled it: the stop comes next
+			return errStartDropped // a stop cancelled it: the stop comes next
+		case required:
+			a.logger.Error("checkpoint of the restarted run not recovered: restore required, the start fails", "workload", id, "epoch", epoch,
+				"state_uri", uri, "err", err)
+			return fmt.Errorf("restore required: the checkpoint epoch %d stands on (%s) was not recovered within %v: %w", epoch, uri, timeout, err)
 		default:
 			a.logger.Error("checkpoint of the restarted run not recovered: it starts without it", "workload", id, "epoch", epoch,
 				"state_uri", uri, "err", err)
 		}
-		return true
+		return nil
 	}
 }

@@ -443,12 +443,20 @@ func TestDurableHolderRestart(t *testing.T) {
 	for _, persistent := range []bool{true, false} {
 		t.Run(fmt.Sprintf("persistent=%v", persistent), func(t *testing.T) {
 			t.Parallel()
-			holderRestart(t, persistent)
+			holderRestart(t, persistent, false)
 		})
 	}
+	// A required workload whose published checkpoint cannot be fetched
+	// when its holder restarts without its local one (Blossom down): the
+	// start fails instead of starting from nothing, which would publish
+	// its fresh state over the good checkpoint.
+	t.Run("required, blossom down", func(t *testing.T) {
+		t.Parallel()
+		holderRestart(t, false, true)
+	})
 }
 
-func holderRestart(t *testing.T, persistent bool) {
+func holderRestart(t *testing.T, persistent, blossomDown bool) {
 	blobs, err := devblossom.New(devblossom.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -485,6 +493,9 @@ func holderRestart(t *testing.T, persistent bool) {
 	spec := warmSpec("r1", holder.pub, absent, lcfg.Relays)
 	spec.Command = []string{"sh", "-c", counterScript(starts)}
 	spec.Checkpoint = &lease.CheckpointPolicy{}
+	if blossomDown {
+		spec.Checkpoint = &lease.CheckpointPolicy{Restore: lease.RestoreRequired, RestoreTimeout: 2 * time.Second}
+	}
 	holder.a.Track(context.Background(), spec)
 	holder.waitState("r1", lease.StateLive, 1, 15*time.Second)
 	waitFor(t, 20*time.Second, "two checkpoints published", func() bool {
@@ -502,6 +513,26 @@ func holderRestart(t *testing.T, persistent bool) {
 	want := final // the local checkpoint
 	if !persistent {
 		want = publishedValue(t, before.Manifest, before.Servers)
+	}
+	if blossomDown {
+		if err := blobs.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		again := startAgent(t, opts)
+		waitFor(t, 30*time.Second, "the start reported failed (r1 respawning or failed)", func() bool {
+			_, ok := again.log.find(func(e Event) bool {
+				return e.Kind == "state" && e.Workload == "r1" && (e.State == string(lease.StateRespawning) || e.State == string(lease.StateFailed))
+			})
+			return ok
+		})
+		if _, failed := again.log.find(func(e Event) bool { return e.Kind == "state" && e.Workload == "r1" && e.State == string(lease.StateFailed) }); !failed {
+			waitFor(t, 30*time.Second, "a respawn attempted", func() bool { return testutil.ToFloat64(again.a.met.respawns) >= 1 })
+			time.Sleep(3 * time.Second) // the respawn's own recovery (2 s) ran out
+		}
+		if got := startsOf(starts, 1); len(got) != 1 {
+			t.Fatalf("the counter's starts at epoch 1 = %v, want only the first: a required workload must not start from nothing", got)
+		}
+		return
 	}
 
 	again := startAgent(t, opts)

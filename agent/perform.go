@@ -210,7 +210,7 @@ func (p *performer) Stop(e lease.StopWorkload) {
 func (p *performer) Respawn(e lease.AttemptRespawn) {
 	w, _ := p.a.d.Machine().Workload(e.ID)
 	p.a.emit("respawn", e.ID, "respawn attempt %d (due %s)", e.Attempt, e.At.Format(time.TimeOnly))
-	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt})
+	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt, prepare: p.a.localRecovery(w)})
 }
 
 // Queue reports an outbox effect: its row was committed with the step
