@@ -525,7 +525,9 @@ func holderRestart(t *testing.T, persistent, blossomDown bool) {
 			})
 			return ok
 		})
-		if _, failed := again.log.find(func(e Event) bool { return e.Kind == "state" && e.Workload == "r1" && e.State == string(lease.StateFailed) }); !failed {
+		if _, failed := again.log.find(func(e Event) bool {
+			return e.Kind == "state" && e.Workload == "r1" && e.State == string(lease.StateFailed)
+		}); !failed {
 			waitFor(t, 30*time.Second, "a respawn attempted", func() bool { return testutil.ToFloat64(again.a.met.respawns) >= 1 })
 			time.Sleep(3 * time.Second) // the respawn's own recovery (2 s) ran out
 		}
