@@ -1,6 +1,7 @@
 package heartbeat
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -317,6 +318,12 @@ func TestDecodeShardNumbers(t *testing.T) {
 		if err == nil && tt.ev == cont && h.Shards != n {
 			t.Errorf("DecodeHeartbeat(%s).Shards = %d, want %d", tt.name, h.Shards, n)
 		}
+	}
+	// The refusal of a shard number out of range names the range.
+	_, err = DecodeHeartbeat(mutate(t, cont, p, renumber(n)))
+	var rej *RejectError
+	if want := fmt.Sprintf("want 1 to %d", n-1); !errors.As(err, &rej) || !strings.Contains(rej.Detail, want) {
+		t.Errorf("DecodeHeartbeat(shard %d of %d) = %v, want the detail to say %q", n, n, err, want)
 	}
 }
 
