@@ -17,6 +17,10 @@
 // <function> is "-" outside a function; "#n" tells apart the n-th identical
 // (path, function, type, line) in source order.
 //
+// A target stopped by its time budget has no JSON: its mutants are read
+// from gremlins' log beside it (<name>.log), shown as a partial result, and
+// the run still fails.
+//
 // Usage (the manifest is written by .ci/mutation, one target a line: name,
 // dir, JSON file, seconds, status):
 //
@@ -36,6 +40,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -94,6 +99,9 @@ type Equivalent struct {
 // Counts is one target's row of the table.
 type Counts struct {
 	Total, Killed, TimedOut, Equivalent, Survived, NotCovered, NotViable int
+	// Partial: the target was stopped; these are the mutants it got to,
+	// read from its log.
+	Partial bool
 }
 
 // Efficacy is gremlins' figure: killed over killed plus lived (listed
@@ -139,13 +147,18 @@ func run(w io.Writer, manifestPath, equivalentsPath, root string, markdown bool)
 	for i, t := range targets {
 		if t.Status != "ok" {
 			ok = false
-			continue
 		}
 		ms, err := readMutants(root, t)
+		if t.Status != "ok" && err != nil {
+			continue // no result at all
+		}
 		if err != nil {
 			return false, fmt.Errorf("target %s: %w", t.Name, err)
 		}
-		ran[t.Dir] = true
+		counts[i].Partial = t.Status != "ok"
+		if !counts[i].Partial {
+			ran[t.Dir] = true
+		}
 		c := &counts[i]
 		for _, m := range ms {
 			e := byKey[m.Key]
@@ -217,12 +230,16 @@ func printTable(w io.Writer, targets []Target, counts []Counts, markdown bool) {
 	header := []string{"target", "time", "mutants", "killed", "timed out", "equivalent (listed)", "survived (unexplained)", "not covered", "not viable", "efficacy", "efficacy without equivalents"}
 	rows := [][]string{}
 	for i, t := range targets {
-		if t.Status != "ok" {
+		c := counts[i]
+		if t.Status != "ok" && !c.Partial {
 			rows = append(rows, []string{t.Name, round(t.Elapsed), "no result: " + t.Status, "", "", "", "", "", "", "", ""})
 			continue
 		}
-		c := counts[i]
-		rows = append(rows, []string{t.Name, round(t.Elapsed),
+		name := t.Name
+		if c.Partial {
+			name += " (partial: " + t.Status + ")"
+		}
+		rows = append(rows, []string{name, round(t.Elapsed),
 			strconv.Itoa(c.Total), strconv.Itoa(c.Killed), strconv.Itoa(c.TimedOut), strconv.Itoa(c.Equivalent),
 			strconv.Itoa(c.Survived), strconv.Itoa(c.NotCovered), strconv.Itoa(c.NotViable),
 			fmt.Sprintf("%.1f %%", c.Efficacy()), fmt.Sprintf("%.1f %%", c.EfficacyExcludingEquivalents())})
@@ -301,25 +318,36 @@ func normalize(s string) string {
 
 // gremlinsOutput is the part of gremlins' -o JSON this reads.
 type gremlinsOutput struct {
-	Files []struct {
-		FileName  string `json:"file_name"`
-		Mutations []struct {
-			Type   string `json:"type"`
-			Status string `json:"status"`
-			Line   int    `json:"line"`
-			Column int    `json:"column"`
-		} `json:"mutations"`
-	} `json:"files"`
+	Files []gremlinsFile `json:"files"`
+}
+
+type gremlinsFile struct {
+	FileName  string             `json:"file_name"`
+	Mutations []gremlinsMutation `json:"mutations"`
+}
+
+type gremlinsMutation struct {
+	Type   string `json:"type"`
+	Status string `json:"status"`
+	Line   int    `json:"line"`
+	Column int    `json:"column"`
 }
 
 func readMutants(root string, t Target) ([]Mutant, error) {
-	b, err := os.ReadFile(t.JSON)
-	if err != nil {
-		return nil, err
-	}
 	var out gremlinsOutput
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, fmt.Errorf("%s: %w", t.JSON, err)
+	if t.Status == "ok" {
+		b, err := os.ReadFile(t.JSON)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(b, &out); err != nil {
+			return nil, fmt.Errorf("%s: %w", t.JSON, err)
+		}
+	} else {
+		var err error
+		if out, err = readLog(strings.TrimSuffix(t.JSON, ".json") + ".log"); err != nil {
+			return nil, err
+		}
 	}
 	var ms []Mutant
 	for _, f := range out.Files {
@@ -365,6 +393,38 @@ func readMutants(root string, t Target) ([]Mutant, error) {
 		return ms[i].Col < ms[j].Col
 	})
 	return ms, nil
+}
+
+// logLine is one mutant in gremlins' log: "      KILLED CONDITIONALS_NEGATION at store.go:37:10".
+var logLine = regexp.MustCompile(`^\s*(KILLED|LIVED|TIMED OUT|NOT COVERED|NOT VIABLE|SKIPPED|RUNNABLE) ([A-Z_]+) at (.+):(\d+):(\d+)$`)
+
+// readLog reads the mutants gremlins logged, for a run stopped before it
+// wrote its JSON.
+func readLog(path string) (gremlinsOutput, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return gremlinsOutput{}, err
+	}
+	defer f.Close()
+	var out gremlinsOutput
+	index := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m := logLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		i, seen := index[m[3]]
+		if !seen {
+			i = len(out.Files)
+			index[m[3]] = i
+			out.Files = append(out.Files, gremlinsFile{FileName: m[3]})
+		}
+		line, _ := strconv.Atoi(m[4])
+		col, _ := strconv.Atoi(m[5])
+		out.Files[i].Mutations = append(out.Files[i].Mutations, gremlinsMutation{Type: m[2], Status: m[1], Line: line, Column: col})
+	}
+	return out, sc.Err()
 }
 
 // source is one parsed Go file: its lines, its tokens by offset and its

@@ -155,3 +155,33 @@ func TestEquivalentWithoutReason(t *testing.T) {
 		t.Error("run(entry without a reason) = nil error, want one")
 	}
 }
+
+// TestPartialFromLog: a target stopped by its budget has no JSON; its
+// mutants come from gremlins' log, the row says partial, and the run fails.
+func TestPartialFromLog(t *testing.T) {
+	root, manifest := setup(t, nil)
+	log := "Starting...\nGathering coverage... done in 1s\n" +
+		"      KILLED CONDITIONALS_NEGATION at p.go:4:7\n" +
+		"       LIVED CONDITIONALS_BOUNDARY at p.go:4:7\n" +
+		"   TIMED OUT INCREMENT_DECREMENT at p.go:15:24\n"
+	if err := os.WriteFile(filepath.Join(root, "p.log"), []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	js := filepath.Join(root, "p.json")
+	if err := os.Remove(js); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(manifest, []byte("p\tp\t"+js+"\t2400\tover its 40m budget\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eq := filepath.Join(root, "equivalents.txt")
+	if err := os.WriteFile(eq, []byte("p/p.go Clamp CONDITIONALS_BOUNDARY if n «>» max { ## at n == max both return max\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ok, err := run(&out, manifest, eq, root, false)
+	want := normalize("p (partial: over its 40m budget) 40m0s 3 1 1 1 0 0 0 50.0 % 100.0 %")
+	if err != nil || ok || !strings.Contains(normalize(out.String()), want) {
+		t.Errorf("run(stopped target) = %v, %v, want false, nil and the row %q; output:\n%s", ok, err, want, out.String())
+	}
+}
