@@ -356,3 +356,21 @@ func TestOpenDamagedSchema(t *testing.T) {
 		t.Fatal("Open(courier_bundles dropped) = nil error, want one")
 	}
 }
+
+// TestFlushReturnsClaimErrors: when the database refuses to claim due
+// receipts, Flush returns that error (it does not try again and again).
+func TestFlushReturnsClaimErrors(t *testing.T) {
+	e := newEnv(t, nil, Deps{})
+	e.send(t, "x")
+	if _, err := e.db.Exec(`CREATE TRIGGER no_claims BEFORE UPDATE OF next_attempt_at ON courier_receipts
+		BEGIN SELECT RAISE(ABORT, 'disk says no'); END`); err != nil {
+		t.Fatal(err)
+	}
+	fwd := &recorder{}
+	if _, err := e.c.Flush(context.Background(), fwd); err == nil || !strings.Contains(err.Error(), "disk says no") {
+		t.Errorf("Flush(claims refused) = %v, want the database's error", err)
+	}
+	if n := fwd.count("x"); n != 0 {
+		t.Errorf("forwarded %d times, want 0", n)
+	}
+}
