@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"provideragent/agent/backend"
+	"provideragent/backend"
 	"provideragent/lease"
 )
 

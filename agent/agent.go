@@ -16,25 +16,21 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"provideragent/agent/backend"
-	"provideragent/agent/relay"
-	"provideragent/agent/store"
+	"provideragent/agentdb"
+	"provideragent/backend"
 	"provideragent/courier"
+	"provideragent/driver"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 	"provideragent/uploader"
 )
 
 // ErrInvalidConfig wraps every Config.Validate failure.
 var ErrInvalidConfig = errors.New("agent: invalid config")
 
-// ErrUnpersisted means machine steps are held because their commit failed
-// (see Agent.commitStep): their stops were performed, their starts, claims
-// and revocations wait until a commit succeeds.
-var ErrUnpersisted = errors.New("agent: machine steps not persisted yet")
-
-// Config is the agent's runtime configuration (agent/config turns the TOML
+// Config is the agent's runtime configuration (config turns the TOML
 // file, environment and flags into one).
 type Config struct {
 	// Lease is the lease machine's configuration; Lease.Relays is the relay
@@ -63,8 +59,10 @@ type Config struct {
 	// CommitWait bounds how long one machine step's commit (and the
 	// periodic save) waits for the database: for the connection, and for
 	// SQLite's write lock when another process holds it. A step that could
-	// not commit is held and retried; fencing never waits for it. Default
-	// 1 s.
+	// not commit is held and retried, each retry waiting 20 ms at most;
+	// fencing never waits for it, and the machine's ticks wait for the
+	// database at most this long once per episode. Default 250 ms, one
+	// tick.
 	CommitWait time.Duration
 	// HeartbeatTTL is the NIP-40 expiration of our heartbeats, after
 	// created_at. 0 (the default) means
@@ -96,7 +94,7 @@ type Config struct {
 }
 
 // The daemon's defaults, one owner each: DefaultConfig and the config file's
-// defaults (agent/config) are built from them.
+// defaults (config) are built from them.
 const (
 	DefaultListen             = "127.0.0.1:9464"
 	DefaultTickInterval       = 250 * time.Millisecond
@@ -108,7 +106,7 @@ const (
 	DefaultCourierMaxAttempts    = 10
 	DefaultCourierInitialBackoff = time.Second
 	// RelayBackoffMax caps the reconnect backoff of the agent's relay
-	// connections (agent/relay's own default is 30 s): a relay that comes
+	// connections (relay's own default is 30 s): a relay that comes
 	// back counts towards quorum again within seconds, well inside the
 	// lease's takeover_after.
 	RelayBackoffMax = 5 * time.Second
@@ -134,7 +132,7 @@ func DefaultConfig() Config {
 		TickInterval:       DefaultTickInterval,
 		PublishTimeout:     DefaultPublishTimeout,
 		MaxStepAge:         DefaultMaxStepAge,
-		CommitWait:         time.Second,
+		CommitWait:         DefaultTickInterval,
 		RestartMaxAttempts: DefaultRestartMaxAttempts,
 		ClockCheckInterval: time.Minute,
 		Ingest:             ing,
@@ -148,7 +146,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
 	if err := c.Lease.Validate(); err != nil {
-		return fmt.Errorf("%w: lease: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if _, err := identity.NewKeys(c.SecretKey); err != nil {
 		return bad("secret key: %v", err)
@@ -198,7 +196,7 @@ type Deps struct {
 	// courier); Gatherer serves /metrics. Default: a fresh registry.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
-	// Backend runs workloads. Default: agent/backend's Process with its
+	// Backend runs workloads. Default: backend's Process with its
 	// defaults (closed when Run returns). The agent never closes a Backend
 	// it was given.
 	Backend backend.Backend
@@ -244,64 +242,102 @@ type input struct {
 	claimAck  *lease.ClaimAck
 	claimRead *lease.ClaimRead
 	clock     *clockReport
-	cursorTok store.Token // cursor token of the event (hasTok: set)
+	cursorTok agentdb.Token // cursor token of the event (hasTok: set)
 	hasTok    bool
 }
 
 // Agent is one running provider agent.
 type Agent struct {
-	cfg     Config
-	db      *sql.DB
-	logger  *slog.Logger
+	cfg    Config
+	logger *slog.Logger
+	now    func() time.Time
+	me     self       // who this agent is
+	met    *metrics   // the agent's own metrics
+	obs    observable // the registry and the status server
+
+	d    *driver.Driver // the one driver of the lease machine (machine goroutine only)
+	perf *performer     // the driver's Performer
+	data dataState      // the SQLite file and what the agent keeps in it
+
+	pool    RelayPool
+	subs    subscriptions // the relay subscription's sets (machine goroutine; subs.go)
+	inbound inbound       // verifying and admitting what the relays deliver
+	in      inputFeed     // what the machine loop applies
+	out     outbound      // the durable outbox
+	work    workloads     // the backend that runs workloads, and its actuator
+	up      uploads       // the checkpoint tile uploader
+
+	loop   loopState  // the machine loop's timing and this provider's quorum
+	view   statusView // what /status shows (statusview.go)
+	beat   beatState  // what this provider's heartbeats list (beat.go)
+	claims claimWork  // the claim step's publishes and reads (claimreads.go)
+}
+
+// self is who this agent is: its keys, its hex public key, its name on
+// the timeline, and the timeline's callback (nil: none).
+type self struct {
 	keys    *identity.Keys
 	self    string
 	name    string
-	now     func() time.Time
 	onEvent func(Event)
+}
 
+// observable is the agent's metrics registry and its status server.
+type observable struct {
 	reg      prometheus.Registerer
 	gatherer prometheus.Gatherer
-	met      *metrics
-
-	m        *lease.Machine
-	restored []lease.Effect
-
-	pool     RelayPool
-	ingestor *heartbeat.Ingestor
-	outbox   *courier.Courier
-	backend  backend.Backend
-	act      *actuator
-	policy   *signerPolicy
-	cursor   *cursorTracker
-	st       *store.Store
 	http     *httpServer
+}
 
-	ownedProc      *backend.Process // closed by Run when the agent made it
-	uploader       uploader.Uploader
-	uploadInterval time.Duration
+// dataState is the agent's SQLite file: the driver's Store over it, the
+// agent's tables, the relay cursor, and the last write's error.
+type dataState struct {
+	db       *sql.DB
+	tables   *agentdb.Store
+	rows     *dbStore // the driver's Store
+	cursor   *cursorTracker
+	writeErr atomic.Pointer[string] // the last database write's error; nil when it succeeded
+}
 
-	in inputFeed
+// inbound verifies what the relays deliver and decides what is worth a
+// WARN.
+type inbound struct {
+	ingestor *heartbeat.Ingestor
+	policy   *signerPolicy
+	log      ingestLog // which refused events are worth a WARN (ingestlog.go)
+}
+
+// outbound is the durable outbox of revocations, withdrawn markers and
+// announcements.
+type outbound struct {
+	courier *courier.Courier
 	// restoredDone is closed once the restored machine's effects were
 	// performed; the outbox starts sending only then (rule 7 across a crash).
 	restoredDone chan struct{}
+	revReports   revocationReports // revocations whose first short attempt was reported
+}
 
-	writeErr atomic.Pointer[string] // the last database write's error; nil when it succeeded
-	view     statusView             // what /status shows (statusview.go)
-	quorum   quorumWatch            // this provider's own relay quorum, as last logged
-	turns    loopTurns              // the machine loop's timing
-	commits  commitState            // what is saved, held and waiting (persist.go, commit.go, backlog.go)
+// workloads is the backend that runs workloads and the actuator that
+// performs its operations off the machine goroutine.
+type workloads struct {
+	backend     backend.Backend
+	act         *actuator
+	ownedProc   *backend.Process    // closed by Run when the agent made it
+	containment backend.Containment // shown on /status
+	isolation   backend.Isolation   // likewise
+}
 
-	// holdInputs (tests only) makes the machine loop leave inputs in their
-	// channel, ingested but not applied, while it keeps ticking and saving.
-	holdInputs atomic.Bool
+// uploads is the checkpoint tile uploader and how often it runs.
+type uploads struct {
+	uploader uploader.Uploader
+	interval time.Duration
+}
 
-	ingestLog ingestLog // which refused events are worth a WARN (ingestlog.go)
-
-	subs       subscriptions     // the relay subscription's sets (machine goroutine; subs.go)
-	cmdsMore   bool              // operator commands wait beyond the last batch (machine goroutine)
-	beat       beatState         // what this provider's heartbeats list (beat.go)
-	claims     claimWork         // the claim step's publishes and reads (claimreads.go)
-	revReports revocationReports // revocations whose first short attempt was reported
+// loopState is the machine loop's timing and this provider's own relay
+// quorum as last logged.
+type loopState struct {
+	turns  loopTurns
+	quorum quorumWatch
 }
 
 // beatState is what this provider's heartbeats list and what it published.
@@ -341,6 +377,12 @@ type inputFeed struct {
 	received chan relay.Received
 	routed   atomic.Int64 // events routeLoop holds for ingest
 	raw      chan relay.Received
+	// hold (tests only) makes the machine loop leave inputs in their
+	// channel, ingested but not applied, while it keeps ticking and saving.
+	hold atomic.Bool
+	// cmdsMore: operator commands wait beyond the last batch (machine
+	// goroutine).
+	cmdsMore bool
 }
 
 // statusView is what /status shows. status and its rows are written by the
@@ -377,17 +419,6 @@ type loopTurns struct {
 	slowLogged time.Time
 }
 
-// commitState is what the machine goroutine knows of its database: which
-// rows are saved, which steps are held or still to commit.
-type commitState struct {
-	saved      map[string]uint64 // workload id -> hash of the last saved snapshot, to skip unchanged rows
-	pend       unpersisted       // steps whose commit failed
-	bl         backlog           // pieces of big steps not committed yet (backlog.go)
-	dirty      dirtySet          // workloads an input may have changed since saveMeta (persist.go)
-	rivalWatch dirtySet          // workloads with claims seen: Tick may adopt a rival (persist.go)
-	claimTimes claimTimes        // created_at of claims per workload
-}
-
 // New builds an agent: it migrates the agent and courier tables, restores
 // the persisted machine (or starts an empty one) and opens the status
 // listener. Nothing runs until Run.
@@ -403,86 +434,91 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	a := &Agent{
-		cfg: cfg, db: deps.DB, logger: deps.Logger, keys: keys, self: keys.PublicKey(),
-		now: deps.Now, onEvent: deps.OnEvent, reg: deps.Registerer, gatherer: deps.Gatherer,
-		backend: deps.Backend, pool: deps.Pool, uploader: deps.Uploader, uploadInterval: deps.UploadInterval,
+		cfg: cfg, logger: deps.Logger, now: deps.Now, pool: deps.Pool,
+		me:   self{keys: keys, self: keys.PublicKey(), onEvent: deps.OnEvent},
+		obs:  observable{reg: deps.Registerer, gatherer: deps.Gatherer},
+		data: dataState{db: deps.DB},
+		work: workloads{backend: deps.Backend},
+		up:   uploads{uploader: deps.Uploader, interval: deps.UploadInterval},
 		in: inputFeed{
 			inputs: make(chan input, 1024), beats: make(chan input, 1024),
 			raw: make(chan relay.Received, 256), received: make(chan relay.Received, 256),
 		},
-		restoredDone: make(chan struct{}), quorum: quorumWatch{synced: map[string]bool{}},
-		commits:    commitState{saved: map[string]uint64{}},
-		revReports: revocationReports{seen: map[string]bool{}},
-		beat:       beatState{own: newOwnBeats()},
-		claims:     claimWork{sem: make(chan struct{}, maxClaimPublishes), reads: claimReads{kick: make(chan struct{}, 1)}},
+		out:    outbound{restoredDone: make(chan struct{}), revReports: revocationReports{seen: map[string]bool{}}},
+		loop:   loopState{quorum: quorumWatch{synced: map[string]bool{}}},
+		beat:   beatState{own: newOwnBeats()},
+		claims: claimWork{sem: make(chan struct{}, maxClaimPublishes), reads: claimReads{kick: make(chan struct{}, 1)}},
 	}
 	if a.logger == nil {
 		a.logger = slog.New(slog.DiscardHandler)
 	}
-	a.name = cfg.Name
-	if a.name == "" {
-		a.name = keys.Npub()
+	a.me.name = cfg.Name
+	if a.me.name == "" {
+		a.me.name = keys.Npub()
 	}
-	a.logger = a.logger.With("agent", a.name)
+	a.logger = a.logger.With("agent", a.me.name)
 	if a.now == nil {
 		a.now = time.Now
 	}
-	if a.reg == nil {
+	if a.obs.reg == nil {
 		r := prometheus.NewRegistry()
-		a.reg, a.gatherer = r, r
+		a.obs.reg, a.obs.gatherer = r, r
 	}
-	if a.gatherer == nil {
-		if g, ok := a.reg.(prometheus.Gatherer); ok {
-			a.gatherer = g
+	if a.obs.gatherer == nil {
+		if g, ok := a.obs.reg.(prometheus.Gatherer); ok {
+			a.obs.gatherer = g
 		} else {
-			a.gatherer = prometheus.NewRegistry()
+			a.obs.gatherer = prometheus.NewRegistry()
 		}
 	}
-	if a.met, err = newMetrics(a.reg); err != nil {
+	if a.met, err = newMetrics(a.obs.reg); err != nil {
 		return nil, fmt.Errorf("new agent: register metrics: %w", err)
 	}
-	if a.backend == nil {
+	if a.work.backend == nil {
 		proc, err := backend.NewProcess(backend.DefaultProcessConfig(), a.logger)
 		if err != nil {
 			return nil, fmt.Errorf("new agent: %w", err)
 		}
-		a.ownedProc, a.backend = proc, proc
+		a.work.ownedProc, a.work.backend = proc, proc
 	}
-	if err := Migrate(ctx, a.db); err != nil {
+	a.work.containment, a.work.isolation = a.work.backend.Containment(), a.work.backend.Isolation()
+	if err := Migrate(ctx, a.data.db); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
-	if a.st, err = store.Open(ctx, a.db); err != nil {
+	if a.data.tables, err = agentdb.Open(ctx, a.data.db); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
+	a.data.rows = &dbStore{db: a.data.db, st: a.data.tables}
 	if err := a.restore(ctx); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
-	a.policy = newSignerPolicy(cfg.TrustedIssuers)
-	a.refreshPolicy(a.m.IDs())
+	a.inbound.policy = newSignerPolicy(cfg.TrustedIssuers)
+	a.refreshPolicy(a.d.Machine().IDs())
 	a.subs.refresh(a)
 	icfg := cfg.Ingest
 	icfg.MaxSkew = cfg.Lease.MaxSkew
 	icfg.HeartbeatMaxAge = cfg.Lease.Stale
-	if a.ingestor, err = heartbeat.NewIngestor(icfg, a.policy, a.reg, a.logger); err != nil {
+	if a.inbound.ingestor, err = heartbeat.NewIngestor(icfg, a.inbound.policy, a.obs.reg, a.logger); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	cur, err := a.loadCursor(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
-	a.cursor = newCursorTracker(cur)
+	a.data.cursor = newCursorTracker(cur)
 	if a.pool == nil {
 		if a.pool, err = a.newPool(); err != nil {
 			return nil, fmt.Errorf("new agent: %w", err)
 		}
 	}
-	if a.outbox, err = courier.Open(ctx, a.db, cfg.Courier, courier.Deps{Logger: a.logger, Registerer: a.reg}); err != nil {
+	if a.out.courier, err = courier.Open(ctx, a.data.db, cfg.Courier, courier.Deps{Logger: a.logger, Registerer: a.obs.reg}); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
-	a.act = newActuator(a.backend, a.logger, a.send)
+	a.data.rows.outbox = a.out.courier
+	a.work.act = newActuator(a.work.backend, a.logger, a.send)
 	if cfg.Listen != "" || deps.Listener != nil {
-		if a.http, err = newHTTPServerOn(cfg.Listen, deps.Listener, a.gatherer, a.Status, a.healthy); err != nil {
-			_ = a.outbox.Close()
+		if a.obs.http, err = newHTTPServerOn(cfg.Listen, deps.Listener, a.obs.gatherer, a.Status, a.healthy); err != nil {
+			_ = a.out.courier.Close()
 			return nil, fmt.Errorf("new agent: %w", err)
 		}
 	}
@@ -504,7 +540,7 @@ func normaliseKeys(m map[string]string) map[string]string {
 }
 
 // RelayConfig is the relay pool for this agent's relays, the agent's own
-// and that of CLI commands that publish for it: agent/relay's defaults,
+// and that of CLI commands that publish for it: relay's defaults,
 // Lease.Relays dialled as DialAddrs says, PublishTimeout, and reconnects
 // backing off at most RelayBackoffMax.
 func (c Config) RelayConfig() relay.Config {
@@ -516,63 +552,73 @@ func (c Config) RelayConfig() relay.Config {
 	return rc
 }
 
-// newPool builds the default relay layer: agent/relay's supervised pool.
+// newPool builds the default relay layer: relay's supervised pool.
 func (a *Agent) newPool() (RelayPool, error) {
 	secret, err := identity.ParseSecretKey(a.cfg.SecretKey)
 	if err != nil {
 		return nil, err
 	}
 	return newRelayPool(a.cfg.RelayConfig(), relay.Options{
-		Interests: a.subs.interests(a), SinceFor: a.sinceFor, SecretKey: secret, Logger: a.logger, Registerer: a.reg, Now: a.now,
+		Interests: a.subs.interests(a), SinceFor: a.sinceFor, SecretKey: secret, Logger: a.logger, Registerer: a.obs.reg, Now: a.now,
 		Known: a.beat.own.known,
 	})
 }
 
-// restore loads the persisted machine or creates an empty one.
+// restore opens the driver: the persisted machine (every workload row the
+// database holds), or an empty one.
 func (a *Agent) restore(ctx context.Context) error {
-	snap, ok, err := loadSnapshot(ctx, a.st)
-	if err != nil {
-		return err
-	}
-	now := a.now()
-	if !ok {
-		a.m, err = lease.New(a.cfg.Lease, a.self)
-		return err
-	}
-	if snap.Self != a.self {
-		return fmt.Errorf("restore: database belongs to provider %s, this key is %s", snap.Self, a.self)
-	}
-	a.m, a.restored, err = lease.Restore(now, a.cfg.Lease, snap)
+	a.perf = &performer{a: a, ctx: context.Background()} // Run sets its own
+	d, err := driver.Open(ctx, a.now(), driver.Config{CommitWait: a.cfg.CommitWait, CommitBatch: commitBatch}, a.cfg.Lease, a.me.self, driver.Deps{
+		Store: a.data.rows, Outbox: eventBuilder{a}, Performer: a.perf, Events: commitEvents{a},
+		Finished: func(toks []driver.Token) {
+			for _, t := range toks {
+				a.data.cursor.Done(agentdb.Token(t))
+			}
+		},
+	})
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	a.restored = append(a.restored, a.m.Outstanding()...)
-	// Restored holders may still run their process (we do not stop
-	// processes when the agent dies): Syncing keeps listing them, and
-	// RelaySynced starts them again idempotently.
-	a.logger.Info("restored lease machine", "workloads", a.m.Len(), "awaiting_sync", a.m.AwaitingSync())
+	a.d = d
+	if d.Restored() {
+		// Restored holders wait in syncing for M relays (rule 10), and
+		// RelaySynced starts them again.
+		if !d.MetaSaved() {
+			a.logger.Warn("machine metadata missing: restored the workload rows with empty relay tables", "workloads", d.Machine().Len())
+		}
+		a.logger.Info("restored lease machine", "workloads", d.Machine().Len(), "awaiting_sync", d.Machine().AwaitingSync())
+	}
 	return nil
 }
 
+// commitBatch bounds the workloads one commit writes (driver.Config's
+// CommitBatch): a bigger step is committed in pieces between the machine
+// loop's other turns.
+const commitBatch = 256
+
+// machine is the driven lease machine, for reading (machine goroutine).
+func (a *Agent) machine() *lease.Machine { return a.d.Machine() }
+
 // Addr is the status server's address ("" when disabled).
 func (a *Agent) Addr() string {
-	if a.http == nil {
+	if a.obs.http == nil {
 		return ""
 	}
-	return a.http.Addr()
+	return a.obs.http.Addr()
 }
 
 // PublicKey is the agent's hex public key.
-func (a *Agent) PublicKey() string { return a.self }
+func (a *Agent) PublicKey() string { return a.me.self }
 
 // Npub is the agent's npub.
-func (a *Agent) Npub() string { return a.keys.Npub() }
+func (a *Agent) Npub() string { return a.me.keys.Npub() }
 
 // Run runs every loop until ctx ends, then shuts down cleanly: in-flight
 // writes finish, sockets close, every goroutine is awaited.
 func (a *Agent) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	a.perf.ctx = runCtx
 	var wg sync.WaitGroup
 	goLoop := func(name string, f func(context.Context) error) {
 		wg.Add(1)
@@ -583,8 +629,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	if a.http != nil {
-		goLoop("http", a.http.serve)
+	if a.obs.http != nil {
+		goLoop("http", a.obs.http.serve)
 	}
 	goLoop("relays", func(ctx context.Context) error { return a.pool.Run(ctx, a.in.received) })
 	goLoop("route", a.routeLoop)
@@ -593,12 +639,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	goLoop("courier", func(ctx context.Context) error {
 		select {
-		case <-a.restoredDone:
+		case <-a.out.restoredDone:
 		case <-ctx.Done():
 			return nil
 		}
-		return a.outbox.Run(ctx, &NostrForwarder{
-			Pool: a.pool, Quorum: a.cfg.Lease.M, Timeout: a.cfg.PublishTimeout, Gate: a.act,
+		return a.out.courier.Run(ctx, &NostrForwarder{
+			Pool: a.pool, Quorum: a.cfg.Lease.M, Timeout: a.cfg.PublishTimeout, Gate: a.work.act,
 			OnAck: a.onOutboxAck, OnAttempt: a.onOutboxAttempt,
 		})
 	})
@@ -606,7 +652,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	goLoop("claim-reads", a.claimReadLoop)
 	goLoop("backend-exits", a.exitLoop)
 	goLoop("clock-check", a.clockCheckLoop)
-	if a.uploader != nil {
+	if a.up.uploader != nil {
 		goLoop("uploads", a.uploadLoop)
 	}
 
@@ -614,20 +660,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 	a.claims.wg.Wait()
-	a.act.wait()
+	a.work.act.wait()
 	if a.cfg.StopWorkloadsOnExit {
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-		for _, id := range a.m.IDs() {
-			_ = a.backend.Stop(sctx, id, stopReasonShutdown)
+		for _, id := range a.machine().IDs() {
+			_ = a.work.backend.Stop(sctx, id, stopReasonShutdown)
 		}
 		scancel()
 	}
-	if cerr := a.outbox.Close(); cerr != nil && err == nil {
+	if cerr := a.out.courier.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close courier: %w", cerr)
 	}
-	if a.ownedProc != nil {
+	if a.work.ownedProc != nil {
 		cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if cerr := a.ownedProc.Close(cctx); cerr != nil && err == nil {
+		if cerr := a.work.ownedProc.Close(cctx); cerr != nil && err == nil {
 			err = fmt.Errorf("close backend: %w", cerr)
 		}
 		ccancel()
@@ -644,10 +690,10 @@ func (a *Agent) send(ctx context.Context, in input) {
 }
 
 func (a *Agent) emit(kind, workload, format string, args ...any) {
-	if a.onEvent == nil {
+	if a.me.onEvent == nil {
 		return
 	}
-	a.onEvent(Event{Time: a.now(), Agent: a.name, Kind: kind, Workload: workload, Detail: fmt.Sprintf(format, args...)})
+	a.me.onEvent(Event{Time: a.now(), Agent: a.me.name, Kind: kind, Workload: workload, Detail: fmt.Sprintf(format, args...)})
 }
 
 func (a *Agent) exitLoop(ctx context.Context) error {
@@ -655,7 +701,7 @@ func (a *Agent) exitLoop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ex, ok := <-a.backend.Exits():
+		case ex, ok := <-a.work.backend.Exits():
 			if !ok { // the backend was closed: nothing more will end
 				<-ctx.Done()
 				return nil
@@ -671,7 +717,7 @@ func (a *Agent) exitLoop(ctx context.Context) error {
 // since is the cursor, clamped to now, minus a margin for signers' clock
 // offsets and relay delay (0: no cursor yet, read everything stored).
 func (a *Agent) since() nostr.Timestamp {
-	c := min(a.cursor.Cursor(), a.now().Unix())
+	c := min(a.data.cursor.Cursor(), a.now().Unix())
 	if c <= 0 {
 		return 0
 	}
@@ -679,7 +725,7 @@ func (a *Agent) since() nostr.Timestamp {
 	return nostr.Timestamp(max(s, 1))
 }
 
-func (a *Agent) connected() int { return ConnectedRelays(a.pool) }
+func (a *Agent) connected() int { return a.pool.Connected() }
 
 // healthy is /healthz: it fails when fewer than M relays are connected,
 // when the machine loop has not completed a step for MaxStepAge (stuck, or
@@ -692,14 +738,14 @@ func (a *Agent) healthy() error {
 	if up := a.connected(); up < a.cfg.Lease.M {
 		return fmt.Errorf("%d relays connected, quorum needs %d", up, a.cfg.Lease.M)
 	}
-	last := a.turns.lastStep.Load()
+	last := a.loop.turns.lastStep.Load()
 	if last == 0 {
 		return errors.New("machine loop not running")
 	}
 	if age := a.now().Sub(time.Unix(0, last)); age > a.cfg.MaxStepAge {
 		return fmt.Errorf("machine loop stuck: last step %v ago, limit %v", age.Round(time.Millisecond), a.cfg.MaxStepAge)
 	}
-	if p := a.writeErr.Load(); p != nil {
+	if p := a.data.writeErr.Load(); p != nil {
 		return fmt.Errorf("database not writable: %v", *p)
 	}
 	return nil
@@ -708,11 +754,11 @@ func (a *Agent) healthy() error {
 // noteWrite records the outcome of a database write for healthy.
 func (a *Agent) noteWrite(err error) {
 	if err == nil {
-		a.writeErr.Store(nil)
+		a.data.writeErr.Store(nil)
 		return
 	}
 	msg := err.Error()
-	a.writeErr.Store(&msg)
+	a.data.writeErr.Store(&msg)
 }
 
 // Status returns the latest status document (refreshed every second), with
@@ -725,7 +771,7 @@ func (a *Agent) Status() Status {
 	s.Workloads = slices.Clone(s.Workloads)
 	a.view.mu.Unlock()
 	for i := range s.Workloads {
-		s.Workloads[i].Running = a.backend.Running(s.Workloads[i].ID)
+		s.Workloads[i].Running = a.work.backend.Running(s.Workloads[i].ID)
 	}
 	s.Relays = a.pool.Status()
 	synced := 0
@@ -744,7 +790,7 @@ func (a *Agent) Status() Status {
 // so a mass transition rebuilds the list a few times a second at most.
 func (a *Agent) publishHeld() {
 	a.beat.dirty = false
-	held := a.m.Held(nil) // a new slice: readers keep the one they loaded
+	held := a.machine().Held(nil) // a new slice: readers keep the one they loaded
 	a.beat.held.Store(&held)
 }
 
@@ -758,30 +804,30 @@ const statusRebuildEvery = 30 * time.Second
 // last refresh, every row every statusRebuildEvery.
 func (a *Agent) refreshStatus(now time.Time) {
 	a.view.refreshed, a.view.dirty = now, false
-	counts := a.m.StateCounts(nil)
+	counts := a.machine().StateCounts(nil)
 	for _, s := range lease.States {
 		a.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
 	row := func(id string) (WorkloadStatus, bool) {
-		w, ok := a.m.Workload(id)
+		w, ok := a.machine().Workload(id)
 		if !ok {
 			return WorkloadStatus{}, false
 		}
-		return WorkloadView(w, a.self), true // Status fills Running
+		return WorkloadView(w, a.me.self), true // Status fills Running; NoStandby is set below
 	}
-	sus, why := a.m.ClockSuspect()
+	sus, why := a.machine().ClockSuspect()
 	a.view.mu.Lock()
 	ws := a.view.status.Workloads
 	rebuild := a.view.idx == nil || now.Sub(a.view.built) >= statusRebuildEvery
 	for id := range a.view.ids {
 		_, listed := a.view.idx[id]
-		if _, tracked := a.m.State(id); listed && !tracked {
+		if _, tracked := a.machine().State(id); listed && !tracked {
 			rebuild = true // a removed workload: rebuild the list
 			break
 		}
 	}
 	if rebuild {
-		ids := a.m.IDs()
+		ids := a.machine().IDs()
 		ws = make([]WorkloadStatus, 0, len(ids))
 		a.view.idx = make(map[string]int, len(ids))
 		for _, id := range ids {
@@ -809,22 +855,37 @@ func (a *Agent) refreshStatus(now time.Time) {
 		}
 	}
 	clear(a.view.ids)
-	a.view.status = Status{Provider: a.keys.Npub(), Source: "agent", Now: now, Synced: !a.m.AwaitingSync(), Workloads: ws,
-		ClockSuspect: sus, ClockWhy: why}
+	// Whether a standby is alive changes without any state change: every
+	// refresh sets it on every held row.
+	noStandby := 0
+	for i := range ws {
+		w := &ws[i]
+		w.NoStandby = w.Primary == a.me.self && lease.State(w.State).Holding() && len(w.Standbys) > 0 && !a.machine().StandbyAlive(w.ID)
+		if w.NoStandby {
+			noStandby++
+		}
+	}
+	a.view.status = Status{Provider: a.me.keys.Npub(), Source: "agent", Now: now, Synced: !a.machine().AwaitingSync(), Workloads: ws,
+		ClockSuspect: sus, ClockWhy: why, Containment: a.work.containment.Summary, ContainmentWarning: a.work.containment.Warning,
+		Isolation: a.work.isolation.Summary, IsolationWarning: a.work.isolation.Warning}
 	a.view.counts = counts
 	a.view.mu.Unlock()
 	// Quorum of this provider and of every holder it watches (ws is written
 	// only here, on the machine goroutine: no lock needed to read it).
-	providers := map[string]bool{a.self: true}
+	providers := map[string]bool{a.me.self: true}
 	for i := range ws {
 		providers[ws[i].Primary] = true
 	}
+	a.met.noStandby.Set(float64(noStandby))
 	for p := range providers {
 		q := 0.0
-		if a.m.HasQuorum(now, p) {
+		if a.machine().HasQuorum(now, p) {
 			q = 1
 		}
 		a.met.quorum.WithLabelValues(p).Set(q)
+		if p == a.me.self {
+			a.met.ownQuorum.Set(q)
+		}
 	}
 }
 

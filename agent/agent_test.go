@@ -19,9 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"provideragent/agent/backend"
+	"provideragent/backend"
 	"provideragent/heartbeat"
 	"provideragent/identity"
+	"provideragent/internal/cutproxy"
 	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
@@ -103,7 +104,7 @@ type agentOpts struct {
 	// logger, when set, receives the agent's logs.
 	logger *slog.Logger
 	// now, when set, is the agent's clock (a skewed node); clockCheck sets
-	// Config.ClockCheckInterval (0: off, as DemoConfig has it).
+	// Config.ClockCheckInterval (0: off, as testAgentConfig has it).
 	now        func() time.Time
 	clockCheck time.Duration
 }
@@ -122,7 +123,7 @@ func startAgent(t testing.TB, o agentOpts) *testAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := DemoConfig(o.lcfg.Relays, o.key, o.name)
+	cfg := testAgentConfig(o.lcfg.Relays, o.key, o.name)
 	cfg.Lease = o.lcfg
 	cfg.DialAddrs = o.dial
 	cfg.TrustedIssuers = o.issuers
@@ -188,12 +189,36 @@ func (ta *testAgent) state(id string) (string, uint64) {
 
 func (ta *testAgent) waitState(id string, want lease.State, epoch uint64, limit time.Duration) {
 	ta.t.Helper()
-	waitFor(ta.t, limit, fmt.Sprintf("%s: %s %s@%d (states %v)", ta.a.name, id, want, epoch, ta.log.states()), func() bool {
+	waitFor(ta.t, limit, fmt.Sprintf("%s: %s %s@%d (states %v)", ta.a.me.name, id, want, epoch, ta.log.states()), func() bool {
 		_, ok := ta.log.find(func(e Event) bool {
 			return e.Kind == "state" && e.Workload == id && e.State == string(want) && e.Epoch == epoch
 		})
 		return ok
 	})
+}
+
+// waitListedOnQuorum waits until ta's own heartbeat listing workload id
+// was accepted by at least M relays, and one heartbeat interval more for it
+// to come back: only then does ta's revocation of id carry quorum_at, which
+// its successor's claim by revocation needs (lease.RevocationDeadline).
+func (ta *testAgent) waitListedOnQuorum(id string, limit time.Duration) {
+	ta.t.Helper()
+	m := ta.a.cfg.Lease.M
+	waitFor(ta.t, limit, fmt.Sprintf("%s: a heartbeat listing %s accepted by %d relays", ta.a.me.name, id, m), func() bool {
+		_, ok := ta.log.find(func(e Event) bool {
+			var n, of int
+			var listing string
+			if e.Kind != "heartbeat" {
+				return false
+			}
+			if _, err := fmt.Sscanf(e.Detail, "heartbeat published, accepted by %d of %d relays, listing %s", &n, &of, &listing); err != nil {
+				return false
+			}
+			return n >= m && strings.Contains(e.Detail, id+"@")
+		})
+		return ok
+	})
+	time.Sleep(ta.a.cfg.Lease.HeartbeatInterval)
 }
 
 func warmSpec(id, primary, standby string, relays []string) lease.Spec {
@@ -229,12 +254,12 @@ func startRelays(t testing.TB, n int) ([]*relaytest.Relay, []string) {
 
 // cutProxies puts a TCP proxy in front of the first n relays and returns
 // the proxies with the dial map that routes an agent through them.
-func cutProxies(t testing.TB, rs []*relaytest.Relay, urls []string, n int) ([]*Proxy, map[string]string) {
+func cutProxies(t testing.TB, rs []*relaytest.Relay, urls []string, n int) ([]*cutproxy.Proxy, map[string]string) {
 	t.Helper()
-	var proxies []*Proxy
+	var proxies []*cutproxy.Proxy
 	dial := map[string]string{}
 	for i := range n {
-		p, err := NewProxy(rs[i].Addr())
+		p, err := cutproxy.New(rs[i].Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +291,7 @@ func startPair(t testing.TB, lcfg lease.Config, primaryDial map[string]string) (
 func TestPartitionedPrimaryHandsOver(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	proxies, dial := cutProxies(t, rs, urls, 2)
 	primary, standby := startPair(t, lcfg, dial)
 	// Live is the lease state; the process is started right after it, by
@@ -322,7 +347,7 @@ func TestPartitionedPrimaryHandsOver(t *testing.T) {
 	}
 }
 
-// removedMetrics duplicated agent/relay's relay_* series; they must not
+// removedMetrics duplicated relay's relay_* series; they must not
 // come back.
 var removedMetrics = []string{"agent_relay_connected", "agent_relay_reconnects", "agent_events_received_total", "agent_publish_total"}
 
@@ -336,7 +361,7 @@ func getMetrics(t *testing.T, a *Agent) string {
 	}
 	for _, name := range removedMetrics {
 		if _, ok := metricSum(body, name, nil); ok {
-			t.Errorf("GET /metrics exports %s, want it gone (agent/relay's relay_* series replace it)", name)
+			t.Errorf("GET /metrics exports %s, want it gone (relay's relay_* series replace it)", name)
 		}
 	}
 	return body
@@ -382,7 +407,7 @@ func metricSum(body, name string, labels map[string]string) (sum float64, ok boo
 func TestOneRelayDownNoFalseEviction(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	primary, standby := startPair(t, lcfg, nil)
 	rs[2].Kill()
 	// Longer than stale + t1 + t2 + relay_delay.
@@ -422,7 +447,7 @@ func TestOneRelayDownNoFalseEviction(t *testing.T) {
 			t.Errorf("GET /metrics lacks %s", want)
 		}
 	}
-	// relay_connected (agent/relay's) tells the dead relay apart.
+	// relay_connected (relay's) tells the dead relay apart.
 	for i, want := range []float64{1, 1, 0} {
 		if got, ok := metricSum(metrics, "relay_connected", map[string]string{"relay": urls[i]}); !ok || got != want {
 			t.Errorf("GET /metrics relay_connected{relay=%q} = %v (found %v), want %v", urls[i], got, ok, want)
@@ -464,7 +489,7 @@ func getJSON(t *testing.T, url string, v any) {
 func TestRestartRestoresState(t *testing.T) {
 	t.Parallel()
 	_, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	key := nostr.GeneratePrivateKey()
 	pub, _ := nostr.GetPublicKey(key)
 	dbPath := filepath.Join(t.TempDir(), "agent.db")
@@ -488,7 +513,7 @@ func TestRestartRestoresState(t *testing.T) {
 func TestBadEventsChangeNothing(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	primaryKey := nostr.GeneratePrivateKey()
 	primaryPub, _ := nostr.GetPublicKey(primaryKey)
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
@@ -564,7 +589,7 @@ func TestBadEventsChangeNothing(t *testing.T) {
 func TestLeaseGrantFromTrustedIssuer(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	issuer, _ := identity.NewKeys(nostr.GeneratePrivateKey())
 	stranger, _ := identity.NewKeys(nostr.GeneratePrivateKey())
 	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg, issuers: []string{issuer.PublicKey()}})
@@ -598,7 +623,7 @@ func TestLeaseGrantFromTrustedIssuer(t *testing.T) {
 func TestOperatorGrantAndRelease(t *testing.T) {
 	t.Parallel()
 	_, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg})
 	ctx := context.Background()
 	db, err := openTestDB(ctx, ta.dbPath)
@@ -636,7 +661,7 @@ func TestOperatorGrantAndRelease(t *testing.T) {
 // Not parallel, so that the count is this test's alone.
 func TestShutdownLeavesNoGoroutines(t *testing.T) {
 	_, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	runtime.GC()
 	before := runtime.NumGoroutine()
 	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg})

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/relay"
 )
 
 // heartbeatLoop publishes our heartbeats every interval: one beat of
@@ -42,7 +42,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 		now := a.now()
 		held := a.heldList()
 		maxEvent, maxContent := a.beatBudget()
-		beat, err := heartbeat.BuildBeat(a.keys, heartbeat.HeartbeatParams{
+		beat, err := heartbeat.BuildBeat(a.me.keys, heartbeat.HeartbeatParams{
 			At: now, Workloads: held, TTL: ttl, MaxEventBytes: maxEvent, MaxContentBytes: maxContent,
 		})
 		ticked := false
@@ -62,7 +62,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 			case <-t.C:
 				ticked = true
 			}
-			if a.onEvent != nil {
+			if a.me.onEvent != nil {
 				listing := fmt.Sprintf("%d workloads in %d events", len(held), len(beat.Stored)+1)
 				if len(held) <= 20 {
 					ids := make([]string, len(held))
@@ -218,29 +218,21 @@ const eventFrameOverhead = len(`["EVENT",]`)
 // beatTags is the most tags an event of a beat carries.
 const beatTags = 5
 
-// beatBudget is the size bound of every event of a beat: 60 KiB
-// (heartbeat.DefaultMaxEventBytes, under strfry's 65,536-byte events, which
-// it does not advertise), and within every relay's NIP-11 max_message_length
-// (less the frame) and max_content_length (0: none). A relay whose
+// beatBudget is BeatBudget over every relay's NIP-11 limits. A relay whose
 // max_event_tags is below a beat's tags cannot take our heartbeats at all:
 // that is logged.
 func (a *Agent) beatBudget() (event, content int) {
-	event = heartbeat.DefaultMaxEventBytes
+	var limits []relay.Limits
 	for _, r := range a.pool.Status() {
 		l := r.Limits
 		if l == nil {
 			continue
 		}
-		if l.MaxMessageLength > 0 {
-			event = min(event, l.MaxMessageLength-eventFrameOverhead)
-		}
-		if l.MaxContentLength > 0 && (content == 0 || l.MaxContentLength < content) {
-			content = l.MaxContentLength
-		}
+		limits = append(limits, *l)
 		if l.MaxEventTags > 0 && l.MaxEventTags < beatTags && a.beat.tagsWarned.CompareAndSwap(false, true) {
 			a.logger.Warn("relay takes fewer tags per event than a heartbeat has: it will refuse our heartbeats",
 				"relay", r.URL, "max_event_tags", l.MaxEventTags, "heartbeat_tags", beatTags)
 		}
 	}
-	return event, content
+	return BeatBudget(limits)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"provideragent/internal/cutproxy"
 	"provideragent/lease"
 )
 
@@ -38,7 +39,7 @@ func rssMiB() float64 {
 func BenchmarkAgentMemory10k(b *testing.B) {
 	const n = 10000
 	_, urls := startRelays(b, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	lcfg.ProvisionTimeout = lcfg.T1 + lcfg.T2
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -82,11 +83,11 @@ func BenchmarkFailover(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		rs, urls := startRelays(b, 3)
-		lcfg := DemoLeaseConfig(urls)
-		var proxies []*Proxy
+		lcfg := lease.DemoConfig(urls)
+		var proxies []*cutproxy.Proxy
 		dial := map[string]string{}
 		for j := range 2 {
-			p, err := NewProxy(rs[j].Addr())
+			p, err := cutproxy.New(rs[j].Addr())
 			if err != nil {
 				b.Fatal(err)
 			}

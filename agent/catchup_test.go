@@ -22,7 +22,7 @@ import (
 func TestStoredHeartbeatsReadBackAfterReconnect(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	proxies, dial := cutProxies(t, rs, urls, 3)
 	holderKey := nostr.GeneratePrivateKey()
 	holder, err := identity.NewKeys(holderKey)

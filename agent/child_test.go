@@ -19,7 +19,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/backend"
+	"provideragent/backend"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
 )
@@ -73,7 +73,7 @@ func runChild(path string) error {
 	if err != nil {
 		return err
 	}
-	cfg := DemoConfig(cc.Relays, cc.Key, "child")
+	cfg := testAgentConfig(cc.Relays, cc.Key, "child")
 	cfg.DialAddrs = cc.Dial
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
@@ -174,13 +174,24 @@ func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
 	proxies, dial := cutProxies(t, rs, urls, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
 	primaryKey := nostr.GeneratePrivateKey()
 	primaryPub, _ := nostr.GetPublicKey(primaryKey)
 	dir := t.TempDir()
+	// The workloads write their pid files as users of their own
+	// (isolation): into a directory every user may write.
+	pidDir, err := os.MkdirTemp("", "agent-pids-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pidDir) })
+	if err := os.Chmod(pidDir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
 	spec := warmSpec("w1", primaryPub, standby.pub, urls)
-	spec.Command = []string{"sh", "-c", `echo $$ > "$0/pid-$PROVIDER_AGENT_EPOCH"; while :; do sleep 0.2; done`, dir}
+	// The pid as /proc names it ($$ is a pid in the workload's namespace).
+	spec.Command = []string{"sh", "-c", `read -r p _ </proc/self/stat; echo $p > "$0/pid-$PROVIDER_AGENT_EPOCH"; while :; do sleep 0.2; done`, pidDir}
 	standby.a.Track(context.Background(), spec)
 	cc := childConfig{Key: primaryKey, Relays: urls, Dial: dial, DBPath: filepath.Join(dir, "primary.db"), LogDir: filepath.Join(dir, "logs"), Spec: spec}
 
@@ -188,7 +199,7 @@ func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 	primary.waitEvent(20*time.Second, "primary live@1", func(e Event) bool { return e.Kind == "state" && e.State == "live" && e.Epoch == 1 })
 	var pid int
 	waitFor(t, 5*time.Second, "workload pid file", func() bool {
-		b, err := os.ReadFile(filepath.Join(dir, "pid-1"))
+		b, err := os.ReadFile(filepath.Join(pidDir, "pid-1"))
 		if err != nil {
 			return false
 		}
@@ -237,10 +248,10 @@ func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 	if !standby.backend.Running("w1") {
 		t.Fatalf("standby Running(w1) = false, want true at epoch 2")
 	}
-	if _, err := os.Stat(filepath.Join(dir, "pid-1")); err != nil {
+	if _, err := os.Stat(filepath.Join(pidDir, "pid-1")); err != nil {
 		t.Fatalf("pid file of epoch 1: %v", err)
 	}
-	b, _ := os.ReadFile(filepath.Join(dir, "pid-1"))
+	b, _ := os.ReadFile(filepath.Join(pidDir, "pid-1"))
 	if p2, _ := strconv.Atoi(strings.TrimSpace(string(b))); p2 != pid {
 		t.Fatalf("epoch 1 started again after the restart (pid %d, was %d)", p2, pid)
 	}
@@ -253,7 +264,7 @@ func TestCutOffPrimaryTakeover(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
 	proxies, dial := cutProxies(t, rs, urls, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	primary, standby := startPair(t, lcfg, dial)
 	cut := time.Now()
 	for _, p := range proxies {

@@ -17,7 +17,7 @@ import (
 // REQ per claim read opened more subscriptions than strfry allows (200 per
 // connection; "too many concurrent REQs"), so reads that are due together
 // are batched: one query of the workloads' d tags, claimWorkloads per
-// filter, packed into few REQs per relay by agent/relay, at most
+// filter, packed into few REQs per relay by relay, at most
 // readBatches queries at once. Claim publishes are bounded the same way.
 const (
 	// readCoalesce is how long a due read waits for others to join its
@@ -147,10 +147,10 @@ func (a *Agent) readClaimBatch(ctx context.Context, batch []lease.ReadClaims) {
 	now := a.now()
 	byID := map[string][]relayClaim{}
 	for _, re := range evs {
-		if re.Event.PubKey == a.self {
+		if re.Event.PubKey == a.me.self {
 			continue // our own claims never compete (and need no check)
 		}
-		got, err := a.ingestor.Ingest(ctx, now, re.Event)
+		got, err := a.inbound.ingestor.Ingest(ctx, now, re.Event)
 		if err != nil || got.Promotion == nil || !want[got.Promotion.WorkloadID] {
 			continue
 		}

@@ -10,11 +10,11 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // recPool is a RelayPool that records what the agent publishes; every
@@ -30,6 +30,10 @@ func (p *recPool) Publish(_ context.Context, ev *nostr.Event) relay.PublishResul
 	defer p.mu.Unlock()
 	p.evs = append(p.evs, ev)
 	return relay.PublishResult{}
+}
+
+func (p *recPool) PublishQuorum(ctx context.Context, ev *nostr.Event, _ int) relay.PublishResult {
+	return p.Publish(ctx, ev)
 }
 
 func (p *recPool) published(kind int) []*nostr.Event {
@@ -59,28 +63,22 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 	a := newStepAgent(t, stepOpts{key: key, dbPath: dbPath, pool: pool})
 	t0 := time.Now().Truncate(time.Second).Add(100 * time.Millisecond)
 	spec := stepSpec(primary.PublicKey(), self.PublicKey(), second.PublicKey())
-	if err := a.commit(ctx, t0, feedInput(a, t0, input{grant: &spec}), nil); err != nil {
+	if err := commitInputs(ctx, a, t0, input{grant: &spec}); err != nil {
 		t.Fatalf("commit(grant) = %v", err)
 	}
 	rev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
-		Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1})
+		Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1, QuorumAt: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	effs := step(t, a, t0, rev, nil)
+	effs := feedCommit(t, a, t0, decodeInput(t, a, t0, rev))
 	if !hasEffect[lease.PublishClaim](effs) {
 		t.Fatalf("feed(revocation naming us) = %v, want PublishClaim", effs)
 	}
-	if err := a.commit(ctx, t0, effs, nil); err != nil {
-		t.Fatalf("commit(claim) = %v", err)
-	}
 	// No relay accepted it: the machine withdraws, in the same second.
-	effs = feedInput(a, t0.Add(200*time.Millisecond), input{claimAck: &lease.ClaimAck{Workload: "w1", Epoch: 2}})
+	effs = feedCommit(t, a, t0.Add(200*time.Millisecond), input{claimAck: &lease.ClaimAck{Workload: "w1", Epoch: 2}})
 	if !hasEffect[lease.WithdrawClaim](effs) {
 		t.Fatalf("feed(claim ack 0) = %v, want WithdrawClaim", effs)
-	}
-	if err := a.commit(ctx, t0.Add(200*time.Millisecond), effs, nil); err != nil {
-		t.Fatalf("commit(withdraw) = %v", err)
 	}
 	a.claims.wg.Wait()
 	// The claim is published directly (a feedback effect); the withdrawn
@@ -101,33 +99,27 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 		t.Fatalf("created_at(claim, withdrawn) = %d, %d, want %d then larger", claim.CreatedAt, withdraw.CreatedAt, t0.Unix())
 	}
 
-	// A restarted agent (same database) continues above the last one.
+	// A restarted agent (same database) reads the last one back, so the
+	// driver continues above it (driver's TestClaimTimesIncrease).
 	b := newStepAgent(t, stepOpts{key: key, dbPath: dbPath, pool: pool})
-	for i, want := range []int64{int64(withdraw.CreatedAt) + 1, int64(withdraw.CreatedAt) + 2} {
-		got, err := b.commits.claimTimes.next(ctx, b.st, "w1", t0)
-		if err != nil || got.Unix() != want {
-			t.Fatalf("next(w1, restart #%d) = %v, %v, want %d", i, got.Unix(), err, want)
-		}
+	if got, err := b.data.rows.LastClaimTime(ctx, "w1", time.Second); err != nil || got != int64(withdraw.CreatedAt) {
+		t.Fatalf("LastClaimTime(w1) after a restart = %d, %v, want %d", got, err, withdraw.CreatedAt)
 	}
-	// Another workload, or a later second, is not held back.
-	if got, _ := b.commits.claimTimes.next(ctx, b.st, "w2", t0); got.Unix() != t0.Unix() {
-		t.Fatalf("next(w2) = %d, want %d", got.Unix(), t0.Unix())
-	}
-	if got, _ := b.commits.claimTimes.next(ctx, b.st, "w1", t0.Add(time.Minute)); got.Unix() != t0.Add(time.Minute).Unix() {
-		t.Fatalf("next(w1, a minute later) = %d, want %d", got.Unix(), t0.Add(time.Minute).Unix())
+	if got, err := b.data.rows.LastClaimTime(ctx, "w2", time.Second); err != nil || got != 0 {
+		t.Fatalf("LastClaimTime(w2) = %d, %v, want 0", got, err)
 	}
 }
 
 // outboxEvent returns the one event of kind queued in a's outbox.
 func outboxEvent(t *testing.T, a *Agent, kind int) *nostr.Event {
 	t.Helper()
-	rs, err := a.outbox.List(context.Background(), courier.ListOptions{})
+	rs, err := a.out.courier.List(context.Background(), courier.ListOptions{})
 	if err != nil {
 		t.Fatalf("outbox List = %v", err)
 	}
 	var found *nostr.Event
 	for _, r := range rs {
-		full, err := a.outbox.Get(context.Background(), r.ID)
+		full, err := a.out.courier.Get(context.Background(), r.ID)
 		if err != nil {
 			t.Fatalf("outbox Get(%v) = %v", r.ID, err)
 		}

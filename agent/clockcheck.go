@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"provideragent/lease"
+	"provideragent/driver"
 )
 
 // The single-writer guarantee assumes every provider's clock is within
@@ -144,18 +144,11 @@ func (a *Agent) clockCheckLoop(ctx context.Context) error {
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
 	bound := max(a.cfg.Lease.MaxSkew/2, clockResolution)
-	relays := a.m.Relays()
+	relays := a.machine().Relays()
 	dial := normaliseKeys(a.cfg.DialAddrs)
 	var prev, sent *bool
 	for {
-		samples := make([]clockSample, len(relays))
-		for i, r := range relays {
-			d := r
-			if v, ok := dial[r]; ok {
-				d = v
-			}
-			samples[i] = sampleRelayClock(ctx, client, r, d, a.now, 2*time.Second)
-		}
+		samples := sampleClocks(ctx, client, relays, dial, a.now)
 		if v, ok := judgeClock(samples, a.cfg.Lease.M, bound); ok {
 			a.met.clockOffset.Set(v.offset.Seconds())
 			if prev != nil && *prev == v.suspect && (sent == nil || *sent != v.suspect) {
@@ -182,10 +175,10 @@ type clockReport struct {
 	relays  int
 }
 
-// clockVerdict feeds a clock check's verdict to the machine (machine
-// goroutine), logging a change loudly.
-func (a *Agent) clockVerdict(now time.Time, r clockReport) []lease.Effect {
-	was, _ := a.m.ClockSuspect()
+// clockVerdict feeds a clock check's verdict to the machine through step s
+// (machine goroutine), logging a change loudly.
+func (a *Agent) clockVerdict(s *driver.Step, r clockReport) {
+	was, _ := a.machine().ClockSuspect()
 	switch {
 	case r.suspect && !was:
 		a.logger.Error("clock outside the bound of the relays: this provider takes over nothing and fences the workloads it holds that have a standby; fix the clock (NTP)",
@@ -201,5 +194,5 @@ func (a *Agent) clockVerdict(now time.Time, r clockReport) []lease.Effect {
 	} else {
 		a.met.clockSuspect.Set(0)
 	}
-	return a.m.SetClockSuspect(now, r.suspect, r.why)
+	s.SetClockSuspect(r.suspect, r.why)
 }

@@ -68,7 +68,7 @@ func TestSampleRelayClock(t *testing.T) {
 func TestFastStandbyNeverTakesOver(t *testing.T) {
 	t.Parallel()
 	_, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg})
 	fast := func() time.Time { return time.Now().Add(time.Hour) }
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg, now: fast, clockCheck: 200 * time.Millisecond})
@@ -105,7 +105,7 @@ func TestFastStandbyNeverTakesOver(t *testing.T) {
 func TestSlowPrimaryFences(t *testing.T) {
 	t.Parallel()
 	_, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	slow := func() time.Time { return time.Now().Add(-5 * time.Minute) }
 	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, now: slow, clockCheck: 200 * time.Millisecond})
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})

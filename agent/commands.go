@@ -6,10 +6,8 @@ package agent
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
-	"provideragent/agent/store"
-	"provideragent/lease"
+	"provideragent/agentdb"
 )
 
 // cmdBatch bounds the operator commands applied in one step (one commit);
@@ -20,23 +18,23 @@ const cmdBatch = 256
 // database in one step; a release ends the batch (it removes the workload
 // from the machine once committed). cmdsMore says whether more wait.
 func (a *Agent) applyCommands(ctx context.Context) {
-	lctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
-	cmds, err := listCommands(lctx, a.st, true, cmdBatch+1)
+	lctx, cancel := context.WithTimeout(ctx, a.d.Wait())
+	cmds, err := listCommands(lctx, a.data.tables, true, cmdBatch+1)
 	cancel()
-	a.cmdsMore = false
+	a.in.cmdsMore = false
 	if err != nil {
 		a.logger.Error("read operator commands", "err", err)
 		return
 	}
 	if len(cmds) > cmdBatch {
-		a.cmdsMore = true
+		a.in.cmdsMore = true
 		cmds = cmds[:cmdBatch]
 	}
 	if len(cmds) == 0 {
 		return
 	}
 	now := a.now()
-	var effs []lease.Effect
+	s := a.d.Begin(now)
 	type applied struct {
 		seq    int64
 		result string
@@ -46,62 +44,43 @@ func (a *Agent) applyCommands(ctx context.Context) {
 	for i, c := range cmds {
 		result := "ok"
 		switch c.Action {
-		case store.ActionGrant:
+		case agentdb.ActionGrant:
 			if c.Spec == nil {
 				result = "error: no spec"
 				break
 			}
-			a.commits.dirty.add(c.Spec.ID)
-			e, err := a.m.Track(now, *c.Spec)
-			if err != nil {
+			if err := s.Grant(*c.Spec); err != nil {
 				result = "error: " + err.Error()
 			}
-			effs = append(effs, e...)
 			a.subs.dirty = true
 			a.emit("grant", c.Workload, "local operator grant applied: %s", result)
-		case store.ActionRelease:
-			w, ok := a.m.Workload(c.Workload)
-			if !ok {
+		case agentdb.ActionRelease:
+			if !s.Release(c.Workload) {
 				result = "error: workload not tracked"
 				break
-			}
-			if w.State.Holding() {
-				effs = append(effs, lease.StopWorkload{ID: c.Workload, Epoch: w.Epoch, Reason: "released by operator"})
 			}
 			release = c.Workload
 		}
 		marks = append(marks, applied{seq: c.Seq, result: result})
 		if release != "" {
-			a.cmdsMore = a.cmdsMore || i < len(cmds)-1
+			a.in.cmdsMore = a.in.cmdsMore || i < len(cmds)-1
 			break
 		}
 	}
-	err = a.commit(ctx, now, effs, func(tx *sql.Tx) error {
-		if release != "" {
-			if err := a.st.DeleteWorkload(ctx, tx, release); err != nil {
-				return fmt.Errorf("delete workload %s: %w", release, err)
-			}
-			if err := a.commits.claimTimes.forget(ctx, a.st, tx, release); err != nil {
-				return err
-			}
-		}
+	s.Extra(commitExtra(func(ctx context.Context, tx *sql.Tx) error {
 		for _, m := range marks {
-			if err := a.st.MarkCommand(ctx, tx, m.seq, now, m.result); err != nil {
+			if err := a.data.tables.MarkCommand(ctx, tx, m.seq, now, m.result); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
-	if err != nil {
+	}))
+	if err := s.Commit(ctx); err != nil {
 		a.logger.Error("apply operator commands", "first_seq", cmds[0].Seq, "commands", len(marks), "err", err)
-		a.cmdsMore = false // retried with the next second's turn
+		a.in.cmdsMore = false // retried with the next second's turn
 		return
 	}
 	if release != "" {
-		a.m.Remove(release)
-		delete(a.commits.saved, release)
-		a.commits.dirty.remove(release)
-		a.commits.rivalWatch.remove(release)
 		a.beat.dirty, a.view.dirty, a.subs.dirty = true, true, true
 		a.view.ids.add(release)
 		a.refreshPolicy([]string{release})

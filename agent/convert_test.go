@@ -8,10 +8,10 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // These tests drive one agent's ingest (decode) and machine step (feed)
@@ -41,7 +41,7 @@ func stepSpec(primary string, standbys ...string) lease.Spec {
 func firstStandby(t *testing.T, t0 time.Time, primary, second *identity.Keys) (*Agent, *identity.Keys) {
 	t.Helper()
 	a := newStepAgent(t, stepOpts{})
-	self := a.keys
+	self := a.me.keys
 	spec := stepSpec(primary.PublicKey(), self.PublicKey(), second.PublicKey())
 	feedInput(a, t0, input{grant: &spec})
 	return a, self
@@ -51,20 +51,60 @@ func firstStandby(t *testing.T, t0 time.Time, primary, second *identity.Keys) (*
 // machine's effects; extra, when set, edits the input before feeding.
 func step(t *testing.T, a *Agent, now time.Time, ev *nostr.Event, extra func(*input)) []lease.Effect {
 	t.Helper()
+	in := decodeInput(t, a, now, ev)
+	if extra != nil {
+		extra(&in)
+	}
+	return feedInput(a, now, in)
+}
+
+// decodeInput decodes ev as relay 0 delivered it at now, as ingest does.
+func decodeInput(t *testing.T, a *Agent, now time.Time, ev *nostr.Event) input {
+	t.Helper()
 	in, ok := a.decode(context.Background(), now, relay.Received{Relay: stepRelays[0], Event: ev})
 	if !ok {
 		t.Fatalf("decode(kind %d) rejected the event", ev.Kind)
 	}
-	if extra != nil {
-		extra(&in)
+	return in
+}
+
+// feedCommit feeds ins to one step at now, commits it and returns its
+// effects; a commit error fails the test.
+func feedCommit(t *testing.T, a *Agent, now time.Time, ins ...input) []lease.Effect {
+	t.Helper()
+	s := a.d.Begin(now)
+	for _, in := range ins {
+		a.feed(s, in)
 	}
-	effs, _ := a.feed(now, in, nil, nil)
+	effs := s.Effects()
+	if err := s.Commit(context.Background()); err != nil {
+		t.Fatalf("commit(%v) = %v", effs, err)
+	}
 	return effs
 }
 
+// commitInputs feeds ins to one step at now and commits it, as the machine
+// loop does.
+func commitInputs(ctx context.Context, a *Agent, now time.Time, ins ...input) error {
+	s := a.d.Begin(now)
+	for _, in := range ins {
+		a.feed(s, in)
+	}
+	return s.Commit(ctx)
+}
+
+// commitEffects commits a step that performs effs (driver.Step.Inject),
+// through the agent's real commit path.
+func commitEffects(ctx context.Context, a *Agent, now time.Time, effs ...lease.Effect) error {
+	s := a.d.Begin(now)
+	s.Inject(effs...)
+	return s.Commit(ctx)
+}
+
 func feedInput(a *Agent, now time.Time, in input) []lease.Effect {
-	effs, _ := a.feed(now, in, nil, nil)
-	return effs
+	s := a.d.Begin(now)
+	a.feed(s, in)
+	return s.Effects()
 }
 
 func hasEffect[E lease.Effect](effs []lease.Effect) bool {
@@ -130,7 +170,7 @@ func TestRevocationSuccessor(t *testing.T) {
 	}{
 		{"ours naming the first standby", func(self *identity.Keys) *nostr.Event {
 			ev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
-				Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1})
+				Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1, QuorumAt: t0})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,8 +192,13 @@ func TestRevocationSuccessor(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			a, self := firstStandby(t, t0, primary, second)
+			// The primary's heartbeats on M relays: a Paygress one carries
+			// no quorum_at, and these bound its takeover instead.
+			for _, r := range stepRelays[:2] {
+				feedInput(a, t0, input{hb: &lease.Heartbeat{Provider: primary.PublicKey(), Relay: r, CreatedAt: t0.Truncate(time.Second), ReceivedAt: t0}})
+			}
 			effs := step(t, a, t0.Add(time.Second), tt.build(self), nil)
-			w, _ := a.m.Workload("w1")
+			w, _ := a.machine().Workload("w1")
 			if got := hasEffect[lease.PublishClaim](effs); got != tt.wantClaim {
 				t.Fatalf("feed(%s) = %v (state %s), want PublishClaim %v", tt.name, effs, w.State, tt.wantClaim)
 			}
@@ -188,7 +233,7 @@ func TestPaygressAnnouncementFences(t *testing.T) {
 			feedInput(a, t0, input{grant: &spec})
 			ev := paygressAnnouncement(t, standby, t0.Add(tt.at))
 			effs := step(t, a, t0.Add(4*time.Second), ev, nil)
-			w, _ := a.m.Workload("w1")
+			w, _ := a.machine().Workload("w1")
 			if got := hasEffect[lease.StopWorkload](effs) && w.State == lease.StateFenced; got != tt.wantFence {
 				t.Fatalf("feed(announcement %s) = %v, state %s; want fenced %v", tt.name, effs, w.State, tt.wantFence)
 			}
@@ -217,7 +262,7 @@ func TestPaygressAnnouncementCompetes(t *testing.T) {
 			t.Parallel()
 			a, self := firstStandby(t, t0, primary, other)
 			rev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
-				Standbys: []string{self.PublicKey(), other.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1})
+				Standbys: []string{self.PublicKey(), other.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1, QuorumAt: t0})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,31 +3,31 @@ package agent
 import (
 	"sync"
 
-	"provideragent/agent/store"
+	"provideragent/agentdb"
 )
 
-// cursorTracker guards agent/store's CursorTracker (the fixed min-pending
+// cursorTracker guards agentdb's CursorTracker (the fixed min-pending
 // rule) for the ingest goroutines, which begin events, and the machine
 // goroutine, which finishes them once their step is persisted.
 type cursorTracker struct {
 	mu sync.Mutex
-	t  *store.CursorTracker
+	t  *agentdb.CursorTracker
 }
 
 func newCursorTracker(start int64) *cursorTracker {
-	return &cursorTracker{t: store.NewCursorTracker(start)}
+	return &cursorTracker{t: agentdb.NewCursorTracker(start)}
 }
 
 // Reserve registers an event with created_at ts as in flight before it is
 // validated: it holds the cursor back but moves it only after Accept.
-func (c *cursorTracker) Reserve(ts int64) store.Token {
+func (c *cursorTracker) Reserve(ts int64) agentdb.Token {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t.Reserve(ts)
 }
 
 // Accept counts a reserved event (it passed validation).
-func (c *cursorTracker) Accept(tok store.Token) {
+func (c *cursorTracker) Accept(tok agentdb.Token) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_ = c.t.Accept(tok) // unknown tokens (already done) are harmless
@@ -35,7 +35,7 @@ func (c *cursorTracker) Accept(tok store.Token) {
 
 // Done marks an event finished (its step persisted, or rejected for good:
 // a reserved event never accepted is dropped without moving the cursor).
-func (c *cursorTracker) Done(tok store.Token) {
+func (c *cursorTracker) Done(tok agentdb.Token) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_ = c.t.Done(tok) // unknown tokens (already done) are harmless

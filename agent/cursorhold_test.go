@@ -24,7 +24,7 @@ func TestCursorNeverPassesAnUnappliedEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	lcfg.TakeoverAfter = 5 * time.Minute // the silent primary must not be taken over meanwhile
 	if err := lcfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func persistedCursor(t *testing.T, dbPath string) int64 {
 // that began later has completed, no iteration can still take an input.
 func holdMachineInputs(t *testing.T, a *Agent) {
 	t.Helper()
-	a.holdInputs.Store(true)
+	a.in.hold.Store(true)
 	mark := a.now().UnixNano()
-	waitFor(t, 10*time.Second, "machine loop holding its inputs", func() bool { return a.turns.lastStep.Load() > mark })
+	waitFor(t, 10*time.Second, "machine loop holding its inputs", func() bool { return a.loop.turns.lastStep.Load() > mark })
 }

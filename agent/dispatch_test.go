@@ -11,8 +11,9 @@ import (
 )
 
 // TestAgentPerformsEveryEffectAsWanted: every example effect, committed
-// and performed alone through the agent's step path (commitStep: the
-// outbox rows in the step's transaction, then lease.Perform) with its
+// and performed alone through the driver's step path with the agent's
+// Store, Outbox and Performer (the outbox rows in the step's transaction,
+// then lease.Perform) with its
 // workload running, does what leasetest.Want says: the table
 // props/sim's TestLeaseNodePerformsEveryEffectAsWanted holds the simulator
 // to. It fails if the agent performs any effect differently from the
@@ -28,20 +29,20 @@ func TestAgentPerformsEveryEffectAsWanted(t *testing.T) {
 			}
 			pool := &recPool{}
 			a := newStepAgent(t, stepOpts{pool: pool})
-			be := a.backend.(*memBackend)
+			be := a.work.backend.(*memBackend)
 			ctx := context.Background()
 			now := time.Now()
-			if err := a.commit(ctx, now, []lease.Effect{lease.StartWorkload{ID: "w1", Epoch: 1}}, nil); err != nil {
+			if err := commitEffects(ctx, a, now, lease.StartWorkload{ID: "w1", Epoch: 1}); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, 10*time.Second, "w1 running", func() bool { return be.Running("w1") })
 			starts, stops := be.counts()
-			if err := a.commit(ctx, now, []lease.Effect{e}, nil); err != nil {
+			if err := commitEffects(ctx, a, now, e); err != nil {
 				t.Fatalf("commit(%s) = %v", e, err)
 			}
-			a.act.wait()
+			a.work.act.wait()
 			a.claims.wg.Wait()
-			st, err := a.outbox.Stats(ctx)
+			st, err := a.out.courier.Stats(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

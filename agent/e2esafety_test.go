@@ -49,7 +49,7 @@ func refuseWrites(t *testing.T, a *Agent, refuse bool) {
 	if refuse {
 		q = "PRAGMA query_only = 1"
 	}
-	if _, err := a.db.ExecContext(context.Background(), q); err != nil {
+	if _, err := a.data.db.ExecContext(context.Background(), q); err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
 }
@@ -59,7 +59,7 @@ func refuseWrites(t *testing.T, a *Agent, refuse bool) {
 func buildRevocation(t *testing.T, k *identity.Keys, id, successor string, at time.Time) nostr.Event {
 	t.Helper()
 	ev, err := heartbeat.BuildRevocation(k, heartbeat.RevocationParams{WorkloadID: id, Standbys: []string{successor},
-		Reason: "test", At: at, Successor: successor, Epoch: 1})
+		Reason: "test", At: at, Successor: successor, Epoch: 1, QuorumAt: at})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func receivedRevocation(ta *testAgent, id string) func() bool {
 func TestDiskFullPrimaryStillFences(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	lcfg.TakeoverAfter = 90 * time.Second // the handover must come from the revocation
 	if err := lcfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -101,6 +101,7 @@ func TestDiskFullPrimaryStillFences(t *testing.T) {
 			standby.log.dump(t, "standby")
 		}
 	}()
+	primary.waitListedOnQuorum("w1", 10*time.Second)
 
 	refuseWrites(t, primary.a, true)
 	for _, p := range proxies {
@@ -125,9 +126,9 @@ func TestDiskFullPrimaryStillFences(t *testing.T) {
 	if got := testutil.ToFloat64(standby.a.met.revocations.WithLabelValues("received")); got < 1 {
 		t.Fatalf("standby revocations received = %v, want >= 1 (the handover came from the held revocation)", got)
 	}
-	waitFor(t, 20*time.Second, "primary's persisted state catches up (evicted or fenced)", func() bool {
+	waitFor(t, 20*time.Second, "primary's persisted state catches up (evicted, fenced, or rejoined as a standby)", func() bool {
 		st := persistedState(t, primary.dbPath, "w1")
-		return st == string(lease.StateEvicted) || st == string(lease.StateFenced)
+		return st == string(lease.StateEvicted) || st == string(lease.StateFenced) || st == string(lease.StateStandby)
 	})
 	if primary.backend.Running("w1") {
 		t.Fatalf("primary Running(w1) = true after the handover, want false")
@@ -144,7 +145,7 @@ func TestWriteLockHeldElsewhereDoesNotStallFencing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	standbyKeys, err := identity.NewKeys(nostr.GeneratePrivateKey())
 	if err != nil {
 		t.Fatal(err)
@@ -199,8 +200,9 @@ func TestWriteLockHeldElsewhereDoesNotStallFencing(t *testing.T) {
 		t.Fatalf("persisted w1 with the lock held = %q, want live (the stop must not wait for the commit)", got)
 	}
 	release()
-	waitFor(t, 20*time.Second, "fenced persisted once the lock is released", func() bool {
-		return persistedState(t, primary.dbPath, "w1") == string(lease.StateFenced)
+	waitFor(t, 20*time.Second, "fenced (or rejoined as a standby) persisted once the lock is released", func() bool {
+		st := persistedState(t, primary.dbPath, "w1")
+		return st == string(lease.StateFenced) || st == string(lease.StateStandby)
 	})
 }
 
@@ -214,7 +216,7 @@ func TestForgedFutureEventDoesNotBlindTheAgent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	lcfg.TakeoverAfter = 5 * time.Minute // the silent primary must not be taken over meanwhile
 	if err := lcfg.Validate(); err != nil {
 		t.Fatal(err)

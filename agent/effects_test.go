@@ -27,18 +27,19 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 	var logMu sync.Mutex
 	a.logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var fences []string
-	a.onEvent = func(e Event) {
+	a.me.onEvent = func(e Event) {
 		if e.Kind == "stop" {
 			fences = append(fences, e.Workload) // perform runs on this goroutine
 		}
 	}
-	b := a.backend.(*memBackend)
-	defer a.act.wait()
+	b := a.work.backend.(*memBackend)
+	defer a.work.act.wait()
 	defer cancel()
 	now := time.Now()
 
 	// Due in an hour by its schedule, performed now all the same.
-	a.perform(ctx, now, []lease.Effect{lease.AttemptRespawn{ID: "w1", Epoch: 1, Attempt: 1, At: now.Add(time.Hour)}}, nil)
+	a.perf.ctx = ctx
+	a.perf.Perform(lease.AttemptRespawn{ID: "w1", Epoch: 1, Attempt: 1, At: now.Add(time.Hour)}, time.Time{})
 	select {
 	case in := <-a.in.inputs:
 		if in.respawn == nil || !in.respawn.OK || in.respawn.Attempt != 1 {
@@ -63,11 +64,11 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 		{"repeated stop once stopped", "w1", 1, 1},
 	}
 	for _, tt := range tests {
-		a.perform(ctx, now, []lease.Effect{lease.StopWorkload{ID: tt.id, Epoch: 1, Reason: "restart: not held here (standby)"}}, nil)
+		a.perf.Perform(lease.StopWorkload{ID: tt.id, Epoch: 1, Reason: "restart: not held here (standby)"}, time.Time{})
 		if len(fences) != tt.wantFences {
 			t.Errorf("%s: FENCE timeline lines = %v, want %d", tt.name, fences, tt.wantFences)
 		}
-		waitFor(t, 10*time.Second, tt.name+": actuator idle", func() bool { return a.act.Fenced(tt.id) })
+		waitFor(t, 10*time.Second, tt.name+": actuator idle", func() bool { return a.work.act.Fenced(tt.id) })
 		if _, stops := b.counts(); stops != tt.wantStops {
 			t.Errorf("%s: backend Stop calls = %d, want %d", tt.name, stops, tt.wantStops)
 		}
@@ -89,4 +90,46 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestFenceWithAStartPending: a StopWorkload that arrives while the
+// workload's start is still in flight (the backend has not started the
+// process yet) or queued behind other work is never skipped as "not
+// running here": the stop is queued after the start, and once the backend
+// is done the workload does not run.
+func TestFenceWithAStartPending(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := newStepAgent(t, stepOpts{})
+	b := a.work.backend.(*memBackend)
+	gate := make(chan struct{})
+	b.startGate = gate
+	defer a.work.act.wait()
+	defer cancel()
+	a.perf.ctx = ctx
+	fence := lease.StopWorkload{ID: "w1", Epoch: 1, Reason: "relay quorum lost"}
+
+	// The start of epoch 1 is in flight: the backend holds it.
+	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
+	waitFor(t, 10*time.Second, "the start in flight", func() bool {
+		a.work.act.mu.Lock()
+		defer a.work.act.mu.Unlock()
+		return a.work.act.busy["w1"]
+	})
+	a.perf.Perform(fence, time.Time{})
+	// A start of epoch 2 queued behind that stop, and a fence of it while
+	// it is queued.
+	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 2}, time.Time{})
+	a.perf.Perform(lease.StopWorkload{ID: "w1", Epoch: 2, Reason: "relay quorum lost"}, time.Time{})
+	if b.Running("w1") {
+		t.Fatalf("w1 runs before the backend let any start through")
+	}
+	close(gate)
+	waitFor(t, 10*time.Second, "actuator idle", func() bool { return a.work.act.Fenced("w1") })
+	starts, stops := b.counts()
+	if b.Running("w1") || starts != 2 || stops != 2 {
+		t.Errorf("after start, fence, start, fence with the starts pending: running %v, starts %d, stops %d; want not running, 2 starts, 2 stops",
+			b.Running("w1"), starts, stops)
+	}
 }

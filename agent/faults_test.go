@@ -31,7 +31,7 @@ func TestSingleRelayFaultsKeepQuorum(t *testing.T) {
 			"--forged", "--serve-stale", "--replay", "900ms", "--future", "1h", "--stale-shift", "1h", "--inject-key", primaryKey),
 	}
 	urls := []string{rs[0].URL(), rs[1].URL(), rs[2].URL()}
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	// A relay restart must fit inside the debounce: t1 well above it.
 	lcfg.T1, lcfg.T2 = 20*time.Second, 10*time.Second
 	lcfg.ProvisionTimeout = lcfg.T1

@@ -10,9 +10,9 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/heartbeat"
+	"provideragent/relay"
 )
 
 // ErrNoQuorum is returned (wrapped in a courier transport error) when fewer
@@ -109,7 +109,7 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	if up := ConnectedRelays(f.Pool); up < f.Quorum {
+	if up := f.Pool.Connected(); up < f.Quorum {
 		// Cut off from the quorum: this attempt cannot be acknowledged, but
 		// it reaches the relays still connected (a standby reads the
 		// revocation there) without holding a delivery worker for the
@@ -118,12 +118,7 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 		timeout = min(timeout, cutOffTimeout)
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
-	var res relay.PublishResult
-	if qp, ok := f.Pool.(quorumPublisher); ok {
-		res = qp.PublishQuorum(pctx, &ev, f.Quorum)
-	} else {
-		res = f.Pool.Publish(pctx, &ev)
-	}
+	res := f.Pool.PublishQuorum(pctx, &ev, f.Quorum)
 	cancel()
 	if f.OnAttempt != nil {
 		f.OnAttempt(&ev, res)
@@ -144,27 +139,5 @@ func isRevocation(kind int) bool { return kind == heartbeat.KindRevocation }
 // connected.
 const cutOffTimeout = 500 * time.Millisecond
 
-// ConnectedRelays is how many of p's relays have an open connection now:
-// agent/relay counts them itself (Pool.Connected); another RelayPool is
-// counted from its Status.
-func ConnectedRelays(p RelayPool) int {
-	if c, ok := p.(interface{ Connected() int }); ok {
-		return c.Connected()
-	}
-	n := 0
-	for _, r := range p.Status() {
-		if r.Connected {
-			n++
-		}
-	}
-	return n
-}
-
 // fenceRecheck is how soon a revocation deferred for its fence is due again.
 const fenceRecheck = 100 * time.Millisecond
-
-// quorumPublisher is a RelayPool that can stop waiting once need relays
-// accepted (agent/relay's PublishQuorum); the outbox needs only M.
-type quorumPublisher interface {
-	PublishQuorum(ctx context.Context, ev *nostr.Event, need int) relay.PublishResult
-}

@@ -10,10 +10,10 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/heartbeat"
 	"provideragent/internal/relaytest"
+	"provideragent/relay"
 )
 
 // gate is a FenceGate the test flips.
@@ -69,7 +69,7 @@ func TestNostrForwarder(t *testing.T) {
 	primary, standby := newTestKeys(t), newTestKeys(t)
 	revocation := func() *nostr.Event {
 		ev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
-			Standbys: []string{standby.PublicKey()}, Successor: standby.PublicKey(), Reason: "fenced", At: time.Now(), Epoch: 1})
+			Standbys: []string{standby.PublicKey()}, Successor: standby.PublicKey(), Reason: "fenced", At: time.Now(), Epoch: 1, QuorumAt: time.Now().Add(-time.Second)})
 		if err != nil {
 			t.Fatal(err)
 		}

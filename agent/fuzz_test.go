@@ -8,10 +8,10 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // FuzzDecode feeds arbitrary relay events through the agent's ingest path
@@ -38,7 +38,7 @@ func FuzzDecode(f *testing.F) {
 	ctx := context.Background()
 	a := newStepAgent(f, stepOpts{})
 	self := a.PublicKey()
-	if _, err := a.m.Track(now, lease.Spec{
+	if _, err := a.machine().Track(now, lease.Spec{
 		ID: "w1", Primary: self, Standbys: []string{keys.PublicKey()}, Replication: lease.ReplicationWarmStandby,
 		Epoch: 1, RestartPolicy: lease.RestartPolicy{Policy: lease.RestartNever}, Command: []string{"true"},
 	}); err != nil {
@@ -59,6 +59,6 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decode accepted event %s with a bad signature", ev.ID)
 		}
 		// Feeding a verified input must not panic either.
-		_, _ = a.feed(now, in, nil, nil)
+		a.feed(a.d.Begin(now), in)
 	})
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/internal/sqlitedb"
+	"provideragent/relay"
 )
 
 // upPool is a RelayPool whose first `up` relays report connected; it never
@@ -33,6 +33,12 @@ func (p *upPool) QueryFilters(context.Context, []nostr.Filter) ([]relay.Received
 	return nil, 0
 }
 func (p *upPool) SetInterests([]relay.Interest) {}
+func (p *upPool) Connected() int                { return int(p.up.Load()) }
+
+// PublishQuorum is p's Publish (what embedding types record).
+func (p *upPool) PublishQuorum(ctx context.Context, ev *nostr.Event, _ int) relay.PublishResult {
+	return p.Publish(ctx, ev)
+}
 func (p *upPool) Status() []RelayStatus {
 	up := int(p.up.Load())
 	out := make([]RelayStatus, len(stepRelays))
@@ -53,7 +59,7 @@ func TestHealthz(t *testing.T) {
 	pool := &upPool{}
 	pool.up.Store(3)
 	a := newStepAgent(t, stepOpts{dbPath: dbPath, busyMillis: 50, pool: pool})
-	srv, err := newHTTPServer("127.0.0.1:0", a.gatherer, a.Status, a.healthy)
+	srv, err := newHTTPServer("127.0.0.1:0", a.obs.gatherer, a.Status, a.healthy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,27 +92,27 @@ func TestHealthz(t *testing.T) {
 		want  string // "" means healthy
 	}{
 		{"loop not started", func(*testing.T) {}, "machine loop not running"},
-		{"healthy", func(*testing.T) { a.turns.lastStep.Store(a.now().UnixNano()) }, ""},
+		{"healthy", func(*testing.T) { a.loop.turns.lastStep.Store(a.now().UnixNano()) }, ""},
 		{"relays below quorum", func(*testing.T) { pool.up.Store(1) }, "1 relays connected"},
 		{"loop stuck", func(*testing.T) {
 			pool.up.Store(3)
-			a.turns.lastStep.Store(a.now().Add(-a.cfg.MaxStepAge - time.Second).UnixNano())
+			a.loop.turns.lastStep.Store(a.now().Add(-a.cfg.MaxStepAge - time.Second).UnixNano())
 		}, "machine loop stuck"},
 		{"database locked", func(t *testing.T) {
-			a.turns.lastStep.Store(a.now().UnixNano())
+			a.loop.turns.lastStep.Store(a.now().UnixNano())
 			if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 				t.Fatal(err)
 			}
-			if err := a.saveMeta(ctx); err == nil {
-				t.Fatalf("saveMeta() with the database locked = nil, want an error")
+			if err := a.saveMachine(ctx); err == nil {
+				t.Fatalf("saveMachine() with the database locked = nil, want an error")
 			}
 		}, "database not writable"},
 		{"database writable again", func(t *testing.T) {
 			if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 				t.Fatal(err)
 			}
-			if err := a.saveMeta(ctx); err != nil {
-				t.Fatalf("saveMeta() = %v, want nil", err)
+			if err := a.saveMachine(ctx); err != nil {
+				t.Fatalf("saveMachine() = %v, want nil", err)
 			}
 		}, ""},
 	}

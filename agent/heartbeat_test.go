@@ -14,11 +14,11 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/internal/logcapture"
 	"provideragent/internal/relaytest"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // publishRecord is one publish made through a recordingPool: to every
@@ -40,6 +40,14 @@ type recordingPool struct {
 
 func (p *recordingPool) Publish(ctx context.Context, ev *nostr.Event) relay.PublishResult {
 	res := p.RelayPool.Publish(ctx, ev)
+	p.mu.Lock()
+	p.recs = append(p.recs, publishRecord{at: time.Now(), ev: ev, res: res})
+	p.mu.Unlock()
+	return res
+}
+
+func (p *recordingPool) PublishQuorum(ctx context.Context, ev *nostr.Event, need int) relay.PublishResult {
+	res := p.RelayPool.PublishQuorum(ctx, ev, need)
 	p.mu.Lock()
 	p.recs = append(p.recs, publishRecord{at: time.Now(), ev: ev, res: res})
 	p.mu.Unlock()
@@ -111,7 +119,7 @@ func (p *recordingPool) last(kind int, since time.Time) (publishRecord, bool) {
 func TestHeartbeatsListLivePairs(t *testing.T) {
 	t.Parallel()
 	_, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	// The standby of w3 never sees its primary: keep it a standby for the
 	// whole test.
 	lcfg.TakeoverAfter = 10 * time.Minute
@@ -185,7 +193,7 @@ func TestSlowRelayTakesOneBeatAtATime(t *testing.T) {
 	t.Parallel()
 	rs := []*relaytest.Relay{relaytest.Start(t), relaytest.Start(t), relaytest.Start(t, "--write-delay", "1500ms")}
 	urls := []string{rs[0].URL(), rs[1].URL(), rs[2].URL()}
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	rec := &recordingPool{}
 	ta := startAgent(t, agentOpts{name: "slow-relay", lcfg: lcfg, wrapPool: func(p RelayPool) RelayPool {
 		rec.RelayPool = p
@@ -279,7 +287,7 @@ func TestBeatsFitEveryRelaysAdvertisedLimits(t *testing.T) {
 	urls := []string{rs[0].URL(), rs[1].URL(), rs[2].URL()}
 	logs := logcapture.New(slog.LevelWarn)
 	const n = 1000
-	a, _, stop := startBulkAgentLogging(t, n, DemoLeaseConfig(urls), filepath.Join(t.TempDir(), "limits.db"), slog.New(logs))
+	a, _, stop := startBulkAgentLogging(t, n, lease.DemoConfig(urls), filepath.Join(t.TempDir(), "limits.db"), slog.New(logs))
 	defer stop()
 	waitFor(t, 60*time.Second, "1000 workloads Live", func() bool { return liveCount(a) == n })
 
@@ -290,7 +298,7 @@ func TestBeatsFitEveryRelaysAdvertisedLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer qpool.Close()
-	ours := nostr.Filter{Kinds: []int{heartbeat.KindHeartbeat, heartbeat.KindHeartbeatShard}, Authors: []string{a.self}}
+	ours := nostr.Filter{Kinds: []int{heartbeat.KindHeartbeat, heartbeat.KindHeartbeatShard}, Authors: []string{a.me.self}}
 	var latest map[string][]nostr.Event // relay -> the events of its newest whole beat
 	waitFor(t, 30*time.Second, "a beat listing all 1,000 workloads on the first two relays", func() bool {
 		latest = map[string][]nostr.Event{}

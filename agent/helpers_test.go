@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/internal/sqlitedb"
+	"provideragent/lease"
 )
 
 func openTestDB(ctx context.Context, path string) (*sql.DB, error) {
@@ -39,7 +41,7 @@ func newStepAgent(tb testing.TB, o stepOpts) *Agent {
 		o.dbPath = filepath.Join(tb.TempDir(), "step.db")
 	}
 	cfg := DefaultConfig()
-	cfg.Lease = DemoLeaseConfig(stepRelays)
+	cfg.Lease = lease.DemoConfig(stepRelays)
 	cfg.SecretKey = o.key
 	cfg.Listen = ""
 	ctx := context.Background()
@@ -52,7 +54,7 @@ func newStepAgent(tb testing.TB, o stepOpts) *Agent {
 	if err != nil {
 		tb.Fatalf("New() = %v, want nil", err)
 	}
-	tb.Cleanup(func() { _ = a.outbox.Close() })
+	tb.Cleanup(func() { _ = a.out.courier.Close() })
 	return a
 }
 
@@ -66,4 +68,24 @@ func eoseCount(p RelayPool) int {
 		}
 	}
 	return n
+}
+
+// testAgentConfig is the agent settings the end-to-end tests run with:
+// lease.DemoConfig(relays), identity secretKey, timeline name, no status
+// listener, 2 s publishes, workload processes stopped when Run returns, and
+// an outbox that retries within a second.
+func testAgentConfig(relays []string, secretKey, name string) Config {
+	c := DefaultConfig()
+	c.Lease = lease.DemoConfig(relays)
+	c.SecretKey = secretKey
+	c.Name = name
+	c.Listen = ""
+	c.PublishTimeout = 2 * time.Second
+	c.StopWorkloadsOnExit = true
+	c.Courier.MaxAttempts = 20
+	c.Courier.InitialBackoff = 200 * time.Millisecond
+	c.Courier.MaxBackoff = time.Second
+	c.Courier.ForwardTimeout = 5 * time.Second
+	c.Courier.ClaimTimeout = 6 * time.Second
+	return c
 }

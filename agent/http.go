@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"provideragent/agent/relay"
+	"provideragent/relay"
 )
 
 // Status is the JSON document served at /status and printed by
@@ -38,6 +38,20 @@ type Status struct {
 	ClockWhy     string           `json:"clock_why,omitempty"`
 	Workloads    []WorkloadStatus `json:"workloads"`
 	Relays       []RelayStatus    `json:"relays"`
+
+	// Containment says how the backend holds each workload's processes
+	// together ("pid namespace + cgroup v2 …", "none"); ContainmentWarning
+	// is set when a workload process can outlive its supervisor on this
+	// host (backend.Containment). Both are empty for a backend that does
+	// not say.
+	Containment        string `json:"containment,omitempty"`
+	ContainmentWarning string `json:"containment_warning,omitempty"`
+	// Isolation says as which users workloads run (backend.Isolation);
+	// IsolationWarning is set when they are not isolated (no workload
+	// starts, or isolation is off). Both are empty for a backend that does
+	// not say.
+	Isolation        string `json:"isolation,omitempty"`
+	IsolationWarning string `json:"isolation_warning,omitempty"`
 }
 
 // WorkloadStatus is one workload as this agent sees it (WorkloadView
@@ -48,12 +62,13 @@ type WorkloadStatus struct {
 	Epoch uint64 `json:"epoch"`
 	// Primary is the current holder (hex key).
 	Primary string `json:"primary"`
-	// Standbys are the providers that can still take the workload over:
-	// the lease's standbys without the current holder.
+	// Standbys are the members of the lease that stand by for the current
+	// holder, in rank order: the lease's standbys without the holder, then
+	// the former primary (it rejoins as a standby after a failover).
 	Standbys []string `json:"standbys,omitempty"`
-	// NoStandby is true when the lease named standbys but none is left
-	// (after a failover the promoted standby is the holder): if the holder
-	// fails, nobody takes over.
+	// NoStandby is true when this provider holds the workload and sees none
+	// of its standbys alive (no heartbeat within stale): if it fails, nobody
+	// takes over until one is back.
 	NoStandby bool `json:"no_standby,omitempty"`
 	// Role is "primary" when this agent holds (or is promoting to) the
 	// lease, "standby" otherwise ("" when read from the database).

@@ -10,11 +10,11 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
-	"provideragent/agent/store"
+	"provideragent/agentdb"
 	"provideragent/heartbeat"
 	"provideragent/internal/fifo"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // routeQueueBytes bounds the events routeLoop holds for ingest (their
@@ -46,7 +46,7 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 		case re := <-in:
 			if re.Event == nil {
 				// One pruned meanwhile is too old to count.
-				if hb, ok := a.beat.own.input(a.self, re.ID, re.Relay, arrivedAt(re, a.now())); ok {
+				if hb, ok := a.beat.own.input(a.me.self, re.ID, re.Relay, arrivedAt(re, a.now())); ok {
 					select {
 					case a.in.beats <- input{hb: &hb}:
 					case <-ctx.Done():
@@ -104,20 +104,20 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 		// A rejected event - a forgery, a stranger's, one dated 2100 - is
 		// dropped without moving it. Its token is finished by the machine
 		// loop once the input's step is persisted.
-		var tok store.Token
+		var tok agentdb.Token
 		tracked := !heartbeat.IsHeartbeatKind(re.Event.Kind)
 		if tracked {
-			tok = a.cursor.Reserve(int64(re.Event.CreatedAt))
+			tok = a.data.cursor.Reserve(int64(re.Event.CreatedAt))
 		}
 		in, ok := a.decode(ctx, now, re)
 		if !ok {
 			if tracked {
-				a.cursor.Done(tok)
+				a.data.cursor.Done(tok)
 			}
 			continue
 		}
 		if tracked {
-			a.cursor.Accept(tok)
+			a.data.cursor.Accept(tok)
 		}
 		in.cursorTok, in.hasTok = tok, tracked
 		ch := a.in.inputs
@@ -133,12 +133,12 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 }
 
 func (a *Agent) decode(ctx context.Context, now time.Time, re relay.Received) (input, bool) {
-	if hb, ok := a.beat.own.input(a.self, re.Event.ID, re.Relay, arrivedAt(re, now)); ok {
+	if hb, ok := a.beat.own.input(a.me.self, re.Event.ID, re.Relay, arrivedAt(re, now)); ok {
 		// One of our own heartbeat events, parsed by a relay layer that
 		// could not skip it: nothing to verify or decode (ownbeats.go).
 		return input{hb: &hb}, true
 	}
-	if re.Event.PubKey == a.self && (re.Event.Kind == heartbeat.KindRevocation || re.Event.Kind == heartbeat.KindPromotion) {
+	if re.Event.PubKey == a.me.self && (re.Event.Kind == heartbeat.KindRevocation || re.Event.Kind == heartbeat.KindPromotion) {
 		// Our own revocations, claims and announcements coming back: the
 		// machine ignores its own (lease: ObserveRevocation, ObserveClaim),
 		// so they are not worth a signature check. A forgery in our name
@@ -149,7 +149,7 @@ func (a *Agent) decode(ctx context.Context, now time.Time, re relay.Received) (i
 		// A grant we published ourselves (ingestlog.go): not a rejection.
 		return input{}, false
 	}
-	got, err := a.ingestor.Ingest(ctx, now, re.Event)
+	got, err := a.inbound.ingestor.Ingest(ctx, now, re.Event)
 	if err != nil {
 		reason := string(heartbeat.ReasonOf(err))
 		a.met.eventsRejected.WithLabelValues(reason).Inc()
@@ -171,7 +171,7 @@ func (a *Agent) decode(ctx context.Context, now time.Time, re relay.Received) (i
 	case got.Promotion != nil:
 		p := got.Promotion
 		a.met.eventsAccepted.WithLabelValues("promotion").Inc()
-		if p.Signer != a.self {
+		if p.Signer != a.me.self {
 			epoch := fmt.Sprint(p.Epoch)
 			if !p.HasEpoch {
 				epoch = "(none: Paygress announcement)"

@@ -6,8 +6,8 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/relay"
 )
 
 // grantWarnEvery bounds the WARN lines about refused grants from trusted
@@ -62,7 +62,7 @@ func (l *ingestLog) allow(id string, reason heartbeat.RejectReason, now time.Tim
 // it with this key. It is not ours to act on and not a rejection worth
 // counting (the ingest would count it wrong_signer once per relay).
 func (a *Agent) ownGrant(ev *nostr.Event) bool {
-	return ev.Kind == heartbeat.KindLeaseGrant && ev.PubKey == a.self && !a.policy.AllowedIssuer(a.self)
+	return ev.Kind == heartbeat.KindLeaseGrant && ev.PubKey == a.me.self && !a.inbound.policy.AllowedIssuer(a.me.self)
 }
 
 // logRejected logs an event the ingest refused: at WARN, with the reason,
@@ -71,8 +71,8 @@ func (a *Agent) ownGrant(ev *nostr.Event) bool {
 func (a *Agent) logRejected(re relay.Received, now time.Time, err error) {
 	reason := heartbeat.ReasonOf(err)
 	ev := re.Event
-	if ev.Kind == heartbeat.KindLeaseGrant && a.policy.AllowedIssuer(ev.PubKey) && reason != heartbeat.ReasonCanceled {
-		if ok, held := a.ingestLog.allow(ev.ID, reason, now); ok {
+	if ev.Kind == heartbeat.KindLeaseGrant && a.inbound.policy.AllowedIssuer(ev.PubKey) && reason != heartbeat.ReasonCanceled {
+		if ok, held := a.inbound.log.allow(ev.ID, reason, now); ok {
 			args := []any{"relay", re.Relay, "event", ev.ID, "issuer", ev.PubKey, "workload", tagValue(ev, "workload"), "reason", reason, "err", err}
 			if held > 0 {
 				args = append(args, "similar_since_last_warning", held)

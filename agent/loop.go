@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"provideragent/agent/store"
+	"provideragent/driver"
 	"provideragent/heartbeat"
 	"provideragent/lease"
 )
@@ -22,20 +22,18 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // ready cases at random): the backlog of a big step one commitBatch at a
 // time, operator commands one cmdBatch at a time.
 func (a *Agent) machineLoop(ctx context.Context) error {
-	if len(a.restored) > 0 {
+	if a.d.Restored() {
 		// Restore's effects first (a StopWorkload for every workload not
 		// held here), then Outstanding's: lease/doc.go's restart protocol.
 		// The stops are performed even if the commit fails (then the rest
 		// is held and retried like any step).
-		effs := a.restored
-		a.restored = nil
-		_ = a.commit(ctx, a.now(), effs, nil)
+		a.timedCommit(func() error { return a.d.CommitRestored(ctx, a.now()) })
 	}
 	// The outbox may send now: every restored stop is performed or queued
 	// (the fence gate holds a revocation until its stop finished).
-	close(a.restoredDone)
-	a.turns.start = a.now()
-	a.turns.lastStep.Store(a.turns.start.UnixNano())
+	close(a.out.restoredDone)
+	a.loop.turns.start = a.now()
+	a.loop.turns.lastStep.Store(a.loop.turns.start.UnixNano())
 	tick := time.NewTicker(a.cfg.TickInterval)
 	defer tick.Stop()
 	cmds := time.NewTicker(time.Second)
@@ -44,25 +42,27 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 	defer save.Stop()
 	a.applyCommands(ctx)
 	for {
-		// holdInputs (tests only) stops feeding inputs while ticks, saves
+		// in.hold (tests only) stops feeding inputs while ticks, saves
 		// and shutdown go on: inputs then wait in their channel, ingested
 		// but not applied.
 		inputs, beats := a.in.inputs, a.in.beats
-		if a.holdInputs.Load() {
+		if a.in.hold.Load() {
 			inputs, beats = nil, nil
 		}
 		var backlogTurn, cmdsTurn <-chan struct{}
-		if !a.commits.bl.empty() {
+		if a.d.Backlogged() {
 			backlogTurn = closedChan
 		}
-		if a.cmdsMore {
+		if a.in.cmdsMore {
 			cmdsTurn = closedChan
 		}
 		var began time.Time
 		kind := ""
 		select {
 		case <-ctx.Done():
-			return a.saveMetaRun(context.WithoutCancel(ctx), false)
+			err := a.d.Close(context.WithoutCancel(ctx), a.now(), a.data.cursor.Cursor())
+			a.noteWrite(err)
+			return err
 		case in := <-beats:
 			began = time.Now()
 			kind = "beats"
@@ -74,21 +74,24 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 		case <-backlogTurn:
 			began = time.Now()
 			kind = "backlog"
-			_ = a.drainBacklog(ctx, true)
-			a.turns.lastStep.Store(a.now().UnixNano())
+			_ = a.d.DrainBacklog(ctx, a.now())
+			a.loop.turns.lastStep.Store(a.now().UnixNano())
 		case <-tick.C:
 			began = time.Now()
 			kind = "tick"
 			// The heartbeats that arrived during a long turn count before
-			// the tick judges quorum (they carry their arrival times).
-			for len(a.in.beats) > 0 {
+			// the tick judges quorum (they carry their arrival times):
+			// those queued now, not those that keep arriving meanwhile, so
+			// that no input rate keeps the tick from running.
+			for n := len(a.in.beats); n > 0; n -= maxBatch {
 				a.step(ctx, <-a.in.beats, true)
 			}
 			now := a.now()
-			effs := a.syncRelays(now)
-			effs = append(effs, a.m.Tick(now)...)
-			_ = a.commit(ctx, now, effs, nil)
-			a.turns.lastStep.Store(now.UnixNano())
+			s := a.d.Begin(now)
+			a.syncRelays(s)
+			s.Tick()
+			a.timedCommit(func() error { return s.Commit(ctx) })
+			a.loop.turns.lastStep.Store(now.UnixNano())
 			a.watchQuorum(now)
 			if a.beat.dirty {
 				a.publishHeld()
@@ -108,7 +111,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 		case <-save.C:
 			began = time.Now()
 			kind = "save"
-			if err := a.saveMeta(ctx); err != nil {
+			if err := a.saveMachine(ctx); err != nil {
 				a.logger.Error("save machine", "err", err)
 			}
 		}
@@ -116,13 +119,29 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 	}
 }
 
+// saveMachine is the periodic save (driver.Save, with the subscription
+// cursor), its outcome noted for /healthz.
+func (a *Agent) saveMachine(ctx context.Context) error {
+	err := a.d.Save(ctx, a.now(), a.data.cursor.Cursor())
+	a.noteWrite(err)
+	return err
+}
+
+// timedCommit runs a step's commit and observes how long it took
+// (agent_step_seconds; errors are counted and logged by commitEvents).
+func (a *Agent) timedCommit(commit func() error) {
+	start := time.Now()
+	if err := commit(); err == nil {
+		a.met.stepSeconds.Observe(time.Since(start).Seconds())
+	}
+}
+
 // step feeds in and the inputs waiting after it, heartbeats first (only
 // heartbeats when beatsOnly), up to maxBatch, as one step, and commits it.
 func (a *Agent) step(ctx context.Context, in input, beatsOnly bool) {
 	now := a.now()
-	var effs []lease.Effect
-	var cursors []store.Token
-	effs, cursors = a.feed(now, in, effs, cursors)
+	s := a.d.Begin(now)
+	a.feed(s, in)
 drain:
 	for i := 1; i < maxBatch; i++ {
 		select {
@@ -137,12 +156,12 @@ drain:
 				break drain
 			}
 		}
-		effs, cursors = a.feed(now, in, effs, cursors)
+		a.feed(s, in)
 	}
-	// Errors are logged and counted by commitStep; the step is held and
+	// Errors are logged and counted by commitEvents; a held step is
 	// retried, its cursor tokens finished only once persisted.
-	_ = a.commitStep(ctx, now, effs, cursors, nil, true)
-	a.turns.lastStep.Store(now.UnixNano())
+	a.timedCommit(func() error { return s.Commit(ctx) })
+	a.loop.turns.lastStep.Store(now.UnixNano())
 	if a.view.dirty && now.Sub(a.view.refreshed) >= statusEvery {
 		a.refreshStatus(now)
 	}
@@ -159,17 +178,17 @@ const (
 // noteTurn records how long a turn of the machine loop took (StepMax) and
 // warns, rate-limited, when it kept inputs waiting longer than slowTurn.
 func (a *Agent) noteTurn(kind string, d time.Duration) {
-	if int64(d) > a.turns.stepMax.Load() {
-		a.turns.stepMax.Store(int64(d))
+	if int64(d) > a.loop.turns.stepMax.Load() {
+		a.loop.turns.stepMax.Store(int64(d))
 	}
 	if d <= slowTurn {
 		return
 	}
-	a.turns.slow++
-	if now := time.Now(); now.Sub(a.turns.slowLogged) >= slowTurnLogEvery {
+	a.loop.turns.slow++
+	if now := time.Now(); now.Sub(a.loop.turns.slowLogged) >= slowTurnLogEvery {
 		a.logger.Warn("machine loop turn slow: inputs waited", "kind", kind, "took", d.Round(time.Millisecond),
-			"slow_turns", a.turns.slow, "backlog", a.commits.bl.len())
-		a.turns.slowLogged, a.turns.slow = now, 0
+			"slow_turns", a.loop.turns.slow, "backlog", a.d.BacklogLen())
+		a.loop.turns.slowLogged, a.loop.turns.slow = now, 0
 	}
 }
 
@@ -180,92 +199,83 @@ const statusEvery = 100 * time.Millisecond
 // StepMax returns the longest turn of the machine loop (a step with its
 // commit, a backlog batch, a tick, a save) since the last ResetStepMax:
 // how long inputs waited at worst (the mass-evict-step-ms benchmark).
-func (a *Agent) StepMax() time.Duration { return time.Duration(a.turns.stepMax.Load()) }
+func (a *Agent) StepMax() time.Duration { return time.Duration(a.loop.turns.stepMax.Load()) }
 
 // ResetStepMax starts a new StepMax window.
-func (a *Agent) ResetStepMax() { a.turns.stepMax.Store(0) }
+func (a *Agent) ResetStepMax() { a.loop.turns.stepMax.Store(0) }
 
-// feed applies one input to the machine and appends its effects.
-func (a *Agent) feed(now time.Time, in input, effs []lease.Effect, cursors []store.Token) ([]lease.Effect, []store.Token) {
+// feed applies one input to the driver's step s.
+func (a *Agent) feed(s *driver.Step, in input) {
 	if in.hasTok {
-		cursors = append(cursors, in.cursorTok)
+		s.Token(driver.Token(in.cursorTok))
 	}
 	switch {
 	case in.hb != nil:
-		effs = append(effs, a.m.ObserveHeartbeat(now, *in.hb)...)
-		if in.hb.Provider != a.self {
-			// A holder's heartbeat refreshes the claim times of what it
-			// lists (saveMeta writes those rows).
+		s.Heartbeat(*in.hb)
+		if in.hb.Provider != a.me.self {
 			for _, we := range in.hb.Workloads {
-				if _, ok := a.m.State(we.ID); ok {
-					a.commits.dirty.add(we.ID)
-					if i, ok := a.view.idx[we.ID]; ok && a.view.status.Workloads[i].Epoch != we.Epoch {
-						a.view.ids.add(we.ID) // a standby learns the epoch held
-						a.view.dirty = true
-					}
+				if i, ok := a.view.idx[we.ID]; ok && a.view.status.Workloads[i].Epoch != we.Epoch {
+					a.view.ids.add(we.ID) // a standby learns the epoch held
+					a.view.dirty = true
 				}
 			}
 		}
 	case in.rev != nil:
-		a.commits.dirty.add(in.rev.WorkloadID)
 		a.view.ids.add(in.rev.WorkloadID)
 		a.view.dirty = true
-		w, _ := a.m.Workload(in.rev.WorkloadID)
+		w, _ := a.machine().Workload(in.rev.WorkloadID)
 		r := heartbeat.RevocationInput(in.rev, w)
 		a.met.revocations.WithLabelValues("received").Inc()
-		if r.Signer != a.self {
+		if r.Signer != a.me.self {
 			a.emit("received", r.Workload, "revocation of epoch %d from %s, successor %s", r.Epoch, short(r.Signer), short(r.Successor))
 		}
-		effs = append(effs, a.m.ObserveRevocation(now, r)...)
+		s.Revocation(r)
 	case in.grant != nil:
-		a.commits.dirty.add(in.grant.ID)
 		a.subs.dirty = true
-		e, err := a.m.Track(now, *in.grant)
-		if err != nil {
+		if err := s.Grant(*in.grant); err != nil {
 			a.logger.Warn("lease grant refused", "workload", in.grant.ID, "err", err)
-		} else if len(e) > 0 {
+		} else {
 			a.refreshPolicy([]string{in.grant.ID})
 		}
-		effs = append(effs, e...)
 	case in.exit != nil:
-		a.commits.dirty.add(in.exit.Workload)
-		effs = append(effs, a.m.ProcessExited(now, *in.exit)...)
+		s.Exited(*in.exit)
 	case in.respawn != nil:
-		a.commits.dirty.add(in.respawn.Workload)
 		a.met.respawns.Inc()
-		effs = append(effs, a.m.RespawnDone(now, *in.respawn)...)
+		s.RespawnDone(*in.respawn)
 	case in.claimAck != nil:
-		a.commits.dirty.add(in.claimAck.Workload)
-		effs = append(effs, a.m.ClaimPublished(now, *in.claimAck)...)
+		s.ClaimPublished(*in.claimAck)
 	case in.clock != nil:
-		effs = append(effs, a.clockVerdict(now, *in.clock)...)
+		a.clockVerdict(s, *in.clock)
 	}
-	var rivals map[string]bool
-	if in.claimRead != nil {
-		rivals = map[string]bool{}
-	}
+	// As on the wire: lease decides what a Paygress announcement
+	// (EpochUnknown) counts as.
+	claims := make([]lease.PromotionClaim, 0, len(in.claims))
 	for _, pr := range in.claims {
-		// As on the wire: lease decides what a Paygress announcement
-		// (EpochUnknown) counts as, and records one that competes as a
-		// rival, which ClaimsRead sees; Competing counts epoch claims.
 		c := heartbeat.ClaimInput(pr.p, pr.relay)
-		a.commits.dirty.add(c.Workload)
 		a.view.ids.add(c.Workload)
 		a.view.dirty = true
-		a.commits.rivalWatch.add(c.Workload) // a rival may be adopted by a later Tick
-		effs = append(effs, a.m.ObserveClaim(now, c)...)
-		if r := in.claimRead; r != nil && c.Workload == r.Workload && c.Claimer != a.self && c.Active && c.Epoch >= r.Epoch {
+		claims = append(claims, c)
+	}
+	if r := in.claimRead; r != nil {
+		s.ClaimsRead(*r, claims)
+		a.emit("read", r.Workload, "read claims for epoch %d on %d relays: %d competing", r.Epoch, r.Relays, competing(a.me.self, *r, claims))
+		return
+	}
+	for _, c := range claims {
+		s.Claim(c)
+	}
+}
+
+// competing counts, as the driver does, the other providers with an active
+// claim at or above the epoch read (for the timeline).
+func competing(self string, r lease.ClaimRead, claims []lease.PromotionClaim) int {
+	rivals := map[string]bool{}
+	for _, c := range claims {
+		if c.Workload == r.Workload && c.Claimer != self && c.Active && c.Epoch >= r.Epoch {
 			rivals[c.Claimer] = true
 		}
 	}
-	if in.claimRead != nil {
-		a.commits.dirty.add(in.claimRead.Workload)
-		r := *in.claimRead
-		r.Competing = len(rivals)
-		a.emit("read", r.Workload, "read claims for epoch %d on %d relays: %d competing", r.Epoch, r.Relays, r.Competing)
-		effs = append(effs, a.m.ClaimsRead(now, r)...)
-	}
-	return effs, cursors
+	return len(rivals)
 }
 
 // relayClaim is a verified promotion claim (kind 38386) as one relay served
@@ -277,21 +287,19 @@ type relayClaim struct {
 
 // syncRelays reports relays that delivered EOSE (rule 10), once the events
 // they delivered before it have been fed.
-func (a *Agent) syncRelays(now time.Time) []lease.Effect {
-	if !a.m.AwaitingSync() || len(a.in.received) > 0 || a.in.routed.Load() > 0 || len(a.in.raw) > 0 || len(a.in.inputs) > 0 || len(a.in.beats) > 0 {
-		return nil
+func (a *Agent) syncRelays(s *driver.Step) {
+	if !a.machine().AwaitingSync() || len(a.in.received) > 0 || a.in.routed.Load() > 0 || len(a.in.raw) > 0 || len(a.in.inputs) > 0 || len(a.in.beats) > 0 {
+		return
 	}
-	var out []lease.Effect
 	for _, r := range a.pool.Status() {
-		if r.EOSE && !a.quorum.synced[r.URL] {
-			a.quorum.synced[r.URL] = true
-			out = append(out, a.m.RelaySynced(now, r.URL)...)
+		if r.EOSE && !a.loop.quorum.synced[r.URL] {
+			a.loop.quorum.synced[r.URL] = true
+			s.RelaySynced(r.URL)
 		}
 	}
-	if !a.m.AwaitingSync() {
-		a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.quorum.synced))
+	if !a.machine().AwaitingSync() {
+		a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.loop.quorum.synced))
 	}
-	return out
 }
 
 // watchQuorum logs changes of this provider's own relay quorum and of
@@ -301,13 +309,13 @@ func (a *Agent) syncRelays(now time.Time) []lease.Effect {
 // PublishTimeout after the loop started, so that the first connections
 // have time to come up); connections coming back after that are INFO.
 func (a *Agent) watchQuorum(now time.Time) {
-	q := a.m.HasQuorum(now, a.self)
-	if q != a.quorum.had {
-		a.quorum.had = q
+	q := a.machine().HasQuorum(now, a.me.self)
+	if q != a.loop.quorum.had {
+		a.loop.quorum.had = q
 		up := a.connected()
 		switch {
-		case q && !a.quorum.ever:
-			a.quorum.ever = true
+		case q && !a.loop.quorum.ever:
+			a.loop.quorum.ever = true
 			a.logger.Info("relay quorum reached: own heartbeats seen on enough relays", "quorum", a.cfg.Lease.M, "relays", a.cfg.Lease.N, "connected", up)
 		case q:
 			a.logger.Warn("relay quorum regained: own heartbeats seen on enough relays again", "quorum", a.cfg.Lease.M, "relays", a.cfg.Lease.N, "connected", up)
@@ -320,14 +328,14 @@ func (a *Agent) watchQuorum(now time.Time) {
 			a.emit("quorum", "", "own heartbeats on fewer than %d relays: quorum LOST", a.cfg.Lease.M)
 		}
 	}
-	if now.Sub(a.turns.start) < a.cfg.PublishTimeout {
+	if now.Sub(a.loop.turns.start) < a.cfg.PublishTimeout {
 		return
 	}
 	none := a.connected() == 0
-	if none == a.quorum.noRelays {
+	if none == a.loop.quorum.noRelays {
 		return
 	}
-	a.quorum.noRelays = none
+	a.loop.quorum.noRelays = none
 	if none {
 		a.logger.Warn("no relay connected", "relays", a.cfg.Lease.N)
 		a.emit("relays", "", "no relay connected")

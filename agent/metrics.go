@@ -10,11 +10,13 @@ import (
 
 // metrics are the agent's Prometheus collectors, all prefixed agent_. Relay
 // connections, reconnects, frames received and publish outcomes are
-// agent/relay's relay_* metrics on the same registry.
+// relay's relay_* metrics on the same registry.
 type metrics struct {
 	workloads      *prometheus.GaugeVec   // by state
 	transitions    *prometheus.CounterVec // from, to
 	quorum         *prometheus.GaugeVec   // provider: 1 when it has relay quorum now
+	ownQuorum      prometheus.Gauge       // quorum's value for this agent's own key
+	noStandby      prometheus.Gauge       // held workloads with no standby alive (WorkloadStatus.NoStandby)
 	eventsAccepted *prometheus.CounterVec // kind
 	eventsRejected *prometheus.CounterVec // reason
 	revocations    *prometheus.CounterVec // direction: sent, received
@@ -60,6 +62,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		quorum: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "agent_provider_quorum", Help: "1 when the provider (this agent or a holder it watches) has relay quorum now, else 0.",
 		}, []string{"provider"}),
+		ownQuorum: f.NewGauge(prometheus.GaugeOpts{
+			Name: "agent_own_quorum", Help: "1 while this agent's own heartbeats are on at least M relays (its relay quorum), else 0.",
+		}),
+		noStandby: f.NewGauge(prometheus.GaugeOpts{
+			Name: "agent_workloads_without_standby", Help: "Workloads this agent holds that have standbys, none of which it sees alive (no heartbeat within stale): nobody takes over if this node fails.",
+		}),
 		eventsAccepted: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_events_accepted_total", Help: "Events that passed every check and were fed to the lease machine, by kind.",
 		}, []string{"kind"}),

@@ -53,7 +53,7 @@ func paygressAnnouncements(t *testing.T, urls []string, workload string, peers [
 func TestPaygressStandbySeesOnlyTheWinner(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	primaryCut, primaryDial := cutProxies(t, rs, urls, 2)
 	standbyCut, standbyDial := cutProxies(t, rs, urls, 2)
 	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: primaryDial})
@@ -62,6 +62,7 @@ func TestPaygressStandbySeesOnlyTheWinner(t *testing.T) {
 	primary.a.Track(t.Context(), spec)
 	standby.a.Track(t.Context(), spec)
 	primary.waitState("w1", lease.StateLive, 1, 15*time.Second)
+	primary.waitListedOnQuorum("w1", 10*time.Second)
 	peers := []string{primary.pub, standby.pub}
 
 	for _, p := range standbyCut {

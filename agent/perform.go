@@ -1,7 +1,9 @@
 package agent
 
-// Performing a step's effects: stops before the commit, the rest after it;
-// the outbox events a step commits, and the claim step's publishes.
+// The agent's side of the driver's step: performing effects (performer),
+// building the events a step's outbox effects queue (eventBuilder), what
+// an operator is told of commits (commitEvents), and the claim step's
+// publishes.
 
 import (
 	"context"
@@ -14,83 +16,44 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
+	"provideragent/driver"
 	"provideragent/heartbeat"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
-// performEarly performs the effects of effs that do not wait for the commit.
-func (a *Agent) performEarly(ctx context.Context, now time.Time, effs []lease.Effect) {
-	var early []lease.Effect
-	for _, e := range effs {
-		if lease.BeforeCommit(e) {
-			early = append(early, e)
-		}
-	}
-	if len(early) > 0 {
-		a.perform(ctx, now, early, nil)
-	}
-}
+// eventBuilder is the driver's Outbox: it signs the events of a step's
+// outbox effects (the revocations, withdrawn markers and announcements),
+// before the transaction that queues them. Signing, the costly part, runs
+// on every core for a big step.
+type eventBuilder struct{ a *Agent }
 
-// outboxRows signs the step's outbox effects (lease.DurabilityOf: the
-// revocations, withdrawn markers and announcements) for the outbox, before
-// the transaction (no I/O inside it but SQL). A withdrawn marker takes its
-// created_at from claimTimes (after its claim's) and the row carries the
-// workload whose claim time the commit must save. An event that cannot be
-// built is logged and left out: for a revocation, the standby's takeover
-// covers one that never comes.
-func (a *Agent) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
-	// What needs the machine or the database is gathered here, on the
-	// machine goroutine; signing, the costly part, runs on every core.
-	type job struct {
-		e         lease.Effect
-		at        time.Time
-		stateURI  string
-		claimTime string
-	}
-	var jobs []job
-	var word func(string) string // fence wording, per step time
+func (b eventBuilder) Build(jobs []driver.OutboxJob) []driver.OutboxResult {
+	a := b.a
+	res := make([]driver.OutboxResult, len(jobs))
+	// The fence wording reads the relays' refusals once per step time.
+	var word func(string) string
 	var wordAt time.Time
-	for _, te := range effs {
-		e, now := te.e, te.at
-		if lease.DurabilityOf(e) != lease.Outbox {
-			continue
-		}
-		j := job{e: e, at: now}
-		switch e := e.(type) {
-		case lease.WithdrawClaim:
-			tctx, cancel := context.WithTimeout(ctx, a.cfg.CommitWait)
-			t, err := a.commits.claimTimes.next(tctx, a.st, e.ID, now)
-			cancel()
-			if err != nil {
-				a.met.stepErrors.Inc()
-				a.logger.Error("withdrawn marker", "workload", e.ID, "epoch", e.Epoch, "err", err)
-				continue
+	for i := range jobs {
+		if r, ok := jobs[i].Effect.(lease.PublishRevocation); ok {
+			if word == nil || !jobs[i].At.Equal(wordAt) {
+				word, wordAt = a.fenceWording(jobs[i].At), jobs[i].At
 			}
-			j.at, j.claimTime = t, e.ID
-		case lease.PublishRevocation:
-			w, _ := a.m.Workload(e.ID)
-			if word == nil || !now.Equal(wordAt) {
-				word, wordAt = a.fenceWording(now), now
-			}
-			e.Reason = word(e.Reason)
-			j.e, j.stateURI = e, w.Spec.StateURI
+			r.Reason = word(r.Reason)
+			jobs[i].Effect = r
 		}
-		jobs = append(jobs, j)
 	}
-	built := make([]*outRow, len(jobs))
-	errs := make([]error, len(jobs))
 	build := func(i int) {
 		j := jobs[i]
-		ev, key, err := a.outboxEvent(j.e, j.at, j.stateURI)
+		ev, key, err := a.outboxEvent(j.Effect, j.At, j.Workload.Spec.StateURI)
 		if err == nil {
-			var b []byte
-			if b, err = json.Marshal(ev); err == nil {
-				built[i] = &outRow{bundle: b, key: key, claimTime: j.claimTime}
+			var payload []byte
+			if payload, err = json.Marshal(ev); err == nil {
+				res[i].Row = driver.OutboxRow{Key: key, Payload: payload}
 				return
 			}
 		}
-		errs[i] = err
+		res[i].Err = err
 	}
 	if workers := min(runtime.GOMAXPROCS(0), len(jobs)/8); workers > 1 {
 		var wg sync.WaitGroup
@@ -114,46 +77,70 @@ func (a *Agent) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
 			build(i)
 		}
 	}
-	rows := make([]outRow, 0, len(jobs))
-	for i, r := range built {
-		if r == nil {
-			a.met.stepErrors.Inc()
-			a.logger.Error("build outbox event", "effect", jobs[i].e.String(), "err", errs[i])
-			continue
-		}
-		rows = append(rows, *r)
-	}
-	return rows
+	return res
 }
 
-// perform runs effects in order through lease.Perform (the table the
-// simulator shares); backend work and network waits go to owned goroutines
-// that report back as inputs. stamps[i] is the created_at commit assigned
-// to claim effect i (nil or zero: now).
-func (a *Agent) perform(ctx context.Context, now time.Time, effs []lease.Effect, stamps []time.Time) {
-	p := &performer{a: a, ctx: ctx, word: a.fenceWording(now)}
-	for i, e := range effs {
-		p.at = now
-		if i < len(stamps) && !stamps[i].IsZero() {
-			p.at = stamps[i]
-		}
-		a.met.effects.WithLabelValues(effectType(e)).Inc()
-		a.logger.Debug("effect", "effect", e.String())
-		lease.Perform(p, e)
-	}
-	if p.heldChanged {
-		a.beat.dirty = true // publishHeld on the next tick
-		a.view.dirty = true
+// commitEvents is the driver's Events: logs, metrics, /healthz and the
+// timeline.
+type commitEvents struct{ a *Agent }
+
+func (c commitEvents) Attempted(err error) {
+	c.a.noteWrite(err)
+	if err != nil {
+		c.a.met.stepErrors.Inc()
 	}
 }
 
-// performer is the agent's lease.Performer for one perform call.
+func (c commitEvents) Held(err error, steps int, first bool) {
+	a := c.a
+	if first {
+		a.logger.Error("database write failed: fencing continues; starts, claims and revocations wait until a step persists",
+			"err", err, "retry_every", driver.DefaultConfig().RetryEvery)
+		a.emit("persist", "", "step not persisted (%v): stops performed, the rest held back", err)
+		return
+	}
+	a.logger.Debug("database write still failing", "err", err, "held_steps", steps)
+}
+
+func (c commitEvents) Persisted(steps int, since, now time.Time) {
+	a := c.a
+	a.logger.Warn("database writable again: held machine steps persisted", "steps", steps, "after", now.Sub(since).Round(time.Millisecond))
+	a.emit("persist", "", "%d held steps persisted after %v", steps, now.Sub(since).Round(time.Millisecond))
+}
+
+func (c commitEvents) Backlog(n int) { c.a.met.backlog.Set(float64(n)) }
+
+func (c commitEvents) Saved(rows int) { c.a.met.savedRows.Add(float64(rows)) }
+
+func (c commitEvents) Dropped(e lease.Effect, err error) {
+	c.a.met.stepErrors.Inc()
+	c.a.logger.Error("build outbox event", "effect", e.String(), "err", err)
+}
+
+// performer is the driver's Performer: each effect through lease.Perform
+// (the table the simulator shares). Backend work and network waits go to
+// owned goroutines that report back as inputs; ctx is the run's lifetime,
+// set by Run before the machine loop starts.
 type performer struct {
-	a           *Agent
-	ctx         context.Context
-	at          time.Time           // created_at of the current effect's claim
-	word        func(string) string // fence wording of the step
-	heldChanged bool                // a workload changed state: heartbeat and view
+	a      *Agent
+	ctx    context.Context
+	at     time.Time           // created_at of the current effect's claim
+	word   func(string) string // fence wording, per wordAt
+	wordAt time.Time
+}
+
+// Perform carries out one effect the driver hands over; at is the
+// created_at of a PublishClaim's claim.
+func (p *performer) Perform(e lease.Effect, at time.Time) {
+	a := p.a
+	p.at = at
+	if now := a.now(); p.word == nil || now.Sub(p.wordAt) > time.Second {
+		p.word, p.wordAt = a.fenceWording(now), now
+	}
+	a.met.effects.WithLabelValues(effectType(e)).Inc()
+	a.logger.Debug("effect", "effect", e.String())
+	a.refreshPolicy([]string{e.Workload()})
+	lease.Perform(p, e)
 }
 
 func (p *performer) Record(e lease.Effect) {
@@ -170,11 +157,12 @@ func (p *performer) Record(e lease.Effect) {
 		if e.From == "" || e.To.Terminal() {
 			a.subs.dirty = true
 		}
-		if a.onEvent != nil {
-			a.onEvent(Event{Time: a.now(), Agent: a.name, Kind: "state", Workload: e.ID,
+		if a.me.onEvent != nil {
+			a.me.onEvent(Event{Time: a.now(), Agent: a.me.name, Kind: "state", Workload: e.ID,
 				Detail: fmt.Sprintf("%s -> %s (epoch %d)", from, e.To, e.Epoch), State: string(e.To), Epoch: e.Epoch})
 		}
-		p.heldChanged = true
+		a.beat.dirty = true // publishHeld on the next tick
+		a.view.dirty = true
 	case lease.Failed:
 		a.logger.Error("workload failed", "workload", e.ID, "epoch", e.Epoch, "reason", e.Reason)
 		a.emit("failed", e.ID, "failed at epoch %d: %s", e.Epoch, e.Reason)
@@ -187,14 +175,14 @@ func (p *performer) Record(e lease.Effect) {
 }
 
 func (p *performer) Start(e lease.StartWorkload) {
-	w, _ := p.a.m.Workload(e.ID)
+	w, _ := p.a.d.Machine().Workload(e.ID)
 	p.a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
-	p.a.act.enqueue(p.ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command})
+	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command})
 }
 
 func (p *performer) Stop(e lease.StopWorkload) {
 	a := p.a
-	if a.act.Fenced(e.ID) {
+	if a.work.act.Fenced(e.ID) {
 		// Repeated stops (Restore re-issues one for every workload not
 		// held here) are no-ops: nothing runs or is queued.
 		a.logger.Debug("stop workload: not running here", "workload", e.ID, "epoch", e.Epoch)
@@ -202,13 +190,13 @@ func (p *performer) Stop(e lease.StopWorkload) {
 	}
 	reason := p.word(e.Reason)
 	a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, reason)
-	a.act.enqueue(p.ctx, e.ID, op{kind: opStop, epoch: e.Epoch})
+	a.work.act.enqueue(p.ctx, e.ID, op{kind: opStop, epoch: e.Epoch})
 }
 
 func (p *performer) Respawn(e lease.AttemptRespawn) {
-	w, _ := p.a.m.Workload(e.ID)
+	w, _ := p.a.d.Machine().Workload(e.ID)
 	p.a.emit("respawn", e.ID, "respawn attempt %d (due %s)", e.Attempt, e.At.Format(time.TimeOnly))
-	p.a.act.enqueue(p.ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt})
+	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt})
 }
 
 // Queue reports an outbox effect: its row was committed with the step
@@ -292,13 +280,13 @@ func (a *Agent) outboxEvent(e lease.Effect, at time.Time, stateURI string) (*nos
 	var err error
 	switch e := e.(type) {
 	case lease.PublishRevocation:
-		ev, err = heartbeat.BuildRevocationFor(a.keys, e, at, stateURI)
+		ev, err = heartbeat.BuildRevocationFor(a.me.keys, e, at, stateURI)
 		key = fmt.Sprintf("revocation:%s:%d", e.ID, e.Epoch)
 	case lease.WithdrawClaim:
-		ev, err = heartbeat.BuildWithdrawFor(a.keys, e, at)
+		ev, err = heartbeat.BuildWithdrawFor(a.me.keys, e, at)
 		key = fmt.Sprintf("withdraw:%s:%d:%d", e.ID, e.Epoch, at.Unix())
 	case lease.AnnouncePromotion:
-		ev, err = heartbeat.BuildAnnouncementFor(a.keys, e, at)
+		ev, err = heartbeat.BuildAnnouncementFor(a.me.keys, e, at)
 		key = fmt.Sprintf("announcement:%s:%d", e.ID, e.Epoch)
 	default:
 		return nil, "", fmt.Errorf("%s is not an outbox effect", e)
@@ -313,7 +301,7 @@ func (a *Agent) outboxEvent(e lease.Effect, at time.Time, stateURI string) (*nos
 // effect, created at at, and reports how many relays accepted it (the
 // claim step's feedback; withdrawn markers go through the outbox).
 func (a *Agent) publishClaim(ctx context.Context, e lease.PublishClaim, at time.Time) {
-	ev, err := heartbeat.BuildClaimFor(a.keys, e, at)
+	ev, err := heartbeat.BuildClaimFor(a.me.keys, e, at)
 	if err != nil {
 		a.logger.Error("build promotion claim", "workload", e.ID, "err", err)
 		a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: e.ID, Epoch: e.Epoch}})
@@ -340,10 +328,10 @@ func (a *Agent) onOutboxAttempt(ev *nostr.Event, res relay.PublishResult) {
 		return
 	}
 	// Once per event: the outbox may retry many times.
-	a.revReports.mu.Lock()
-	seen := a.revReports.seen[ev.ID]
-	a.revReports.seen[ev.ID] = true
-	a.revReports.mu.Unlock()
+	a.out.revReports.mu.Lock()
+	seen := a.out.revReports.seen[ev.ID]
+	a.out.revReports.seen[ev.ID] = true
+	a.out.revReports.mu.Unlock()
 	if seen {
 		return
 	}

@@ -71,16 +71,16 @@ func (p *signerPolicy) AllowedIssuer(pubkey string) bool { return p.issuers[pubk
 // refreshPolicy copies the holder and members of the given workloads from
 // the machine (machine goroutine only).
 func (a *Agent) refreshPolicy(ids []string) {
-	a.policy.mu.Lock()
-	defer a.policy.mu.Unlock()
+	a.inbound.policy.mu.Lock()
+	defer a.inbound.policy.mu.Unlock()
 	for _, id := range ids {
-		w, ok := a.m.Workload(id)
+		w, ok := a.machine().Workload(id)
 		if !ok {
-			delete(a.policy.workloads, id)
+			delete(a.inbound.policy.workloads, id)
 			continue
 		}
 		members := append([]string{w.Spec.Primary}, w.Spec.Standbys...)
-		a.policy.workloads[id] = policyEntry{holder: w.Holder, members: members, done: w.State.Terminal()}
+		a.inbound.policy.workloads[id] = policyEntry{holder: w.Holder, members: members, done: w.State.Terminal()}
 	}
 }
 

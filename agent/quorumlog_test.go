@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"provideragent/lease"
 )
 
 // captureHandler is a slog handler that records every record at info and
@@ -49,7 +51,7 @@ func TestQuorumChangesLoggedOnce(t *testing.T) {
 	rs, urls := startRelays(t, 3)
 	proxies, dial := cutProxies(t, rs, urls, 3)
 	logs := &captureHandler{}
-	ta := startAgent(t, agentOpts{name: "agent", lcfg: DemoLeaseConfig(urls), dial: dial, logger: slog.New(logs)})
+	ta := startAgent(t, agentOpts{name: "agent", lcfg: lease.DemoConfig(urls), dial: dial, logger: slog.New(logs)})
 	base := "http://" + ta.a.Addr()
 	synced := func() bool {
 		var st Status
@@ -59,7 +61,7 @@ func TestQuorumChangesLoggedOnce(t *testing.T) {
 	// ticks waits until the machine loop has stepped for another d.
 	ticks := func(d time.Duration) {
 		mark := ta.a.now().Add(d).UnixNano()
-		waitFor(t, d+10*time.Second, "machine loop ticks on", func() bool { return ta.a.turns.lastStep.Load() > mark })
+		waitFor(t, d+10*time.Second, "machine loop ticks on", func() bool { return ta.a.loop.turns.lastStep.Load() > mark })
 	}
 	type line struct {
 		level  slog.Level
@@ -116,7 +118,7 @@ func TestStatusSyncedNeedsMRelays(t *testing.T) {
 	t.Parallel()
 	pool := &upPool{}
 	a := newStepAgent(t, stepOpts{pool: pool})
-	srv, err := newHTTPServer("127.0.0.1:0", a.gatherer, a.Status, a.healthy)
+	srv, err := newHTTPServer("127.0.0.1:0", a.obs.gatherer, a.Status, a.healthy)
 	if err != nil {
 		t.Fatal(err)
 	}

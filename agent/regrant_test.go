@@ -17,7 +17,7 @@ import (
 func TestOldRevocationAfterRegrantIgnored(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	primary, standby := startPair(t, lcfg, nil)
 	keys, err := identity.NewKeys(primary.key)
 	if err != nil {

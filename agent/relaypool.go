@@ -8,12 +8,12 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
+	"provideragent/relay"
 )
 
 // RelayPool is what the agent needs of the relay layer: supervised
 // connections that deliver events, publish with real OK tracking, one-shot
-// queries, and per-relay state. relayPool implements it on agent/relay;
+// queries, and per-relay state. relayPool implements it on relay;
 // tests may substitute their own.
 type RelayPool interface {
 	// Run connects to every relay, keeps the subscription alive and sends
@@ -23,6 +23,9 @@ type RelayPool interface {
 	// Publish sends ev to every connected relay and waits for their OKs
 	// until ctx ends.
 	Publish(ctx context.Context, ev *nostr.Event) relay.PublishResult
+	// PublishQuorum is Publish that stops waiting once need relays
+	// accepted (the outbox needs only M).
+	PublishQuorum(ctx context.Context, ev *nostr.Event, need int) relay.PublishResult
 	// PublishTo is Publish of an encoded event on the one relay url (as
 	// Status names it).
 	PublishTo(ctx context.Context, url string, f relay.Frame) relay.RelayOutcome
@@ -34,14 +37,16 @@ type RelayPool interface {
 	// into few REQs per relay, paged through relay limits); a relay counts
 	// when it answered all of them.
 	QueryFilters(ctx context.Context, fs []nostr.Filter) ([]relay.Received, int)
-	// SetInterests replaces the subscription (agent/relay.Interest): the
+	// SetInterests replaces the subscription (relay.Interest): the
 	// agent narrows it to its leases as they come and go.
 	SetInterests(in []relay.Interest)
 	// Status reports each relay connection.
 	Status() []RelayStatus
+	// Connected is how many relays have an open connection now.
+	Connected() int
 }
 
-// relayPool is agent/relay's Pool (supervised websockets with pings,
+// relayPool is relay's Pool (supervised websockets with pings,
 // NIP-11 limits, NIP-42 AUTH, OK-tracked publish) as a RelayPool: it speaks
 // the relay layer's own Received and PublishResult, and turns its Status
 // into the /status view (RelayStatus).
@@ -51,7 +56,7 @@ type relayPool struct {
 	mu sync.Mutex
 	// passed holds the relays whose EOSE marker Run has passed: every event
 	// the relay delivered before its EOSE is then in Run's out channel.
-	// agent/relay sets Status.EOSESeen before its marker (and the events
+	// relay sets Status.EOSESeen before its marker (and the events
 	// ahead of it in Received's buffer) reach Run, so EOSE alone would let
 	// the agent count a relay as synced (rule 10) while stored events it
 	// served sit unread. It is not reset on a reconnect: after one, a
@@ -60,12 +65,9 @@ type relayPool struct {
 	passed map[string]bool
 }
 
-var (
-	_ RelayPool       = (*relayPool)(nil)
-	_ quorumPublisher = (*relayPool)(nil)
-)
+var _ RelayPool = (*relayPool)(nil)
 
-// NewRelayPool starts agent/relay supervisors for the given config and
+// NewRelayPool starts relay supervisors for the given config and
 // options and returns them as a RelayPool (the courier's --relays
 // forwarder uses it). Run forwards their events and closes the pool when
 // its context ends.
@@ -123,7 +125,7 @@ func (r *relayPool) PublishQuorum(ctx context.Context, ev *nostr.Event, need int
 	return r.p.PublishQuorum(ctx, *ev, need)
 }
 
-// Connected is agent/relay's count of open connections (ConnectedRelays),
+// Connected is relay's count of open connections,
 // without building every relay's status.
 func (r *relayPool) Connected() int { return r.p.Connected() }
 
@@ -138,7 +140,7 @@ type RelayRejection struct {
 	At      time.Time `json:"at"`
 	Kind    int       `json:"kind"`
 	EventID string    `json:"event_id"`
-	// Outcome is agent/relay's: rejected, rate_limited or timed_out.
+	// Outcome is relay's: rejected, rate_limited or timed_out.
 	Outcome string `json:"outcome"`
 	// Reason is the relay's words.
 	Reason string `json:"reason"`

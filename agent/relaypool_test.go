@@ -9,8 +9,9 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
+	"provideragent/internal/cutproxy"
 	"provideragent/internal/relaytest"
+	"provideragent/relay"
 )
 
 func signedNote(t *testing.T, sk string, content string) *nostr.Event {
@@ -22,13 +23,13 @@ func signedNote(t *testing.T, sk string, content string) *nostr.Event {
 	return ev
 }
 
-// TestRelayPoolPublishSubscribeAndCut checks the adapter over agent/relay
+// TestRelayPoolPublishSubscribeAndCut checks the adapter over relay
 // and the Proxy the demo uses to cut a path with real sockets.
 func TestRelayPoolPublishSubscribeAndCut(t *testing.T) {
 	good := relaytest.Start(t)
 	rejecting := relaytest.Start(t, "--reject-writes")
 	viaProxy := relaytest.Start(t)
-	proxy, err := NewProxy(viaProxy.Addr())
+	proxy, err := cutproxy.New(viaProxy.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,7 @@ func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 
 // TestRelayPoolEOSEWaitsForTheEventsBeforeIt: a relay counts as synced
 // (rule 10) only once every stored event it served before its EOSE has been
-// handed to the agent. agent/relay marks EOSE as soon as the frame arrives,
+// handed to the agent. relay marks EOSE as soon as the frame arrives,
 // while the events ahead of it may still wait in its receive buffer.
 func TestRelayPoolEOSEWaitsForTheEventsBeforeIt(t *testing.T) {
 	r := relaytest.Start(t)

@@ -15,13 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/internal/localrelay"
 	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // TestFailoverOn runs the end-to-end paths that matter over each relay
@@ -55,7 +55,7 @@ func failoverOn(t *testing.T, kind relaytest.Kind) {
 		rs[i] = relaytest.StartKind(t, kind, relaytest.KindOptions{RequireAuth: true})
 		urls[i] = rs[i].URL()
 	}
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	issuerKey := nostr.GeneratePrivateKey()
 	issuer, err := identity.NewKeys(issuerKey)
 	if err != nil {
@@ -73,9 +73,9 @@ func failoverOn(t *testing.T, kind relaytest.Kind) {
 	defer func() {
 		if t.Failed() {
 			for _, ta := range all {
-				ta.log.dump(t, ta.a.name)
+				ta.log.dump(t, ta.a.me.name)
 				st, _ := json.Marshal(ta.a.Status().Relays)
-				t.Logf("%s relays: %s", ta.a.name, st)
+				t.Logf("%s relays: %s", ta.a.me.name, st)
 			}
 		}
 	}()
@@ -164,13 +164,13 @@ func stopBeforeStart(t *testing.T, old, neu *testAgent, id string) {
 	t.Helper()
 	stop, ok := old.log.find(func(e Event) bool { return e.Kind == "stop" && e.Workload == id })
 	if !ok {
-		t.Fatalf("%s: no stop of %s (states %v)", old.a.name, id, old.log.states())
+		t.Fatalf("%s: no stop of %s (states %v)", old.a.me.name, id, old.log.states())
 	}
 	start, ok := neu.log.find(func(e Event) bool {
 		return e.Kind == "start" && e.Workload == id && strings.Contains(e.Detail, "epoch 2")
 	})
 	if !ok || !stop.Time.Before(start.Time) {
-		t.Fatalf("%s stop of %s at %v, %s start at %v (found %v): want the stop first", old.a.name, id, stop.Time, neu.a.name, start.Time, ok)
+		t.Fatalf("%s stop of %s at %v, %s start at %v (found %v): want the stop first", old.a.me.name, id, stop.Time, neu.a.me.name, start.Time, ok)
 	}
 }
 
@@ -197,7 +197,7 @@ func (b *logBuffer) String() string {
 func newIngestAgent(t *testing.T, key string, issuers []string) (*Agent, *logBuffer, *prometheus.Registry) {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.Lease = DemoLeaseConfig(stepRelays)
+	cfg.Lease = lease.DemoConfig(stepRelays)
 	cfg.SecretKey = key
 	cfg.Listen = ""
 	cfg.TrustedIssuers = issuers
@@ -213,7 +213,7 @@ func newIngestAgent(t *testing.T, key string, issuers []string) (*Agent, *logBuf
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
-	t.Cleanup(func() { _ = a.outbox.Close() })
+	t.Cleanup(func() { _ = a.out.courier.Close() })
 	return a, logs, reg
 }
 
@@ -280,7 +280,7 @@ func TestTrustedIssuerGrantRefusedWarns(t *testing.T) {
 	stranger, _ := identity.NewKeys(strangerKey)
 	a, logs, _ := newIngestAgent(t, nostr.GeneratePrivateKey(), []string{issuer.PublicKey()})
 	broken := func(k *identity.Keys, secret string) *nostr.Event {
-		ev := grantEvent(t, k, "w-broken", a.self)
+		ev := grantEvent(t, k, "w-broken", a.me.self)
 		ev.Content = `{"workload_id":"w-broken","quorum":"two"}`
 		if err := ev.Sign(secret); err != nil {
 			t.Fatal(err)
@@ -361,7 +361,7 @@ func TestStatusShowsARelaysLastRejection(t *testing.T) {
 	_, urls := startRelays(t, 2)
 	refusing := relaytest.Start(t, "--reject-writes")
 	urls = append(urls, refusing.URL())
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	ta := startAgent(t, agentOpts{name: "refused", lcfg: lcfg})
 	ta.a.Track(context.Background(), soloSpec("w1", ta.pub))
 	ta.waitState("w1", lease.StateLive, 1, 15*time.Second)

@@ -22,11 +22,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/internal/relaytest"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // BenchmarkAgentScale (issue 10, "how it is shown"): one agent, primary of

@@ -15,20 +15,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"provideragent/agent/backend"
-	"provideragent/agent/relay"
-	"provideragent/agent/store"
+	"provideragent/agentdb"
+	"provideragent/backend"
 	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
-// scaleLeaseConfig is DemoLeaseConfig with room for thousands of workloads
+// scaleLeaseConfig is lease.DemoConfig with room for thousands of workloads
 // on a loaded 2-core machine under -race: heartbeats every second, stale 4
 // s, t1 and t2 4 s (provisioning times out after t1+t2, 8 s), relay_delay
 // 2 s, takeover after 20 s, claims time out after 10 s.
 func scaleLeaseConfig(relays []string) lease.Config {
-	c := DemoLeaseConfig(relays)
+	c := lease.DemoConfig(relays)
 	c.Stale = 4 * time.Second
 	c.T1 = 4 * time.Second
 	c.T2 = 4 * time.Second
@@ -98,7 +98,7 @@ type scaleAgent struct {
 }
 
 // startScaleAgent runs an agent on the in-memory backend (processes are
-// not what the scale tests are about; agent/backend has its own).
+// not what the scale tests are about; backend has its own).
 func startScaleAgent(t testing.TB, name, key, dbPath string, lcfg lease.Config, dial map[string]string, be backend.Backend) *scaleAgent {
 	t.Helper()
 	pub, _ := nostr.GetPublicKey(key)
@@ -108,7 +108,7 @@ func startScaleAgent(t testing.TB, name, key, dbPath string, lcfg lease.Config, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := DemoConfig(lcfg.Relays, key, name)
+	cfg := testAgentConfig(lcfg.Relays, key, name)
 	cfg.Lease = lcfg
 	cfg.DialAddrs = dial
 	cfg.PublishTimeout = 5 * time.Second
@@ -354,7 +354,7 @@ func queueGrants(t testing.TB, path string, specs []lease.Spec) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	st, err := store.Open(ctx, db)
+	st, err := agentdb.Open(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/backend"
+	"provideragent/backend"
 	"provideragent/lease"
 )
 
@@ -23,6 +23,9 @@ type memBackend struct {
 	starts  int // Start calls
 	stops   int // Stop calls
 	exits   chan backend.Exit
+	// startGate, when set, holds every Start until it is closed: a start
+	// in flight.
+	startGate chan struct{}
 }
 
 func newMemBackend() *memBackend {
@@ -30,6 +33,9 @@ func newMemBackend() *memBackend {
 }
 
 func (b *memBackend) Start(_ context.Context, spec backend.StartSpec) error {
+	if b.startGate != nil {
+		<-b.startGate
+	}
 	b.mu.Lock()
 	b.running[spec.WorkloadID] = spec.Epoch
 	b.starts++
@@ -53,6 +59,10 @@ func (b *memBackend) Running(id string) bool {
 }
 
 func (b *memBackend) Exits() <-chan backend.Exit { return b.exits }
+
+func (b *memBackend) Containment() backend.Containment { return backend.Containment{} }
+func (b *memBackend) Isolation() backend.Isolation     { return backend.Isolation{} }
+func (b *memBackend) LogPath(string) string            { return "" }
 
 // Close forgets every workload; the exits channel stays open (the tests
 // that share a memBackend between agent restarts reuse it).
@@ -142,7 +152,7 @@ func TestSoakThousandWorkloads(t *testing.T) {
 	// starting and stopping agents meanwhile made it flaky (318 -> 372 in
 	// one of 9 -race runs). Sequential tests run alone.
 	_, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	a, be, stop := startBulkAgent(t, 1000, lcfg, t.TempDir()+"/soak.db")
 	defer stop()
 	waitFor(t, 30*time.Second, "1000 workloads Live", func() bool { return liveCount(a) == 1000 })

@@ -15,7 +15,7 @@ import (
 func TestOtherStandbysStandDown(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	proxies, dial := cutProxies(t, rs, urls, 2)
 	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: dial})
 	first := startAgent(t, agentOpts{name: "standby-1", lcfg: lcfg})

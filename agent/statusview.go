@@ -1,7 +1,7 @@
 package agent
 
 import (
-	"provideragent/agent/backend"
+	"provideragent/backend"
 	"provideragent/lease"
 )
 
@@ -10,16 +10,16 @@ import (
 // the agent is down; Role is then left empty). Running is left false:
 // only the backend knows (Status fills it).
 //
-// Standbys are the providers that can still take the workload over: the
-// lease's standbys without the current holder. After a failover the
-// promoted standby holds the workload and is no longer anyone's standby;
-// a lease that named one standby then has none (NoStandby).
+// Standbys are the members of the lease that stand by for the current
+// holder (lease.StandbysOf): the lease's standbys without the holder, then
+// the former primary, which rejoins as a standby after a failover.
+// NoStandby (whether any of them is alive) needs the machine's relay
+// tables: the agent sets it (Status).
 func WorkloadView(w lease.WorkloadSnapshot, self string) WorkloadStatus {
 	ws := WorkloadStatus{
 		ID: w.Spec.ID, State: string(w.State), Epoch: w.Epoch, Primary: w.Holder,
-		Standbys: StandbysOf(w),
+		Standbys: lease.StandbysOf(w),
 	}
-	ws.NoStandby = len(ws.Standbys) == 0 && len(w.Spec.Standbys) > 0
 	if self != "" {
 		ws.Role = "standby"
 		if w.Holder == self || w.State == lease.StatePromoting {
@@ -29,29 +29,13 @@ func WorkloadView(w lease.WorkloadSnapshot, self string) WorkloadStatus {
 	return ws
 }
 
-// StandbysOf returns the lease's standbys that can still take w over: all
-// but the current holder, in rank order.
-func StandbysOf(w lease.WorkloadSnapshot) []string {
-	out := make([]string, 0, len(w.Spec.Standbys))
-	for _, s := range w.Spec.Standbys {
-		if s != w.Holder {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // fillReasons sets the Reason of every failed or respawning workload of ws
 // (Status' own copy of the rows) from its log file, when the backend keeps
 // one.
 func (a *Agent) fillReasons(ws []WorkloadStatus) {
-	lp, ok := a.backend.(interface{ LogPath(id string) string })
-	if !ok {
-		return
-	}
 	for i, w := range ws {
-		if NeedsReason(lease.State(w.State)) {
-			ws[i].Reason = backend.ExitReason(lp.LogPath(w.ID))
+		if p := a.work.backend.LogPath(w.ID); p != "" && NeedsReason(lease.State(w.State)) {
+			ws[i].Reason = backend.ExitReason(p)
 		}
 	}
 }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
+	"provideragent/relay"
 )
 
 // Subscription shape (issue 10 item 2). The agent asks the relays only for
@@ -23,7 +23,7 @@ import (
 //
 // Lists are chunked to what every relay takes: at most 256 values per tag
 // or author filter (@nostr-relay/core's limit), items of at most 255 bytes
-// (lease.MaxIDBytes keeps d tags within). agent/relay packs the filters
+// (lease.MaxIDBytes keeps d tags within). relay packs the filters
 // into REQs per relay (max_filters, frame size, max_subscriptions less
 // query slots) and falls back, per interest, to a coarser alternative
 // where the narrow one needs more REQs than the relay allows: claims by
@@ -42,7 +42,7 @@ const (
 
 // subscriptions holds the tracked workloads and providers in stable chunks:
 // an item keeps its chunk while it stays, new items fill the last chunk,
-// so a lease coming or going changes one filter and agent/relay re-sends
+// so a lease coming or going changes one filter and relay re-sends
 // only the REQ that holds it.
 type subscriptions struct {
 	workloads chunker // tracked workloads that are not terminal
@@ -119,8 +119,8 @@ func (s *subscriptions) refresh(a *Agent) bool {
 	if s.workloads.size == 0 {
 		s.workloads.size, s.providers.size = claimWorkloads, filterValues
 	}
-	ws, ps := a.policy.tracked()
-	ps[a.self] = true
+	ws, ps := a.inbound.policy.tracked()
+	ps[a.me.self] = true
 	w := s.workloads.sync(ws)
 	p := s.providers.sync(ps)
 	s.dirty = false
@@ -143,12 +143,12 @@ func (s *subscriptions) interests(a *Agent) []relay.Interest {
 	}
 	out := []relay.Interest{
 		{Name: "heartbeats", Alternatives: [][]nostr.Filter{narrowHB, coarseHB}},
-		{Name: "revocations", Alternatives: [][]nostr.Filter{{{Kinds: []int{heartbeat.KindRevocation}, Tags: nostr.TagMap{"p": {a.self}}}}}},
+		{Name: "revocations", Alternatives: [][]nostr.Filter{{{Kinds: []int{heartbeat.KindRevocation}, Tags: nostr.TagMap{"p": {a.me.self}}}}}},
 	}
 	if issuers := a.cfg.TrustedIssuers; len(issuers) > 0 {
 		var grants []nostr.Filter
 		for ch := range slices.Chunk(slices.Clone(issuers), filterValues) {
-			grants = append(grants, nostr.Filter{Kinds: []int{heartbeat.KindLeaseGrant}, Authors: ch, Tags: nostr.TagMap{"p": {a.self}}})
+			grants = append(grants, nostr.Filter{Kinds: []int{heartbeat.KindLeaseGrant}, Authors: ch, Tags: nostr.TagMap{"p": {a.me.self}}})
 		}
 		out = append(out, relay.Interest{Name: "grants", Alternatives: [][]nostr.Filter{grants}})
 	}
@@ -190,7 +190,7 @@ func (a *Agent) updateSubs(now time.Time) {
 // interval keeps its own unbroken run of heartbeats there (its publishes are
 // re-sent on the next connection) but would otherwise never see the holder's
 // heartbeats stored during the outage, and could count the holder's silence
-// on that relay towards a takeover. agent/relay reads the catch-up page by
+// on that relay towards a takeover. relay reads the catch-up page by
 // page when a relay cuts it at its limit.
 func (a *Agent) sinceFor(f nostr.Filter) nostr.Timestamp {
 	switch {

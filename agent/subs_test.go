@@ -7,10 +7,10 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/relay"
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // The agent subscribes only to what its leases need (issue 10 item 2), over
@@ -22,7 +22,7 @@ import (
 func TestOtherProvidersTrafficNeverReachesTheAgent(t *testing.T) {
 	t.Parallel()
 	_, urls := startRelays(t, 3)
-	lcfg := DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	lcfg.TakeoverAfter = 10 * time.Minute
 	trusted := newTestKeys(t)
 	ta := startAgent(t, agentOpts{name: "narrow", lcfg: lcfg, issuers: []string{trusted.PublicKey()}})

@@ -11,7 +11,7 @@ import (
 // uploadLoop uploads pending checkpoint tiles every interval (and sooner
 // when the retry decorator gives a next_retry_at hint) until ctx ends.
 func (a *Agent) uploadLoop(ctx context.Context) error {
-	interval := a.uploadInterval
+	interval := a.up.interval
 	if interval <= 0 {
 		interval = 10 * time.Second
 	}
@@ -24,12 +24,12 @@ func (a *Agent) uploadLoop(ctx context.Context) error {
 		case <-t.C:
 		}
 		next := interval
-		pending, err := a.uploader.EnumeratePending(ctx, "")
+		pending, err := a.up.uploader.EnumeratePending(ctx, "")
 		switch {
 		case err != nil:
 			a.logger.Warn("checkpoint upload: list pending tiles", "err", err)
 		case len(pending) > 0:
-			rep, err := a.uploader.UploadPending(ctx, uploader.Request{})
+			rep, err := a.up.uploader.UploadPending(ctx, uploader.Request{})
 			if err != nil {
 				if !errors.Is(err, context.Canceled) {
 					a.logger.Warn("checkpoint upload failed", "pending", len(pending), "err", err)

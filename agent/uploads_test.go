@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/internal/sqlitedb"
+	"provideragent/lease"
 	"provideragent/uploader"
 	"provideragent/uploader/uploadertest"
 )
@@ -74,7 +75,7 @@ func TestUploadLoopUploadsPendingTiles(t *testing.T) {
 	pool := &upPool{}
 	pool.up.Store(3)
 	cfg := DefaultConfig()
-	cfg.Lease = DemoLeaseConfig(stepRelays)
+	cfg.Lease = lease.DemoConfig(stepRelays)
 	cfg.SecretKey = key
 	cfg.Listen = ""
 	a, err := New(ctx, cfg, Deps{DB: db, Backend: newMemBackend(), Pool: pool, Registerer: reg,

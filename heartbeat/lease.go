@@ -48,6 +48,7 @@ func RevocationInput(r *Revocation, w lease.WorkloadSnapshot) lease.Revocation {
 		Standbys:  append([]string(nil), r.Standbys...),
 		Reason:    r.Reason,
 		CreatedAt: r.CreatedAt,
+		QuorumAt:  r.QuorumAt,
 	}
 }
 
@@ -94,6 +95,7 @@ func BuildRevocationFor(k *identity.Keys, e lease.PublishRevocation, at time.Tim
 		StateURI:   stateURI,
 		Successor:  e.Successor,
 		Epoch:      e.Epoch,
+		QuorumAt:   e.QuorumAt.Truncate(time.Millisecond),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("revocation for %s: %w", e.ID, err)

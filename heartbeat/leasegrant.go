@@ -8,6 +8,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/identity"
+	"provideragent/internal/imagespec"
 	"provideragent/lease"
 )
 
@@ -42,9 +43,13 @@ type LeaseGrantParams struct {
 	// Replication and RestartPolicy as in lease.Spec.
 	Replication   lease.Replication
 	RestartPolicy lease.RestartPolicy
-	// Command (argv) or Manifest: exactly one.
+	// Command (argv) or Manifest: exactly one; or Image, with Command as
+	// the argv to run in it (none: the image's own). A Command that
+	// already names an image (imagespec.Encode, as lease.Spec.Command
+	// holds it) is the same as Image and its argv.
 	Command  []string
 	Manifest string
+	Image    *imagespec.Image
 	// StateURI optionally points at the latest checkpoint.
 	StateURI string
 	// ExpiresAt zero means the lease does not expire.
@@ -66,6 +71,7 @@ type leaseWire struct {
 	RestartPolicy lease.RestartPolicy `json:"restart_policy"`
 	Command       []string            `json:"command,omitempty"`
 	Manifest      string              `json:"manifest,omitempty"`
+	Image         *imagespec.Image    `json:"image,omitempty"`
 	StateURI      string              `json:"state_uri,omitempty"`
 	ExpiresAt     uint64              `json:"expires_at"`
 	Epoch         uint64              `json:"epoch"`
@@ -81,6 +87,7 @@ type leaseIn struct {
 	RestartPolicy *lease.RestartPolicy `json:"restart_policy"`
 	Command       []string             `json:"command"`
 	Manifest      string               `json:"manifest"`
+	Image         *imagespec.Image     `json:"image"`
 	StateURI      string               `json:"state_uri"`
 	ExpiresAt     uint64               `json:"expires_at"`
 	Epoch         *uint64              `json:"epoch"`
@@ -108,10 +115,20 @@ func BuildLeaseGrant(k *identity.Keys, p LeaseGrantParams) (*nostr.Event, error)
 		exp = uint64(e)
 	}
 	repl := string(p.Replication)
+	command, image := p.Command, p.Image
+	if image == nil {
+		im, argv, ok, err := imagespec.Decode(p.Command)
+		if err != nil {
+			return nil, fmt.Errorf("build lease grant: %w", err)
+		}
+		if ok {
+			command, image = argv, &im
+		}
+	}
 	in := leaseIn{
 		WorkloadID: &p.WorkloadID, Primary: &p.Primary, Standbys: p.Standbys, Relays: p.Relays,
 		Quorum: &p.Quorum, Replication: &repl, RestartPolicy: &p.RestartPolicy,
-		Command: p.Command, Manifest: p.Manifest, StateURI: p.StateURI, ExpiresAt: exp, Epoch: &epoch,
+		Command: command, Manifest: p.Manifest, Image: image, StateURI: p.StateURI, ExpiresAt: exp, Epoch: &epoch,
 	}
 	g, err := validateLease(in, ts)
 	if err != nil {
@@ -121,7 +138,7 @@ func BuildLeaseGrant(k *identity.Keys, p LeaseGrantParams) (*nostr.Event, error)
 	content, err := json.Marshal(leaseWire{
 		WorkloadID: s.ID, Primary: s.Primary, Standbys: nonNil(s.Standbys), Relays: s.Relays,
 		Quorum: s.Quorum, Replication: s.Replication, RestartPolicy: s.RestartPolicy,
-		Command: s.Command, Manifest: g.Manifest, StateURI: s.StateURI, ExpiresAt: exp, Epoch: s.Epoch,
+		Command: command, Manifest: g.Manifest, Image: image, StateURI: s.StateURI, ExpiresAt: exp, Epoch: s.Epoch,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build lease grant: %w", err)
@@ -254,12 +271,24 @@ func validateLease(in leaseIn, created int64) (*LeaseGrant, error) {
 	if s.Quorum < 1 || s.Quorum > len(s.Relays) {
 		return nil, fmt.Errorf("quorum %d, want 1 to %d (the number of relays)", s.Quorum, len(s.Relays))
 	}
-	if (len(in.Command) > 0) == (in.Manifest != "") {
-		return nil, fmt.Errorf("want exactly one of command and manifest")
-	}
-	if len(in.Command) > 0 {
+	switch {
+	case in.Image != nil:
+		// The command is the argv to run in the image (none: its own).
+		if in.Manifest != "" {
+			return nil, fmt.Errorf("want an image or a manifest, not both")
+		}
+		if err := in.Image.Validate(); err != nil {
+			return nil, fmt.Errorf("image: %w", err)
+		}
+		s.Command = imagespec.Encode(*in.Image, in.Command)
+	case (len(in.Command) > 0) == (in.Manifest != ""):
+		return nil, fmt.Errorf("want exactly one of command, image and manifest")
+	case len(in.Command) > 0:
 		if in.Command[0] == "" {
 			return nil, fmt.Errorf("command[0] is empty")
+		}
+		if imagespec.Is(in.Command) {
+			return nil, fmt.Errorf("command[0] = %q: an image goes in the image field", in.Command[0])
 		}
 		s.Command = append([]string(nil), in.Command...)
 	}

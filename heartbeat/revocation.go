@@ -55,6 +55,11 @@ type Revocation struct {
 	Epoch uint64
 	// HasEpoch is true when the content carried an epoch (ours).
 	HasEpoch bool
+	// QuorumAt is the content's quorum_at_ms (ours, unix milliseconds):
+	// when the revoking holder's own heartbeats listing the workload last
+	// came back from M relays. Zero when absent (Paygress, or a holder that
+	// never had quorum at the epoch). Never after CreatedAt's second.
+	QuorumAt time.Time
 }
 
 // RevocationParams are the inputs of BuildRevocation. The primary is the
@@ -75,6 +80,10 @@ type RevocationParams struct {
 	Successor string
 	// Epoch is the epoch being revoked (>= 1).
 	Epoch uint64
+	// QuorumAt is when the holder last had relay quorum at the epoch
+	// (lease.PublishRevocation.QuorumAt); zero writes none. Whole
+	// milliseconds, rounded down, and not after At.
+	QuorumAt time.Time
 }
 
 // revocationWire is the content JSON in Paygress field order, plus ours. Every
@@ -91,6 +100,7 @@ type revocationWire struct {
 	Version             uint8    `json:"version"`
 	Successor           string   `json:"successor"`
 	Epoch               uint64   `json:"epoch"`
+	QuorumAtMS          uint64   `json:"quorum_at_ms,omitempty"`
 }
 
 type revocationIn struct {
@@ -103,6 +113,7 @@ type revocationIn struct {
 	Version             *uint8    `json:"version"`
 	Successor           *string   `json:"successor"`
 	Epoch               *uint64   `json:"epoch"`
+	QuorumAtMS          *uint64   `json:"quorum_at_ms"`
 }
 
 // BuildRevocation builds and signs a revocation by k (the primary).
@@ -139,6 +150,14 @@ func BuildRevocation(k *identity.Keys, p RevocationParams) (*nostr.Event, error)
 		}
 		successor = h
 	}
+	var quorumAt uint64
+	if !p.QuorumAt.IsZero() {
+		q := p.QuorumAt.UnixMilli()
+		if q <= 0 || q >= (ts+1)*1000 {
+			return nil, fmt.Errorf("build revocation: quorum_at %v not between 1970 and the revocation's time %v", p.QuorumAt, p.At)
+		}
+		quorumAt = uint64(q)
+	}
 	content, err := json.Marshal(revocationWire{
 		WorkloadID:          p.WorkloadID,
 		PrimaryProviderNpub: k.PublicKey(),
@@ -149,6 +168,7 @@ func BuildRevocation(k *identity.Keys, p RevocationParams) (*nostr.Event, error)
 		Version:             SchemaVersion,
 		Successor:           successor,
 		Epoch:               p.Epoch,
+		QuorumAtMS:          quorumAt,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build revocation: %w", err)
@@ -267,6 +287,12 @@ func DecodeRevocation(ev *nostr.Event) (*Revocation, error) {
 			return nil, reject(ReasonDecode, "revocation content: epoch 0, epochs start at 1")
 		}
 		r.Epoch, r.HasEpoch = *in.Epoch, true
+	}
+	if in.QuorumAtMS != nil {
+		if q := *in.QuorumAtMS; q == 0 || q/1000 > uint64(ev.CreatedAt) {
+			return nil, reject(ReasonDecode, "revocation content: quorum_at_ms %d not between 1 and created_at %d s", q, ev.CreatedAt)
+		}
+		r.QuorumAt = time.UnixMilli(int64(*in.QuorumAtMS)).UTC()
 	}
 	return r, nil
 }

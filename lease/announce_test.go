@@ -72,7 +72,7 @@ func TestRule8_PaygressAnnouncementCompetes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, "bob", nil)
 			h.track(0, warmSpec("w1", "alice", "bob", "carol"))
-			h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
+			h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(100 * s)})
 			h.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 2})
 			rd := 101*s + h.m.Config().RelayDelay
 			// The read: the announcement as a relay served it, then the report

@@ -2,19 +2,19 @@ package lease
 
 import "time"
 
-// rank is this provider's standby rank for w: its index among the standbys
-// other than the current holder.
+// rank is this provider's standby rank for w: its index among the members
+// that stand by for the current holder (standbysBut: the standbys, then
+// the former primary); the holder itself, retaking, ranks after them all.
+// Ranks are distinct, so that claim-step retries stagger and two claimers
+// never back off in step for ever.
 func (m *Machine) rank(w *WorkloadSnapshot) int {
-	r := 0
-	for _, s := range w.Spec.Standbys {
+	others := w.standbysBut(w.Holder)
+	for i, s := range others {
 		if s == m.self {
-			return r
-		}
-		if s != w.Holder {
-			r++
+			return i
 		}
 	}
-	return r
+	return len(others)
 }
 
 // settle is how long an unwithdrawn rival claim must stand before a standby
@@ -137,6 +137,10 @@ func (m *Machine) abortClaim(w *WorkloadSnapshot, target uint64, out *[]Effect) 
 }
 
 func (m *Machine) tickPromoting(w *WorkloadSnapshot, now time.Time, out *[]Effect) {
+	if m.revocationExpired(w, now) {
+		m.abortClaim(w, w.Target, out) // the takeover rule decides from here
+		return
+	}
 	switch w.Phase {
 	case PhasePublishing, PhaseReading:
 		if !now.Before(w.PhaseAt.Add(m.cfg.ClaimTimeout)) {
@@ -187,7 +191,9 @@ func (m *Machine) ClaimPublished(now time.Time, a ClaimAck) []Effect {
 // and no other provider's active claim for the epoch was seen, neither in
 // the read nor through ObserveClaim; otherwise the claim is withdrawn and
 // retried after a backoff staggered by rank. A report earlier than the
-// ReadClaims time is ignored.
+// ReadClaims time is ignored. A claim step started by a revocation whose
+// RevokeBy has passed is withdrawn instead and the standby waits for the
+// takeover rule: the read may have come too late to see every rival.
 func (m *Machine) ClaimsRead(now time.Time, r ClaimRead) []Effect {
 	w := m.byID[r.Workload]
 	if w == nil || w.State != StatePromoting || w.Phase != PhaseReading || r.Epoch != w.Target {
@@ -198,6 +204,10 @@ func (m *Machine) ClaimsRead(now time.Time, r ClaimRead) []Effect {
 		return nil
 	}
 	var out []Effect
+	if m.revocationExpired(w, now) {
+		m.abortClaim(w, w.Target, &out)
+		return out
+	}
 	if r.Relays < m.cfg.ReadQuorum() || r.Competing > 0 || w.activeRival(w.Target) {
 		m.withdrawRetry(w, &out)
 		return out
@@ -212,6 +222,12 @@ func (m *Machine) ClaimsRead(now time.Time, r ClaimRead) []Effect {
 	m.enter(w, StateProvisioning, &out)
 	out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: target}, AnnouncePromotion{ID: w.Spec.ID, Epoch: target})
 	return out
+}
+
+// revocationExpired reports whether w's claim step was started by a
+// revocation whose deadline (RevokeBy, see RevocationDeadline) has passed.
+func (m *Machine) revocationExpired(w *WorkloadSnapshot, now time.Time) bool {
+	return w.Trigger == TriggerRevocation && !now.Before(w.RevokeBy)
 }
 
 // retakeDue is the retake rule (TriggerRetake): a provider that evicted

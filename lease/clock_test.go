@@ -65,12 +65,15 @@ func TestClockSuspect(t *testing.T) {
 		h.wantEffects("SetClockSuspect", h.m.SetClockSuspect(at(took+s), true, "skewed"),
 			"withdraw w1 epoch=2", "entered w1 promoting -> standby epoch=1")
 	})
-	t.Run("a revocation naming us still starts the claim step", func(t *testing.T) {
+	t.Run("a revocation naming us starts no claim step", func(t *testing.T) {
+		// Its deadline (RevocationDeadline) compares the holder's clock
+		// with ours, which is outside the bound.
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
 		h.m.SetClockSuspect(at(s), true, "skewed")
-		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
-		h.wantEffects("ObserveRevocation", effs, "entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
+		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
+		h.wantEffects("ObserveRevocation", effs)
+		h.wantState("w1", StateStandby)
 	})
 	t.Run("the flag survives a restart", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
@@ -147,21 +150,23 @@ func TestRetakeAfterSelfFencing(t *testing.T) {
 	})
 	// props' TestSingleWriter seed 2070523810: relays that lost their
 	// storage hid alice's epoch from bob, who claimed it again and holds
-	// it. Retaking would start epoch 3 beside bob's copy; alice yields.
+	// it. Retaking would start epoch 3 beside bob's copy; alice yields, and
+	// rejoins as bob's standby: it claims nothing while bob holds.
 	t.Run("another provider holds its own epoch: fenced, no retake", func(t *testing.T) {
 		h, ev := evicted(t)
 		cfg := h.m.Config()
 		effs := h.hb(ev+20*s, "bob", []int{1}, []WorkloadEpoch{{"w1", 1}})
-		h.wantEffects("ObserveHeartbeat(bob lists w1@1)", effs, "entered w1 evicted -> fenced epoch=1")
+		h.wantEffects("ObserveHeartbeat(bob lists w1@1)", effs, "entered w1 evicted -> fenced epoch=1", "entered w1 fenced -> standby epoch=1")
 		if ws, _ := h.m.Workload("w1"); ws.Holder != key("bob") || ws.Epoch != 1 {
 			t.Fatalf("Workload(w1) holder, epoch = %v, %d, want bob, 1", keyName(ws.Holder), ws.Epoch)
 		}
 		for d := ev + 60*s; d <= ev+3*cfg.TakeoverAfter; d += s {
 			if d%(60*s) == 0 {
 				h.hb(d, "alice", all3, []WorkloadEpoch{})
+				h.hb(d, "bob", all3, []WorkloadEpoch{{"w1", 1}})
 			}
 			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
-				t.Fatalf("Tick(%v) = %v, want no retake of an epoch another provider holds", d, render(effs))
+				t.Fatalf("Tick(%v) = %v, want no claim of an epoch another provider holds", d, render(effs))
 			}
 		}
 	})

@@ -3,6 +3,7 @@ package lease
 import (
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -107,70 +108,101 @@ func (c Config) SelfFencingTime() time.Duration {
 // a standby must see silence, so that any M-relay quorum intersects them.
 func (c Config) ReadQuorum() int { return c.N - c.M + 1 }
 
-// Validate reports the first invalid field, naming the field and its value.
-// Errors wrap ErrInvalidConfig.
+// ConfigError is the first Config field Validate found invalid. Key names
+// the setting as the agent's config file does ("lease.t1",
+// "heartbeat.interval"), so that an operator's error says what to edit;
+// errors.Is(err, ErrInvalidConfig) holds.
+type ConfigError struct {
+	Key    string // the config file's name of the setting
+	Value  string // the value as written in messages (strings quoted)
+	Reason string // why it is wrong
+}
+
+func (e *ConfigError) Error() string {
+	return ErrInvalidConfig.Error() + ": " + e.Key + " = " + e.Value + ": " + e.Reason
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidConfig) hold.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// Validate reports the first invalid field as a *ConfigError. These are the
+// lease rules; the agent's config checks them here and nowhere else.
 func (c Config) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	bad := func(key string, value any, reason string, args ...any) error {
+		v := fmt.Sprint(value)
+		if s, ok := value.(string); ok {
+			v = strconv.Quote(s)
+		}
+		return &ConfigError{Key: key, Value: v, Reason: fmt.Sprintf(reason, args...)}
 	}
-	if c.M < 1 {
-		return bad("m = %d, must be at least 1", c.M)
-	}
-	if c.N > MaxRelays {
-		return bad("n = %d, must be at most %d", c.N, MaxRelays)
-	}
-	if c.M > c.N {
-		return bad("m = %d, must not exceed n = %d", c.M, c.N)
-	}
-	if len(c.Relays) != c.N {
-		return bad("relays has %d entries, must equal n = %d", len(c.Relays), c.N)
+	relays := func() string { return fmt.Sprintf("[%d relays]", len(c.Relays)) }
+	switch {
+	case len(c.Relays) == 0:
+		return &ConfigError{Key: "lease.relays", Value: "[]", Reason: "at least one relay is required (ws:// or wss:// URL)"}
+	case len(c.Relays) > MaxRelays:
+		return &ConfigError{Key: "lease.relays", Value: relays(), Reason: fmt.Sprintf("at most %d relays", MaxRelays)}
+	case len(c.Relays) != c.N:
+		return &ConfigError{Key: "lease.relays", Value: relays(), Reason: fmt.Sprintf("n = %d: the relay count and n must agree", c.N)}
+	case c.M < 1:
+		return bad("lease.quorum", c.M, "must be >= 1")
+	case c.M > c.N:
+		return bad("lease.quorum", c.M, "must be <= number of relays (%d)", c.N)
 	}
 	seen := make(map[string]bool, len(c.Relays))
 	for i, r := range c.Relays {
+		key := fmt.Sprintf("lease.relays[%d]", i)
 		n, err := NormalizeRelayURL(r)
 		if err != nil {
-			return bad("relays[%d] = %q: %v", i, r, err)
+			return bad(key, r, "%v", err)
 		}
 		if seen[n] {
-			return bad("relays[%d] = %q duplicates another relay", i, r)
+			return bad(key, r, "duplicate relay (after normalisation: %s)", n)
 		}
 		seen[n] = true
 	}
-	positive := []struct {
-		name string
+	for _, d := range []struct {
+		key  string
 		v    time.Duration
+		zero bool // zero allowed
 	}{
-		{"t1", c.T1}, {"t2", c.T2}, {"stale", c.Stale}, {"provision_timeout", c.ProvisionTimeout},
-		{"takeover_after", c.TakeoverAfter}, {"heartbeat_interval", c.HeartbeatInterval},
-		{"restart_initial", c.RestartInitial}, {"restart_max", c.RestartMax},
-		{"restart_reset_after", c.RestartResetAfter}, {"claim_retry_base", c.ClaimRetryBase},
-		{"claim_retry_max", c.ClaimRetryMax}, {"claim_timeout", c.ClaimTimeout},
-	}
-	for _, p := range positive {
-		if p.v <= 0 {
-			return bad("%s = %v, must be positive", p.name, p.v)
+		{"lease.t1", c.T1, false},
+		{"lease.t2", c.T2, false},
+		{"lease.stale", c.Stale, false},
+		{"lease.max_skew", c.MaxSkew, true},
+		{"lease.provision_timeout", c.ProvisionTimeout, false},
+		{"lease.takeover_after", c.TakeoverAfter, false},
+		{"lease.relay_delay", c.RelayDelay, true},
+		{"heartbeat.interval", c.HeartbeatInterval, false},
+		{"lease.restart_backoff_initial", c.RestartInitial, false},
+		{"lease.restart_backoff_max", c.RestartMax, false},
+		{"lease.restart_backoff_reset_after", c.RestartResetAfter, false},
+		{"lease.claim_retry_base", c.ClaimRetryBase, false},
+		{"lease.claim_retry_max", c.ClaimRetryMax, false},
+		{"lease.claim_timeout", c.ClaimTimeout, false},
+	} {
+		if d.v < 0 || (d.v == 0 && !d.zero) {
+			want := "must be > 0"
+			if d.zero {
+				want = "must be >= 0"
+			}
+			return bad(d.key, d.v, "%s", want)
 		}
 	}
-	if c.MaxSkew < 0 {
-		return bad("max_skew = %v, must not be negative", c.MaxSkew)
-	}
-	if c.RelayDelay < 0 {
-		return bad("relay_delay = %v, must not be negative", c.RelayDelay)
-	}
 	if c.Stale < 2*c.HeartbeatInterval {
-		return bad("stale = %v, must be at least twice heartbeat_interval = %v", c.Stale, c.HeartbeatInterval)
+		return bad("heartbeat.interval", c.HeartbeatInterval, "must be at most half of lease.stale (%s) so a lost heartbeat does not cost quorum", c.Stale)
 	}
 	if c.ProvisionTimeout > c.T1+c.T2 {
-		return bad("provision_timeout = %v, must not exceed t1+t2 = %v", c.ProvisionTimeout, c.T1+c.T2)
+		return bad("lease.provision_timeout", c.ProvisionTimeout, "must be <= t1+t2 (%s)", c.T1+c.T2)
 	}
 	if limit := c.SelfFencingTime() + c.RelayDelay; c.TakeoverAfter <= limit {
-		return bad("takeover_after = %v, must exceed t1+t2+stale+max_skew+relay_delay = %v", c.TakeoverAfter, limit)
+		return bad("lease.takeover_after", c.TakeoverAfter,
+			"must exceed the holder's self-fencing time plus relay delay, t1+t2+stale+max_skew+relay_delay (%s)", limit)
 	}
 	if c.RestartMax < c.RestartInitial {
-		return bad("restart_max = %v, must not be below restart_initial = %v", c.RestartMax, c.RestartInitial)
+		return bad("lease.restart_backoff_max", c.RestartMax, "must be >= lease.restart_backoff_initial (%s)", c.RestartInitial)
 	}
 	if c.ClaimRetryMax < c.ClaimRetryBase {
-		return bad("claim_retry_max = %v, must not be below claim_retry_base = %v", c.ClaimRetryMax, c.ClaimRetryBase)
+		return bad("lease.claim_retry_max", c.ClaimRetryMax, "must be >= lease.claim_retry_base (%s)", c.ClaimRetryBase)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package lease
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -29,20 +30,28 @@ func TestConfigValidate(t *testing.T) {
 		want string // substring of the error; empty: valid
 	}{
 		{"default", func(*Config) {}, ""},
-		{"m zero", func(c *Config) { c.M = 0 }, "m = 0"},
-		{"m above n", func(c *Config) { c.M = 4 }, "m = 4, must not exceed n = 3"},
-		{"n too large", func(c *Config) { c.N = MaxRelays + 1 }, "n = 33"},
-		{"relay count", func(c *Config) { c.Relays = c.Relays[:2] }, "relays has 2 entries"},
-		{"relay scheme", func(c *Config) { c.Relays[1] = "https://x.test" }, `relays[1] = "https://x.test"`},
-		{"relay duplicate", func(c *Config) { c.Relays[2] = "WSS://r1.test/" }, "duplicates"},
-		{"t1 zero", func(c *Config) { c.T1 = 0 }, "t1 = 0s"},
-		{"negative skew", func(c *Config) { c.MaxSkew = -time.Second }, "max_skew = -1s"},
-		{"stale below two heartbeats", func(c *Config) { c.Stale = 119 * time.Second }, "stale = 1m59s, must be at least twice heartbeat_interval = 1m0s"},
-		{"provision above t1+t2", func(c *Config) { c.ProvisionTimeout = 421 * time.Second }, "provision_timeout = 7m1s"},
-		{"takeover at fencing time", func(c *Config) { c.TakeoverAfter = 640 * time.Second }, "takeover_after = 10m40s, must exceed t1+t2+stale+max_skew+relay_delay = 10m40s"},
+		{"m zero", func(c *Config) { c.M = 0 }, "lease.quorum = 0: must be >= 1"},
+		{"m above n", func(c *Config) { c.M = 4 }, "lease.quorum = 4: must be <= number of relays (3)"},
+		{"too many relays", func(c *Config) {
+			c.N = MaxRelays + 1
+			for len(c.Relays) < c.N {
+				c.Relays = append(c.Relays, fmt.Sprintf("wss://x%d.test", len(c.Relays)))
+			}
+		}, "lease.relays = [33 relays]: at most 32 relays"},
+		{"no relays", func(c *Config) { c.Relays, c.N = nil, 0 }, "lease.relays = []: at least one relay"},
+		{"relay count", func(c *Config) { c.Relays = c.Relays[:2] }, "lease.relays = [2 relays]: n = 3"},
+		{"relay scheme", func(c *Config) { c.Relays[1] = "https://x.test" }, `lease.relays[1] = "https://x.test"`},
+		{"relay duplicate", func(c *Config) { c.Relays[2] = "WSS://r1.test/" }, `lease.relays[2] = "WSS://r1.test/": duplicate relay`},
+		{"t1 zero", func(c *Config) { c.T1 = 0 }, "lease.t1 = 0s: must be > 0"},
+		{"negative skew", func(c *Config) { c.MaxSkew = -time.Second }, "lease.max_skew = -1s: must be >= 0"},
+		{"zero skew", func(c *Config) { c.MaxSkew = 0 }, ""},
+		{"heartbeat interval", func(c *Config) { c.HeartbeatInterval = 0 }, "heartbeat.interval = 0s: must be > 0"},
+		{"stale below two heartbeats", func(c *Config) { c.Stale = 119 * time.Second }, "heartbeat.interval = 1m0s: must be at most half of lease.stale (1m59s)"},
+		{"provision above t1+t2", func(c *Config) { c.ProvisionTimeout = 421 * time.Second }, "lease.provision_timeout = 7m1s: must be <= t1+t2 (7m0s)"},
+		{"takeover at fencing time", func(c *Config) { c.TakeoverAfter = 640 * time.Second }, "lease.takeover_after = 10m40s: must exceed the holder's self-fencing time plus relay delay, t1+t2+stale+max_skew+relay_delay (10m40s)"},
 		{"takeover just above", func(c *Config) { c.TakeoverAfter = 641 * time.Second }, ""},
-		{"restart max below initial", func(c *Config) { c.RestartMax = time.Second }, "restart_max = 1s"},
-		{"claim max below base", func(c *Config) { c.ClaimRetryMax = time.Second }, "claim_retry_max = 1s"},
+		{"restart max below initial", func(c *Config) { c.RestartMax = time.Second }, "lease.restart_backoff_max = 1s: must be >= lease.restart_backoff_initial (5s)"},
+		{"claim max below base", func(c *Config) { c.ClaimRetryMax = time.Second }, "lease.claim_retry_max = 1s: must be >= lease.claim_retry_base (15s)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,8 +64,9 @@ func TestConfigValidate(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("Validate(%s) = %v, want error containing %q", tt.name, err, tt.want)
+			var ce *ConfigError
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) {
+				t.Fatalf("Validate(%s) = %v, want a *ConfigError containing %q", tt.name, err, tt.want)
 			}
 		})
 	}
@@ -112,6 +122,8 @@ func TestSpecValidate(t *testing.T) {
 		{"unknown restart", func(s *Spec) { s.RestartPolicy.Policy = "always" }, "restart_policy.policy"},
 		{"negative attempts", func(s *Spec) { s.RestartPolicy.MaxAttempts = -1 }, "max_attempts = -1"},
 		{"epoch zero", func(s *Spec) { s.Epoch = 0 }, "epoch = 0"},
+		{"highest epoch a standby can succeed", func(s *Spec) { s.Epoch = MaxEpoch - 1 }, ""},
+		{"epoch without a successor epoch", func(s *Spec) { s.Epoch = MaxEpoch }, "epoch = 4611686018427387904, must be 1 to 2^62-1"},
 		{"expiry before creation", func(s *Spec) { s.ExpiresAt = s.CreatedAt.Add(-time.Second) }, "expires_at"},
 		{"bad relay", func(s *Spec) { s.Relays = []string{"http://x"} }, "relays[0]"},
 	}
@@ -175,7 +187,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 	h.hb(300*s, "carol", []int{1}, nil)
 	h.m.ObserveClaim(at(301*s), PromotionClaim{Workload: "w3", Claimer: key("dave"), Epoch: 2, Active: true}) // not named: ignored
-	h.m.ObserveRevocation(at(302*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
+	h.m.ObserveRevocation(at(302*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(302 * s)})
 	h.m.ClaimPublished(at(303*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
 
 	snap := h.m.Snapshot()

@@ -25,8 +25,9 @@
 //	    after a healthy period) and end in Failed with an effect saying so;
 //	    success is accepted only from Respawning.
 //	 6  The restart policy applies to the workload process exiting. Loss of
-//	    relay quorum evicts only workloads that have a standby; for others it
-//	    is reported, unless EvictWithoutStandby.
+//	    relay quorum evicts every workload whose lease names other members
+//	    (warm-standby), whether or not one of them is alive now; for others
+//	    it is reported, unless EvictWithoutStandby.
 //	 7  Eviction fences: the holder stops its workload before it publishes
 //	    the revocation, and the revocation goes through the durable outbox.
 //	 8  Handoff has two triggers (the holder's revocation naming a successor;
@@ -34,7 +35,9 @@
 //	    on which the standby itself is healthy) and one claim step: publish a
 //	    claim for epoch+1, wait for M acceptances plus RelayDelay, read N-M+1
 //	    relays, start only if no competing claim was seen, else withdraw and
-//	    retry after a backoff staggered by rank.
+//	    retry after a backoff staggered by rank. A revocation starts the
+//	    claim step, and its read must complete, only before any takeover
+//	    of the revoking holder could have begun (RevocationDeadline).
 //	 9  Epochs fence everything: a provider that sees a higher epoch (claimed
 //	    or held) for a workload it holds stops it at once; heartbeats list the
 //	    (workload, epoch) pairs a provider holds.
@@ -45,13 +48,50 @@
 //	11  No Provisioning forever: a workload that reaches no quorum within
 //	    ProvisionTimeout fails with a reason.
 //
+// Why rule 6 evicts a holder with no standby alive: once it goes silent,
+// the other members of its lease may start the workload. A standby (the
+// former primary rejoins as the last one after a failover) takes over after
+// TakeoverAfter of silence; a former holder that evicted itself and never
+// heard the higher epoch retakes after TakeoverAfter of watching; and the
+// claim read they rely on may no longer find this holder's claim (relays
+// may lose it once it was Live). Only its own eviction, within its
+// self-fencing time, keeps them from a second copy. A lease that names
+// nobody else has nobody who could: it keeps running and is reported.
+//
+// The members of a lease stand by for its holder in rank order: the lease's
+// standbys without the holder, then the former primary (StandbysOf). A
+// holder that is fenced (a higher epoch, or its own epoch held by a member
+// the lease ranks first) stops its copy and rejoins as a standby of the
+// holder it heard, so that a lease keeps a standby after a failover;
+// Failed and Expired are the only terminal states. Ranks are distinct (a
+// retaking former holder ranks after every member), so two claimers never
+// back off in step.
+//
 // Beyond them: silence is counted only of the provider heard holding the
 // epoch; an older version of a claim event never counts; a self-fenced
 // primary whose standbys never claimed takes the workload back (retake),
 // unless another provider is heard holding its epoch (claimed again once
-// relays lost their storage: it is fenced for good instead); a
-// node whose clock the driver finds outside the bound takes over nothing and
-// fences what it holds (SetClockSuspect).
+// relays lost their storage: it is fenced for good instead); two holders
+// of one epoch resolve by lease rank (the primary, then the standbys in
+// order): the lower one fences itself when it hears the other's heartbeat;
+// a node whose clock the driver finds outside the bound takes over
+// nothing, claims nothing by revocation, and fences what it holds
+// (SetClockSuspect).
+//
+// # Relay storage
+//
+// The guarantee allows relays to lose their storage at any time, except a
+// promotion claim whose claimer still claims or holds that epoch and has
+// not yet been Live at it for one HeartbeatInterval plus RelayDelay. The
+// claim read is the only evidence of a claimer nobody has heard with
+// quorum yet; afterwards its heartbeats are (a takeover or retake watches
+// N-M+1 relays for TakeoverAfter and hears any holder that had quorum
+// meanwhile, and any holder that had none fenced itself), and a claim by
+// revocation reads before any other claim of the epoch can exist
+// (RevocationDeadline). A revocation heard later says nothing about who
+// runs the workload now, so it starts nothing: a successor that heard it
+// late once claimed the epoch a takeover had already won, read relays that
+// had lost the winner's claim, and ran beside it for good.
 //
 // # States
 //
@@ -70,7 +110,9 @@
 // A successful respawn returns to provisioning instead of live when the
 // workload never was live at its epoch, so rule 11 still bounds it.
 // Any holding state (provisioning, live, suspect, respawning, syncing) goes
-// to fenced at once when a higher epoch is seen (rule 9). A restored machine
+// to fenced at once when a higher epoch is seen (rule 9); fenced and
+// evicted go on to standby once the holder of that epoch is heard (rejoin).
+// A restored machine
 // puts live and suspect workloads in syncing until M relays synced (rule 10).
 // Every non-terminal state goes to expired when the lease's ExpiresAt passes.
 //
@@ -146,8 +188,9 @@
 //     relay sync), subscribe, feed what each relay returns, and call
 //     RelaySynced on each relay's EOSE. Performing Restore's stops before
 //     the outbox sends anything keeps rule 7 across the crash. The sync's
-//     last RelaySynced resumes Syncing workloads (StartWorkload) and
-//     re-issues any AttemptRespawn whose RespawnDone the restart lost.
+//     last RelaySynced resumes Syncing workloads and starts Provisioning
+//     ones again (StartWorkload), and re-issues any AttemptRespawn whose
+//     RespawnDone the restart lost.
 //
 // # Durability
 //

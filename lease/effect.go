@@ -49,13 +49,18 @@ type StopWorkload struct {
 // PublishRevocation asks the driver to publish a lease revocation (kind
 // 38385) for Epoch through the durable outbox. Successor is the first standby
 // this provider still saw alive, or empty when it saw none (the standbys then
-// rely on takeover).
+// rely on takeover). QuorumAt is the last time this provider's own
+// heartbeats, listing the workload at Epoch, came back from M relays (zero:
+// never at this epoch); the successor may claim on the revocation only
+// before a takeover could have begun, which QuorumAt bounds (see
+// RevocationDeadline).
 type PublishRevocation struct {
 	ID        string
 	Epoch     uint64
 	Successor string
 	Standbys  []string
 	Reason    string
+	QuorumAt  time.Time
 }
 
 // PublishClaim asks the driver to publish an active promotion claim (kind
@@ -173,8 +178,12 @@ func (e StopWorkload) String() string {
 }
 
 func (e PublishRevocation) String() string {
-	return fmt.Sprintf("revoke %s epoch=%d successor=%s standbys=[%s] reason=%q",
-		e.ID, e.Epoch, e.Successor, strings.Join(e.Standbys, ","), e.Reason)
+	q := "-"
+	if !e.QuorumAt.IsZero() {
+		q = e.QuorumAt.Format(time.RFC3339)
+	}
+	return fmt.Sprintf("revoke %s epoch=%d successor=%s standbys=[%s] quorum_at=%s reason=%q",
+		e.ID, e.Epoch, e.Successor, strings.Join(e.Standbys, ","), q, e.Reason)
 }
 
 func (e PublishClaim) String() string {

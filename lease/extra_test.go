@@ -9,7 +9,7 @@ func TestClaimStepTimeoutsAndAdoption(t *testing.T) {
 	h := newHarness(t, "bob", nil)
 	h.track(0, warmSpec("w1", "alice", "bob", "carol"))
 	cfg := h.m.Config()
-	h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
+	h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
 	h.wantEffects("Outstanding(publishing)", h.m.Outstanding(), "claim w1 epoch=2")
 	// no ClaimPublished ever arrives: withdraw after ClaimTimeout.
 	h.wantEffects("Tick(before claim timeout)", h.tick(10*s+cfg.ClaimTimeout-1))
@@ -41,7 +41,7 @@ func TestExpiryWithdrawsAndRemove(t *testing.T) {
 	spec := warmSpec("w1", "alice", "bob")
 	spec.ExpiresAt = at(time.Hour)
 	h.track(0, spec)
-	h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
+	h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
 	h.wantEffects("Tick(expiry)", h.tick(time.Hour), "entered w1 promoting -> expired epoch=1", "withdraw w1 epoch=2")
 	h.wantEffects("Tick(after expiry)", h.tick(2*time.Hour))
 	if !h.m.Remove("w1") || h.m.Remove("w1") || h.m.Len() != 0 {

@@ -81,11 +81,11 @@ func TestRevocationFromAnEarlierGrantIsIgnored(t *testing.T) {
 	spec := warmSpec("w1", "alice", "bob")
 	spec.CreatedAt = at(3600 * s) // the re-grant
 	h.track(3600*s, spec)
-	old := Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), CreatedAt: at(10 * s)}
+	old := Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), CreatedAt: at(10 * s), QuorumAt: at(10 * s)}
 	h.wantEffects("ObserveRevocation(earlier grant)", h.m.ObserveRevocation(at(3601*s), old))
 	h.wantState("w1", StateStandby)
 	fresh := old
-	fresh.CreatedAt = at(3700 * s)
+	fresh.CreatedAt, fresh.QuorumAt = at(3700*s), at(3700*s)
 	effs := h.m.ObserveRevocation(at(3701*s), fresh)
 	h.wantEffects("ObserveRevocation(current grant)", effs, "entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
 }
@@ -130,7 +130,7 @@ func TestAfterHeld(t *testing.T) {
 	h.track(0, warmSpec("run", "bob", "alice"))
 	h.track(0, warmSpec("gone", "bob", "alice"))
 	h.track(0, warmSpec("claim", "alice", "bob"))
-	h.m.ObserveRevocation(at(10*s), Revocation{Workload: "claim", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
+	h.m.ObserveRevocation(at(10*s), Revocation{Workload: "claim", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
 	h.m.ObserveClaim(at(11*s), PromotionClaim{Workload: "gone", Claimer: key("alice"), Epoch: 2, Active: true}) // fences "gone"
 	held := []Effect{
 		StartWorkload{ID: "run", Epoch: 1},
@@ -141,7 +141,7 @@ func TestAfterHeld(t *testing.T) {
 		WithdrawClaim{ID: "claim", Epoch: 2},
 	}
 	h.wantEffects("AfterHeld", h.m.AfterHeld(held),
-		`revoke gone epoch=1 successor= standbys=[] reason="r"`,
+		`revoke gone epoch=1 successor= standbys=[] quorum_at=- reason="r"`,
 		"withdraw claim epoch=2",
 		"start run epoch=1",
 		"claim claim epoch=2")

@@ -61,6 +61,13 @@ type Revocation struct {
 	// epochs start again at a re-grant. Zero means unknown (not checked);
 	// drivers pass it.
 	CreatedAt time.Time
+	// QuorumAt is when the revoking holder last had relay quorum while it
+	// held the workload at Epoch (its own clock, see
+	// PublishRevocation.QuorumAt); zero when unknown (a Paygress
+	// revocation, or a holder that never had quorum at the epoch). It
+	// bounds how late the revocation may still start the claim step (see
+	// RevocationDeadline).
+	QuorumAt time.Time
 }
 
 // PromotionClaim is a promotion claim or announcement (kind 38386) after

@@ -306,6 +306,7 @@ func (m *Machine) enter(w *WorkloadSnapshot, to State, out *[]Effect) {
 	m.touch(w)
 	if to != StatePromoting {
 		w.Phase, w.PhaseAt, w.Target, w.ClaimAttempt, w.ClaimFrom, w.Trigger = PhaseNone, time.Time{}, 0, 0, time.Time{}, ""
+		w.RevokeBy = time.Time{}
 	}
 	if to != StateSyncing {
 		w.Resume, w.ResumeSince = "", time.Time{}

@@ -62,18 +62,18 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 		}
 		recv = b.first
 		if b.add(hb.Shard, shards) {
-			m.seen(p, ri, recv)
+			m.seen(p, ri, recv, created)
 		}
 	default:
 		p.Created[ri] = created
 		if shards == 1 {
-			m.seen(p, ri, recv)
+			m.seen(p, ri, recv, created)
 			break
 		}
 		b := p.beat(ri)
 		b.reset(recv, shards)
 		if b.add(hb.Shard, shards) {
-			m.seen(p, ri, recv)
+			m.seen(p, ri, recv, created)
 		}
 	}
 	if !hb.Listed {
@@ -96,13 +96,13 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 			if recv.After(w.ClaimAt[ri]) {
 				w.ClaimAt[ri] = recv
 			}
-		case we.Epoch > w.Epoch, we.Epoch == w.Epoch && m.yieldsEpoch(w):
+		case we.Epoch > w.Epoch, we.Epoch == w.Epoch && m.yieldsEpoch(w, pi):
 			// A higher epoch, or the epoch known here held by another
 			// provider than the one followed: the holder followed was a
 			// guess (adoptSettled follows a rival whose claim stood; its
 			// withdrawal may never have been seen), or this provider's own
 			// epoch was claimed again by another (relays that lost their
-			// storage hid the claim), and at most one provider holds an
+			// storage hid the claim), and at most one provider may hold an
 			// epoch, so pi is the holder. Silence is counted only of the
 			// provider heard holding the epoch.
 			m.heardHolding(w, pi, we.Epoch, ri, recv, &out)
@@ -111,9 +111,15 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 	return out
 }
 
-// seen records that a whole beat of provider p arrived from relay ri at
-// recv: it refreshes p's relay table and quorum.
-func (m *Machine) seen(p *ProviderSnapshot, ri int, recv time.Time) {
+// seen records that a whole beat of provider p, created at created,
+// arrived from relay ri at recv: it refreshes p's relay table and quorum.
+func (m *Machine) seen(p *ProviderSnapshot, ri int, recv, created time.Time) {
+	if p.Complete == nil {
+		p.Complete = make([]time.Time, len(p.Seen))
+	}
+	if created.After(p.Complete[ri]) {
+		p.Complete[ri] = created
+	}
 	if recv.After(p.Seen[ri]) {
 		if p.Seen[ri].IsZero() || recv.Sub(p.Seen[ri]) > m.watchGap() {
 			p.Stretch[ri] = recv // a gap: this relay was not watched meanwhile
@@ -213,27 +219,55 @@ func (w *WorkloadSnapshot) names(pi int) bool {
 	return false
 }
 
-// yieldsEpoch reports whether another provider heard holding w at the
+// yieldsEpoch reports whether another provider pi heard holding w at the
 // epoch known here is taken as its holder: by a standby or one in the
-// claim step (they merely watch the holder), and by an evicted former
-// holder, which is then fenced for good. An evicted holder's epoch held by
-// another means the epoch was claimed again (relays that carried the first
-// claim lost their storage, and the claimer read the others); retaking
-// would start a copy beside that holder's (props' TestSingleWriter seed
-// 2070523810), while the heard holder, like any holder, fences itself once
-// it lacks quorum. A holder does not yield at its own epoch.
-func (m *Machine) yieldsEpoch(w *WorkloadSnapshot) bool {
-	return w.State == StateStandby || w.State == StatePromoting || w.State == StateEvicted
+// claim step (they merely watch the holder), by an evicted former holder,
+// which is then fenced for good, and by a holder that pi outranks.
+//
+// An evicted holder's epoch held by another means the epoch was claimed
+// again (relays that carried the first claim lost their storage, and the
+// claimer read the others); retaking would start a copy beside that
+// holder's (props' TestSingleWriter seed 2070523810), while the heard
+// holder, like any holder, fences itself once it lacks quorum.
+//
+// Two holders of one epoch should never exist; if relays lost a claim the
+// claim step needed (outside the storage assumption, lease/doc.go), they
+// resolve as a second line of defence: the one the lease ranks lower
+// (primary first, then the standbys in order) fences itself as soon as it
+// hears the other's heartbeat, and the other keeps running. Both decide
+// from the same lease, so exactly one of them stops.
+func (m *Machine) yieldsEpoch(w *WorkloadSnapshot, pi int) bool {
+	switch {
+	case w.State == StateStandby || w.State == StatePromoting || w.State == StateEvicted || w.State == StateFenced:
+		return true
+	case w.State.Holding():
+		return w.leaseRank(pi) < w.leaseRank(m.selfIdx)
+	}
+	return false
+}
+
+// leaseRank is provider pi's place in w's lease: 0 for the primary, i+1 for
+// standby i (len(named) for a provider the lease does not name).
+func (w *WorkloadSnapshot) leaseRank(pi int) int {
+	for i, n := range w.named {
+		if n == pi {
+			return i
+		}
+	}
+	return len(w.named)
 }
 
 // heardHolding handles a heartbeat of provider pi that lists w at epoch e,
 // either above the one known here or at it while another provider is
 // followed: pi holds w at e. A copy held here is fenced, an evicted one
-// fenced for good, a claim in progress is withdrawn, and pi becomes the
-// holder this provider watches, its silence counted from now.
+// fenced, a claim in progress is withdrawn, and pi becomes the holder this
+// provider watches, its silence counted from now: a fenced former holder
+// rejoins as its standby.
 func (m *Machine) heardHolding(w *WorkloadSnapshot, pi int, e uint64, ri int, recv time.Time, out *[]Effect) {
 	holder := m.provs[pi].ID
 	switch {
+	case w.State.Holding() && e == w.Epoch:
+		m.fence(w, fmt.Sprintf("epoch %d also held by %s, which the lease ranks first", e, holder), out)
 	case w.State.Holding():
 		m.fence(w, fmt.Sprintf("epoch %d held by %s", e, holder), out)
 	case w.State == StateEvicted:
@@ -245,6 +279,9 @@ func (m *Machine) heardHolding(w *WorkloadSnapshot, pi int, e uint64, ri int, re
 	}
 	m.follow(w, pi, e, recv)
 	w.ClaimAt[ri] = recv
+	if w.State == StateFenced {
+		m.enter(w, StateStandby, out) // rejoin: a standby of the holder heard
+	}
 }
 
 // follow makes provider pi at epoch e the holder this provider watches.
@@ -410,8 +447,13 @@ func (m *Machine) announcedSince(w *WorkloadSnapshot, created time.Time) bool {
 
 // ObserveRevocation feeds a verified lease revocation. It is accepted only
 // from the workload's current holder at its current epoch (rule 4), and only
-// when made under the current grant (see Revocation.CreatedAt); a standby
-// named as successor enters the claim step (rule 8).
+// when made under the current grant (see Revocation.CreatedAt). A standby
+// named as successor enters the claim step (rule 8), but only before its
+// RevocationDeadline: a revocation heard later says nothing about who runs
+// the workload now (another standby may have taken over meanwhile, and
+// relays that lost their storage may hide its claim), so it starts no
+// claim that the takeover rule would not start; the standby waits for the
+// takeover instead. A node whose clock is suspect claims nothing.
 func (m *Machine) ObserveRevocation(now time.Time, r Revocation) []Effect {
 	w := m.byID[r.Workload]
 	if w == nil || w.State.Terminal() || r.Signer == m.self {
@@ -427,10 +469,111 @@ func (m *Machine) ObserveRevocation(now time.Time, r Revocation) []Effect {
 	now = m.clock(now)
 	m.touch(w)
 	w.Revoked = true
-	if w.State == StateStandby && r.Successor == m.self {
-		var out []Effect
-		m.promote(w, TriggerRevocation, &out)
-		return out
+	if w.State != StateStandby || r.Successor != m.self || m.clockSuspect {
+		return nil
 	}
-	return nil
+	by := m.RevocationDeadline(r)
+	if !now.Before(by) {
+		return nil // too late: the takeover rule decides (takeoverDue)
+	}
+	var out []Effect
+	m.promote(w, TriggerRevocation, &out)
+	w.RevokeBy = by
+	return out
+}
+
+// MaxDriftPPM is the clock rate error (parts per million) the machine
+// allows for each provider's clock when it compares intervals measured on
+// two clocks (RevocationDeadline); props states the same bound for the
+// guarantee.
+const MaxDriftPPM = 1000
+
+// RevocationDeadline is the latest local time at which a claim step that
+// revocation r started may still read the relays and start the workload:
+// the earliest moment any standby could begin a takeover of the revoking
+// holder, less every allowance. Heartbeats the holder created at
+// r.QuorumAt (its clock), listing the workload, were on M relays, and any
+// N-M+1 relays on which a standby counts silence include one of those M,
+// so no standby's TakeoverAfter of silence ends before QuorumAt +
+// TakeoverAfter in true time; our clock may differ from the holder's by
+// MaxSkew, and the clocks' rates by MaxDriftPPM each over TakeoverAfter.
+// Before it, no other provider can have claimed the next epoch (a retake
+// needs TakeoverAfter after the eviction too), so the claim read cannot
+// miss a rival; after it, only the takeover rule may start a claim.
+//
+// A holder whose heartbeats list no workloads (a Paygress peer) claims
+// everything it holds with every heartbeat, so the creation time of its
+// newest heartbeat this provider got from M relays bounds a takeover the
+// same way when its revocation carries no QuorumAt. Zero (no claim by
+// revocation) when neither is known.
+func (m *Machine) RevocationDeadline(r Revocation) time.Time {
+	at := r.QuorumAt.UTC()
+	if w := m.byID[r.Workload]; w != nil && r.Signer == w.Holder {
+		if c := m.unlistedQuorum(&m.provs[w.holder]); c.After(at) {
+			at = c
+		}
+	}
+	if at.IsZero() {
+		return time.Time{}
+	}
+	drift := m.cfg.TakeoverAfter / 1_000_000 * (2 * MaxDriftPPM)
+	return at.Add(m.cfg.TakeoverAfter - m.cfg.MaxSkew - drift)
+}
+
+// unlistedQuorum is, for a provider whose heartbeats list no workloads (a
+// Paygress peer: on each relay its newest counting heartbeat was unlisted),
+// the M-th newest over the relays of that heartbeat's created_at; zero for
+// a provider that lists workloads.
+func (m *Machine) unlistedQuorum(p *ProviderSnapshot) time.Time {
+	var created [MaxRelays]time.Time
+	n := 0
+	for r := range p.Seen {
+		if p.Unlisted[r].IsZero() || !p.Unlisted[r].Equal(p.Seen[r]) {
+			continue
+		}
+		created[n] = p.Created[r]
+		n++
+	}
+	return mthNewest(created[:n], m.cfg.M)
+}
+
+// mthNewest is the m-th newest of times (zero times ignored), or zero when
+// fewer than m are set.
+func mthNewest(times []time.Time, m int) time.Time {
+	var top [MaxRelays]time.Time // newest first
+	n := 0
+	for _, c := range times {
+		if c.IsZero() {
+			continue
+		}
+		j := min(n, m)
+		for j > 0 && c.After(top[j-1]) {
+			j--
+		}
+		if j >= m {
+			continue
+		}
+		if n < m {
+			n++
+		}
+		copy(top[j+1:n], top[j:n-1])
+		top[j] = c
+	}
+	if n < m {
+		return time.Time{}
+	}
+	return top[m-1]
+}
+
+// quorumAt is, for this provider's revocation of w, the creation time of
+// its newest heartbeat that came back from M relays (the M-th newest, over
+// the relays, of the newest complete own beat each delivered), provided it
+// was created since this provider began holding w at its epoch, so that it
+// listed w; zero otherwise.
+func (m *Machine) quorumAt(w *WorkloadSnapshot) time.Time {
+	q := mthNewest(m.provs[m.selfIdx].Complete, m.cfg.M)
+	if q.Before(w.HoldFrom) {
+		return time.Time{}
+	}
+	return q
 }

@@ -7,6 +7,7 @@ import "time"
 // the relay returned (claims, heartbeats, revocations), so that a higher
 // epoch fences before the sync completes. Once M relays synced, Syncing
 // workloads resume the state they had and are started again (idempotent),
+// Provisioning ones (restored before they reached quorum) are started again,
 // an AttemptRespawn issued before the restart and not yet reported is
 // issued again (idempotent), and respawns that fell due during the sync are
 // issued by the next Tick.
@@ -36,6 +37,13 @@ func (m *Machine) RelaySynced(now time.Time, relay string) []Effect {
 		m.touch(w) // respawns may be due now
 		if w.State == StateRespawning && w.RespawnIssued {
 			out = append(out, AttemptRespawn{ID: w.Spec.ID, Epoch: w.Epoch, Attempt: w.Attempts, At: w.RespawnAt})
+		}
+		if w.State == StateProvisioning {
+			// Restored while provisioning: its process died with the
+			// agent, and reaching quorum now would make it Live without a
+			// start.
+			out = append(out, StartWorkload{ID: w.Spec.ID, Epoch: w.Epoch})
+			continue
 		}
 		if w.State != StateSyncing {
 			continue

@@ -61,7 +61,7 @@ func TestRestoreReissuesStopForUnheldWorkloads(t *testing.T) {
 		{"promoting", func(t *testing.T) *harness {
 			h := newHarness(t, "bob", nil)
 			h.track(0, warmSpec("w1", "alice", "bob"))
-			h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
+			h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
 			return h
 		}, StatePromoting, true},
 		{"live (held: resumes after sync)", func(t *testing.T) *harness {
@@ -250,9 +250,9 @@ func TestNoRespawnAfterEviction(t *testing.T) {
 		{"fenced by a claim before due", evictAt - 2*s, false, func(h *harness) []Effect {
 			return h.m.ObserveClaim(at(evictAt-s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true})
 		}, StateFenced},
-		{"fenced by a heartbeat before due", evictAt - 2*s, false, func(h *harness) []Effect {
+		{"fenced by a heartbeat before due (it rejoins as bob's standby)", evictAt - 2*s, false, func(h *harness) []Effect {
 			return h.hb(evictAt-s, "bob", all3, []WorkloadEpoch{{"w1", 2}})
-		}, StateFenced},
+		}, StateStandby},
 		{"issued, then evicted: the late report is refused", evictAt - 20*s, true, func(h *harness) []Effect { return h.tick(evictAt) }, StateEvicted},
 	}
 	for _, tt := range tests {
@@ -285,4 +285,25 @@ func TestNoRespawnAfterEviction(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRestoredProvisioningStartsAfterSync: a holder restored before its
+// workload reached quorum (Provisioning) lost its process with the agent;
+// the sync's last RelaySynced starts it again, as it resumes Syncing ones,
+// so that reaching quorum afterwards does not make it Live without a
+// process (a kill -9 of run in its first second left it so).
+func TestRestoredProvisioningStartsAfterSync(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	h.track(0, warmSpec("w1", "alice", "bob"))
+	h.wantState("w1", StateProvisioning)
+	m, effs, err := Restore(at(2*s), h.m.Config(), h.m.Snapshot())
+	if err != nil {
+		t.Fatalf("Restore() = %v", err)
+	}
+	h.wantEffects("Restore", effs)
+	h.m = m
+	h.wantEffects("RelaySynced(r1)", h.m.RelaySynced(at(3*s), "wss://r1.test"))
+	h.wantEffects("RelaySynced(r2)", h.m.RelaySynced(at(3*s), "wss://r2.test"), "start w1 epoch=1")
+	h.hb(4*s, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+	h.wantEffects("Tick(quorum)", h.tick(4*s), "entered w1 provisioning -> live epoch=1")
 }

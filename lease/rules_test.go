@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -142,20 +143,20 @@ func TestRule4_SignerChecks(t *testing.T) {
 	t.Run("revocation from a standby is ignored", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, spec)
-		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("carol"), Epoch: 1, Successor: key("bob")})
+		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("carol"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
 		h.wantEffects("ObserveRevocation(carol)", effs)
 		h.wantState("w1", StateStandby)
 	})
 	t.Run("revocation for another epoch is ignored", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, spec)
-		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 2, Successor: key("bob")})
+		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 2, Successor: key("bob"), QuorumAt: at(10 * s)})
 		h.wantEffects("ObserveRevocation(epoch 2)", effs)
 	})
 	t.Run("revocation from the holder is accepted", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, spec)
-		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
+		effs := h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
 		h.wantEffects("ObserveRevocation(alice)", effs, "entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
 	})
 	t.Run("claim from a provider the lease does not name does not fence", func(t *testing.T) {
@@ -295,7 +296,7 @@ func TestRule7_EvictionStopsBeforeRevocation(t *testing.T) {
 		"entered w1 live -> suspect epoch=1",
 		"entered w1 suspect -> evicted epoch=1",
 		`stop w1 epoch=1 reason="relay quorum lost at +13m0s"`,
-		`revoke w1 epoch=1 successor=carol standbys=[bob,carol] reason="relay quorum lost at +13m0s"`)
+		`revoke w1 epoch=1 successor=carol standbys=[bob,carol] quorum_at=+10m0s reason="relay quorum lost at +13m0s"`)
 	h.wantState("w1", StateEvicted)
 	// the successor's claim fences the evicted primary for good.
 	effs = h.m.ObserveClaim(at(lost+cfg.T1+cfg.T2+s), PromotionClaim{Workload: "w1", Claimer: key("carol"), Epoch: 2, Active: true})
@@ -314,7 +315,7 @@ func claimStep(h *harness, d time.Duration, epoch uint64) []Effect {
 func TestRule8_HandoffByRevocation(t *testing.T) {
 	h := newHarness(t, "bob", nil)
 	h.track(0, warmSpec("w1", "alice", "bob", "carol"))
-	effs := h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
+	effs := h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(100 * s)})
 	h.wantEffects("ObserveRevocation", effs, "entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
 	h.wantEffects("ClaimsRead(too early)", h.m.ClaimsRead(at(100*s), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3}))
 	h.wantEffects("ClaimPublished", h.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 2}),
@@ -412,9 +413,9 @@ func TestRule8_ConcurrentClaimersNeverBothStart(t *testing.T) {
 	spec := warmSpec("w1", "alice", "bob", "carol")
 	bob.track(0, spec)
 	carol.track(0, spec)
-	bob.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob")})
-	carol.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("carol")}) // conflicting successor (e.g. a lying primary)
-	board := map[string]bool{"bob": true, "carol": true}                                                                      // both active
+	bob.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(100 * s)})
+	carol.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("carol"), QuorumAt: at(100 * s)}) // conflicting successor (e.g. a lying primary)
+	board := map[string]bool{"bob": true, "carol": true}                                                                                             // both active
 	bob.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
 	carol.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
 	read := func(h *harness, self, other string, d time.Duration) []Effect {
@@ -447,7 +448,7 @@ func TestRule8_ConcurrentClaimersNeverBothStart(t *testing.T) {
 func TestRule8_CompetingClaimRetriesAfterRankedBackoff(t *testing.T) {
 	h := newHarness(t, "carol", nil)
 	h.track(0, warmSpec("w1", "alice", "bob", "carol"))
-	h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("carol")})
+	h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("carol"), QuorumAt: at(100 * s)})
 	h.m.ObserveClaim(at(100*s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true})
 	h.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 2})
 	effs := h.m.ClaimsRead(at(111*s), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3})
@@ -462,6 +463,21 @@ func TestRule8_CompetingClaimRetriesAfterRankedBackoff(t *testing.T) {
 	h.wantEffects("claim step", effs, "read-claims w1 epoch=2 at=+2m32s", "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2", "announce w1 epoch=2")
 }
 
+// TestRule8_CompetingCountAloneWithdraws: a claim read that counted one
+// competing claim withdraws even when the rival's claim never reached the
+// machine as an input (the read found it; the live subscription did not
+// deliver it): the count alone decides.
+func TestRule8_CompetingCountAloneWithdraws(t *testing.T) {
+	for _, competing := range []int{1, 2} {
+		h := newHarness(t, "carol", nil)
+		h.track(0, warmSpec("w1", "alice", "bob", "carol"))
+		h.m.ObserveRevocation(at(100*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("carol"), QuorumAt: at(100 * s)})
+		h.m.ClaimPublished(at(101*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
+		effs := h.m.ClaimsRead(at(111*s), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3, Competing: competing})
+		h.wantEffects(fmt.Sprintf("ClaimsRead(competing=%d, no rival observed)", competing), effs, "withdraw w1 epoch=2")
+	}
+}
+
 func TestRule9_HigherEpochFences(t *testing.T) {
 	t.Run("claim of a higher epoch", func(t *testing.T) {
 		h := liveAlice(t, warmSpec("w1", "alice", "bob"), 300*s, nil)
@@ -474,7 +490,8 @@ func TestRule9_HigherEpochFences(t *testing.T) {
 	t.Run("heartbeat listing a higher epoch", func(t *testing.T) {
 		h := liveAlice(t, warmSpec("w1", "alice", "bob"), 300*s, nil)
 		effs := h.hb(301*s, "bob", []int{2}, []WorkloadEpoch{{"w1", 2}})
-		h.wantEffects("ObserveHeartbeat", effs, "entered w1 live -> fenced epoch=1", `stop w1 epoch=1 reason="epoch 2 held by bob"`)
+		h.wantEffects("ObserveHeartbeat", effs, "entered w1 live -> fenced epoch=1", `stop w1 epoch=1 reason="epoch 2 held by bob"`,
+			"entered w1 fenced -> standby epoch=2")
 	})
 	t.Run("withdrawn or equal-epoch claims do not fence", func(t *testing.T) {
 		h := liveAlice(t, warmSpec("w1", "alice", "bob"), 300*s, nil)

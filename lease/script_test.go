@@ -301,8 +301,16 @@ func (r *scriptRunner) run(line string) string {
 		if s := a.opt("successor", ""); s != "" {
 			succ = key(s)
 		}
+		// quorum-at: when the holder last had quorum (default t, a holder
+		// that revokes while it still has quorum); "none" for unknown.
+		q := at(a.dur("t"))
+		if v := a.opt("quorum-at", ""); v == "none" {
+			q = time.Time{}
+		} else if v != "" {
+			q = at(a.dur("quorum-at"))
+		}
 		return render(r.h.m.ObserveRevocation(at(a.dur("t")), Revocation{
-			Workload: a.str("id"), Signer: key(a.str("from")), Epoch: uint64(a.num("epoch")), Successor: succ,
+			Workload: a.str("id"), Signer: key(a.str("from")), Epoch: uint64(a.num("epoch")), Successor: succ, QuorumAt: q,
 		}))
 	case "exit":
 		return render(r.h.m.ProcessExited(at(a.dur("t")), ProcessExit{Workload: a.str("id"), Epoch: uint64(a.num("epoch")), Reason: a.opt("reason", "exit 1")}))

@@ -107,6 +107,10 @@ type WorkloadSnapshot struct {
 	PhaseAt      time.Time  `json:"phase_at,omitzero"`
 	ClaimFrom    time.Time  `json:"claim_from,omitzero"`
 	Trigger      Trigger    `json:"trigger,omitempty"`
+	// RevokeBy is the RevocationDeadline of the revocation that started a
+	// claim step (TriggerRevocation): the claim step must have read the
+	// relays by then, else it gives way to the takeover rule.
+	RevokeBy time.Time `json:"revoke_by,omitzero"`
 
 	holder   int       // provider index of Holder
 	named    []int     // provider indices of Spec.Primary and Spec.Standbys
@@ -129,6 +133,9 @@ type ProviderSnapshot struct {
 	// QuorumUntil is when this provider loses quorum unless more heartbeats
 	// arrive: the M-th most recent Seen plus Stale. Zero: never had quorum.
 	QuorumUntil time.Time `json:"quorum_until,omitzero"`
+	// Complete holds, per relay, the created_at of the newest whole beat it
+	// delivered (see Machine.quorumAt); nil until one did.
+	Complete []time.Time `json:"complete,omitempty"`
 
 	beats []beat // per relay, the sharded beat being assembled (not persisted)
 }
@@ -173,6 +180,7 @@ func (p *ProviderSnapshot) copy() ProviderSnapshot {
 	c.Created = append([]time.Time(nil), p.Created...)
 	c.Unlisted = append([]time.Time(nil), p.Unlisted...)
 	c.Stretch = append([]time.Time(nil), p.Stretch...)
+	c.Complete = append([]time.Time(nil), p.Complete...)
 	c.beats = nil
 	return c
 }
@@ -267,7 +275,8 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 		if p.Stretch == nil { // written before stretches were kept
 			p.Stretch = append([]time.Time(nil), p.Seen...)
 		}
-		if len(p.Seen) != n || len(p.Created) != n || len(p.Unlisted) != n || len(p.Stretch) != n {
+		if len(p.Seen) != n || len(p.Created) != n || len(p.Unlisted) != n || len(p.Stretch) != n ||
+			(p.Complete != nil && len(p.Complete) != n) {
 			return bad("provider %s relay table has wrong size", p.ID)
 		}
 		i := m.provider(p.ID)
@@ -275,6 +284,9 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 		for j := range c.Seen {
 			c.Seen[j], c.Created[j], c.Unlisted[j] = c.Seen[j].UTC(), c.Created[j].UTC(), c.Unlisted[j].UTC()
 			c.Stretch[j] = c.Stretch[j].UTC()
+		}
+		for j := range c.Complete {
+			c.Complete[j] = c.Complete[j].UTC()
 		}
 		c.QuorumUntil = c.QuorumUntil.UTC()
 		m.provs[i] = c
@@ -346,6 +358,7 @@ func (w *WorkloadSnapshot) normaliseTimes() {
 	w.ResumeSince = w.ResumeSince.UTC()
 	w.PhaseAt = w.PhaseAt.UTC()
 	w.ClaimFrom = w.ClaimFrom.UTC()
+	w.RevokeBy = w.RevokeBy.UTC()
 	w.Spec.CreatedAt = w.Spec.CreatedAt.UTC()
 	w.Spec.ExpiresAt = w.Spec.ExpiresAt.UTC()
 	for i := range w.ClaimAt {

@@ -38,7 +38,8 @@ type RestartPolicy struct {
 	MaxAttempts int `json:"max_attempts,omitempty"`
 }
 
-// MaxEpoch bounds epochs everywhere: specs above it are invalid, and
+// MaxEpoch bounds epochs everywhere: a grant's epoch must lie below it (so
+// that a standby can still claim epoch+1), and
 // heartbeats and claims naming a higher epoch are ignored, so epoch+1 never
 // overflows.
 const MaxEpoch = 1 << 62
@@ -150,8 +151,8 @@ func (s Spec) Validate() error {
 	default:
 		return bad("restart_policy.policy = %q, must be never or on-failure", s.RestartPolicy.Policy)
 	}
-	if s.Epoch < 1 || s.Epoch > MaxEpoch {
-		return bad("epoch = %d, must be 1 to 2^62", s.Epoch)
+	if s.Epoch < 1 || s.Epoch >= MaxEpoch {
+		return bad("epoch = %d, must be 1 to 2^62-1 (a standby must be able to claim epoch+1, at most 2^62)", s.Epoch)
 	}
 	if !s.ExpiresAt.IsZero() && !s.CreatedAt.IsZero() && !s.ExpiresAt.After(s.CreatedAt) {
 		return bad("expires_at = %v, must be after created_at = %v", s.ExpiresAt, s.CreatedAt)

@@ -17,8 +17,11 @@ const (
 	// StateEvicted: quorum stayed lost past T1+T2; this provider stopped
 	// its copy and published a revocation naming a successor (rule 7).
 	StateEvicted State = "evicted"
-	// StateFenced (terminal): a higher epoch of the workload was seen; this
-	// provider stopped its copy for good (rule 9).
+	// StateFenced: a higher epoch of the workload was seen (or this
+	// provider's own epoch held by a provider the lease ranks first); this
+	// provider stopped its copy (rule 9). It rejoins as a standby of that
+	// epoch's holder as soon as it hears the holder's heartbeats
+	// (StateStandby), so that a lease keeps a standby after a failover.
 	StateFenced State = "fenced"
 	// StateRespawning: the workload process exited and a respawn is
 	// scheduled or in progress (rule 5).
@@ -60,7 +63,7 @@ func (s State) Valid() bool {
 
 // Terminal reports whether no input moves a workload out of s.
 func (s State) Terminal() bool {
-	return s == StateFenced || s == StateFailed || s == StateExpired
+	return s == StateFailed || s == StateExpired
 }
 
 // Holding reports whether this provider is the workload's holder in s and

@@ -206,7 +206,10 @@ func (m *Machine) becomeLive(w *WorkloadSnapshot, out *[]Effect) {
 	m.enter(w, StateLive, out)
 }
 
-// standbysBut returns the standbys other than the holder, in rank order.
+// standbysBut returns the members of the lease that stand by when holder
+// holds it, in rank order: the standbys other than the holder, then the
+// primary when it is not the holder (after a failover the former primary
+// rejoins as the last standby).
 func (w *WorkloadSnapshot) standbysBut(holder string) []string {
 	var out []string
 	for _, s := range w.Spec.Standbys {
@@ -214,24 +217,68 @@ func (w *WorkloadSnapshot) standbysBut(holder string) []string {
 			out = append(out, s)
 		}
 	}
+	if p := w.Spec.Primary; p != holder && len(w.Spec.Standbys) > 0 {
+		out = append(out, p)
+	}
 	return out
 }
 
-// successor is the first standby this provider still sees alive: a counting
-// heartbeat within Stale on at least one relay.
+// StandbysOf returns the members of w's lease that stand by for its
+// current holder, in rank order (see standbysBut).
+func StandbysOf(w WorkloadSnapshot) []string { return w.standbysBut(w.Holder) }
+
+// Successor is the standby this provider's revocation of workload id would
+// name now: the first member standing by that it sees alive (a counting
+// heartbeat within Stale on a relay); "" when none is, or id is not
+// tracked. A holder without one has nobody to hand over to.
+func (m *Machine) Successor(id string) string {
+	w := m.byID[id]
+	if w == nil {
+		return ""
+	}
+	return m.successor(w.standbysBut(m.self))
+}
+
+// StandbyAlive reports whether anyone stands by for this provider's hold
+// of workload id: a member of standbysBut(self) it sees alive. It is
+// Successor(id) != "" without allocating, for status refreshes of every
+// held workload.
+func (m *Machine) StandbyAlive(id string) bool {
+	w := m.byID[id]
+	if w == nil {
+		return false
+	}
+	for _, s := range w.Spec.Standbys {
+		if s != m.self && m.alive(s) {
+			return true
+		}
+	}
+	return w.Spec.Primary != m.self && len(w.Spec.Standbys) > 0 && m.alive(w.Spec.Primary)
+}
+
+// successor is the first standby this provider still sees alive.
 func (m *Machine) successor(standbys []string) string {
 	for _, s := range standbys {
-		i, ok := m.provIdx[s]
-		if !ok {
-			continue
-		}
-		for _, seen := range m.provs[i].Seen {
-			if !seen.IsZero() && m.now.Sub(seen) < m.cfg.Stale {
-				return s
-			}
+		if m.alive(s) {
+			return s
 		}
 	}
 	return ""
+}
+
+// alive reports whether provider s sent a counting heartbeat within Stale
+// on at least one relay.
+func (m *Machine) alive(s string) bool {
+	i, ok := m.provIdx[s]
+	if !ok {
+		return false
+	}
+	for _, seen := range m.provs[i].Seen {
+		if !seen.IsZero() && m.now.Sub(seen) < m.cfg.Stale {
+			return true
+		}
+	}
+	return false
 }
 
 // handOff appends the stop and then the revocation (rule 7).
@@ -243,6 +290,7 @@ func (m *Machine) handOff(w *WorkloadSnapshot, epoch uint64, reason string, out 
 	}
 	*out = append(*out, PublishRevocation{
 		ID: w.Spec.ID, Epoch: epoch, Successor: m.successor(standbys), Standbys: standbys, Reason: reason,
+		QuorumAt: m.quorumAt(w),
 	})
 }
 

@@ -38,8 +38,33 @@ type Assumptions struct {
 	// agent go and stops the workload, SIGKILL after backend.stop_grace. A
 	// dead agent cannot fence, so this, like a pause, eats the margin.
 	AgentDeathGrace time.Duration
+	// StopGrace bounds how long a stop takes (backend.stop_grace: SIGTERM,
+	// then SIGKILL): a holder that fences itself at the end of its
+	// self-fencing time still runs this much longer, and so eats the margin
+	// as a dead agent's workload does (AgentDeathGrace; one or the other
+	// ends the same holder's run).
+	StopGrace time.Duration
 	// TickInterval is the longest the driver waits between two Ticks.
 	TickInterval time.Duration
+	// ClaimsKeptLive is the storage assumption: relays may lose their
+	// storage at any time, any number of them, as often as they like, but
+	// a relay does not lose a promotion claim while its claimer still
+	// claims or holds that epoch and has not yet been Live at it for
+	// ClaimsKeptLive (one heartbeat interval plus the relay delay: by then
+	// every standby watching the relays heard its heartbeats, which no
+	// storage loss erases). A relay that keeps every claim for
+	// ClaimRetention(cfg) satisfies it.
+	ClaimsKeptLive time.Duration
+}
+
+// ClaimRetention is how long a relay keeping every claim it accepted
+// satisfies the storage assumption without knowing anything of its
+// claimers: a claimer is Live or has fenced itself (evicted, T1+T2 after
+// its claim began, or given up at ProvisionTimeout) within a claim step
+// (2*ClaimTimeout) and T1+T2 of it, and is then heard for ClaimsKeptLive;
+// a stop takes StopGrace more.
+func (a Assumptions) ClaimRetention(cfg lease.Config) time.Duration {
+	return 2*cfg.ClaimTimeout + cfg.T1 + cfg.T2 + a.StopGrace + a.ClaimsKeptLive
 }
 
 // Margin is the slack between the holder's self-fencing and a standby's
@@ -62,7 +87,9 @@ func AssumptionsFor(cfg lease.Config) Assumptions {
 		MaxDelay:        cfg.RelayDelay,
 		MaxPause:        Margin(cfg) / 2,
 		AgentDeathGrace: 10 * time.Second,
+		StopGrace:       10 * time.Second,
 		TickInterval:    time.Second,
+		ClaimsKeptLive:  cfg.HeartbeatInterval + cfg.RelayDelay,
 	}
 }
 
@@ -89,10 +116,22 @@ func (a Assumptions) Validate(cfg lease.Config) error {
 	if a.AgentDeathGrace < 0 {
 		return fmt.Errorf("assumptions: agent death grace = %v, must not be negative (workloads must die with their agent)", a.AgentDeathGrace)
 	}
-	// A pause can end in an agent crash: both can eat the margin at once.
-	if used := a.MaxPause + a.AgentDeathGrace + a.TickInterval + a.DriftAllowance(cfg); used > Margin(cfg) {
-		return fmt.Errorf("assumptions: pause %v + agent death grace %v + tick %v + drift %v = %v, must fit the margin takeover_after-(t1+t2+stale+max_skew+relay_delay) = %v",
-			a.MaxPause, a.AgentDeathGrace, a.TickInterval, a.DriftAllowance(cfg), used, Margin(cfg))
+	if a.StopGrace < 0 {
+		return fmt.Errorf("assumptions: stop grace = %v, must not be negative", a.StopGrace)
+	}
+	if a.MaxDriftPPM > lease.MaxDriftPPM {
+		return fmt.Errorf("assumptions: max drift = %d ppm, must be at most lease.MaxDriftPPM = %d (the revocation deadline allows that much)", a.MaxDriftPPM, lease.MaxDriftPPM)
+	}
+	if a.ClaimsKeptLive < cfg.HeartbeatInterval+cfg.RelayDelay {
+		return fmt.Errorf("assumptions: claims kept %v after their claimer is Live, must be at least heartbeat_interval+relay_delay = %v",
+			a.ClaimsKeptLive, cfg.HeartbeatInterval+cfg.RelayDelay)
+	}
+	// A pause can end in an agent crash or in the eviction's stop: either
+	// eats the margin with the pause.
+	end := max(a.AgentDeathGrace, a.StopGrace)
+	if used := a.MaxPause + end + a.TickInterval + a.DriftAllowance(cfg); used > Margin(cfg) {
+		return fmt.Errorf("assumptions: pause %v + max(agent death grace %v, stop grace %v) + tick %v + drift %v = %v, must fit the margin takeover_after-(t1+t2+stale+max_skew+relay_delay) = %v",
+			a.MaxPause, a.AgentDeathGrace, a.StopGrace, a.TickInterval, a.DriftAllowance(cfg), used, Margin(cfg))
 	}
 	return nil
 }

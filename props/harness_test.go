@@ -2,6 +2,7 @@ package props_test
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"pgregory.net/rapid"
@@ -69,7 +70,8 @@ type faultSpace struct {
 	MaxAgentDown          time.Duration
 
 	// CommitFailures lets a provider's database refuse every commit for up
-	// to 30 min (a full disk, a write lock held by another process).
+	// to 30 min (a full disk), or make each commit wait for it and fail
+	// (a write lock held by another process: the loop stalls behind it).
 	CommitFailures bool
 	// Forgeries lets relays serve forged events (bad signatures, or keys
 	// the lease does not name) dated anywhere up to the year 2100.
@@ -155,6 +157,9 @@ type world struct {
 	s  *sim.Sim
 	sc scenario
 	fs faultSpace
+	// revs are the revocations published so far (lateRevocation aims at
+	// the next one).
+	revs []sim.RevocationPublished
 }
 
 func newWorld(t *rapid.T, proto protocol, fs faultSpace) *world {
@@ -173,9 +178,16 @@ func newWorld(t *rapid.T, proto protocol, fs faultSpace) *world {
 		lc := lease.DefaultConfig()
 		s.AddTakeoverBound(workloadID, sc.M, lc.TakeoverAfter-assumed.DriftAllowance(lc))
 	}
+	s.KeepClaims(workloadID, assumed.ClaimsKeptLive)
 	t.Logf("world: %s, %s", proto.name, sc)
+	w := &world{s: s, sc: sc, fs: fs}
+	s.AddReportProbe(func(_ sim.ProviderID, v any) {
+		if r, ok := v.(sim.RevocationPublished); ok && r.Workload == workloadID {
+			w.revs = append(w.revs, r)
+		}
+	})
 	s.Boot()
-	return &world{s: s, sc: sc, fs: fs}
+	return w
 }
 
 func (w *world) provider(t *rapid.T) sim.ProviderID {
@@ -309,6 +321,16 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			}
 			w.wait(t)
 		}
+		a["crashBeforeCommit"] = func(t *rapid.T) {
+			p := w.provider(t)
+			down := fs.agentDown(t, "down", 30*time.Minute)
+			n, ok := w.s.Node(p).(interface{ ArmCrashBeforeCommit(time.Duration) })
+			if ok {
+				t.Logf("t=%v P%d's agent will crash mid-step (after its stops, before its commit), down %v", w.s.Now(), p, down)
+				n.ArmCrashBeforeCommit(down)
+			}
+			w.wait(t)
+		}
 	}
 	if fs.ProcessExits {
 		a["exit"] = func(t *rapid.T) {
@@ -342,6 +364,15 @@ func (w *world) actions() map[string]func(*rapid.T) {
 			if n, ok := w.s.Node(p).(interface{ ArmCommitFailure(time.Duration) bool }); ok && n.ArmCommitFailure(d) {
 				t.Logf("t=%v P%d's database refuses every commit for %v", w.s.Now(), p, d)
 				w.s.Logf("P%d's database refuses every commit for %v", p, d)
+			}
+			w.wait(t)
+		}
+		a["commitStall"] = func(t *rapid.T) {
+			p := w.provider(t)
+			d := drawDuration(t, "stallFor", time.Second, 30*time.Minute)
+			if n, ok := w.s.Node(p).(interface{ ArmCommitStall(time.Duration) bool }); ok && n.ArmCommitStall(d) {
+				t.Logf("t=%v P%d's database is locked by another process for %v: each commit waits, then fails", w.s.Now(), p, d)
+				w.s.Logf("P%d's database is locked by another process for %v", p, d)
 			}
 			w.wait(t)
 		}
@@ -380,6 +411,10 @@ func (w *world) actions() map[string]func(*rapid.T) {
 		}
 		a["cutSubset"] = func(t *rapid.T) {
 			w.cutSubset(t, w.provider(t))
+			w.wait(t)
+		}
+		a["lateRevocation"] = func(t *rapid.T) {
+			w.lateRevocation(t)
 			w.wait(t)
 		}
 	}
@@ -431,6 +466,132 @@ func (w *world) cutSubset(t *rapid.T, p sim.ProviderID) {
 		}
 	}
 	t.Logf("t=%v P%d cut off relays %v (healed to the others)", w.s.Now(), p, cut)
+}
+
+// lateRevocation aims at a revocation that its successor hears late, after
+// another standby took over and a relay lost the new holder's claim (issue
+// 24's schedule, its choices drawn): the holder loses quorum but keeps some
+// relays (where its revocation will be); at its revocation the named
+// successor is cut off every relay or its agent crashes, so that it reads
+// the revocation only when it comes back; every other provider is cut off
+// a drawn part of the relays the holder kept (so that a new holder's claim
+// may miss them); once a new epoch starts, a drawn relay crashes (losing
+// its storage when wipes are allowed and the storage assumption lets it);
+// and the successor comes back within a minute of its restart, to the
+// holder's relays and the crashed one, or to a drawn subset. Each step
+// that finds nothing to aim at within the horizon ends the action there.
+func (w *world) lateRevocation(t *rapid.T) {
+	h, ok := w.liveHolder()
+	if !ok {
+		t.Logf("t=%v lateRevocation: no live holder", w.s.Now())
+		return
+	}
+	kept := map[int]bool{rapid.IntRange(0, w.sc.N-1).Draw(t, "holderKeeps"): true}
+	for r := 0; r < w.sc.N; r++ {
+		if !kept[r] && len(kept) < w.sc.M-1 && rapid.Bool().Draw(t, fmt.Sprintf("holderKeeps%d", r)) {
+			kept[r] = true
+		}
+	}
+	for r := 0; r < w.sc.N; r++ {
+		if !kept[r] {
+			w.s.Partition(h, sim.RelayID(r))
+		}
+	}
+	t.Logf("t=%v lateRevocation: holder P%d keeps relays %v", w.s.Now(), h, keys(kept))
+	n := len(w.revs)
+	if w.s.RunWhile(w.s.Now()+targetHorizon, func() bool { return len(w.revs) == n }) < 0 {
+		t.Logf("t=%v lateRevocation: no revocation within the horizon", w.s.Now())
+		return
+	}
+	succ := w.revs[n].Successor
+	if succ < 0 {
+		t.Logf("t=%v lateRevocation: the revocation names no successor", w.s.Now())
+		return
+	}
+	reboot := w.fs.ProviderCrash && rapid.Bool().Draw(t, "successorReboots")
+	if reboot {
+		w.s.CrashProvider(succ, rapid.Bool().Draw(t, "successorNodeCrash"))
+	} else {
+		for r := 0; r < w.sc.N; r++ {
+			w.s.Partition(succ, sim.RelayID(r))
+		}
+	}
+	for p := 0; p < w.sc.K; p++ {
+		if sim.ProviderID(p) == succ || sim.ProviderID(p) == h {
+			continue
+		}
+		for r := range kept {
+			if rapid.Bool().Draw(t, fmt.Sprintf("P%dOffKept%d", p, r)) {
+				w.s.Partition(sim.ProviderID(p), sim.RelayID(r))
+			}
+		}
+	}
+	t.Logf("t=%v lateRevocation: successor P%d misses the revocation (reboot %v)", w.s.Now(), succ, reboot)
+	_, e0 := w.s.Starts()
+	if w.s.RunWhile(w.s.Now()+targetHorizon, func() bool { _, e := w.s.Starts(); return e == e0 }) < 0 {
+		t.Logf("t=%v lateRevocation: no new epoch within the horizon", w.s.Now())
+		return
+	}
+	w.s.RunFor(drawDuration(t, "beforeCrash", 0, 5*time.Minute))
+	r := w.relay(t)
+	wipe := w.fs.Wipes && rapid.Bool().Draw(t, "lateWipe")
+	down := drawDuration(t, "lateDown", 0, 2*time.Minute)
+	t.Logf("t=%v lateRevocation: crash R%d (wipe %v) for %v", w.s.Now(), r, wipe, down)
+	w.s.CrashRelay(r, wipe)
+	w.s.RunFor(down)
+	w.s.RestartRelay(r)
+	w.s.RunFor(drawDuration(t, "successorAway", 0, time.Minute))
+	if reboot {
+		w.s.RestartProvider(succ)
+	}
+	back := map[int]bool{}
+	if rapid.Bool().Draw(t, "successorBackToEvidence") {
+		back[int(r)] = true
+		for k := range kept {
+			back[k] = true
+		}
+	} else {
+		for q := 0; q < w.sc.N; q++ {
+			if rapid.Bool().Draw(t, fmt.Sprintf("successorBack%d", q)) {
+				back[q] = true
+			}
+		}
+	}
+	for q := range back {
+		w.s.Heal(succ, sim.RelayID(q))
+	}
+	t.Logf("t=%v lateRevocation: successor P%d back on relays %v", w.s.Now(), succ, keys(back))
+}
+
+func keys(m map[int]bool) []int {
+	var out []int
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// liveHolder is a provider holding the workload Live, if any.
+func (w *world) liveHolder() (sim.ProviderID, bool) {
+	for p := 0; p < w.sc.K; p++ {
+		if _, ok := w.s.Node(sim.ProviderID(p)).Live(workloadID); ok && w.s.Up(sim.ProviderID(p)) {
+			return sim.ProviderID(p), true
+		}
+	}
+	return 0, false
+}
+
+// runnerAt is the provider running the workload at the highest epoch.
+func (w *world) runnerAt() (sim.ProviderID, bool) {
+	best, found := sim.ProviderID(0), false
+	var top uint64
+	for p := 0; p < w.sc.K; p++ {
+		if e, ok := w.s.Running(sim.ProviderID(p), workloadID); ok && (!found || e > top) {
+			best, top, found = sim.ProviderID(p), e, true
+		}
+	}
+	return best, found
 }
 
 // strike applies one fault drawn from those the fault space allows, at

@@ -27,6 +27,8 @@ func TestAssumptionsFitDefaultConfig(t *testing.T) {
 		{"drift", func(a *props.Assumptions) { a.MaxDriftPPM = 1e6 }},
 		{"agent death grace", func(a *props.Assumptions) { a.AgentDeathGrace = props.Margin(cfg) }},
 		{"workloads outlive the agent", func(a *props.Assumptions) { a.AgentDeathGrace = -1 }},
+		{"stop grace", func(a *props.Assumptions) { a.StopGrace = props.Margin(cfg) }},
+		{"claims kept", func(a *props.Assumptions) { a.ClaimsKeptLive = cfg.HeartbeatInterval }},
 	}
 	for _, tc := range tests {
 		a := assumed
@@ -44,6 +46,7 @@ func leaseProtocol() protocol {
 	cfg.LegDelay = assumed.MaxDelay / 2
 	cfg.TickInterval = assumed.TickInterval
 	cfg.AgentDeathGrace = assumed.AgentDeathGrace
+	cfg.StopTime = assumed.StopGrace
 	return protocol{
 		name: "provider-agent's rule (lease.DefaultConfig)",
 		cfg:  cfg,

@@ -185,3 +185,179 @@ func TestResumedPrimaryRetakes(t *testing.T) {
 	})
 	t.Logf("%d checks: slowest retake %v after the heal", checks, worst.Round(time.Millisecond))
 }
+
+// healBound is how soon after every fault heals exactly one provider runs
+// the workload (TestLivenessAfterHeal): the takeover's wait counted from the
+// heal (a standby's own stretch of heartbeats restarts then), the rank
+// stagger and the claim step's propagation (props.LivenessBound), plus one
+// claim backoff at its cap (a claim step that failed during the faults may
+// be backing off when they heal) and the provisioning of the new holder.
+func healBound(k int) time.Duration {
+	cfg := lease.DefaultConfig()
+	return props.LivenessBound(cfg, k, assumed, leaseProtocol().cfg.QueryTimeout) + cfg.ClaimRetryMax + cfg.ProvisionTimeout
+}
+
+// TestLivenessAfterHeal (issue 31 item 5): any schedule of partitions,
+// relay crashes with or without their storage, relays that freeze (take
+// everything and answer nothing) for a while, lossy links, provider crashes
+// and pauses, for up to an hour; then every fault heals (links, relays,
+// providers). Within healBound of the heal exactly one provider runs the
+// workload, Live, and the single-writer checks hold throughout: nobody is
+// stranded evicted or fenced with nobody running it (a fenced former
+// holder rejoins as a standby; an evicted one retakes).
+func TestLivenessAfterHeal(t *testing.T) {
+	var checks int
+	var worst time.Duration
+	props.CheckCI(t, 30, func(rt *rapid.T) {
+		fs := faultSpace{MinK: 2, MaxK: 4, MinN: 3, MaxN: 5,
+			MaxOffset: assumed.MaxClockOffset, MaxDriftPPM: assumed.MaxDriftPPM}
+		w := newWorld(rt, leaseProtocol(), fs)
+		sc, s := w.sc, w.s
+		s.RunFor(drawDuration(rt, "warmup", time.Minute, 20*time.Minute))
+		end := s.Now() + drawDuration(rt, "faultFor", time.Minute, time.Hour)
+		for s.Now() < end {
+			w.healableFault(rt)
+			s.RunFor(drawDuration(rt, "between", 0, 10*time.Minute))
+		}
+		healed := s.Now()
+		w.healAll()
+		rt.Logf("t=%v every fault heals: %s", healed, s.Describe())
+		bound := healBound(sc.K)
+		oneRuns := func() bool { return runners(s, sc.K) == 1 && anyLive(s, sc.K) }
+		at := s.RunWhile(healed+bound, func() bool { return !oneRuns() })
+		if v := s.Violation(); v != nil {
+			rt.Fatalf("%s at t=%v\ntimeline:\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
+		}
+		if at < 0 {
+			rt.Fatalf("%d providers run the workload %v after every fault healed (bound %v): %s\ntimeline:\n%s",
+				runners(s, sc.K), s.Now()-healed, bound, s.Describe(), sim.FormatTimeline(s.Timeline()))
+		}
+		s.RunFor(10 * time.Minute) // and it stays so
+		if v := s.Violation(); v != nil {
+			rt.Fatalf("%s at t=%v\ntimeline:\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
+		}
+		if n := runners(s, sc.K); n != 1 {
+			rt.Fatalf("%d providers run the workload 10 min after one did: %s\ntimeline:\n%s", n, s.Describe(), sim.FormatTimeline(s.Timeline()))
+		}
+		checks++
+		worst = max(worst, at-healed)
+	})
+	t.Logf("%d checks: one provider ran the workload at most %v after the heal (bound %v for 4 providers)",
+		checks, worst.Round(time.Millisecond), healBound(4))
+}
+
+// healableFault applies one fault that healAll ends.
+func (w *world) healableFault(t *rapid.T) {
+	s, sc := w.s, w.sc
+	switch rapid.IntRange(0, 5).Draw(t, "fault") {
+	case 0:
+		w.cutSubset(t, w.provider(t))
+	case 1:
+		r := w.relay(t)
+		wipe := rapid.Bool().Draw(t, "wipe")
+		t.Logf("t=%v R%d crashes (wipe %v)", s.Now(), r, wipe)
+		s.CrashRelay(r, wipe)
+	case 2:
+		r := w.relay(t)
+		t.Logf("t=%v R%d freezes", s.Now(), r)
+		s.FreezeRelay(r)
+	case 3:
+		p, r := w.provider(t), w.relay(t)
+		f := sim.LinkFaults{LossPct: rapid.IntRange(0, 60).Draw(t, "loss"), DupPct: rapid.IntRange(0, 60).Draw(t, "dup"),
+			Reorder: rapid.Bool().Draw(t, "reorder")}
+		t.Logf("t=%v link P%d-R%d faults %+v", s.Now(), p, r, f)
+		s.SetLinkFaults(p, r, f)
+	case 4:
+		p := w.provider(t)
+		node := rapid.Bool().Draw(t, "nodeCrash")
+		t.Logf("t=%v P%d crashes (node %v)", s.Now(), p, node)
+		s.CrashProvider(p, node)
+	case 5:
+		p := w.provider(t)
+		d := drawDuration(t, "pause", 0, assumed.MaxPause)
+		t.Logf("t=%v P%d pauses for %v", s.Now(), p, d)
+		s.PauseFor(p, d)
+	}
+	_ = sc
+}
+
+// healAll ends every fault: relays up and thawed, links whole, providers up.
+func (w *world) healAll() {
+	s, sc := w.s, w.sc
+	for r := 0; r < sc.N; r++ {
+		s.RestartRelay(sim.RelayID(r))
+		s.ThawRelay(sim.RelayID(r))
+	}
+	for p := 0; p < sc.K; p++ {
+		for r := 0; r < sc.N; r++ {
+			s.Heal(sim.ProviderID(p), sim.RelayID(r))
+			s.SetLinkFaults(sim.ProviderID(p), sim.RelayID(r), sim.LinkFaults{})
+		}
+		s.RestartProvider(sim.ProviderID(p))
+	}
+}
+
+func runners(s *sim.Sim, k int) int {
+	n := 0
+	for p := 0; p < k; p++ {
+		if _, ok := s.Running(sim.ProviderID(p), workloadID); ok {
+			n++
+		}
+	}
+	return n
+}
+
+func anyLive(s *sim.Sim, k int) bool {
+	for p := 0; p < k; p++ {
+		if _, ok := s.Node(sim.ProviderID(p)).Live(workloadID); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// TestLoneHolderCutOff (issue 31 item 2): after a failover the new holder
+// P1 has no standby the lease named left, and the former primary P0 is
+// healthy again. When P1 is cut off every relay it must still fence itself
+// on quorum loss: P0 rejoined as its standby (or, had it never heard epoch
+// 2, would retake), and takes over once P1 has been silent for
+// takeover_after, which it may only because P1 stopped by then. Exactly one
+// runs at the end, never two; and the lease had a standby again within a
+// heartbeat interval of the failover once P0 was back.
+func TestLoneHolderCutOff(t *testing.T) {
+	for seed := uint64(1); seed <= 10; seed++ {
+		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
+			s := scriptedWorld(t, 2, 2, 3, seed)
+			s.RunUntil(5 * time.Minute)
+			isolate(s, 0, 3) // P0 cut off: P1 takes over epoch 2
+			p1 := s.Node(1).(*sim.LeaseNode)
+			live2 := s.RunWhile(time.Hour, func() bool { e, ok := p1.Live(workloadID); return !ok || e != 2 })
+			if live2 < 0 {
+				t.Fatalf("P1 never Live at epoch 2\n%s", sim.FormatTimeline(s.Timeline()))
+			}
+			reconnect(s, 0, 3) // P0 healthy again: fenced, then P1's standby
+			p0 := s.Node(0).(*sim.LeaseNode)
+			rejoined := s.RunWhile(live2+time.Hour, func() bool {
+				w, ok := p0.Machine().Workload(workloadID)
+				return !ok || w.State != lease.StateStandby || w.Epoch != 2
+			})
+			if rejoined < 0 {
+				t.Fatalf("P0 never rejoined as P1's standby: %s\n%s", s.Describe(), sim.FormatTimeline(s.Timeline()))
+			}
+			s.RunFor(10 * time.Minute)
+			isolate(s, 1, 3) // the lone holder is cut off
+			cut := s.Now()
+			took := s.RunWhile(cut+healBound(2), func() bool { e, ok := p0.Live(workloadID); return !ok || e != 3 })
+			if v := s.Violation(); v != nil {
+				t.Fatalf("%s at %v\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
+			}
+			if took < 0 {
+				t.Fatalf("P0 not Live at epoch 3 within %v of P1's cut: %s\n%s", healBound(2), s.Describe(), sim.FormatTimeline(s.Timeline()))
+			}
+			if _, ok := s.Running(1, workloadID); ok {
+				t.Fatalf("P1 still runs the workload after P0 took over\n%s", sim.FormatTimeline(s.Timeline()))
+			}
+			t.Logf("standby again %v after P0 was back; P0 Live at epoch 3 %v after P1's cut", rejoined-live2, took-cut)
+		})
+	}
+}

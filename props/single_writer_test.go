@@ -2,6 +2,7 @@ package props_test
 
 import (
 	"testing"
+	"time"
 
 	"provideragent/props"
 	"provideragent/props/sim"
@@ -68,4 +69,34 @@ func TestShardedBeats(t *testing.T) {
 	fs.CheckTakeoverBound = true
 	props.CheckCI(t, 30, runSafety(proto, fs, &st))
 	t.Logf("%v", &st)
+}
+
+// TestLateDeliveries is TestSingleWriter aimed at late deliveries: three or
+// four providers over three relays (M=2), partitions, relay crashes and
+// wipes, reboots, and the lateRevocation schedule (a successor that hears
+// its holder's revocation only after another standby took over and a relay
+// lost the new holder's claim). Without lease's revocation deadline it
+// finds issue 24's two holders of epoch 2.
+func TestLateDeliveries(t *testing.T) {
+	var st stats
+	fs := lateDeliveries()
+	props.CheckCI(t, 60, runSafety(leaseProtocol(), fs, &st))
+	t.Logf("%v", &st)
+}
+
+// lateDeliveries is the fault space of TestLateDeliveries.
+func lateDeliveries() faultSpace {
+	return faultSpace{
+		MinK: 3, MaxK: 4, MinN: 3, MaxN: 3, FixedM: 2,
+		MaxOffset:     assumed.MaxClockOffset,
+		MaxDriftPPM:   assumed.MaxDriftPPM,
+		MaxAdvance:    10 * time.Minute,
+		Warmup:        2 * time.Minute,
+		Partitions:    true,
+		RelayCrashes:  true,
+		Wipes:         true,
+		ProviderCrash: true,
+		OnlyRelay:     -1,
+		Targeted:      true,
+	}
 }

@@ -113,16 +113,10 @@ func (u *BlossomUploader) ConfirmState(ctx context.Context) error {
 	reachable := 0
 	var lastErr error
 	for _, srv := range u.servers {
-		req, err := http.NewRequestWithContext(ctx, http.MethodHead, srv+"/upload", nil)
-		if err != nil {
-			return fmt.Errorf("confirm state: %w", err)
-		}
-		resp, err := u.client.Do(req)
-		if err != nil {
+		if _, err := ProbeServer(ctx, u.client, srv); err != nil {
 			lastErr = err
 			continue
 		}
-		resp.Body.Close()
 		reachable++
 	}
 	if reachable < u.minReplicas {
@@ -130,6 +124,22 @@ func (u *BlossomUploader) ConfirmState(ctx context.Context) error {
 			reachable, len(u.servers), u.minReplicas, ErrServerUnreachable, lastErr)
 	}
 	return nil
+}
+
+// ProbeServer sends HEAD /upload (BUD-06's upload check) to the Blossom
+// server srv and returns the HTTP status: any status means the server is
+// reachable; an error means it is not.
+func ProbeServer(ctx context.Context, client *http.Client, srv string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, srv+"/upload", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 // batch is the shared state of one UploadPending call.

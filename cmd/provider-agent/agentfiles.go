@@ -12,7 +12,7 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 
-	"provideragent/agent/config"
+	"provideragent/config"
 	"provideragent/internal/sqlitedb"
 )
 

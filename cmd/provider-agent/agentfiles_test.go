@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"provideragent/agent"
-	"provideragent/agent/config"
+	"provideragent/config"
 	"provideragent/courier"
 	"provideragent/internal/sqlitedb"
 	"provideragent/uploader"

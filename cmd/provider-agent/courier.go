@@ -18,11 +18,9 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
-	"provideragent/agent/config"
-	"provideragent/agent/relay"
 	"provideragent/courier"
 	"provideragent/internal/atomicfile"
+	"provideragent/relay"
 )
 
 func init() {
@@ -424,27 +422,19 @@ func nostrForwarder(ctx context.Context, files *agentFiles, timeout time.Duratio
 	if _, err := os.Stat(dbPath); err != nil {
 		return nil, nil, fmt.Errorf("%s --relays: open database %s: %w (pass --data-dir, --config or --db)", cmd, dbPath, err)
 	}
-	lock, err := lockDataDir(filepath.Dir(dbPath))
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Agent.DataDir = filepath.Dir(dbPath)
+	held, err := holdDataDir(ctx, cfg, logger)
 	if err != nil {
-		var held *dataDirLockedError
-		if errors.As(err, &held) {
+		var locked *dataDirLockedError
+		if errors.As(err, &locked) {
 			return nil, nil, fmt.Errorf("%s --relays: %w: that agent publishes its nostr receipts itself ('courier resend ID' makes one due now)", cmd, err)
 		}
 		return nil, nil, fmt.Errorf("%s --relays: %w", cmd, err)
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if _, err := backend.KillLeftovers(cfg.BackendLogDir(), logger); err != nil {
-		lock.Close()
-		return nil, nil, fmt.Errorf("%s --relays: %w", cmd, err)
-	}
-	secret, err := config.LoadKeyFile(cfg.KeyFilePath())
+	pool, err := agent.NewRelayPool(relayConfig(cfg), relay.Options{SecretKey: held.secret, Logger: logger})
 	if err != nil {
-		lock.Close()
-		return nil, nil, fmt.Errorf("%s --relays: the agent's key answers NIP-42 AUTH: %w", cmd, err)
-	}
-	pool, err := agent.NewRelayPool(relayConfig(cfg), relay.Options{SecretKey: secret, Logger: logger})
-	if err != nil {
-		lock.Close()
+		held.Close()
 		return nil, nil, fmt.Errorf("%s --relays: %w", cmd, err)
 	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -453,12 +443,12 @@ func nostrForwarder(ctx context.Context, files *agentFiles, timeout time.Duratio
 	closeFn := func() {
 		cancel()
 		<-done
-		lock.Close()
+		held.Close()
 	}
 	// Give the connections a moment to come up, as 'workloads grant
 	// --publish' does: a publish goes only to connected relays.
 	wait, wcancel := context.WithTimeout(ctx, timeout)
-	waitForRelays(wait, cfg.Lease.Quorum, func() int { return agent.ConnectedRelays(pool) })
+	waitForRelays(wait, cfg.Lease.Quorum, func() int { return pool.Connected() })
 	wcancel()
 	return &agent.NostrForwarder{Pool: pool, Quorum: cfg.Lease.Quorum, Timeout: timeout}, closeFn, nil
 }

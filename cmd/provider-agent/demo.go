@@ -15,7 +15,8 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
+	"provideragent/backend"
+	"provideragent/internal/cutproxy"
 	"provideragent/internal/localrelay"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
@@ -129,7 +130,7 @@ func demo(ctx context.Context, stdout, stderr io.Writer, verbose bool) (DemoResu
 		tl.printf("demo", "relay", "relay %d listening on %s", i+1, r.URL())
 	}
 	// The primary reaches relays 1 and 2 through proxies the demo can cut.
-	var proxies []*agent.Proxy
+	var proxies []*cutproxy.Proxy
 	defer func() {
 		for _, p := range proxies {
 			p.Close()
@@ -137,7 +138,7 @@ func demo(ctx context.Context, stdout, stderr io.Writer, verbose bool) (DemoResu
 	}()
 	dial := map[string]string{}
 	for i := range 2 {
-		p, err := agent.NewProxy(relays[i].Addr())
+		p, err := cutproxy.New(relays[i].Addr())
 		if err != nil {
 			return DemoResult{}, err
 		}
@@ -151,7 +152,7 @@ func demo(ctx context.Context, stdout, stderr io.Writer, verbose bool) (DemoResu
 	}
 	defer os.RemoveAll(dir)
 
-	lcfg := agent.DemoLeaseConfig(urls)
+	lcfg := lease.DemoConfig(urls)
 	primaryKey, standbyKey := nostr.GeneratePrivateKey(), nostr.GeneratePrivateKey()
 	primaryPub, _ := nostr.GetPublicKey(primaryKey)
 	standbyPub, _ := nostr.GetPublicKey(standbyKey)
@@ -213,10 +214,16 @@ func demo(ctx context.Context, stdout, stderr io.Writer, verbose bool) (DemoResu
 			return DemoResult{}, err
 		}
 		defer db.Close()
-		cfg := agent.DemoConfig(urls, who.key, who.name)
+		cfg := demoAgentConfig(urls, who.key, who.name)
 		cfg.DialAddrs = who.dial
 		pcfg := backend.DefaultProcessConfig()
 		pcfg.StopGrace = 2 * time.Second
+		if os.Geteuid() != 0 {
+			// The demo's workload is its own fixed command, not a third
+			// party's: where it cannot be isolated (isolation needs root)
+			// it runs as the user who runs the demo.
+			pcfg.Isolation = backend.IsolateNone
+		}
 		proc, err := backend.NewProcess(pcfg, logger)
 		if err != nil {
 			return DemoResult{}, err
@@ -276,4 +283,24 @@ func demo(ctx context.Context, stdout, stderr io.Writer, verbose bool) (DemoResu
 	tl.closed = true
 	tl.mu.Unlock()
 	return res, nil
+}
+
+// demoAgentConfig is the agent settings of the demo's providers:
+// lease.DemoConfig(relays), identity secretKey, timeline name, no status
+// listener, 2 s publishes, workload processes stopped when the demo ends,
+// and an outbox that retries within a second.
+func demoAgentConfig(relays []string, secretKey, name string) agent.Config {
+	c := agent.DefaultConfig()
+	c.Lease = lease.DemoConfig(relays)
+	c.SecretKey = secretKey
+	c.Name = name
+	c.Listen = ""
+	c.PublishTimeout = 2 * time.Second
+	c.StopWorkloadsOnExit = true
+	c.Courier.MaxAttempts = 20
+	c.Courier.InitialBackoff = 200 * time.Millisecond
+	c.Courier.MaxBackoff = time.Second
+	c.Courier.ForwardTimeout = 5 * time.Second
+	c.Courier.ClaimTimeout = 6 * time.Second
+	return c
 }

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"provideragent/agent/config"
+	"provideragent/config"
 	"provideragent/identity"
 )
 

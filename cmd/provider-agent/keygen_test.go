@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"provideragent/agent/config"
+	"provideragent/config"
 	"provideragent/identity"
 )
 

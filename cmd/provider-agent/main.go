@@ -17,7 +17,7 @@ import (
 	"strings"
 	"syscall"
 
-	"provideragent/agent/backend"
+	"provideragent/backend"
 )
 
 // command is one subcommand of provider-agent.

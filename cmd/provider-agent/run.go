@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -17,8 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
-	"provideragent/agent/config"
+	"provideragent/backend"
+	"provideragent/config"
+	"provideragent/internal/sdnotify"
 	"provideragent/internal/sqlitedb"
 	"provideragent/uploader"
 )
@@ -39,10 +41,30 @@ SIGINT or SIGTERM.
 
 Workload processes never outlive the agent: each runs under a supervisor
 (this binary, re-executed) that kills the workload's whole process tree when
-the agent dies, even by kill -9. run holds <data_dir>/provider-agent.lock for
-its whole life, so a second run on the same data dir exits 1 naming the
+the agent dies, even by kill -9. The kernel holds that tree together
+(backend.containment): the supervisor is the init of the workload's PID
+namespace, so nothing of the workload survives the supervisor either, and
+each workload has a cgroup that is killed whole; where the host allows
+neither (not root, no user namespaces, no cgroup the agent may write) run
+says so in a WARN and on /status. run holds <data_dir>/provider-agent.lock
+for its whole life, so a second run on the same data dir exits 1 naming the
 holder's pid; right after taking it, before opening the database, it kills
-any workload process a killed earlier run on this data dir left.
+what a killed earlier run on this data dir left (its workloads' cgroups,
+and processes with its tag; with backend.kind = podman, its containers,
+by label). A data dir open to group or others is a WARN.
+
+Workloads are isolated (backend.isolation = user, the default): each runs
+as an unprivileged user that is not the agent's (a uid of its own from
+backend.workload_uids, or backend.workload_user), with a clean environment
+and a private directory under backend.workload_dir, so that it cannot read
+the key file or the database or reach the other workloads. That needs
+root: an agent that cannot isolate says so at start and on /status and
+starts no workload, unless backend.isolation = "none" (the agent's user
+and environment: unsafe for workloads of third parties).
+
+backend.kind = podman runs the OCI image a grant names (workloads grant
+--image) with podman, inside the PID namespace of such a supervisor, so
+that a container dies with the agent too (kill -9 included).
 
 Settings come from the TOML config file, then PROVIDER_AGENT_<SECTION>_<KEY>
 environment variables, then these flags. The identity key file must not be
@@ -67,6 +89,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		_, err := io.WriteString(stdout, config.Example())
 		return err
 	}
+	// Before any workload can inherit $NOTIFY_SOCKET (systemd Type=notify).
+	notify := sdnotify.FromEnv()
 	cfg, err := flags.Resolve(os.Environ())
 	if err != nil {
 		return err
@@ -91,43 +115,23 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := os.MkdirAll(cfg.Agent.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
-	if err := checkWritable(cfg.Agent.DataDir); err != nil {
-		return fmt.Errorf("data dir %s is not writable (%s): run creates %s, its -wal and -shm files, %s and logs/ there",
-			cfg.Agent.DataDir, pathErrCause(err), config.DBFileName, lockFileName)
-	}
 	// One agent per data dir, for the whole run (released when run returns,
 	// after the workloads were stopped, or by the kernel when it dies).
-	lock, err := lockDataDir(cfg.Agent.DataDir)
+	held, err := holdDataDir(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
-	defer lock.Close()
-	// Before anything that can fail: an earlier agent on this data dir that
-	// was killed must not keep its workloads running because this one
-	// cannot open its database or read its key.
-	if _, err := backend.KillLeftovers(cfg.BackendLogDir(), logger); err != nil {
-		return err
-	}
-	secret, err := config.LoadKeyFile(cfg.KeyFilePath())
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no identity key at %s: create one with 'provider-agent keygen --out %s' (or point agent.key_file / --key-file at yours)",
-			cfg.KeyFilePath(), cfg.KeyFilePath())
-	}
-	if err != nil {
-		return err
-	}
+	defer held.Close()
+	secret := held.secret
 	db, err := sqlitedb.Open(ctx, cfg.DBPath(), sqlitedb.Options{})
 	if err != nil {
 		return diagnoseDB(cfg.DBPath(), err)
 	}
 	defer db.Close()
 
-	pcfg := backend.DefaultProcessConfig()
-	pcfg.StopGrace = cfg.Backend.StopGrace
-	pcfg.LogDir = cfg.BackendLogDir()
-	proc, err := backend.NewProcess(pcfg, logger)
+	proc, err := newBackend(ctx, cfg, logger)
 	if err != nil {
-		return fmt.Errorf("backend: %w", err)
+		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -150,7 +154,13 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintf(stdout, "provider-agent: running as %s with %d relays (quorum %d); status %s; data %s\n",
 		a.Npub(), len(cfg.Lease.Relays), cfg.Lease.Quorum, where, cfg.DBPath())
+	nctx, stopNotify := context.WithCancel(ctx)
+	var notifying sync.WaitGroup
+	notifying.Go(func() { notifyReady(nctx, notify, a, cfg.Lease.Quorum, logger) })
 	runErr := a.Run(ctx)
+	stopNotify()
+	notifying.Wait()
+	_ = notify.Notify("STOPPING=1", "STATUS=stopping: workloads are being stopped")
 	// Workload processes keep running only as long as the backend: close it
 	// (stops them) with a bounded grace.
 	cctx, cancel := context.WithTimeout(context.Background(), cfg.Backend.StopGrace+5*time.Second)
@@ -163,6 +173,22 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintln(stdout, "provider-agent: stopped")
 	return nil
+}
+
+// newBackend builds backend.kind's backend.
+func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (backend.Backend, error) {
+	if cfg.Backend.Kind == "podman" {
+		p, err := backend.NewPodman(ctx, cfg.PodmanConfig(), logger)
+		if err != nil {
+			return nil, fmt.Errorf("backend: %w", err)
+		}
+		return p, nil
+	}
+	p, err := backend.NewProcess(cfg.ProcessConfig(), logger)
+	if err != nil {
+		return nil, fmt.Errorf("backend: %w", err)
+	}
+	return p, nil
 }
 
 // uploadInterval is how often the running agent uploads pending

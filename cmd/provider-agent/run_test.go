@@ -12,13 +12,16 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/agent"
-	"provideragent/agent/config"
+	"provideragent/config"
 )
 
 // TestRunRejectsBadConfig: invalid settings stop startup with one line that
 // names the field and the value.
 func TestRunRejectsBadConfig(t *testing.T) {
 	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil { // no data dir mode WARN
+		t.Fatal(err)
+	}
 	relays := []string{"--relay", "ws://127.0.0.1:1", "--relay", "ws://127.0.0.1:2", "--relay", "ws://127.0.0.1:3"}
 	tests := []struct {
 		name string

@@ -9,13 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"provideragent/agent"
-	"provideragent/agent/config"
+	"provideragent/config"
 	"provideragent/identity"
 )
 
@@ -34,8 +35,16 @@ type runChild struct {
 // test ends if it still runs; its output is logged when the test failed.
 func startRun(t *testing.T, args ...string) *runChild {
 	t.Helper()
+	return startRunWrapped(t, nil, args...)
+}
+
+// startRunWrapped is startRun with run's command prefixed by wrap (a
+// netlab node's ip netns exec: run then lives in that namespace).
+func startRunWrapped(t *testing.T, wrap []string, args ...string) *runChild {
+	t.Helper()
 	r := &runChild{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan error, 1)}
-	r.cmd = exec.Command(agentBinary(t), append([]string{"run"}, args...)...)
+	argv := append(append(slices.Clone(wrap), agentBinary(t), "run"), args...)
+	r.cmd = exec.Command(argv[0], argv[1:]...)
 	r.cmd.Env = runEnv()
 	r.cmd.Stderr = r.stderr
 	out, err := r.cmd.StdoutPipe()
@@ -157,7 +166,9 @@ func workloadIn(st agent.Status, id string) (agent.WorkloadStatus, bool) {
 
 // fastConfig writes a config file with the demo's short lease timings
 // (failover within about 15 s), the given relays and quorum, data dir and
-// listen address, trusting issuers; it returns its path.
+// listen address, trusting issuers, and a workload dir of the test's; it
+// returns its path. Its last section is [backend]: a caller may append
+// settings of that section, or other sections.
 func fastConfig(t *testing.T, dir, dataDir, listen string, relays []string, quorum int, issuers ...string) string {
 	t.Helper()
 	q := func(ss []string) string {
@@ -195,7 +206,10 @@ interval = "1s"
 [courier]
 backoff_initial = "200ms"
 backoff_cap = "1s"
-`, dataDir, listen, q(issuers), q(relays), quorum)
+
+[backend]
+workload_dir = %q
+`, dataDir, listen, q(issuers), q(relays), quorum, workloadDir(t))
 	path := filepath.Join(dir, filepath.Base(dataDir)+".toml")
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)

@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"provideragent/agent"
-	"provideragent/agent/config"
+	"provideragent/config"
 	"provideragent/internal/relaytest"
 )
 
-var statusURL = regexp.MustCompile(`status (http://127\.0\.0\.1:[0-9]+/status)`)
+var statusURL = regexp.MustCompile(`status (http://[0-9.]+:[0-9]+/status)`)
 
 // TestRunStopsOnSignal runs `provider-agent run` (built without -race) as a
 // child process against three child relays with a temp data dir and a 0600

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"provideragent/agent/config"
+	"provideragent/config"
 	"provideragent/internal/relaytest"
 )
 
@@ -33,34 +33,60 @@ func runEnv() []string {
 type agentSetup struct {
 	bin, dataDir string
 	relayArgs    []string
-	pidFile      string // the workload's processes append their pids
-	shimFile     string // the workload's top shell appends its parent's pid
+	pidFile      string   // the workload's processes append their pids
+	shimFile     string   // the workload's top shell appends its parent's pid
+	env          []string // added to run's environment
 }
 
 // treeLine is a workload of every shape that escaped the old Pdeathsig: a
 // setsid'ed double fork and a pipeline, each process recording its pid
-// (4 pids), plus the supervisor's pid (the top shell's parent).
+// (4 pids), plus the supervisor's pid (the top shell's parent). Pids are
+// recorded as /proc names them, not as $$ and $PPID: those are numbers in
+// the workload's PID namespace.
 func treeLine(pidFile, shimFile string) string {
-	rec := func(argv string) string { return `sh -c 'echo $$ >> ` + pidFile + `; exec ` + argv + `'` }
-	return `echo $PPID >> ` + shimFile + `; (setsid ` + rec("sleep 1000") + ` &); echo $$ >> ` + pidFile + `; ` +
-		rec("sleep 1000") + ` | ` + rec("cat")
+	return recordParent(shimFile) + `; (setsid ` + recordPid(pidFile, "sleep 1000") + ` &); ` + recordSelf(pidFile) + `; ` +
+		recordPid(pidFile, "sleep 1000") + ` | ` + recordPid(pidFile, "cat")
 }
 
 const treePids = 4
 
+// recordSelf appends the shell's pid (as /proc names it) to file; it holds
+// no single quote, so it may stand inside one.
+func recordSelf(file string) string { return `read -r p _ </proc/self/stat; echo $p >> ` + file }
+
+// recordParent appends the shell's parent's pid (as /proc names it) to file.
+func recordParent(file string) string {
+	return `read -r _ _ _ pp _ </proc/self/stat; echo $pp >> ` + file
+}
+
+// recordPid is a shell command that records its pid in file and becomes
+// argv (exec, same pid).
+func recordPid(file, argv string) string {
+	return `sh -c '` + recordSelf(file) + `; exec ` + argv + `'`
+}
+
 func newAgentSetup(t *testing.T) *agentSetup {
+	t.Helper()
+	return newAgentSetupLine(t, treeLine)
+}
+
+// newAgentSetupLine is newAgentSetup with the workload line line(pidFile,
+// shimFile).
+func newAgentSetupLine(t *testing.T, line func(pidFile, shimFile string) string) *agentSetup {
 	t.Helper()
 	s := &agentSetup{bin: agentBinary(t), dataDir: t.TempDir()}
 	for range 3 {
 		s.relayArgs = append(s.relayArgs, "--relay", relaytest.Start(t).URL())
 	}
 	s.relayArgs = append(s.relayArgs, "--quorum", "2")
-	tmp := t.TempDir()
+	// The workload's user writes them.
+	tmp := sharedDir(t)
 	s.pidFile, s.shimFile = filepath.Join(tmp, "pids"), filepath.Join(tmp, "shim")
+	s.env = []string{config.EnvPrefix + "BACKEND_WORKLOAD_DIR=" + workloadDir(t)}
 	if _, err := config.GenerateKeyFile(filepath.Join(s.dataDir, "identity.key")); err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"workloads", "grant", "--data-dir", s.dataDir, "--id", "tree", "--command", treeLine(s.pidFile, s.shimFile)}, s.relayArgs...)
+	args := append([]string{"workloads", "grant", "--data-dir", s.dataDir, "--id", "tree", "--command", line(s.pidFile, s.shimFile)}, s.relayArgs...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Env = runEnv()
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -87,7 +113,7 @@ func (s *agentSetup) startOn(t *testing.T, listen string) *runningAgent {
 	t.Helper()
 	args := append([]string{"run", "--data-dir", s.dataDir, "--listen", listen}, s.relayArgs...)
 	r := &runningAgent{cmd: exec.Command(s.bin, args...), stderr: &lockedBuffer{}, done: make(chan error, 1)}
-	r.cmd.Env = runEnv()
+	r.cmd.Env = append(runEnv(), s.env...)
 	r.cmd.Stderr = r.stderr
 	out, err := r.cmd.StdoutPipe()
 	if err != nil {
@@ -182,11 +208,12 @@ func waitAllDead(t *testing.T, what string, pids []int) {
 }
 
 // killIfOurs SIGKILLs the pids still running with the workload's id in
-// their environment (cleanup of a failed test; a bare pid may be reused).
+// their environment, or a cleared environment (cleanup of a failed test; a
+// bare pid may be reused).
 func killIfOurs(pids []int) {
 	for _, pid := range pids {
 		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-		if err == nil && strings.Contains(string(env), "\x00PROVIDER_AGENT_WORKLOAD_ID=tree\x00") {
+		if err == nil && (strings.Contains(string(env), "\x00PROVIDER_AGENT_WORKLOAD_ID=tree\x00") || string(env) == scrubbedEnv+"\x00") {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
@@ -218,20 +245,24 @@ func TestRunKilledTakesItsWorkloads(t *testing.T) {
 	t.Logf("the workload's %d processes were gone %v after kill -9 of run", len(ps), time.Since(killed).Round(time.Millisecond))
 }
 
-// TestRunRestartKillsLeftoversBeforeTheDatabase: the supervisor of a
-// workload is SIGKILLed, then the agent (SIGSTOPped first, so that it
-// cannot clean up): the workload's tree is left running. A restart whose
-// database fails to open exits 1, but kills those leftovers first.
+// TestRunRestartKillsLeftoversBeforeTheDatabase: where a workload has a
+// cgroup but no PID namespace (backend.containment = cgroup, what auto
+// falls back to without root or user namespaces), its supervisor is
+// SIGKILLed, then the agent (SIGSTOPped first, so that it cannot clean
+// up): the workload's tree is left running, also a daemon that cleared
+// its environment. A restart whose database fails to open exits 1, but
+// kills those leftovers first, found by their cgroup.
 func TestRunRestartKillsLeftoversBeforeTheDatabase(t *testing.T) {
 	t.Parallel()
-	s := newAgentSetup(t)
+	s := newAgentSetupLine(t, func(pidFile, shimFile string) string {
+		return scrubbedDaemon(pidFile, "") + ` ` + treeLine(pidFile, shimFile)
+	})
+	s.env = append(s.env, "PROVIDER_AGENT_BACKEND_CONTAINMENT=cgroup")
 	r := s.start(t)
-	ps := pids(t, s.pidFile, treePids)
+	ps := pids(t, s.pidFile, treePids+1)
 	t.Cleanup(func() { killIfOurs(ps) })
 	shim := pids(t, s.shimFile, 1)[0]
-	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	stopAndWait(t, r.cmd.Process.Pid)
 	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -243,8 +274,8 @@ func TestRunRestartKillsLeftoversBeforeTheDatabase(t *testing.T) {
 			left = append(left, pid)
 		}
 	}
-	if len(left) == 0 {
-		t.Fatalf("every workload process died with its supervisor and agent; this test needs leftovers")
+	if len(left) != len(ps) {
+		t.Fatalf("of the workload's processes %v only %v outlived its supervisor and agent; this test needs them all", ps, left)
 	}
 	// The database is now garbage: run cannot open it.
 	db := filepath.Join(s.dataDir, config.DBFileName)

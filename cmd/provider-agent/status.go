@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
-	"provideragent/agent/config"
+	"provideragent/backend"
+	"provideragent/config"
 )
 
 func init() {
@@ -29,9 +29,14 @@ func init() {
 const statusUsage = `provider-agent status asks the running agent for its /status document
 (workloads, states, epochs, holders, the standbys each has left, relays).
 When the agent does not answer, it reads the workloads from the agent's
-SQLite file instead and says so. Under the table it prints one line per
-workload that needs attention: why a failed or respawning workload's
-process ended (from its log), and a workload with no standby left.
+SQLite file instead and says so. Above the table a WARNING line says when
+the running agent cannot keep every process of a workload from outliving
+its supervisor on this host (backend.containment), and another when its
+workloads are not isolated from it and from each other (backend.isolation:
+off, or not possible here, and then no workload starts). Under the table it
+prints one line per workload that needs attention: why a failed or
+respawning workload's process ended (from its log), and a workload held
+here none of whose standbys is alive.
 
 ` + agentFilesHelp + `
 
@@ -159,6 +164,12 @@ func printStatus(w io.Writer, st agent.Status) {
 		who = "(unknown: agent down)"
 	}
 	fmt.Fprintf(w, "provider %s (source: %s, synced: %v)\n", who, st.Source, st.Synced)
+	if st.ContainmentWarning != "" {
+		fmt.Fprintf(w, "WARNING: workloads are not fully contained (%s): %s\n", st.Containment, st.ContainmentWarning)
+	}
+	if st.IsolationWarning != "" {
+		fmt.Fprintf(w, "WARNING: workloads are not isolated (%s): %s\n", st.Isolation, st.IsolationWarning)
+	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKLOAD\tSTATE\tEPOCH\tROLE\tRUNNING\tHOLDER\tSTANDBYS")
 	for _, x := range st.Workloads {
@@ -182,33 +193,38 @@ func printStatus(w io.Writer, st agent.Status) {
 	}
 }
 
-// standbysColumn shows the standbys a workload has left: their short keys,
-// "none" when the lease named some but none is left, "-" when it named none.
+// standbysColumn shows the standbys of a workload's holder: their short
+// keys, marked when none of them is alive, "-" when the lease names none.
 func standbysColumn(x agent.WorkloadStatus) string {
-	switch {
-	case len(x.Standbys) > 0:
-		short := make([]string, len(x.Standbys))
-		for i, k := range x.Standbys {
-			short[i] = shortKey(k)
-		}
-		return strings.Join(short, ",")
-	case x.NoStandby:
-		return "none"
+	if len(x.Standbys) == 0 {
+		return "-"
 	}
-	return "-"
+	if x.NoStandby {
+		return shortKeys(x.Standbys) + " (none alive)"
+	}
+	return shortKeys(x.Standbys)
+}
+
+// shortKeys joins the short forms of keys with commas.
+func shortKeys(keys []string) string {
+	short := make([]string, len(keys))
+	for i, k := range keys {
+		short[i] = shortKey(k)
+	}
+	return strings.Join(short, ",")
 }
 
 // printWorkloadNotes prints, under the table, one line per workload that
 // needs attention: why a failed or respawning workload's process ended, and
-// a workload that has no standby left.
+// a workload held here whose standbys are none of them alive.
 func printWorkloadNotes(w io.Writer, ws []agent.WorkloadStatus) {
 	for _, x := range ws {
 		if x.Reason != "" {
 			fmt.Fprintf(w, "%s: %s: %s\n", x.ID, x.State, x.Reason)
 		}
 		if x.NoStandby {
-			fmt.Fprintf(w, "%s: no standby left (its only standbys now hold it): if %s fails, nobody takes over; grant it again with new --standby keys and --publish\n",
-				x.ID, shortKey(x.Primary))
+			fmt.Fprintf(w, "%s: no standby alive: if %s fails, nobody takes over until one of %s runs again (a former primary rejoins as a standby once it does)\n",
+				x.ID, shortKey(x.Primary), shortKeys(x.Standbys))
 		}
 	}
 }

@@ -49,6 +49,7 @@ func TestRunAndStatusLive(t *testing.T) {
 		t.Fatalf("workloads grant = exit %d %q %q", code, out, errs)
 	}
 	t.Setenv("PROVIDER_AGENT_HEARTBEAT_INTERVAL", "1s")
+	t.Setenv("PROVIDER_AGENT_BACKEND_WORKLOAD_DIR", workloadDir(t))
 	t.Setenv("PROVIDER_AGENT_LEASE_STALE", "3s")
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -17,7 +17,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
-	"provideragent/agent/config"
+	"provideragent/config"
 	"provideragent/identity"
 	"provideragent/internal/atomicfile"
 	"provideragent/uploader"

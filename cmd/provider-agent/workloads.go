@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"provideragent/agent"
-	"provideragent/agent/backend"
-	"provideragent/agent/config"
-	"provideragent/agent/relay"
+	"provideragent/backend"
+	"provideragent/config"
 	"provideragent/heartbeat"
 	"provideragent/identity"
+	"provideragent/internal/imagespec"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 func init() {
@@ -41,6 +42,10 @@ before or after the subcommand's arguments.
                                  [--replication warm-standby|checkpointed|none]
                                  [--restart never|on-failure] [--max-attempts N]
                                  [--publish]
+  workloads grant --id ID ... --image REF [--command 'LINE'] [--cpus N]
+                                 [--memory-mb N] [--env KEY=VALUE]... [--network]
+                                 an OCI image (backend.kind = podman); LINE runs
+                                 in it with /bin/sh -c, else its own command
   workloads release ID           stop the workload here and forget it
 
 Keys are hex or npub; --primary defaults to this agent's own key. grant
@@ -58,6 +63,8 @@ reaches the standbys: grant warns about it.
 Example:
   provider-agent workloads grant --data-dir ./data --id web-1 --command 'python3 -m http.server 8080' \
       --standby npub1... --replication warm-standby --publish
+  provider-agent workloads grant --data-dir ./data --id web-2 --image docker.io/library/nginx:1.27 \
+      --memory-mb 256 --cpus 0.5 --env NGINX_PORT=8080 --network
   provider-agent workloads list --data-dir ./data
   provider-agent workloads show web-1 --config /etc/provider-agent.toml`
 
@@ -183,13 +190,19 @@ func runWorkloadsGrant(ctx context.Context, files *agentFiles, args []string, st
 		id, primary, command, replication, restart string
 		maxAttempts                                int
 		epoch                                      uint64
-		standbys                                   stringList
+		standbys, env                              stringList
 		publish                                    bool
+		im                                         imagespec.Image
 	)
 	fs.StringVar(&id, "id", "", "workload `id` (required)")
 	fs.StringVar(&primary, "primary", "", "primary provider `key` (hex or npub; default: this agent)")
 	fs.Var(&standbys, "standby", "standby provider `key` (repeat, in rank order); standbys learn the workload only with --publish")
-	fs.StringVar(&command, "command", "", "shell command `line` that runs the workload (required)")
+	fs.StringVar(&command, "command", "", "shell command `line` that runs the workload (required without --image; with it, run in the image with /bin/sh -c)")
+	fs.StringVar(&im.Ref, "image", "", "OCI image `ref` to run instead of a command (backend.kind = podman), e.g. docker.io/library/nginx:1.27")
+	fs.Float64Var(&im.CPUs, "cpus", 0, "--image: CPU limit in cores (0: none)")
+	fs.Int64Var(&im.MemoryMB, "memory-mb", 0, "--image: memory limit in MiB (0: none)")
+	fs.Var(&env, "env", "--image: `KEY=VALUE` added to the container's environment (repeat)")
+	fs.BoolVar(&im.Network, "network", false, "--image: give the container the host's default container network (default: none)")
 	fs.StringVar(&replication, "replication", "", "none, checkpointed or warm-standby (default: warm-standby with standbys, none without)")
 	fs.StringVar(&restart, "restart", "on-failure", "restart policy: never or on-failure")
 	fs.IntVar(&maxAttempts, "max-attempts", 5, "respawn attempts for on-failure")
@@ -202,7 +215,8 @@ func runWorkloadsGrant(ctx context.Context, files *agentFiles, args []string, st
 	if err != nil {
 		return err
 	}
-	spec, err := grantSpec(cfg, id, primary, standbys, command, replication, restart, maxAttempts, epoch)
+	im.Env = env
+	spec, err := grantSpec(cfg, id, primary, standbys, command, im, replication, restart, maxAttempts, epoch)
 	if err != nil {
 		return err
 	}
@@ -294,12 +308,25 @@ func publishGrant(ctx context.Context, cfg config.Config, spec lease.Spec, stdou
 	return nil
 }
 
-func grantSpec(cfg config.Config, id, primary string, standbys []string, command, replication, restart string, maxAttempts int, epoch uint64) (lease.Spec, error) {
+func grantSpec(cfg config.Config, id, primary string, standbys []string, command string, im imagespec.Image, replication, restart string, maxAttempts int, epoch uint64) (lease.Spec, error) {
 	if id == "" {
 		return lease.Spec{}, usagef("workloads grant: --id is required")
 	}
-	if strings.TrimSpace(command) == "" {
-		return lease.Spec{}, usagef("workloads grant: --command is required")
+	if im.Ref == "" && strings.TrimSpace(command) == "" {
+		return lease.Spec{}, usagef("workloads grant: --command (or --image) is required")
+	}
+	if im.Ref == "" && (im.CPUs != 0 || im.MemoryMB != 0 || len(im.Env) > 0 || im.Network) {
+		return lease.Spec{}, usagef("workloads grant: --cpus, --memory-mb, --env and --network apply to --image")
+	}
+	argv := backend.ShellCommand(command)
+	if im.Ref != "" {
+		if err := im.Validate(); err != nil {
+			return lease.Spec{}, fmt.Errorf("workloads grant: --image: %w", err)
+		}
+		if strings.TrimSpace(command) == "" {
+			argv = nil
+		}
+		argv = imagespec.Encode(im, argv)
 	}
 	if primary == "" {
 		secret, err := config.LoadKeyFile(cfg.KeyFilePath())
@@ -314,7 +341,7 @@ func grantSpec(cfg config.Config, id, primary string, standbys []string, command
 	if err != nil {
 		return lease.Spec{}, fmt.Errorf("workloads grant: --primary: %w", err)
 	}
-	spec := lease.Spec{ID: id, Primary: p, Epoch: epoch, Command: backend.ShellCommand(command), CreatedAt: time.Now().UTC()}
+	spec := lease.Spec{ID: id, Primary: p, Epoch: epoch, Command: argv, CreatedAt: time.Now().UTC()}
 	for i, s := range standbys {
 		k, err := identity.ParsePublicKey(s)
 		if err != nil {

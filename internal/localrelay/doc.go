@@ -5,6 +5,9 @@
 // so that the agent's relay layer can be exercised against a misbehaving relay;
 // Options.Strfry puts a front end before it that behaves as strfry with its
 // default limits and exact messages (strfry itself is not packaged here).
+// Every client connection writes through its own bounded queue (outbound.go),
+// so a client that stops reading is dropped and never holds up another, which
+// khatru alone does not guarantee.
 // Create one with New, call Start, and Shutdown when done. khatru races on its
 // own listener slice, so tests built with -race run it as a child process
 // (see localrelayd and internal/relaytest) rather than in-process.

@@ -113,6 +113,34 @@ type Options struct {
 	// Limits are advertised over NIP-11.
 	Limits Limits
 
+	// WriteTimeout is how long a client may accept no byte of what the
+	// relay sends it before the relay drops it (closes its socket); default
+	// DefaultWriteTimeout. Writes to a client never wait: each connection's
+	// frames are queued and written by its own goroutine, so a client that
+	// stops reading holds up nobody else. With Strfry it does not apply:
+	// strfry has no write timeout, it drops such a client by
+	// MaxPendingOutbound or by its keep-alive (PingInterval).
+	WriteTimeout time.Duration
+	// MaxPendingOutbound is the most bytes queued toward one client; a
+	// client whose backlog would exceed it is dropped (default
+	// DefaultMaxPendingOutbound, strfry's relay.maxPendingOutboundBytes).
+	MaxPendingOutbound int
+	// PingInterval is the keep-alive period. khatru pings every
+	// PingInterval and drops a client that sent no pong for twice that
+	// (default 30 s, so 60 s); with Strfry, as strfry's
+	// relay.autoPingSeconds, a client that sent nothing since the previous
+	// ping is dropped at the next (default StrfryAutoPing, so 55-110 s).
+	PingInterval time.Duration
+	// SendBuffer, when positive, is the kernel's send buffer for each
+	// client connection (SO_SNDBUF, which Linux doubles); 0 leaves it to
+	// the kernel. Over loopback the kernel grows the buffer of a peer that
+	// stopped reading to hundreds of kilobytes, since its ACKs keep coming;
+	// over a network, a peer that vanished sends no ACK and the buffer stays
+	// at tens of kilobytes (72 KB in issue 31's trial). Tests of vanished
+	// peers set it so that the relay meets the stall after as little
+	// traffic as in the field.
+	SendBuffer int
+
 	// Strfry makes the relay behave as strfry does with its default
 	// configuration: a front end on the relay's address enforces strfry's
 	// limits (the Strfry* constants) with strfry's exact messages, wraps
@@ -144,6 +172,14 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: ClosedAfter = %v, want >= 0", ErrInvalidOptions, o.ClosedAfter)
 	case o.ClosedTimes < 0:
 		return fmt.Errorf("%w: ClosedTimes = %d, want >= 0", ErrInvalidOptions, o.ClosedTimes)
+	case o.WriteTimeout < 0:
+		return fmt.Errorf("%w: WriteTimeout = %v, want >= 0", ErrInvalidOptions, o.WriteTimeout)
+	case o.MaxPendingOutbound < 0:
+		return fmt.Errorf("%w: MaxPendingOutbound = %d, want >= 0", ErrInvalidOptions, o.MaxPendingOutbound)
+	case o.PingInterval < 0:
+		return fmt.Errorf("%w: PingInterval = %v, want >= 0", ErrInvalidOptions, o.PingInterval)
+	case o.SendBuffer < 0:
+		return fmt.Errorf("%w: SendBuffer = %d, want >= 0", ErrInvalidOptions, o.SendBuffer)
 	case o.ReplayEvery < 0:
 		return fmt.Errorf("%w: ReplayEvery = %v, want >= 0", ErrInvalidOptions, o.ReplayEvery)
 	case o.FutureShift < 0:
@@ -187,6 +223,14 @@ type Stats struct {
 	// error parsing #d: filter item too large"); "duplicate:" and other
 	// acceptances are not refusals. At most maxRefusalKinds kinds.
 	Refusals map[string]int `json:"refusals,omitempty"`
+	// Dropped counts the client connections the relay closed because the
+	// client stopped reading: no byte accepted for WriteTimeout, a backlog
+	// over MaxPendingOutbound or, with Strfry, nothing received between
+	// two keep-alive pings.
+	Dropped int `json:"dropped"`
+	// PendingOutbound is the number of bytes queued toward clients that the
+	// kernel has not taken yet.
+	PendingOutbound int `json:"pending_outbound"`
 }
 
 type subKey struct {
@@ -208,8 +252,12 @@ type Relay struct {
 	mu       sync.Mutex
 	started  bool
 	addr     string
+	srv      *http.Server // serves kr
+	out      *outbound    // kr's client connections
+	wss      map[*khatru.WebSocket]struct{}
 	front    *strfryFront // Options.Strfry
 	serveErr chan error
+	dropped  int             // Stats.Dropped
 	subs     map[subKey]bool // subscriptions seen by the CLOSED fault
 	closed   int
 	held     int
@@ -229,6 +277,18 @@ func New(opts Options) *Relay {
 	if opts.RejectReason == "" {
 		opts.RejectReason = DefaultRejectReason
 	}
+	if opts.WriteTimeout == 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	if opts.MaxPendingOutbound == 0 {
+		opts.MaxPendingOutbound = DefaultMaxPendingOutbound
+	}
+	if opts.PingInterval == 0 {
+		opts.PingInterval = 30 * time.Second // khatru's PingPeriod
+		if opts.Strfry {
+			opts.PingInterval = StrfryAutoPing
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Relay{
 		opts:     opts,
@@ -236,6 +296,7 @@ func New(opts Options) *Relay {
 		ctx:      ctx,
 		cancel:   cancel,
 		subs:     make(map[subKey]bool),
+		wss:      make(map[*khatru.WebSocket]struct{}),
 		replayTo: make(map[subKey][]nostr.Filter),
 	}
 	return r
@@ -270,40 +331,48 @@ func (r *Relay) Start(ctx context.Context, addr string) error {
 		// khatru serves behind the front end, on an internal port.
 		khatruHost, khatruPort = "127.0.0.1", 0
 	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(khatruHost, strconv.Itoa(khatruPort)))
+	if err != nil {
+		return fmt.Errorf("start local relay on %s: %w", addr, err)
+	}
 	r.mu.Lock()
 	if r.started {
 		r.mu.Unlock()
+		_ = ln.Close()
 		return fmt.Errorf("start local relay: already started")
 	}
 	r.started = true
 	r.store = st
 	r.kr = r.buildKhatru()
+	r.out = newOutbound(r.opts.WriteTimeout, r.opts.MaxPendingOutbound, r.opts.SendBuffer, r.logger, r.noteDrop)
+	// khatru.Relay.Start's server settings, with the client connections
+	// queued (outbound.go).
+	r.srv = &http.Server{
+		Handler:      r.out.handler(r.kr),
+		ReadTimeout:  2 * time.Second,
+		WriteTimeout: 2 * time.Second,
+		IdleTimeout:  30 * time.Second,
+	}
 	r.serveErr = make(chan error, 1)
+	srv, serveErr := r.srv, r.serveErr
 	r.mu.Unlock()
 
-	started := make(chan bool)
-	kr := r.kr
-	go func() { r.serveErr <- kr.Start(khatruHost, khatruPort, started) }()
-	select {
-	case <-started:
-	case err := <-r.serveErr:
-		r.serveErr <- err
-		return fmt.Errorf("start local relay on %s: %w", addr, err)
-	case <-ctx.Done():
-		// Let it finish starting, then take it down again.
-		select {
-		case <-started:
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = r.Shutdown(sctx)
-		case err := <-r.serveErr:
-			r.serveErr <- err
+	go func() {
+		err := srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
 		}
-		return fmt.Errorf("start local relay: %w", ctx.Err())
+		serveErr <- err
+	}()
+	if err := ctx.Err(); err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = r.Shutdown(sctx)
+		return fmt.Errorf("start local relay: %w", err)
 	}
-	addrNow := kr.Addr
+	addrNow := ln.Addr().String()
 	if r.opts.Strfry {
-		front, err := r.startStrfry(addr, "ws://"+kr.Addr)
+		front, err := r.startStrfry(addr, "ws://"+addrNow)
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -351,18 +420,33 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 	r.shutdownOnce.Do(func() {
 		r.cancel()
 		r.mu.Lock()
-		kr, started, serveErr, front := r.kr, r.started, r.serveErr, r.front
+		srv, out, serveErr, front := r.srv, r.out, r.serveErr, r.front
+		wss := make([]*khatru.WebSocket, 0, len(r.wss))
+		for ws := range r.wss {
+			wss = append(wss, ws)
+		}
 		r.mu.Unlock()
 		if front != nil {
 			if ferr := front.shutdown(ctx); ferr != nil {
 				err = ferr
 			}
 		}
-		if started && kr != nil {
-			kr.Shutdown(ctx)
+		if srv != nil {
+			// What khatru.Relay.Shutdown does (it cannot be used: its server
+			// is not the one serving): stop the listener, send every client
+			// a close frame and close it.
+			if serr := srv.Shutdown(ctx); serr != nil && err == nil {
+				err = fmt.Errorf("shutdown local relay: %w", serr)
+			}
+			for _, ws := range wss {
+				_ = ws.WriteMessage(wsCloseMessage, nil)
+			}
+			if cerr := out.closeAll(ctx); cerr != nil && err == nil {
+				err = fmt.Errorf("shutdown local relay: %w", cerr)
+			}
 			select {
 			case e := <-serveErr:
-				if e != nil {
+				if e != nil && err == nil {
 					err = fmt.Errorf("serve local relay: %w", e)
 				}
 			case <-ctx.Done():
@@ -384,7 +468,7 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 // Stats reports what the relay holds.
 func (r *Relay) Stats() Stats {
 	r.mu.Lock()
-	st, closed, held := r.store, r.closed, r.held
+	st, closed, held, dropped, out, front := r.store, r.closed, r.held, r.dropped, r.out, r.front
 	var refusals map[string]int
 	if len(r.refusals) > 0 {
 		refusals = make(map[string]int, len(r.refusals))
@@ -393,9 +477,15 @@ func (r *Relay) Stats() Stats {
 		}
 	}
 	r.mu.Unlock()
-	s := Stats{Closed: closed, Held: held, Refusals: refusals}
+	s := Stats{Closed: closed, Held: held, Refusals: refusals, Dropped: dropped}
 	if st != nil {
 		s.Events = st.count()
+	}
+	switch {
+	case front != nil: // the clients are the front end's
+		s.PendingOutbound = front.out.pending()
+	case out != nil:
+		s.PendingOutbound = out.pending()
 	}
 	return s
 }
@@ -440,6 +530,12 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 	if r.opts.Limits.MaxMessageLength > 0 {
 		kr.MaxMessageSize = int64(r.opts.Limits.MaxMessageLength)
 	}
+	kr.PingPeriod, kr.PongWait = r.opts.PingInterval, 2*r.opts.PingInterval
+	kr.OnConnect = append(kr.OnConnect, func(ctx context.Context) {
+		r.mu.Lock()
+		r.wss[khatru.GetConnection(ctx)] = struct{}{}
+		r.mu.Unlock()
+	})
 
 	kr.StoreEvent = append(kr.StoreEvent, func(_ context.Context, ev *nostr.Event) error { return r.store.save(ev) })
 	kr.ReplaceEvent = append(kr.ReplaceEvent, func(_ context.Context, ev *nostr.Event) error { return r.store.replace(ev) })
@@ -510,6 +606,7 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 		ws := khatru.GetConnection(ctx)
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		delete(r.wss, ws)
 		for k := range r.subs {
 			if k.ws == ws {
 				delete(r.subs, k)
@@ -743,3 +840,14 @@ func (r *Relay) handleInject(w http.ResponseWriter, req *http.Request) {
 }
 
 type nip11Limitation = nip11.RelayLimitationDocument
+
+// wsCloseMessage is the websocket close opcode (RFC 6455, 0x8), which
+// fasthttp/websocket, under khatru, calls CloseMessage.
+const wsCloseMessage = 8
+
+// noteDrop counts a client dropped for not reading (Stats.Dropped).
+func (r *Relay) noteDrop() {
+	r.mu.Lock()
+	r.dropped++
+	r.mu.Unlock()
+}

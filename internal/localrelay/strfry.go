@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -49,6 +50,16 @@ const (
 	StrfryRejectNewerThan = 900 * time.Second
 	// StrfryRejectEphemeralOlderThan is events.rejectEphemeralEventsOlderThanSeconds.
 	StrfryRejectEphemeralOlderThan = 60 * time.Second
+	// StrfryAutoPing is relay.autoPingSeconds: every connection is pinged
+	// at this period, and one that sent nothing (no pong, no message)
+	// since the previous ping is terminated (uWebSockets'
+	// Group::timerCallback). Default of Options.PingInterval with Strfry.
+	StrfryAutoPing = 55 * time.Second
+	// StrfryMaxPendingOutbound is relay.maxPendingOutboundBytes (strfry's
+	// master branch; releases up to 1.1.1 have no bound): a connection
+	// whose unsent backlog exceeds it is terminated. Strfry never waits for
+	// a client: uWebSockets queues what the socket does not take.
+	StrfryMaxPendingOutbound = 33554432
 )
 
 // strfrySoftware is what strfry's NIP-11 document says it is.
@@ -64,6 +75,7 @@ type strfryFront struct {
 	backendURL string
 	srv        *http.Server
 	ln         net.Listener
+	out        *outbound // the clients' connections: queued, no write timeout
 
 	mu     sync.Mutex
 	conns  map[*strfryConn]bool
@@ -76,7 +88,8 @@ func (r *Relay) startStrfry(addr, backendURL string) (*strfryFront, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	f := &strfryFront{r: r, backendURL: backendURL, ln: ln, conns: map[*strfryConn]bool{}}
+	f := &strfryFront{r: r, backendURL: backendURL, ln: ln, conns: map[*strfryConn]bool{},
+		out: newOutbound(0, r.opts.MaxPendingOutbound, r.opts.SendBuffer, r.logger, r.noteDrop)}
 	mux := http.NewServeMux()
 	if r.opts.Admin {
 		mux.HandleFunc("POST "+InjectPath, r.handleInject)
@@ -86,13 +99,55 @@ func (r *Relay) startStrfry(addr, backendURL string) (*strfryFront, error) {
 		})
 	}
 	mux.HandleFunc("/", f.serveRoot)
-	f.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	f.wg.Add(1)
+	f.srv = &http.Server{Handler: f.out.handler(mux), ReadHeaderTimeout: 10 * time.Second}
+	f.wg.Add(2)
 	go func() {
 		defer f.wg.Done()
 		_ = f.srv.Serve(ln)
 	}()
+	go f.autoPing(r.opts.PingInterval)
 	return f, nil
+}
+
+// autoPing is strfry's keep-alive (uWebSockets' Group::timerCallback): at
+// every tick, a connection that sent nothing since the previous tick is
+// terminated, and every other one is pinged. It runs until the relay shuts
+// down.
+func (f *strfryFront) autoPing(every time.Duration) {
+	defer f.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.r.ctx.Done():
+			return
+		case <-t.C:
+		}
+		f.mu.Lock()
+		conns := make([]*strfryConn, 0, len(f.conns))
+		for c := range f.conns {
+			conns = append(conns, c)
+		}
+		f.mu.Unlock()
+		for _, c := range conns {
+			if c.silent.Swap(true) {
+				// uWebSockets' terminate(): the socket closes at once,
+				// whatever is still queued.
+				if c.queued != nil {
+					c.queued.drop(fmt.Sprintf("sent nothing between two keep-alive pings %v apart", every))
+				}
+				c.close()
+				continue
+			}
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				ctx, cancel := context.WithTimeout(c.ctx, every)
+				defer cancel()
+				_ = c.client.Ping(ctx) // the pong clears c.silent (OnPongReceived)
+			}()
+		}
+	}
 }
 
 func (f *strfryFront) addr() string { return f.ln.Addr().String() }
@@ -117,6 +172,9 @@ func (f *strfryFront) shutdown(ctx context.Context) error {
 	err := f.srv.Shutdown(ctx)
 	for _, c := range conns {
 		c.close()
+	}
+	if cerr := f.out.closeAll(ctx); cerr != nil && err == nil {
+		err = cerr
 	}
 	done := make(chan struct{})
 	go func() { f.wg.Wait(); close(done) }()
@@ -164,6 +222,11 @@ type strfryConn struct {
 	backend *websocket.Conn
 	ctx     context.Context
 	cancel  context.CancelFunc
+	remote  string
+	queued  *queuedConn // the client's connection under client
+	// silent is set by autoPing at each ping and cleared by anything the
+	// client sends (a message or a pong).
+	silent *atomic.Bool
 
 	mu        sync.Mutex
 	subs      map[string]bool
@@ -172,7 +235,11 @@ type strfryConn struct {
 }
 
 func (f *strfryFront) serveWebsocket(w http.ResponseWriter, req *http.Request) {
-	client, err := websocket.Accept(w, req, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	silent := &atomic.Bool{}
+	client, err := websocket.Accept(w, req, &websocket.AcceptOptions{
+		InsecureSkipVerify: true,
+		OnPongReceived:     func(context.Context, []byte) { silent.Store(false) },
+	})
 	if err != nil {
 		return
 	}
@@ -192,7 +259,8 @@ func (f *strfryFront) serveWebsocket(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	backend.SetReadLimit(1 << 24)
-	c := &strfryConn{f: f, client: client, backend: backend, ctx: ctx, cancel: cancel, subs: map[string]bool{}}
+	c := &strfryConn{f: f, client: client, backend: backend, ctx: ctx, cancel: cancel, remote: req.RemoteAddr,
+		queued: hijackedConn(w), silent: silent, subs: map[string]bool{}}
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
@@ -229,9 +297,13 @@ func (c *strfryConn) send(v any) {
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
-	defer cancel()
-	_ = c.client.Write(ctx, websocket.MessageText, b)
+	c.write(b)
+}
+
+// write sends one frame to the client. It does not wait for the client:
+// the connection is queued (outbound.go), as uWebSockets queues in strfry.
+func (c *strfryConn) write(b []byte) {
+	_ = c.client.Write(c.ctx, websocket.MessageText, b)
 }
 
 func (c *strfryConn) toBackend(b []byte) {
@@ -267,6 +339,7 @@ func (c *strfryConn) pumpClient() {
 		if err != nil {
 			return
 		}
+		c.silent.Store(false)
 		msg := string(b)
 		if msg == "\n" {
 			continue
@@ -602,9 +675,7 @@ func (c *strfryConn) pumpBackend() {
 			}
 			c.ok(e.EventID, ok, reason)
 		default:
-			ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
-			_ = c.client.Write(ctx, websocket.MessageText, b)
-			cancel()
+			c.write(b)
 		}
 	}
 }

@@ -2,12 +2,14 @@ package relaytest
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -43,10 +45,26 @@ type KindOptions struct {
 	// @nostr-relay/core's hostname (only the hostname is compared). Empty:
 	// the relay's own address (khatru: the Host header).
 	ServiceURL string
+	// SendBuffer, when positive, fixes the relay's kernel send buffer for
+	// each client connection (localrelayd --send-buffer): a peer that
+	// stops reading then fills it after tens of kilobytes, as a vanished
+	// peer does over a network, where loopback would absorb hundreds.
+	// Khatru and StrfryEmulated only.
+	SendBuffer int
+	// Listen is the relay's host:port; empty: a free 127.0.0.1 port.
+	Listen string
+	// Wrap prefixes the relay's command, for example a netlab node's
+	// `ip netns exec NS`: the relay then runs in that network namespace.
+	Wrap []string
 }
 
-// StartKind starts a relay of kind k on a free 127.0.0.1 port; it is
-// stopped when the test ends. NostrRelay needs node on PATH: without it the
+// placement is where a relay's process runs and listens.
+func (o KindOptions) placement() placement {
+	return placement{listen: cmp.Or(o.Listen, "127.0.0.1:0"), wrap: o.Wrap}
+}
+
+// StartKind starts a relay of kind k (on a free 127.0.0.1 port unless
+// o.Listen says otherwise); it is stopped when the test ends. NostrRelay needs node on PATH: without it the
 // test fails (it is not skipped).
 func StartKind(tb testing.TB, k Kind, o KindOptions) *Relay {
 	tb.Helper()
@@ -62,8 +80,14 @@ func StartKind(tb testing.TB, k Kind, o KindOptions) *Relay {
 		if o.ServiceURL != "" {
 			args = append(args, "--service-url", o.ServiceURL)
 		}
-		return start(tb, k, localrelayd, args)
+		if o.SendBuffer > 0 {
+			args = append(args, "--send-buffer", strconv.Itoa(o.SendBuffer))
+		}
+		return start(tb, k, localrelayd, args, o.placement())
 	case NostrRelay:
+		if o.SendBuffer > 0 {
+			tb.Fatalf("relaytest: SendBuffer is not supported by %s", k)
+		}
 		if o.RequireAuth {
 			args = append(args, "--require-auth")
 		}
@@ -74,7 +98,7 @@ func StartKind(tb testing.TB, k Kind, o KindOptions) *Relay {
 			}
 			args = append(args, "--hostname", u.Hostname())
 		}
-		return StartNostrRelay(tb, args...)
+		return startNostrRelay(tb, o.placement(), args)
 	}
 	tb.Fatalf("relaytest: unknown relay kind %q", k)
 	return nil
@@ -84,9 +108,14 @@ func StartKind(tb testing.TB, k Kind, o KindOptions) *Relay {
 // node) with the given server.js flags (--hostname H, --require-auth).
 func StartNostrRelay(tb testing.TB, args ...string) *Relay {
 	tb.Helper()
+	return startNostrRelay(tb, placement{listen: "127.0.0.1:0"}, args)
+}
+
+func startNostrRelay(tb testing.TB, at placement, args []string) *Relay {
+	tb.Helper()
 	return start(tb, NostrRelay, func(tb testing.TB) []string {
 		return []string{NodeBinary(tb), filepath.Join(NostrRelayDir(tb), "server.js")}
-	}, args)
+	}, args, at)
 }
 
 // NostrRelayDir is the directory of server.js and its package-lock.json.

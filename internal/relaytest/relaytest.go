@@ -204,13 +204,21 @@ type child struct {
 // until it accepts a websocket. The relay is stopped when the test ends.
 func Start(tb testing.TB, args ...string) *Relay {
 	tb.Helper()
-	return start(tb, Khatru, localrelayd, args)
+	return start(tb, Khatru, localrelayd, args, placement{listen: "127.0.0.1:0"})
 }
 
-func start(tb testing.TB, kind Kind, program func(testing.TB) []string, args []string) *Relay {
+// placement is where a relay's process runs: the address it listens on
+// and a prefix of its command (a network namespace's ip netns exec).
+type placement struct {
+	listen string
+	wrap   []string
+}
+
+func start(tb testing.TB, kind Kind, program func(testing.TB) []string, args []string, at placement) *Relay {
 	tb.Helper()
-	r := &Relay{tb: tb, args: args, program: program, kind: kind}
-	r.spawn("127.0.0.1:0")
+	wrapped := func(tb testing.TB) []string { return append(slices.Clone(at.wrap), program(tb)...) }
+	r := &Relay{tb: tb, args: args, program: wrapped, kind: kind}
+	r.spawn(at.listen)
 	tb.Cleanup(func() {
 		r.mu.Lock()
 		p := r.proc
@@ -228,10 +236,10 @@ func start(tb testing.TB, kind Kind, program func(testing.TB) []string, args []s
 // Kind is the relay implementation this Relay runs.
 func (r *Relay) Kind() Kind { return r.kind }
 
-// URL is ws://127.0.0.1:port; it stays the same across restarts.
+// URL is ws://host:port; it stays the same across restarts.
 func (r *Relay) URL() string { return "ws://" + r.Addr() }
 
-// Addr is 127.0.0.1:port.
+// Addr is host:port.
 func (r *Relay) Addr() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -40,7 +41,8 @@ func (e *didEnv) At(local time.Time, tag any) {
 
 // TestLeaseNodePerformsEveryEffectAsWanted is the simulator's half of
 // agent's TestAgentPerformsEveryEffectAsWanted: every example effect,
-// committed and performed alone through the node's step path (apply) with
+// committed and performed alone through the driver's step path with the
+// node's Store, Outbox and Performer, with
 // its workload running, does what leasetest.Want says, the same table the
 // agent is held to. It fails if the simulator performs any effect
 // differently from the agent (a withdrawn marker sent directly instead of
@@ -61,11 +63,19 @@ func TestLeaseNodePerformsEveryEffectAsWanted(t *testing.T) {
 			n := s.Node(0).(*LeaseNode)
 			now := time.Unix(1_800_000_000, 0)
 			env := &didEnv{Env: envFor(s, s.provs[0])}
-			n.apply(env, now, []lease.Effect{lease.StartWorkload{ID: "w1", Epoch: 1}})
+			n.enter(env, now)
+			commit := func(e lease.Effect) {
+				st := n.d.Begin(now)
+				st.Inject(e)
+				if err := st.Commit(context.Background()); err != nil {
+					t.Fatalf("commit(%s) = %v", e, err)
+				}
+			}
+			commit(lease.StartWorkload{ID: "w1", Epoch: 1})
 			env.did = leasetest.Did{}
-			outbox := len(n.outbox)
-			n.apply(env, now, []lease.Effect{e})
-			env.did.Queued = len(n.outbox) - outbox
+			outbox := len(n.disk.store.Outbox)
+			commit(e)
+			env.did.Queued = len(n.disk.store.Outbox) - outbox
 			if err := n.Err(); err != nil {
 				t.Fatalf("perform(%s) = driver error %v", e, err)
 			}

@@ -35,7 +35,14 @@ func (s *Sim) CrashRelay(r RelayID, wipe bool) {
 	if !rs.up {
 		return
 	}
+	if wipe {
+		if c := s.claimAtRisk(r); c != "" {
+			s.Logf("relay R%d would lose %s: crashes keeping its storage (the storage assumption)", r, c)
+			wipe = false
+		}
+	}
 	rs.up = false
+	rs.isFrozen, rs.frozen = false, nil
 	if wipe {
 		rs.store = map[storeKey]*Event{}
 		rs.hbs = map[ProviderID]int{}
@@ -47,6 +54,35 @@ func (s *Sim) CrashRelay(r RelayID, wipe bool) {
 		s.Logf("relay R%d crashed and lost its storage", r)
 	} else {
 		s.Logf("relay R%d crashed", r)
+	}
+}
+
+// FreezeRelay stalls relay r for everyone: it keeps its connections and
+// takes every message, but handles none (no OK, no fan-out, no query
+// answer, no subscription catch-up) until ThawRelay, which handles them in
+// the order they came. A relay stuck behind a slow disk or a blocked
+// writer does this; publishers time out meanwhile.
+func (s *Sim) FreezeRelay(r RelayID) {
+	rs := s.relays[r]
+	if rs.isFrozen {
+		return
+	}
+	rs.isFrozen = true
+	s.Logf("relay R%d freezes", r)
+}
+
+// ThawRelay ends FreezeRelay.
+func (s *Sim) ThawRelay(r RelayID) {
+	rs := s.relays[r]
+	if !rs.isFrozen {
+		return
+	}
+	rs.isFrozen = false
+	s.Logf("relay R%d thaws (%d messages waited)", r, len(rs.frozen))
+	q := rs.frozen
+	rs.frozen = nil
+	for _, fn := range q {
+		fn()
 	}
 }
 
@@ -102,6 +138,7 @@ func (s *Sim) CrashProvider(p ProviderID, nodeCrash bool) {
 
 // stopAll stops every workload process of pr (not through its node).
 func (s *Sim) stopAll(pr *provider, why string) {
+	clear(pr.stopping)
 	for w := range pr.running {
 		delete(pr.running, w)
 		s.trace = append(s.trace, Entry{At: s.now, Who: pr.name, What: "workload " + w + " STOPPED (" + why + ")"})
@@ -248,6 +285,16 @@ func (s *Sim) ExitWorkload(p ProviderID, w string) {
 		return
 	}
 	delete(pr.running, w)
+	if op := pr.stopping[w]; op != nil {
+		// It was being stopped: the agent reads the exit as its stop's,
+		// and runs a start queued behind the stop.
+		delete(pr.stopping, w)
+		s.trace = append(s.trace, Entry{At: s.now, Who: pr.name, What: fmt.Sprintf("workload %s STOPPED (exited while stopping)", w)})
+		if op.restart != 0 {
+			s.start(pr, w, op.restart)
+		}
+		return
+	}
 	s.trace = append(s.trace, Entry{At: s.now, Who: pr.name, What: fmt.Sprintf("workload %s EXITED (epoch %d)", w, epoch)})
 	if !pr.up {
 		return

@@ -1,12 +1,14 @@
 package sim
 
 import (
-	"encoding/json"
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"provideragent/heartbeat"
+	"provideragent/driver"
+	"provideragent/driver/drivertest"
 	"provideragent/lease"
 )
 
@@ -26,6 +28,7 @@ type LeaseRevocation struct {
 	Successor string
 	Standbys  []string
 	Reason    string
+	QuorumAt  int64 // unix milliseconds, the revoker's clock; 0 unknown
 }
 
 // LeaseClaim is the body of a promotion claim or withdrawn marker (kind
@@ -90,21 +93,20 @@ func LeaseSpec(cfg lease.Config, id string, k int) lease.Spec {
 	return s
 }
 
-// outboxEntry is one durable outbound event (revocation or withdrawn
-// marker) and the relays that have not yet accepted it. It is persisted with
-// the machine and retried until every relay accepted it, like courier/.
+// outboxEntry is one durable outbound event (revocation, withdrawn marker
+// or announcement) and the relays that have not yet accepted it: the
+// courier's receipts, kept with the database (they survive a crash).
 type outboxEntry struct {
 	Ev      Event
 	Pending []bool
 }
 
-// leaseDisk is what survives a crash: the machine snapshot (as JSON, the
-// form the agent stores) and the outbox.
+// leaseDisk is what survives an agent crash: the driver's database (a
+// drivertest.MemStore: workload rows, the machine's metadata, claim times,
+// the subscription cursor) and the outbox's receipts.
 type leaseDisk struct {
-	Snapshot []byte
-	Outbox   []outboxEntry
-	Created  map[string]int64 // last created_at per d tag (replaceable events)
-	Cursor   int64            // subscription cursor (see LeaseNode.Since)
+	store  drivertest.MemStore
+	outbox []outboxEntry
 }
 
 type claimPub struct {
@@ -119,7 +121,7 @@ type claimRead struct {
 	epoch     uint64
 	answered  int
 	read      int
-	claimers  map[ProviderID]bool
+	claims    []lease.PromotionClaim
 	completed bool
 }
 
@@ -132,25 +134,40 @@ type timerRespawn struct {
 	epoch    uint64
 	attempt  int
 }
-type timerOutbox struct{}
+type timerOutbox struct{ gen uint64 }
 
 // OutboxRetry is how often a LeaseNode re-sends outbox events that some
 // relay has not accepted yet.
 const OutboxRetry = 30 * time.Second
 
-// LeaseNode drives one lease.Machine exactly as lease/doc.go tells a driver
-// to (the agent's loop, minus sockets and SQL): it tracks the grant at first
-// boot, feeds every verified event from every relay (its own heartbeats
-// included), ticks every TickInterval and after every observation, publishes
-// heartbeats listing Held() every HeartbeatInterval, performs effects in
-// order after persisting, runs the claim-step feedback loop (ClaimPublished
-// once M relays said OK true or all answered or timed out; at ReadClaims.At
-// it reads every relay, feeds each claim to ObserveClaim and reports
-// ClaimsRead when every relay answered), sends revocations and withdrawn
-// markers through a durable outbox, restarts a process at once on
-// AttemptRespawn, and after a crash restores the snapshot, performs
-// Restore's effects (stops for workloads not held), re-issues Outstanding()
-// and reports RelaySynced on each EOSE.
+// SaveEvery is how often a LeaseNode saves the machine's metadata (the
+// agent's periodic save).
+const SaveEvery = 5 * time.Second
+
+// fenceRetry is how often a revocation held back by its workload's stop
+// (the agent's fence gate) is looked at again.
+const fenceRetry = time.Second
+
+// LeaseNode is one simulated provider's agent around the one driver
+// (provideragent/driver) the agent runs: it converts simulated events into
+// driver inputs and the driver's effects into simulated actions, and keeps
+// nothing of the driver's decisions itself. Like the agent's loop, it
+// tracks the grant at first boot, feeds every verified event from every
+// relay (its own heartbeats included) as one step and ticks in it, ticks
+// every TickInterval, saves every SaveEvery, publishes heartbeats listing
+// Held() every HeartbeatInterval, runs the claim-step feedback (the claim's
+// acceptances; at ReadClaims.At it reads every relay and hands the driver
+// every claim found), and sends the outbox rows the driver committed (a
+// revocation only once its workload's stop completed, as the agent's fence
+// gate does). Its database is a drivertest.MemStore that survives crashes:
+// what a restart restores is exactly what the driver committed.
+//
+// Faults aimed at the driver's seams: ArmCommitFailure (commits refused),
+// ArmCommitStall (each commit waits for the database, stalling the loop,
+// and fails), ArmMidStepCrash (the agent dies between a step's commit and
+// its deferred effects, or, ArmCrashBeforeCommit, between its stops and
+// its commit). A crash between saves loses the relay tables saved since
+// the last one, as the agent's does.
 type LeaseNode struct {
 	cfg  lease.Config
 	spec lease.Spec
@@ -158,36 +175,39 @@ type LeaseNode struct {
 	key  string
 	keys map[string]ProviderID
 
-	m       *lease.Machine
 	disk    *leaseDisk
-	outbox  []outboxEntry
-	created map[string]int64
+	d       *driver.Driver // nil while crashed
 	nextHB  time.Time
 	pubs    map[EventID]*claimPub
 	reads   map[QueryID]*claimRead
 	err     error
 	heldBuf []lease.WorkloadEpoch
 
-	// midStep arms a crash between persisting a step and performing its
-	// effects; halted drops every input until the simulator crashes us.
-	midStep *time.Duration
-	halted  bool
-	// reissuing is set while Boot re-issues Outstanding() (not a new
-	// decision of the machine: no TakeoverClaim report).
+	// env and now of the callback under way: the driver performs effects
+	// synchronously, within it.
+	env Env
+	now time.Time // the latest local time seen
+
+	// halted drops every input until the simulator crashes the agent.
+	halted bool
+	// flushGen names the one outbox retry timer that counts (later ones
+	// replace earlier ones).
+	flushGen uint64
+	// reissuing is set while Boot performs the restored machine's effects
+	// (not new decisions: no TakeoverClaim report).
 	reissuing bool
 	// shards splits every beat over this many events (0 or 1: one).
 	shards int
-	// Failed commits (ArmCommitFailure): until failUntil (local) no step
-	// persists; failDisk is what a crash meanwhile restores (the state when
-	// the failure began) and held the effects of the steps held back.
-	failUntil time.Time
-	failDisk  *leaseDisk
-	held      []lease.Effect
-	// cursor is the newest created_at of a claim or revocation that passed
-	// the checks the agent's ingest makes (signature, a key the lease
-	// names, not from the future): the subscription cursor. Persisted.
-	cursor int64
-	now    time.Time // the latest local time seen (for Since)
+	// Armed faults (local times): commits refused until failUntil; each
+	// commit attempt stalls the loop for its wait and fails until
+	// stallUntil; a crash at the next step's commit (crashDown >= 0),
+	// before it (crashBefore) or after it.
+	failUntil   time.Time
+	stallUntil  time.Time
+	crashDown   time.Duration
+	crashArmed  bool
+	crashBefore bool
+	nextSave    time.Time
 }
 
 // ShardBeats makes the node split every beat over n heartbeat events, the
@@ -195,49 +215,74 @@ type LeaseNode struct {
 // for long lists, so that faults can hit part of a beat.
 func (n *LeaseNode) ShardBeats(k int) { n.shards = k }
 
-// ArmCommitFailure makes every step's commit fail for d from the node's
-// latest local time (a full disk, a
-// write lock held elsewhere), as the agent's driver sees it: the step's
-// stops and reports are performed at once (lease.BeforeCommit), the rest is
-// held, a crash meanwhile restores the state from before the failure, and
-// once a commit succeeds again (the agent retries every second) the held
-// steps persist and lease.Machine.AfterHeld says what to perform.
+// ArmCommitFailure makes every commit fail for d from the node's latest
+// local time (a full disk), as the driver sees it: the step's stops and
+// reports are performed, the rest held; a crash meanwhile restores what was
+// committed before; once a commit succeeds the held steps persist.
 func (n *LeaseNode) ArmCommitFailure(d time.Duration) bool {
-	if n.m == nil || n.halted {
+	if n.d == nil || n.halted {
 		return false
-	}
-	if n.failDisk == nil {
-		n.failDisk = n.snapshotDisk()
 	}
 	n.failUntil = n.now.Add(d)
 	return true
 }
 
-// ArmMidStepCrash makes the agent crash at its next step that has effects,
-// after persisting the new state and the step's outbox rows (revocations,
-// withdrawn markers) and before performing any effect; it restarts after
-// down. The workload process is left as it was.
-func (n *LeaseNode) ArmMidStepCrash(down time.Duration) { n.midStep = &down }
+// ArmCommitStall makes every commit attempt for d wait for the database as
+// long as the driver lets it (a write lock held by another process) and
+// then fail: the node's loop stalls for that wait, its ticks and inputs
+// delayed, as the agent's are.
+func (n *LeaseNode) ArmCommitStall(d time.Duration) bool {
+	if n.d == nil || n.halted {
+		return false
+	}
+	n.stallUntil = n.now.Add(d)
+	return true
+}
 
-// NewLeaseNode returns provider self's driver for spec under cfg.
+// ArmMidStepCrash makes the agent crash at its next commit that writes a
+// workload row, after the commit and before the step's deferred effects
+// (starts, claim-step requests; the outbox rows are committed, not sent);
+// it restarts after down. The workload process is left as it was.
+func (n *LeaseNode) ArmMidStepCrash(down time.Duration) {
+	n.crashArmed, n.crashBefore, n.crashDown = true, false, down
+}
+
+// ArmCrashBeforeCommit makes the agent crash at its next commit that would
+// write a workload row, after the step's stops were performed and before
+// anything is committed; it restarts after down.
+func (n *LeaseNode) ArmCrashBeforeCommit(down time.Duration) {
+	n.crashArmed, n.crashBefore, n.crashDown = true, true, down
+}
+
+// NewLeaseNode returns provider self's node for spec under cfg.
 func NewLeaseNode(cfg lease.Config, spec lease.Spec, self ProviderID, providers int) *LeaseNode {
-	n := &LeaseNode{cfg: cfg, spec: spec, self: self, key: ProviderKey(self), keys: map[string]ProviderID{}}
+	n := &LeaseNode{cfg: cfg, spec: spec, self: self, key: ProviderKey(self), keys: map[string]ProviderID{}, disk: &leaseDisk{}}
 	for i := 0; i < providers; i++ {
 		n.keys[ProviderKey(ProviderID(i))] = ProviderID(i)
 	}
+	n.disk.store.Refuse = n.refuse
+	n.disk.store.Wrote = n.wrote
 	return n
 }
 
-// Machine returns the node's machine (nil while crashed).
-func (n *LeaseNode) Machine() *lease.Machine { return n.m }
+// Machine returns the node's machine (nil while crashed), for reading.
+func (n *LeaseNode) Machine() *lease.Machine {
+	if n.d == nil {
+		return nil
+	}
+	return n.d.Machine()
+}
 
-// Err returns the first driver error (a machine call that failed).
+// Err returns the first driver error (an Open that failed, a start before
+// its step was persisted, a restore that lost a committed workload).
 func (n *LeaseNode) Err() error { return n.err }
 
-func (n *LeaseNode) fail(env Env, err error) {
+func (n *LeaseNode) fail(err error) {
 	if n.err == nil {
 		n.err = err
-		env.Logf("DRIVER ERROR: %v", err)
+		if n.env != nil {
+			n.env.Logf("DRIVER ERROR: %v", err)
+		}
 	}
 }
 
@@ -251,92 +296,140 @@ func (n *LeaseNode) name(key string) string {
 	return key[:8]
 }
 
-// Boot implements Node.
+// enter sets the callback's env and time; it reports whether the node may
+// act (it is up and not halted).
+func (n *LeaseNode) enter(env Env, now time.Time) bool {
+	n.env = env
+	n.now = maxTime(n.now, now)
+	return n.d != nil && !n.halted
+}
+
+// Boot implements Node: it opens the driver on what the database holds.
 func (n *LeaseNode) Boot(env Env, now time.Time) {
+	n.env = env
 	n.halted = false
 	n.pubs = map[EventID]*claimPub{}
 	n.reads = map[QueryID]*claimRead{}
 	n.nextHB = now
-	if n.disk == nil {
-		m, err := lease.New(n.cfg, n.key)
-		if err != nil {
-			n.fail(env, fmt.Errorf("new machine: %w", err))
-			return
-		}
-		n.m = m
-		n.created = map[string]int64{}
-		effs, err := m.Track(now, n.spec)
-		if err != nil {
-			n.fail(env, fmt.Errorf("track: %w", err))
-			return
-		}
-		n.apply(env, now, effs)
-		return
-	}
-	var snap lease.Snapshot
-	if err := json.Unmarshal(n.disk.Snapshot, &snap); err != nil {
-		n.fail(env, fmt.Errorf("decode snapshot: %w", err))
-		return
-	}
-	m, effs, err := lease.Restore(now, n.cfg, snap)
+	n.nextSave = now.Add(SaveEvery)
+	n.now = maxTime(n.now, now)
+	d, err := driver.Open(context.Background(), now, driver.Config{}, n.cfg, n.key, driver.Deps{
+		Store: &n.disk.store, Outbox: simOutbox{n}, Performer: simPerformer{n}, Events: simEvents{n},
+	})
 	if err != nil {
-		n.fail(env, fmt.Errorf("restore: %w", err))
+		n.fail(fmt.Errorf("open driver: %w", err))
 		return
 	}
-	n.m = m
-	n.outbox = n.disk.Outbox
-	n.created = n.disk.Created
-	n.cursor = n.disk.Cursor
-	n.disk = nil
-	env.Logf("restored from snapshot: %s", n.Describe())
-	n.apply(env, now, effs)
+	n.d = d
+	n.checkRestored()
+	if !d.Restored() {
+		s := d.Begin(now)
+		if err := s.Grant(n.spec); err != nil {
+			n.fail(fmt.Errorf("track: %w", err))
+			return
+		}
+		n.commit(s)
+		return
+	}
+	env.Logf("restored from the database: %s", n.Describe())
 	n.reissuing = true
-	n.apply(env, now, m.Outstanding())
+	n.commitRestored(now)
 	n.reissuing = false
-	n.flushOutbox(env)
+	n.flushOutbox()
 }
 
-// Crash implements Node: the machine state and outbox persisted after the
-// last input survive (the driver persists after every input, and the
-// simulator crashes providers between inputs, or, after ArmMidStepCrash,
-// between persisting a step and performing its effects), the rest is lost;
-// while commits fail (ArmCommitFailure), what survives is the state from
-// before the failure.
+// checkRestored fails the node when the restored machine lacks a workload
+// the database holds (a row in a holding state): a restart must bring back
+// every committed workload.
+func (n *LeaseNode) checkRestored() {
+	for id, r := range n.disk.store.Rows {
+		if !r.State.Holding() {
+			continue
+		}
+		if st, ok := n.d.Machine().State(id); !ok {
+			n.fail(fmt.Errorf("restore dropped %s, which the database holds (%s at epoch %d)", id, r.State, r.Epoch))
+		} else if !st.Holding() && st != lease.StateFenced && st != lease.StateEvicted {
+			n.fail(fmt.Errorf("restore turned %s from %s into %s", id, r.State, st))
+		}
+	}
+}
+
+func (n *LeaseNode) commitRestored(now time.Time) {
+	if err := n.d.CommitRestored(context.Background(), now); err != nil && !errors.Is(err, driver.ErrUnpersisted) {
+		n.env.Logf("commit: %v", err)
+	}
+}
+
+// commit commits a step; a failure is the driver's to hold and retry.
+func (n *LeaseNode) commit(s *driver.Step) {
+	_ = s.Commit(context.Background())
+}
+
+// Crash implements Node: the driver and everything in memory are lost;
+// the database (what the driver committed) and the outbox's receipts
+// survive.
 func (n *LeaseNode) Crash() {
-	if n.m == nil {
+	n.d, n.pubs, n.reads = nil, nil, nil
+	n.failUntil, n.stallUntil, n.crashArmed = time.Time{}, time.Time{}, false
+}
+
+// refuse is the database's answer to a commit attempt (the armed faults).
+func (n *LeaseNode) refuse(b *driver.Batch, wait time.Duration) error {
+	if n.crashArmed && n.crashBefore && len(b.Workloads) > 0 {
+		n.crashArmed = false
+		n.env.Logf("agent crashes after the step's stops, before its commit")
+		n.halt()
+		return errors.New("agent crashed")
+	}
+	if n.now.Before(n.stallUntil) {
+		n.env.Stall(wait)
+		return fmt.Errorf("database is locked (waited %v)", wait)
+	}
+	if n.now.Before(n.failUntil) {
+		return errors.New("disk full")
+	}
+	return nil
+}
+
+// wrote is called once a commit wrote b: its outbox rows become receipts,
+// sent now (a revocation once its workload's stop completed).
+func (n *LeaseNode) wrote(b *driver.Batch) {
+	for _, r := range b.Outbox {
+		ev := r.Payload.(Event)
+		e := outboxEntry{Ev: ev, Pending: make([]bool, n.env.NumRelays())}
+		for i := range e.Pending {
+			e.Pending[i] = true
+		}
+		n.disk.outbox = append(n.disk.outbox, e)
+	}
+	if n.crashArmed && !n.crashBefore && len(b.Workloads) > 0 {
+		n.crashArmed = false
+		n.env.Logf("agent crashes after the commit, before the step's deferred effects")
+		n.halt()
 		return
 	}
-	if n.failDisk != nil {
-		n.disk = n.failDisk
-	} else {
-		n.disk = n.snapshotDisk()
+	if len(b.Outbox) > 0 {
+		n.flushOutbox()
 	}
-	n.failDisk, n.failUntil, n.held = nil, time.Time{}, nil
-	n.m, n.outbox, n.pubs, n.reads = nil, nil, nil, nil
 }
 
-// snapshotDisk is what the driver has persisted now.
-func (n *LeaseNode) snapshotDisk() *leaseDisk {
-	b, err := json.Marshal(n.m.Snapshot())
-	if err != nil {
-		panic(fmt.Sprintf("lease snapshot does not marshal: %v", err)) // a lease bug, not an input
-	}
-	created := make(map[string]int64, len(n.created))
-	for k, v := range n.created {
-		created[k] = v
-	}
-	return &leaseDisk{Snapshot: b, Outbox: append([]outboxEntry(nil), n.outbox...), Created: created, Cursor: n.cursor}
+// halt stops the node handling anything and crashes its agent right after
+// the current callback.
+func (n *LeaseNode) halt() {
+	n.halted = true
+	n.env.CrashAgent(n.crashDown)
 }
 
 // Live implements Node: whether the machine holds w in state Live.
 func (n *LeaseNode) Live(w string) (uint64, bool) {
-	if n.m == nil {
+	if n.d == nil {
 		return 0, false
 	}
-	if st, ok := n.m.State(w); !ok || st != lease.StateLive {
+	m := n.d.Machine()
+	if st, ok := m.State(w); !ok || st != lease.StateLive {
 		return 0, false
 	}
-	n.heldBuf = n.m.Held(n.heldBuf[:0])
+	n.heldBuf = m.Held(n.heldBuf[:0])
 	for _, we := range n.heldBuf {
 		if we.ID == w {
 			return we.Epoch, true
@@ -345,22 +438,40 @@ func (n *LeaseNode) Live(w string) (uint64, bool) {
 	return 0, false
 }
 
+// Holding implements Holder: the epoch the machine holds w at (a Holding
+// state), or the one it claims (Promoting).
+func (n *LeaseNode) Holding(w string) (uint64, bool, bool) {
+	if n.d == nil {
+		return 0, false, false
+	}
+	ws, ok := n.d.Machine().Workload(w)
+	switch {
+	case !ok:
+		return 0, false, false
+	case ws.State == lease.StatePromoting:
+		return ws.Target, true, true
+	case ws.State.Holding():
+		return ws.Epoch, false, true
+	}
+	return 0, false, false
+}
+
 // Claiming reports whether the machine is in the claim step for w
 // (Promoting), for fault schedules aimed at claim rounds.
 func (n *LeaseNode) Claiming(w string) bool {
-	if n.m == nil {
+	if n.d == nil {
 		return false
 	}
-	st, ok := n.m.State(w)
+	st, ok := n.d.Machine().State(w)
 	return ok && st == lease.StatePromoting
 }
 
 // Describe implements Node.
 func (n *LeaseNode) Describe() string {
-	if n.m == nil {
+	if n.d == nil {
 		return "down"
 	}
-	w, ok := n.m.Workload(n.spec.ID)
+	w, ok := n.d.Machine().Workload(n.spec.ID)
 	if !ok {
 		return "untracked"
 	}
@@ -371,53 +482,55 @@ func (n *LeaseNode) Describe() string {
 	return s
 }
 
-// createdAt returns a created_at for an event with d tag d: now, but
-// strictly after the last one with the same d tag, so that a replacement
-// (a withdrawn marker after its claim) always wins NIP-01's tie-break.
-func (n *LeaseNode) createdAt(d string, now time.Time) int64 {
-	c := heartbeat.NextCreatedAt(n.created[d], now)
-	n.created[d] = c
-	return c
-}
-
-// Tick implements Node.
+// Tick implements Node: a heartbeat when one is due, the save when due,
+// and a step that ticks (a held step is retried by it when due).
 func (n *LeaseNode) Tick(env Env, now time.Time) {
-	if n.m == nil || n.halted {
+	if !n.enter(env, now) {
 		return
 	}
-	n.now = maxTime(n.now, now)
 	if !now.Before(n.nextHB) {
 		// A ticker: keep the cadence; after a stall, restart it from now.
 		n.nextHB = n.nextHB.Add(n.cfg.HeartbeatInterval)
 		if !n.nextHB.After(now) {
 			n.nextHB = now.Add(n.cfg.HeartbeatInterval)
 		}
-		held := n.m.Held(nil)
-		if n.shards <= 1 {
-			env.Publish(Event{Kind: KindHeartbeat, CreatedAt: now.Unix(), D: fmt.Sprint(now.Unix() / 60), Body: LeaseHeartbeat{Workloads: held}}, nil)
-		} else {
-			parts := make([][]lease.WorkloadEpoch, n.shards)
-			for i, we := range held {
-				// the last shard first, so that shard 0 (the Paygress-form
-				// event) can be a presence-only one
-				j := n.shards - 1 - i%n.shards
-				parts[j] = append(parts[j], we)
-			}
-			for i, part := range parts {
-				env.Publish(Event{Kind: KindHeartbeat, CreatedAt: now.Unix(), D: fmt.Sprintf("%d:%d", now.Unix()/60, i),
-					Body: LeaseHeartbeat{Workloads: part, Shard: i, Shards: n.shards}}, nil)
-			}
-		}
+		n.beat(now)
 	}
-	// Every tick is a step (a held commit is retried even without effects).
-	n.apply(env, now, n.m.Tick(now))
+	s := n.d.Begin(now)
+	s.Tick()
+	n.commit(s)
+	if n.d != nil && !n.halted && !now.Before(n.nextSave) {
+		n.nextSave = now.Add(SaveEvery)
+		_ = n.d.Save(context.Background(), now, n.disk.store.Cursor)
+	}
+}
+
+// beat publishes a heartbeat listing Held().
+func (n *LeaseNode) beat(now time.Time) {
+	held := n.d.Machine().Held(nil)
+	env := n.env
+	if n.shards <= 1 {
+		env.Publish(Event{Kind: KindHeartbeat, CreatedAt: now.Unix(), D: fmt.Sprint(now.Unix() / 60), Body: LeaseHeartbeat{Workloads: held}}, nil)
+		return
+	}
+	parts := make([][]lease.WorkloadEpoch, n.shards)
+	for i, we := range held {
+		// the last shard first, so that shard 0 (the Paygress-form event)
+		// can be a presence-only one
+		j := n.shards - 1 - i%n.shards
+		parts[j] = append(parts[j], we)
+	}
+	for i, part := range parts {
+		env.Publish(Event{Kind: KindHeartbeat, CreatedAt: now.Unix(), D: fmt.Sprintf("%d:%d", now.Unix()/60, i),
+			Body: LeaseHeartbeat{Workloads: part, Shard: i, Shards: n.shards}}, nil)
+	}
 }
 
 // Since implements Node: the cursor less the margin the agent allows for
 // signers' clock offsets and relay delay, never past now (the agent's
 // agent.since).
 func (n *LeaseNode) Since() int64 {
-	c := min(n.cursor, n.now.Unix())
+	c := min(n.disk.store.Cursor, n.now.Unix())
 	if c <= 0 {
 		return 0
 	}
@@ -434,25 +547,22 @@ func (n *LeaseNode) admit(now time.Time, ev *Event) bool {
 	return !time.Unix(ev.CreatedAt, 0).After(now.Add(n.cfg.MaxSkew))
 }
 
-// Receive implements Node.
+// Receive implements Node: one step with the event's input and a tick.
 func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
-	if n.m == nil || n.halted {
-		return
-	}
-	n.now = maxTime(n.now, now)
-	if ev.Forged {
+	if !n.enter(env, now) || ev.Forged {
 		return
 	}
 	if ev.Kind != KindHeartbeat {
 		if !n.admit(now, ev) {
 			return
 		}
-		n.cursor = max(n.cursor, ev.CreatedAt)
+		n.disk.store.Cursor = max(n.disk.store.Cursor, ev.CreatedAt)
 	}
 	author := ProviderKey(ev.Author)
+	s := n.d.Begin(now)
 	switch b := ev.Body.(type) {
 	case LeaseHeartbeat:
-		n.apply(env, now, n.m.ObserveHeartbeat(now, lease.Heartbeat{
+		s.Heartbeat(lease.Heartbeat{
 			Provider:  author,
 			Relay:     RelayURL(r),
 			EventID:   fmt.Sprintf("%016x", uint64(ev.ID)),
@@ -461,27 +571,29 @@ func (n *LeaseNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 			Workloads: b.Workloads,
 			Shard:     b.Shard,
 			Shards:    b.Shards,
-		}))
+		})
 	case AnchorHeartbeat:
 		// A Paygress v1 peer: its heartbeat lists no workloads.
-		n.apply(env, now, n.m.ObserveHeartbeat(now, lease.Heartbeat{
+		s.Heartbeat(lease.Heartbeat{
 			Provider:  author,
 			Relay:     RelayURL(r),
 			EventID:   fmt.Sprintf("%016x", uint64(ev.ID)),
 			CreatedAt: time.Unix(ev.CreatedAt, 0),
-		}))
+		})
 	case AnchorPromotion, LeaseClaim, LeaseAnnouncement:
 		c, _ := claimInput(r, ev)
-		n.apply(env, now, n.m.ObserveClaim(now, c))
+		s.Claim(c)
 	case LeaseRevocation:
-		n.apply(env, now, n.m.ObserveRevocation(now, lease.Revocation{
+		s.Revocation(lease.Revocation{
 			Workload: b.Workload, Signer: author, Epoch: b.Epoch,
 			Successor: b.Successor, Standbys: b.Standbys, Reason: b.Reason, CreatedAt: time.Unix(ev.CreatedAt, 0),
-		}))
+			QuorumAt: unixMilliOrZero(b.QuorumAt),
+		})
 	default:
 		return
 	}
-	n.apply(env, now, n.m.Tick(now))
+	s.Tick()
+	n.commit(s)
 }
 
 // claimInput is the lease input for a kind 38386 event as relay r served
@@ -505,23 +617,25 @@ func claimInput(r RelayID, ev *Event) (lease.PromotionClaim, bool) {
 
 // EOSE implements Node.
 func (n *LeaseNode) EOSE(env Env, now time.Time, r RelayID) {
-	if n.m == nil || n.halted {
+	if !n.enter(env, now) {
 		return
 	}
-	n.apply(env, now, n.m.RelaySynced(now, RelayURL(r)))
-	n.apply(env, now, n.m.Tick(now))
-	n.flushOutbox(env)
+	s := n.d.Begin(now)
+	s.RelaySynced(RelayURL(r))
+	s.Tick()
+	n.commit(s)
+	n.flushOutbox()
 }
 
 // PublishResult implements Node.
 func (n *LeaseNode) PublishResult(env Env, now time.Time, r RelayID, id EventID, ok bool) {
-	if n.m == nil || n.halted {
+	if !n.enter(env, now) {
 		return
 	}
 	if ok {
-		for i := range n.outbox {
-			if n.outbox[i].Ev.ID == id {
-				n.outbox[i].Pending[r] = false
+		for i := range n.disk.outbox {
+			if n.disk.outbox[i].Ev.ID == id {
+				n.disk.outbox[i].Pending[r] = false
 			}
 		}
 		n.pruneOutbox()
@@ -538,13 +652,17 @@ func (n *LeaseNode) PublishResult(env Env, now time.Time, r RelayID, id EventID,
 		p.reported = true
 		delete(n.pubs, id)
 		env.Logf("claim for epoch %d accepted by %d relays", p.epoch, p.accepted)
-		n.apply(env, now, n.m.ClaimPublished(now, lease.ClaimAck{Workload: p.workload, Epoch: p.epoch, Accepted: p.accepted}))
+		s := n.d.Begin(now)
+		s.ClaimPublished(lease.ClaimAck{Workload: p.workload, Epoch: p.epoch, Accepted: p.accepted})
+		n.commit(s)
 	}
 }
 
-// QueryResult implements Node.
+// QueryResult implements Node: the claim read's answers; once every relay
+// answered, the claims found and the count of relays read go to the driver
+// in one step.
 func (n *LeaseNode) QueryResult(env Env, now time.Time, r RelayID, q QueryID, evs []*Event, ok bool) {
-	if n.m == nil || n.halted {
+	if !n.enter(env, now) {
 		return
 	}
 	rd := n.reads[q]
@@ -560,32 +678,40 @@ func (n *LeaseNode) QueryResult(env Env, now time.Time, r RelayID, q QueryID, ev
 			if !isClaim || c.Workload != rd.workload || !n.admit(now, ev) {
 				continue // the agent's claim read ingests every event it reads
 			}
-			n.apply(env, now, n.m.ObserveClaim(now, c))
-			// Competing counts epoch claims; lease records a Paygress
-			// announcement that competes as a rival (ClaimsRead sees it).
-			if c.Active && c.Epoch >= rd.epoch && ev.Author != n.self {
-				rd.claimers[ev.Author] = true
-			}
+			rd.claims = append(rd.claims, c)
 		}
 	}
 	if rd.answered < env.NumRelays() {
 		return
 	}
 	rd.completed = true
-	env.Logf("read claims for epoch %d: %d relays read, %d competing", rd.epoch, rd.read, len(rd.claimers))
-	n.apply(env, now, n.m.ClaimsRead(now, lease.ClaimRead{
-		Workload: rd.workload, Epoch: rd.epoch, Relays: rd.read, Competing: len(rd.claimers),
-	}))
+	s := n.d.Begin(now)
+	read := lease.ClaimRead{Workload: rd.workload, Epoch: rd.epoch, Relays: rd.read}
+	env.Logf("read claims for epoch %d: %d relays read, %d competing", rd.epoch, rd.read, competing(n.key, read, rd.claims))
+	s.ClaimsRead(read, rd.claims)
+	n.commit(s)
+}
+
+// competing counts the other providers with an active claim at or above
+// the epoch read, as the driver does (for the timeline).
+func competing(self string, r lease.ClaimRead, claims []lease.PromotionClaim) int {
+	rivals := map[string]bool{}
+	for _, c := range claims {
+		if c.Workload == r.Workload && c.Claimer != self && c.Active && c.Epoch >= r.Epoch {
+			rivals[c.Claimer] = true
+		}
+	}
+	return len(rivals)
 }
 
 // Timer implements Node.
 func (n *LeaseNode) Timer(env Env, now time.Time, tag any) {
-	if n.m == nil || n.halted {
+	if !n.enter(env, now) {
 		return
 	}
 	switch t := tag.(type) {
 	case timerRead:
-		rd := &claimRead{workload: t.workload, epoch: t.epoch, claimers: map[ProviderID]bool{}}
+		rd := &claimRead{workload: t.workload, epoch: t.epoch}
 		for r := 0; r < env.NumRelays(); r++ {
 			q := env.Query(RelayID(r), func(ev *Event) bool {
 				c, ok := claimInput(RelayID(r), ev)
@@ -595,26 +721,29 @@ func (n *LeaseNode) Timer(env Env, now time.Time, tag any) {
 		}
 	case timerRespawn:
 		// The restart happened with the effect; this is its report.
-		n.apply(env, now, n.m.RespawnDone(now, lease.RespawnResult{Workload: t.workload, Attempt: t.attempt, OK: true}))
+		s := n.d.Begin(now)
+		s.RespawnDone(lease.RespawnResult{Workload: t.workload, Attempt: t.attempt, OK: true})
+		n.commit(s)
 	case timerOutbox:
-		n.flushOutbox(env)
-		if len(n.outbox) > 0 {
-			env.At(now.Add(OutboxRetry), timerOutbox{})
+		if t.gen == n.flushGen {
+			n.flushOutbox()
 		}
 	}
 }
 
 // Exited implements Node: ProcessExited.
 func (n *LeaseNode) Exited(env Env, now time.Time, w string, epoch uint64) {
-	if n.m == nil || n.halted {
+	if !n.enter(env, now) {
 		return
 	}
-	n.apply(env, now, n.m.ProcessExited(now, lease.ProcessExit{Workload: w, Epoch: epoch, Reason: "exit status 1"}))
+	s := n.d.Begin(now)
+	s.Exited(lease.ProcessExit{Workload: w, Epoch: epoch, Reason: "exit status 1"})
+	n.commit(s)
 }
 
 func (n *LeaseNode) pruneOutbox() {
-	out := n.outbox[:0]
-	for _, e := range n.outbox {
+	out := n.disk.outbox[:0]
+	for _, e := range n.disk.outbox {
 		for _, p := range e.Pending {
 			if p {
 				out = append(out, e)
@@ -622,13 +751,22 @@ func (n *LeaseNode) pruneOutbox() {
 			}
 		}
 	}
-	n.outbox = out
+	n.disk.outbox = out
 }
 
 // flushOutbox re-sends every outbox event to the relays that have not
-// accepted it yet (the same signed event, as courier/ does).
-func (n *LeaseNode) flushOutbox(env Env) {
-	for _, e := range n.outbox {
+// accepted it yet (the same event, as courier/ does). A revocation waits
+// while its workload still runs here (its stop not completed): the agent's
+// fence gate (rule 7).
+func (n *LeaseNode) flushOutbox() {
+	gated := false
+	for _, e := range n.disk.outbox {
+		if rev, ok := e.Ev.Body.(LeaseRevocation); ok {
+			if _, running := n.env.Running(rev.Workload); running {
+				gated = true
+				continue
+			}
+		}
 		var to []RelayID
 		for r, p := range e.Pending {
 			if p {
@@ -636,97 +774,97 @@ func (n *LeaseNode) flushOutbox(env Env) {
 			}
 		}
 		if len(to) > 0 {
-			env.Republish(e.Ev, to)
+			n.env.Republish(e.Ev, to)
 		}
 	}
+	// One retry timer: soon while a revocation waits for its stop, else
+	// while any event waits for a relay.
+	switch {
+	case gated:
+		n.flushGen++
+		n.env.At(n.now.Add(fenceRetry), timerOutbox{gen: n.flushGen})
+	case len(n.disk.outbox) > 0:
+		n.flushGen++
+		n.env.At(n.now.Add(OutboxRetry), timerOutbox{gen: n.flushGen})
+	}
 }
 
-// outboxRow is a persisted outbox row for ev, not yet sent anywhere (the
-// event gets its ID now, as a signed event does when it is built).
-func (n *LeaseNode) outboxRow(env Env, ev Event) outboxEntry {
-	ev.ID, ev.Author = env.NewEventID(), n.self
-	e := outboxEntry{Ev: ev, Pending: make([]bool, env.NumRelays())}
-	for i := range e.Pending {
-		e.Pending[i] = true
+// simOutbox is the node's driver.Outbox: simulated events, created at the
+// job's time (whole seconds), as the agent signs them.
+type simOutbox struct{ n *LeaseNode }
+
+func (o simOutbox) Build(jobs []driver.OutboxJob) []driver.OutboxResult {
+	out := make([]driver.OutboxResult, len(jobs))
+	for i, j := range jobs {
+		ev := o.n.outboxEvent(j.At, j.Effect)
+		ev.ID, ev.Author = o.n.env.NewEventID(), o.n.self
+		out[i].Row = driver.OutboxRow{Key: fmt.Sprintf("%T:%s:%d:%d", j.Effect, j.Effect.Workload(), ev.CreatedAt, ev.ID), Payload: ev}
 	}
-	return e
+	return out
 }
 
-func (n *LeaseNode) enqueue(env Env, now time.Time, ev Event) {
-	e := n.outboxRow(env, ev)
-	env.Republish(e.Ev, nil)
-	if len(n.outbox) == 0 {
-		env.At(now.Add(OutboxRetry), timerOutbox{})
-	}
-	n.outbox = append(n.outbox, e)
-}
-
-// apply is the agent's step commit (agent/commit.go commitStep): the stops
-// and reports first (lease.BeforeCommit), then "persist" (see Crash), then
-// the rest (lease.AfterCommit); while commits fail, the rest is held.
-func (n *LeaseNode) apply(env Env, now time.Time, effs []lease.Effect) {
-	if n.halted {
-		return
-	}
-	var early []lease.Effect
-	for _, e := range effs {
-		if lease.BeforeCommit(e) {
-			early = append(early, e)
+// outboxEvent is the event an Outbox effect (lease.DurabilityOf) puts in
+// the durable outbox, built as the agent builds it.
+func (n *LeaseNode) outboxEvent(at time.Time, e lease.Effect) Event {
+	switch e := e.(type) {
+	case lease.PublishRevocation:
+		var q int64
+		if !e.QuorumAt.IsZero() {
+			q = e.QuorumAt.UnixMilli() // whole milliseconds, rounded down, as on the wire
 		}
+		return Event{Kind: KindRevocation, CreatedAt: at.Unix(), D: e.ID, Body: LeaseRevocation{
+			Workload: e.ID, Epoch: e.Epoch, Successor: e.Successor, Standbys: e.Standbys, Reason: e.Reason, QuorumAt: q,
+		}}
+	case lease.WithdrawClaim:
+		return Event{Kind: KindClaim, CreatedAt: at.Unix(), D: ClaimD(e.ID), Body: LeaseClaim{
+			Workload: e.ID, Epoch: e.Epoch, Active: false,
+		}}
+	case lease.AnnouncePromotion:
+		return Event{Kind: KindClaim, CreatedAt: at.Unix(), D: AnnouncementD(e.ID), Body: LeaseAnnouncement{
+			Workload: e.ID, Epoch: e.Epoch,
+		}}
 	}
-	n.perform(env, now, early)
-	if n.failDisk != nil {
-		if now.Before(n.failUntil) {
-			n.held = append(n.held, effs...)
-			return
-		}
-		n.recover(env, now, effs)
-		return
-	}
-	late := lease.AfterCommit(effs)
-	if n.midStep != nil && len(late) > 0 {
-		// The transaction committed (state and outbox rows), then the
-		// process died before performing anything after it.
-		for _, e := range late {
-			if lease.DurabilityOf(e) == lease.Outbox {
-				n.outbox = append(n.outbox, n.outboxRow(env, n.outboxEvent(now, e)))
-			}
-		}
-		env.Logf("agent crashes after persisting, before performing: %s", describeEffects(late))
-		n.halted = true
-		env.CrashAgent(*n.midStep)
-		n.midStep = nil
-		return
-	}
-	n.perform(env, now, late)
+	panic(fmt.Sprintf("sim: %T is not an outbox effect", e)) // lease.DurabilityOf and this switch disagree
 }
 
-// recover is the first commit that succeeds after commits failed: the held
-// steps persist with this one, and what they still ask is performed.
-func (n *LeaseNode) recover(env Env, now time.Time, effs []lease.Effect) {
-	held := append(n.held, effs...)
-	n.failDisk, n.failUntil, n.held = nil, time.Time{}, nil
-	env.Logf("database commits succeed again: %d held effects", len(held))
-	n.perform(env, now, n.m.AfterHeld(held))
-}
+// simEvents is the node's driver.Events: timeline lines.
+type simEvents struct{ n *LeaseNode }
 
-// perform performs effects in order through lease.Perform, the table the
-// agent shares.
-func (n *LeaseNode) perform(env Env, now time.Time, effs []lease.Effect) {
-	p := simPerformer{n: n, env: env, now: now}
-	for _, e := range effs {
-		lease.Perform(p, e)
+func (simEvents) Attempted(error) {}
+func (e simEvents) Held(err error, steps int, first bool) {
+	if first {
+		e.n.env.Logf("database refuses commits (%v): stops performed, the rest held", err)
 	}
 }
+func (e simEvents) Persisted(steps int, since, now time.Time) {
+	e.n.env.Logf("database commits succeed again: %d held steps persisted", steps)
+}
+func (simEvents) Backlog(int) {}
+func (simEvents) Saved(int)   {}
+func (e simEvents) Dropped(eff lease.Effect, err error) {
+	e.n.fail(fmt.Errorf("outbox event of %s: %w", eff, err))
+}
 
-// simPerformer is the LeaseNode's lease.Performer.
-type simPerformer struct {
+// simPerformer is the node's driver.Performer: lease.Perform's table over
+// the simulated world.
+type simPerformer struct{ n *LeaseNode }
+
+func (p simPerformer) Perform(e lease.Effect, at time.Time) {
+	if p.n.halted {
+		return // the agent died before performing it
+	}
+	lease.Perform(performer{n: p.n, env: p.n.env, now: p.n.now, at: at}, e)
+}
+
+// performer is the lease.Performer for one effect.
+type performer struct {
 	n   *LeaseNode
 	env Env
 	now time.Time
+	at  time.Time
 }
 
-func (p simPerformer) Record(e lease.Effect) {
+func (p performer) Record(e lease.Effect) {
 	switch e := e.(type) {
 	case lease.EnteredState:
 		p.env.Logf("%s -> %s (epoch %d)", orNew(e.From), e.To, e.Epoch)
@@ -735,86 +873,72 @@ func (p simPerformer) Record(e lease.Effect) {
 	case lease.QuorumReport:
 		p.env.Logf("quorum report (lost at %s)", e.LostAt.Format(time.TimeOnly))
 	default:
-		p.n.fail(p.env, fmt.Errorf("unknown effect %T: %s", e, strings.TrimSpace(e.String())))
+		p.n.fail(fmt.Errorf("unknown effect %T: %s", e, strings.TrimSpace(e.String())))
 	}
 }
 
-func (p simPerformer) Start(e lease.StartWorkload) { p.env.Start(e.ID, e.Epoch) }
+// Start starts the process; the database must already hold the workload
+// at that epoch (a start performed before its step was committed would
+// run a copy a crash forgets).
+func (p performer) Start(e lease.StartWorkload) {
+	p.checkPersisted(e.ID, e.Epoch, "start")
+	p.env.Start(e.ID, e.Epoch)
+}
 
-func (p simPerformer) Stop(e lease.StopWorkload) {
+func (p performer) Stop(e lease.StopWorkload) {
 	p.env.Stop(e.ID)
 	p.env.Logf("  stop reason: %s", e.Reason)
 }
 
 // Respawn restarts at once (lease emits it only when due); RespawnDone
 // follows as the next input.
-func (p simPerformer) Respawn(e lease.AttemptRespawn) {
+func (p performer) Respawn(e lease.AttemptRespawn) {
+	p.checkPersisted(e.ID, e.Epoch, "respawn")
 	p.env.Logf("respawn attempt %d", e.Attempt)
 	p.env.Start(e.ID, e.Epoch)
 	p.env.At(p.now, timerRespawn{workload: e.ID, epoch: e.Epoch, attempt: e.Attempt})
 }
 
-// Queue puts the event in the outbox (its row "committed" with the step)
-// and sends it.
-func (p simPerformer) Queue(e lease.Effect) {
+func (p performer) checkPersisted(id string, epoch uint64, what string) {
+	r, ok := p.n.disk.store.Rows[id]
+	if !ok || !r.State.Holding() || r.Epoch != epoch {
+		p.n.fail(fmt.Errorf("%s of %s at epoch %d before its step was committed (the database holds %q at epoch %d)", what, id, epoch, r.State, r.Epoch))
+	}
+}
+
+// Queue reports an outbox effect: its row was committed with the step, and
+// the node sends it (wrote).
+func (p performer) Queue(e lease.Effect) {
 	env, n := p.env, p.n
 	switch e := e.(type) {
 	case lease.PublishRevocation:
 		env.Logf("publishes revocation of epoch %d, successor %s (%s)", e.Epoch, n.name(e.Successor), e.Reason)
+		succ, ok := n.keys[e.Successor]
+		if !ok {
+			succ = -1
+		}
+		env.Report(RevocationPublished{Workload: e.ID, Epoch: e.Epoch, Successor: succ})
 	case lease.WithdrawClaim:
 		env.Logf("withdraws claim for epoch %d", e.Epoch)
 	case lease.AnnouncePromotion:
 		env.Logf("announces its promotion at epoch %d", e.Epoch)
 	}
-	n.enqueue(env, p.now, n.outboxEvent(p.now, e))
 }
 
-func (p simPerformer) PublishClaim(e lease.PublishClaim) {
+func (p performer) PublishClaim(e lease.PublishClaim) {
 	env, n := p.env, p.n
 	env.Logf("publishes claim for epoch %d", e.Epoch)
-	if w, ok := n.m.Workload(e.ID); ok && w.Trigger == lease.TriggerTakeover && !n.reissuing {
+	if w, ok := n.d.Machine().Workload(e.ID); ok && w.Trigger == lease.TriggerTakeover && !n.reissuing {
 		env.Report(TakeoverClaim{Workload: e.ID, Epoch: w.Epoch})
 	}
-	id := env.Publish(Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, p.now), D: ClaimD(e.ID), Body: LeaseClaim{
+	id := env.Publish(Event{Kind: KindClaim, CreatedAt: p.at.Unix(), D: ClaimD(e.ID), Body: LeaseClaim{
 		Workload: e.ID, Epoch: e.Epoch, Active: true,
 	}}, nil)
 	n.pubs[id] = &claimPub{workload: e.ID, epoch: e.Epoch}
 }
 
-func (p simPerformer) ReadClaims(e lease.ReadClaims) {
+func (p performer) ReadClaims(e lease.ReadClaims) {
 	p.env.At(e.At, timerRead{workload: e.ID, epoch: e.Epoch})
-}
-
-// outboxEvent is the event an Outbox effect (lease.DurabilityOf) puts in
-// the durable outbox, built as the agent builds it: created_at strictly
-// increasing per d tag.
-func (n *LeaseNode) outboxEvent(now time.Time, e lease.Effect) Event {
-	switch e := e.(type) {
-	case lease.PublishRevocation:
-		return Event{Kind: KindRevocation, CreatedAt: n.createdAt("rev:"+e.ID, now), D: e.ID, Body: LeaseRevocation{
-			Workload: e.ID, Epoch: e.Epoch, Successor: e.Successor, Standbys: e.Standbys, Reason: e.Reason,
-		}}
-	case lease.WithdrawClaim:
-		return Event{Kind: KindClaim, CreatedAt: n.createdAt("claim:"+e.ID, now), D: ClaimD(e.ID), Body: LeaseClaim{
-			Workload: e.ID, Epoch: e.Epoch, Active: false,
-		}}
-	case lease.AnnouncePromotion:
-		return Event{Kind: KindClaim, CreatedAt: n.createdAt("announce:"+e.ID, now), D: AnnouncementD(e.ID), Body: LeaseAnnouncement{
-			Workload: e.ID, Epoch: e.Epoch,
-		}}
-	}
-	panic(fmt.Sprintf("sim: %T is not an outbox effect", e)) // lease.DurabilityOf and this switch disagree
-}
-
-func describeEffects(effs []lease.Effect) string {
-	var parts []string
-	for _, e := range effs {
-		if _, ok := e.(lease.EnteredState); ok {
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%T", e)[len("lease."):])
-	}
-	return strings.Join(parts, ", ")
 }
 
 func orNew(s lease.State) string {
@@ -825,6 +949,14 @@ func orNew(s lease.State) string {
 }
 
 var _ Node = (*LeaseNode)(nil)
+
+// unixMilliOrZero is the time of unix milliseconds u, or the zero time for 0.
+func unixMilliOrZero(u int64) time.Time {
+	if u == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(u)
+}
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {

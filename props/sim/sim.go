@@ -93,6 +93,13 @@ type Config struct {
 	// crashed (not its node): the backend's supervisor stops it then. A
 	// negative value lets workloads outlive their agent until it restarts.
 	AgentDeathGrace time.Duration
+	// StopTime bounds how long a stop takes: each StopWorkload the node
+	// performs completes after a random delay in [0, StopTime] (the
+	// backend's SIGTERM, then SIGKILL after its stop grace), and until then
+	// the workload counts as running. A start asked for meanwhile runs once
+	// the stop completed, as the agent's actuator orders them. 0: stops are
+	// instant.
+	StopTime time.Duration
 	// Seed drives every per-message random choice.
 	Seed uint64
 }
@@ -109,6 +116,7 @@ func DefaultConfig() Config {
 		TickInterval:    5 * time.Second,
 		KeepHeartbeats:  8,
 		AgentDeathGrace: 10 * time.Second,
+		StopTime:        10 * time.Second,
 	}
 }
 
@@ -131,6 +139,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sim config: TickInterval = %v, want > 0", c.TickInterval)
 	case c.KeepHeartbeats < 1:
 		return fmt.Errorf("sim config: KeepHeartbeats = %d, want >= 1", c.KeepHeartbeats)
+	case c.StopTime < 0:
+		return fmt.Errorf("sim config: StopTime = %v, want >= 0", c.StopTime)
 	}
 	return nil
 }
@@ -194,6 +204,10 @@ type Env interface {
 	At(local time.Time, tag any)
 	// Logf adds a line to the timeline.
 	Logf(format string, args ...any)
+	// Stall makes this provider's agent handle nothing for d, from right
+	// after the current callback (its loop waits for the database):
+	// deliveries, results and ticks wait, as in a pause.
+	Stall(d time.Duration)
 	// CrashAgent crashes this provider's agent (not its node) right after
 	// the current callback and restarts it after d; its workload follows
 	// it as CrashProvider says.
@@ -342,6 +356,16 @@ type relayState struct {
 	up    bool
 	store map[storeKey]*Event
 	hbs   map[ProviderID]int // stored heartbeats per author
+	// frozen holds what reached a frozen relay, in order: it keeps its
+	// connections but handles nothing until it thaws (FreezeRelay).
+	frozen   []func()
+	isFrozen bool
+}
+
+// stopOp is a stop in progress: the process still runs until it completes;
+// restart is the epoch of a start asked for meanwhile (0: none).
+type stopOp struct {
+	restart uint64
 }
 
 type provider struct {
@@ -355,6 +379,7 @@ type provider struct {
 	inbox       []func()
 	clock       Clock
 	running     map[string]uint64
+	stopping    map[string]*stopOp // stops in progress (Config.StopTime)
 	tickPhase   time.Duration
 	tickQueued  bool // a tick waits in inbox (ticks missed in a pause collapse into one)
 }
@@ -380,6 +405,7 @@ type Sim struct {
 
 	deliveryProbes []DeliveryProbe
 	reportProbes   []ReportProbe
+	keep           *claimKeep // the storage assumption (KeepClaims), nil: none
 }
 
 // DeliveryProbe observes every event a relay hands to a provider's node
@@ -425,7 +451,7 @@ func New(cfg Config, nodes []Node, clocks []Clock) (*Sim, error) {
 		s.relays = append(s.relays, &relayState{up: true, store: map[storeKey]*Event{}, hbs: map[ProviderID]int{}})
 	}
 	for i, n := range nodes {
-		p := &provider{id: ProviderID(i), node: n, name: fmt.Sprintf("P%d", i), running: map[string]uint64{}}
+		p := &provider{id: ProviderID(i), node: n, name: fmt.Sprintf("P%d", i), running: map[string]uint64{}, stopping: map[string]*stopOp{}}
 		if clocks != nil {
 			p.clock = clocks[i]
 		}
@@ -577,6 +603,7 @@ func (s *Sim) check() {
 	if s.violation != nil {
 		return
 	}
+	s.noteLive()
 	for _, c := range s.checkers {
 		if err := c(s); err != nil {
 			s.violate(err.Error())
@@ -698,8 +725,18 @@ func (s *Sim) maybeConnect(p ProviderID, r RelayID) {
 	})
 }
 
-// syncSubscription sends relay r's stored events then EOSE to p.
+// syncSubscription sends relay r's stored events then EOSE to p (once r
+// thaws, when it is frozen).
 func (s *Sim) syncSubscription(p ProviderID, r RelayID) {
+	if rs := s.relays[r]; rs.isFrozen {
+		l, gen := s.links[p][r], s.links[p][r].gen
+		rs.frozen = append(rs.frozen, func() {
+			if l.gen == gen && l.connected {
+				s.syncSubscription(p, r)
+			}
+		})
+		return
+	}
 	evs := s.Stored(r)
 	since := s.provs[p].node.Since()
 	for _, ev := range evs {
@@ -781,8 +818,13 @@ func (s *Sim) sendUp(p ProviderID, r RelayID, fn func(), dupable bool) bool {
 		}
 		l.lastUp = at
 	}
-	run := func() {
+	var run func()
+	run = func() {
 		if l.gen != gen || !l.connected || !s.relays[r].up {
+			return
+		}
+		if rs := s.relays[r]; rs.isFrozen {
+			rs.frozen = append(rs.frozen, run)
 			return
 		}
 		fn()
@@ -962,23 +1004,60 @@ func (e env) Query(r RelayID, match func(*Event) bool) QueryID {
 	return e.s.query(e.p, r, match)
 }
 func (e env) Start(w string, epoch uint64) {
-	if old, ok := e.p.running[w]; ok && old == epoch {
+	if op := e.p.stopping[w]; op != nil {
+		op.restart = epoch
+		e.Logf("workload %s start (epoch %d) waits for its stop", w, epoch)
 		return
 	}
-	e.s.starts++
-	if epoch > e.s.maxEpoch {
-		e.s.maxEpoch = epoch
-	}
-	e.p.running[w] = epoch
-	e.Logf("workload %s STARTED (epoch %d)", w, epoch)
+	e.s.start(e.p, w, epoch)
 }
 func (e env) Stop(w string) {
-	if _, ok := e.p.running[w]; !ok {
+	s, p := e.s, e.p
+	if _, ok := p.running[w]; !ok {
 		return
 	}
-	delete(e.p.running, w)
-	e.Logf("workload %s STOPPED", w)
+	if op := p.stopping[w]; op != nil {
+		op.restart = 0 // a start queued behind the stop is superseded
+		return
+	}
+	var d time.Duration
+	if s.cfg.StopTime > 0 {
+		d = time.Duration(s.rng.Int64N(int64(s.cfg.StopTime) + 1))
+	}
+	if d == 0 {
+		delete(p.running, w)
+		e.Logf("workload %s STOPPED", w)
+		return
+	}
+	op := &stopOp{}
+	p.stopping[w] = op
+	e.Logf("workload %s STOPPING (done in %v)", w, d.Round(time.Millisecond))
+	s.After(d, func() {
+		if p.stopping[w] != op {
+			return // killed meanwhile (stopAll)
+		}
+		delete(p.stopping, w)
+		delete(p.running, w)
+		s.trace = append(s.trace, Entry{At: s.now, Who: p.name, What: "workload " + w + " STOPPED"})
+		if op.restart != 0 {
+			s.start(p, w, op.restart)
+		}
+	})
 }
+
+// start runs workload w at epoch on p (not already running at it).
+func (s *Sim) start(p *provider, w string, epoch uint64) {
+	if old, ok := p.running[w]; ok && old == epoch {
+		return
+	}
+	s.starts++
+	if epoch > s.maxEpoch {
+		s.maxEpoch = epoch
+	}
+	p.running[w] = epoch
+	s.trace = append(s.trace, Entry{At: s.now, Who: p.name, What: fmt.Sprintf("workload %s STARTED (epoch %d)", w, epoch)})
+}
+
 func (e env) Running(w string) (uint64, bool) {
 	ep, ok := e.p.running[w]
 	return ep, ok
@@ -994,6 +1073,14 @@ func (e env) At(local time.Time, tag any) {
 		s.deliver(p, inc, func(now time.Time) { p.node.Timer(envFor(s, p), now, tag) })
 	}
 	s.schedule(p.clock.Sim(local), fire)
+}
+func (e env) Stall(d time.Duration) {
+	s, p, inc := e.s, e.p, e.p.incarnation
+	s.schedule(s.now, func() {
+		if p.up && p.incarnation == inc {
+			s.PauseFor(p.id, d)
+		}
+	})
 }
 func (e env) CrashAgent(d time.Duration) {
 	s, p, inc := e.s, e.p, e.p.incarnation

@@ -15,6 +15,15 @@ type TakeoverClaim struct {
 	Epoch    uint64
 }
 
+// RevocationPublished is what a LeaseNode reports (Env.Report) when it
+// queues a revocation of workload w's Epoch naming Successor (-1: none),
+// for fault schedules aimed at its delivery.
+type RevocationPublished struct {
+	Workload  string
+	Epoch     uint64
+	Successor ProviderID
+}
+
 // heardKey indexes what one provider was delivered from one relay about one
 // epoch of the checked workload.
 type heardKey struct {

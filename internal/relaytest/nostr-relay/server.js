@@ -89,8 +89,12 @@ async function main() {
       }
       if (o.admin && req.method === 'GET' && req.url === '/localrelay/stats') {
         const row = eventRepository.getDatabase().prepare('SELECT COUNT(*) AS n FROM events').get();
+        // What ws holds for the clients that the socket has not taken yet
+        // (core and ws never drop a client for not reading).
+        let pending = 0;
+        for (const c of wss.clients) pending += c.bufferedAmount;
         res.writeHead(200, { 'Content-Type': 'application/json' });
-        res.end(JSON.stringify({ events: row.n, closed: 0, held: 0 }));
+        res.end(JSON.stringify({ events: row.n, closed: 0, held: 0, dropped: 0, pending_outbound: pending }));
         return;
       }
     } catch (err) {

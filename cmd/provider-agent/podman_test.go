@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"provideragent/agent"
+	"provideragent/backend"
+	"provideragent/backend/backendtest"
+	"provideragent/internal/relaytest"
+)
+
+// podmanSection is the [backend] section of a podman agent: fastConfig's
+// workload dir, this host's podman options, and stop_grace.
+func podmanSection(t *testing.T, grace time.Duration) string {
+	t.Helper()
+	return fmt.Sprintf("kind = \"podman\"\nstop_grace = %q\npodman_run_args = [%s]\n", grace.String(), quoteList(backendtest.RunArgs))
+}
+
+// containerProcs lists the host pids of the processes that run workload
+// id at epoch (found by the PROVIDER_AGENT_* variables of their
+// environment, as a container's processes have them).
+func containerProcs(id string, epoch uint64) []int {
+	want := [][]byte{[]byte("PROVIDER_AGENT_WORKLOAD_ID=" + id), []byte("PROVIDER_AGENT_EPOCH=" + strconv.FormatUint(epoch, 10))}
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		all := true
+		for _, w := range want {
+			found := false
+			for _, kv := range bytes.Split(env, []byte{0}) {
+				found = found || bytes.Equal(kv, w)
+			}
+			all = all && found
+		}
+		// The container's, not its supervisor's (a provider-agent-shim).
+		if comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm"); all && !strings.HasPrefix(string(comm), "provider-agent") && !strings.HasPrefix(string(comm), "exe") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestRunPodmanFailover is issue 29's failover with backend.kind =
+// podman over the real binary: a primary and a standby, the grant naming
+// an OCI image, published. kill -9 of the primary agent: its container is
+// gone within stop_grace (sampled every 20 ms), and the standby's
+// container of the same image starts only after that, at epoch 2. The
+// container record the primary left is removed when it starts again
+// (before its database opens).
+func TestRunPodmanFailover(t *testing.T) {
+	t.Parallel()
+	image := backendtest.Busybox(t)
+	const grace = 2 * time.Second
+	tmp := t.TempDir()
+	var relays []string
+	for range 3 {
+		relays = append(relays, relaytest.Start(t).URL())
+	}
+	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
+	pubA := newKey(t, filepath.Join(dirA, "identity.key"))
+	pubB := newKey(t, filepath.Join(dirB, "identity.key"))
+	cfgA := fastConfig(t, tmp, dirA, "127.0.0.1:0", relays, 2)
+	cfgB := fastConfig(t, tmp, dirB, "127.0.0.1:0", relays, 2, npubOf(t, pubA))
+	appendTo(t, cfgA, podmanSection(t, grace)) // fastConfig ends in [backend]
+	appendTo(t, cfgB, podmanSection(t, grace))
+	t.Cleanup(func() {
+		for _, d := range []string{dirA, dirB} {
+			_, _ = backend.KillPodmanLeftovers(t.Context(), "podman", filepath.Join(d, "logs"), nil)
+		}
+	})
+	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "web-1", "--image", image,
+		"--command", `echo "epoch $PROVIDER_AGENT_EPOCH up"; while :; do sleep 0.05; done`, "--standby", npubOf(t, pubB), "--publish")
+
+	a := startRun(t, "--config", cfgA)
+	b := startRun(t, "--config", cfgB)
+	a.waitStatus(t, "web-1 live and running on the primary", 90*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, "web-1")
+		return ok && w.State == "live" && w.Running
+	})
+	b.waitStatus(t, "web-1 watched by the standby", 60*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, "web-1")
+		return ok && w.State == "standby"
+	})
+	var first []int
+	deadline := time.Now().Add(60 * time.Second)
+	for len(first) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no process of the primary's container (epoch 1) within 60 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+		first = containerProcs("web-1", 1)
+	}
+
+	a.kill(t)
+	killed := time.Now()
+	var gone, started time.Duration
+	for started == 0 {
+		now := time.Since(killed)
+		old, second := anyRunning(first), containerProcs("web-1", 2)
+		if old && len(second) > 0 {
+			t.Fatalf("%v after kill -9 of the primary, its container (%v) and the standby's (%v) both run", now, first, second)
+		}
+		if !old && gone == 0 {
+			gone = now
+		}
+		if old && now > grace {
+			t.Fatalf("the primary's container %v still runs %v after kill -9 of its agent, want it gone within stop_grace (%v)", first, now, grace)
+		}
+		if len(second) > 0 {
+			started = now
+		}
+		if now > 120*time.Second {
+			t.Fatalf("the standby's container did not start within 120 s of the kill")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("after kill -9 of the primary agent: its container gone after %v, the standby's started after %v",
+		gone.Round(time.Millisecond), started.Round(time.Millisecond))
+	st := b.waitStatus(t, "web-1 live on the standby at epoch 2", 30*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, "web-1")
+		return ok && w.State == "live" && w.Epoch == 2 && w.Running
+	})
+	if w, _ := workloadIn(st, "web-1"); w.Primary != pubB {
+		t.Errorf("holder after the failover = %s, want the standby %s", w.Primary, pubB)
+	}
+	out, err := exec.Command("podman", "ps", "--filter", "label="+backend.PodmanLabelWorkload+"=web-1",
+		"--filter", "label="+backend.PodmanLabelEpoch+"=2", "--format", "{{.Image}}").Output()
+	if err != nil || strings.TrimSpace(string(out)) != image {
+		t.Errorf("image of the standby's running container = %q (%v), want %s", out, err, image)
+	}
+	if log, _ := os.ReadFile(filepath.Join(dirB, "logs", "web-1.log")); !strings.Contains(string(log), "epoch 2 up") {
+		t.Errorf("the standby's container log lacks its line at epoch 2:\n%s", log)
+	}
+	// The primary's container record is left (its processes died with
+	// their supervisor); its next run removes it before the database opens.
+	again := startRun(t, "--config", cfgA)
+	if !strings.Contains(again.stderr.String(), "removed containers left by a previous agent") {
+		t.Errorf("the restarted primary's log does not say it removed its leftover container:\n%s", again.stderr.String())
+	}
+	again.stop(t)
+	b.stop(t)
+}
+
+// anyRunning reports whether any of pids runs.
+func anyRunning(pids []int) bool {
+	for _, p := range pids {
+		if running(p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,357 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"provideragent/lease"
+)
+
+// commitStep persists one step and performs its effects (the package doc):
+// the stops and reports first, then the commit of the workloads the
+// effects concern (in pieces for a big step), then, once committed, the
+// rest. run=false (shutdown) persists without performing the deferred
+// effects: a restart re-derives them (Restore, Outstanding, RelaySynced).
+func (d *Driver) commitStep(ctx context.Context, now time.Time, effs []lease.Effect, toks []Token, release string, extra any, run bool) error {
+	if len(effs) == 0 && extra == nil && release == "" && d.pend.empty() {
+		d.finish(toks)
+		return nil
+	}
+	d.performEarly(now, effs)
+	pieces, g := d.bl.split(now, effs, toks)
+	if n := d.cfg.CommitBatch; len(pieces) > n {
+		// The rest waits in the backlog, committed one batch per
+		// DrainBacklog.
+		d.bl.push(pieces[n:])
+		d.deps.Events.Backlog(d.bl.len())
+		pieces = pieces[:n]
+	}
+	var early []Token
+	if len(pieces) == 0 {
+		early = g.toks // no piece: the step's tokens go with this commit
+	}
+	return d.commitPieces(ctx, now, pieces, early, release, extra, run)
+}
+
+// DrainBacklog commits the next batch of the backlog.
+func (d *Driver) DrainBacklog(ctx context.Context, now time.Time) error {
+	return d.drain(ctx, now, true)
+}
+
+func (d *Driver) drain(ctx context.Context, now time.Time, run bool) error {
+	pieces := d.bl.next(d.cfg.CommitBatch)
+	d.deps.Events.Backlog(d.bl.len())
+	return d.commitPieces(ctx, now, pieces, nil, "", nil, run)
+}
+
+// performEarly performs the effects that do not wait for the commit
+// (lease.BeforeCommit: stops and reports).
+func (d *Driver) performEarly(now time.Time, effs []lease.Effect) {
+	for _, e := range effs {
+		if lease.BeforeCommit(e) {
+			d.deps.Performer.Perform(e, time.Time{})
+		}
+	}
+}
+
+// commitPieces persists pieces of steps, then performs their deferred
+// effects: the second half of commitStep. toks are tokens to finish with
+// the commit besides those of the steps the pieces complete.
+func (d *Driver) commitPieces(ctx context.Context, now time.Time, pieces []*piece, toks []Token, release string, extra any, run bool) error {
+	if len(pieces) == 0 && extra == nil && release == "" && d.pend.empty() {
+		d.finish(toks)
+		return nil
+	}
+	timed, effs, ids := flatten(pieces)
+	rows := d.outboxRows(ctx, timed)
+	toks = append(toks, done(pieces)...)
+
+	held := !d.pend.empty()
+	if held {
+		d.pend.add(effs, rows, toks)
+		if extra == nil && release == "" && now.Before(d.pend.retryAt) {
+			return fmt.Errorf("commit step: %w", ErrUnpersisted)
+		}
+	}
+	var later []lease.Effect
+	writeIDs, writeRows := ids, rows
+	if held {
+		later = d.m.AfterHeld(d.pend.effs)
+		writeIDs, writeRows = d.pend.ids, d.pend.rows
+	} else {
+		later = lease.AfterCommit(effs)
+	}
+	err := d.persist(ctx, now, writeIDs, writeRows, later, release, extra, run)
+	d.deps.Events.Attempted(err)
+	if err != nil {
+		if !held {
+			d.pend.add(effs, rows, toks)
+		}
+		if !d.pend.empty() {
+			first := d.pend.since.IsZero()
+			if first {
+				d.pend.since = now
+			}
+			d.deps.Events.Held(err, d.pend.steps, first)
+		}
+		d.pend.retryAt = now.Add(d.cfg.RetryEvery)
+		return fmt.Errorf("commit step: %w", err)
+	}
+	if held {
+		d.deps.Events.Persisted(d.pend.steps, d.pend.since, now)
+		toks = d.pend.toks
+		d.pend = unpersisted{}
+	}
+	d.finish(toks)
+	return nil
+}
+
+// persist commits the rows of workloads ids (their current snapshots), the
+// outbox rows, the created_at of the claims among later, a release and
+// extra in one transaction; once it committed it performs later when run
+// is set.
+func (d *Driver) persist(ctx context.Context, now time.Time, ids []string, rows []outRow, later []lease.Effect, release string, extra any, run bool) error {
+	b := &Batch{Extra: extra}
+	for _, id := range ids {
+		if id == release {
+			continue
+		}
+		if w, ok := d.m.Workload(id); ok {
+			b.Workloads = append(b.Workloads, w)
+		}
+	}
+	wait := d.dbWait()
+	// created_at of claims and withdrawn markers, strictly increasing per
+	// workload (claimtime.go), persisted with the step.
+	var stamps []time.Time
+	var stamped []string
+	for _, r := range rows {
+		b.Outbox = append(b.Outbox, r.OutboxRow)
+		if r.claimTime != "" {
+			stamped = append(stamped, r.claimTime)
+		}
+	}
+	if run {
+		for i, e := range later {
+			c, ok := e.(lease.PublishClaim)
+			if !ok {
+				continue
+			}
+			at, err := d.claims.next(ctx, d.deps.Store, c.ID, now, wait)
+			if err != nil {
+				return err
+			}
+			if stamps == nil {
+				stamps = make([]time.Time, len(later))
+			}
+			stamps[i] = at
+			stamped = append(stamped, c.ID)
+		}
+	}
+	b.ClaimTimes = d.claims.values(stamped)
+	if release != "" {
+		b.Deleted = []string{release}
+		b.ClaimTimes = d.claims.forget(b.ClaimTimes, release)
+	}
+	if !d.metaSaved {
+		meta := d.m.MetaSnapshot()
+		b.Meta = &meta
+	}
+	if err := d.deps.Store.Commit(ctx, b, wait); err != nil {
+		return err
+	}
+	d.metaSaved = true
+	for _, w := range b.Workloads {
+		d.dirty.remove(w.Spec.ID)
+	}
+	if release != "" {
+		d.m.Remove(release)
+		d.dirty.remove(release)
+		d.rivalWatch.remove(release)
+	}
+	if run {
+		for i, e := range later {
+			var at time.Time
+			if i < len(stamps) {
+				at = stamps[i]
+			}
+			d.deps.Performer.Perform(e, at)
+		}
+	}
+	return nil
+}
+
+// outboxRows builds the step's outbox effects (lease.DurabilityOf: the
+// revocations, withdrawn markers and announcements) for the outbox, before
+// the transaction. A withdrawn marker takes its created_at from the claim
+// times (after its claim's) and its row carries the workload whose claim
+// time the commit must save. An event that cannot be built is reported and
+// left out: for a revocation, the standby's takeover covers one that never
+// comes.
+func (d *Driver) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
+	var jobs []OutboxJob
+	var claimed []string // per job: the workload whose claim time it used
+	for _, te := range effs {
+		e, at := te.e, te.at
+		if lease.DurabilityOf(e) != lease.Outbox {
+			continue
+		}
+		var claimOf string
+		if wc, ok := e.(lease.WithdrawClaim); ok {
+			t, err := d.claims.next(ctx, d.deps.Store, wc.ID, at, d.dbWait())
+			if err != nil {
+				d.deps.Events.Dropped(e, err)
+				continue
+			}
+			at, claimOf = t, wc.ID
+		}
+		w, _ := d.m.Workload(e.Workload())
+		jobs = append(jobs, OutboxJob{Effect: e, At: at, Workload: w})
+		claimed = append(claimed, claimOf)
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	res := d.deps.Outbox.Build(jobs)
+	rows := make([]outRow, 0, len(jobs))
+	for i, r := range res {
+		if r.Err != nil {
+			d.deps.Events.Dropped(jobs[i].Effect, r.Err)
+			continue
+		}
+		rows = append(rows, outRow{OutboxRow: r.Row, claimTime: claimed[i]})
+	}
+	return rows
+}
+
+// outRow is an outbox row with the workload whose claim time its event
+// used (a withdrawn marker's), which the commit saves with it.
+type outRow struct {
+	OutboxRow
+	claimTime string
+}
+
+// Save persists the machine's metadata (relay tables, clock, sync flags),
+// the workloads an input may have changed without an effect since the
+// last save (a holder's heartbeats refresh a standby's claim times; claims
+// add rivals, which a later Tick may adopt), and the caller's cursor, in one
+// transaction. Workloads whose effects were committed with their step are
+// written then, not here; no other row is copied, however many workloads
+// are tracked (the Store may skip rows equal to what it holds). Held steps are committed first; while they cannot be,
+// nothing is saved (ErrUnpersisted): the metadata would record their state
+// without their outbox rows. Rows of workloads in the backlog wait for
+// their batch.
+func (d *Driver) Save(ctx context.Context, now time.Time, cursor int64) error {
+	return d.save(ctx, now, cursor, true)
+}
+
+// Close persists everything at shutdown: the backlog and held steps (their
+// deferred effects not performed: a restart re-derives them), then a Save.
+func (d *Driver) Close(ctx context.Context, now time.Time, cursor int64) error {
+	return d.save(ctx, now, cursor, false)
+}
+
+func (d *Driver) save(ctx context.Context, now time.Time, cursor int64, run bool) error {
+	if !run {
+		for !d.bl.empty() {
+			d.pend.retryAt = time.Time{}
+			if err := d.drain(ctx, now, false); err != nil {
+				return fmt.Errorf("save machine: %w", err)
+			}
+		}
+	}
+	if !d.pend.empty() {
+		d.pend.retryAt = time.Time{}
+		if err := d.commitStep(ctx, now, nil, nil, "", nil, run); err != nil {
+			return fmt.Errorf("save machine: %w: %w", ErrUnpersisted, err)
+		}
+	}
+	var changed []lease.WorkloadSnapshot
+	var seen []string
+	listed := map[string]bool{} // a workload may be in both sets
+	for _, set := range []idSet{d.dirty, d.rivalWatch} {
+		for id := range set {
+			if d.bl.has(id) || listed[id] {
+				continue
+			}
+			listed[id] = true
+			seen = append(seen, id)
+			w, ok := d.m.Workload(id)
+			if !ok {
+				continue
+			}
+			changed = append(changed, w)
+			if len(w.Rivals) == 0 {
+				d.rivalWatch.remove(id)
+			}
+		}
+	}
+	meta := d.m.MetaSnapshot()
+	cur := max(min(cursor, now.Unix()), 0)
+	b := &Batch{Workloads: changed, Meta: &meta, Cursor: &cur}
+	if err := d.deps.Store.Commit(ctx, b, d.dbWait()); err != nil {
+		return fmt.Errorf("save machine: %w", err)
+	}
+	d.metaSaved = true
+	for _, id := range seen {
+		d.dirty.remove(id)
+	}
+	d.deps.Events.Saved(len(changed))
+	return nil
+}
+
+// unpersisted is what the machine did in steps whose commit failed (disk
+// full, I/O error, or the write lock held elsewhere past the wait), kept
+// until a commit succeeds. Their stops, state changes and reports were
+// performed at once (lease.BeforeCommit); what needs the persisted state
+// waits here:
+//   - ids: workloads whose rows the next commit writes (their current
+//     snapshots, which include these steps);
+//   - rows: the outbox events (revocations, withdrawn markers,
+//     announcements) to queue in that commit;
+//   - effs: the steps' effects in order. They are not replayed as they were:
+//     after the commit lease.Machine.AfterHeld derives what to perform from
+//     the machine's state then (the outbox effects as queued, starts only of
+//     workloads still held running, outstanding claim-step and respawn
+//     requests), so a start a later step stopped or superseded never runs;
+//   - toks: tokens of the steps' inputs, finished only after that commit.
+type unpersisted struct {
+	ids     []string
+	seen    map[string]bool
+	rows    []outRow
+	keys    map[string]bool
+	effs    []lease.Effect
+	toks    []Token
+	steps   int       // steps held
+	since   time.Time // first failed commit of this episode
+	retryAt time.Time // next commit attempt without new effects
+}
+
+func (u *unpersisted) empty() bool { return u.steps == 0 }
+
+// add folds one step (its effects in order, outbox rows and tokens) into
+// the held steps.
+func (u *unpersisted) add(effs []lease.Effect, rows []outRow, toks []Token) {
+	if len(effs) == 0 && len(rows) == 0 && len(toks) == 0 {
+		return
+	}
+	if u.seen == nil {
+		u.seen, u.keys = map[string]bool{}, map[string]bool{}
+	}
+	u.steps++
+	for _, e := range effs {
+		if id := e.Workload(); !u.seen[id] {
+			u.seen[id] = true
+			u.ids = append(u.ids, id)
+		}
+	}
+	u.effs = append(u.effs, effs...)
+	for _, r := range rows {
+		if !u.keys[r.Key] {
+			u.keys[r.Key] = true
+			u.rows = append(u.rows, r)
+		}
+	}
+	u.toks = append(u.toks, toks...)
+}

@@ -1,0 +1,154 @@
+package driver
+
+import (
+	"context"
+	"time"
+
+	"provideragent/lease"
+)
+
+// Step is one machine step: inputs fed at one time, then committed
+// together. Begin a step, feed it, Commit it; a step is used once.
+type Step struct {
+	d       *Driver
+	now     time.Time
+	effs    []lease.Effect
+	toks    []Token
+	release string
+	extra   any
+}
+
+// Begin starts a step at now (the caller's clock).
+func (d *Driver) Begin(now time.Time) *Step { return &Step{d: d, now: now} }
+
+// Now is the step's time.
+func (s *Step) Now() time.Time { return s.now }
+
+// Effects are the effects the step's inputs returned so far (for the
+// caller's timeline; Commit performs them).
+func (s *Step) Effects() []lease.Effect { return s.effs }
+
+// Token adds an input's token: it is finished once the step is persisted.
+func (s *Step) Token(t Token) { s.toks = append(s.toks, t) }
+
+// Extra sets the caller's own payload for this step's commit (Batch.Extra).
+// A step with one is committed even while held steps wait for a retry, and
+// when that commit fails the payload is not kept: the caller retries it.
+func (s *Step) Extra(v any) { s.extra = v }
+
+func (s *Step) add(effs []lease.Effect) { s.effs = append(s.effs, effs...) }
+
+// Inject adds effects that no input returned, for tests that run every
+// effect type through a caller's Performer and Outbox along the real commit
+// path (lease/leasetest's Want). A daemon never calls it: its effects come
+// from the machine.
+func (s *Step) Inject(effs ...lease.Effect) { s.add(effs) }
+
+// Heartbeat feeds a verified heartbeat as one relay delivered it. Another
+// provider's heartbeat may refresh the claim times of the workloads it
+// lists without an effect: Save writes those rows.
+func (s *Step) Heartbeat(hb lease.Heartbeat) {
+	d := s.d
+	s.add(d.m.ObserveHeartbeat(s.now, hb))
+	if hb.Provider == d.m.Self() {
+		return
+	}
+	for _, we := range hb.Workloads {
+		if _, ok := d.m.State(we.ID); ok {
+			d.dirty.add(we.ID)
+		}
+	}
+}
+
+// Revocation feeds a verified lease revocation.
+func (s *Step) Revocation(r lease.Revocation) {
+	s.d.dirty.add(r.Workload)
+	s.add(s.d.m.ObserveRevocation(s.now, r))
+}
+
+// Claim feeds a verified promotion claim, withdrawn marker or Paygress
+// announcement (lease decides what one without an epoch counts as). A
+// rival claim may be adopted by a later Tick without an effect.
+func (s *Step) Claim(c lease.PromotionClaim) {
+	s.d.dirty.add(c.Workload)
+	s.d.rivalWatch.add(c.Workload)
+	s.add(s.d.m.ObserveClaim(s.now, c))
+}
+
+// ClaimsRead feeds a claim read: every claim it found, then its outcome.
+// Competing is computed here: the distinct other providers whose active
+// claim carries an epoch at or above the one read (lease records a Paygress
+// announcement that competes as a rival, which ClaimsRead sees).
+func (s *Step) ClaimsRead(r lease.ClaimRead, claims []lease.PromotionClaim) {
+	self := s.d.m.Self()
+	rivals := map[string]bool{}
+	for _, c := range claims {
+		s.Claim(c)
+		if c.Workload == r.Workload && c.Claimer != self && c.Active && c.Epoch >= r.Epoch {
+			rivals[c.Claimer] = true
+		}
+	}
+	r.Competing = len(rivals)
+	s.d.dirty.add(r.Workload)
+	s.add(s.d.m.ClaimsRead(s.now, r))
+}
+
+// Grant feeds a lease grant (Track).
+func (s *Step) Grant(spec lease.Spec) error {
+	s.d.dirty.add(spec.ID)
+	effs, err := s.d.m.Track(s.now, spec)
+	s.add(effs)
+	return err
+}
+
+// Exited feeds the exit of a workload process.
+func (s *Step) Exited(pe lease.ProcessExit) {
+	s.d.dirty.add(pe.Workload)
+	s.add(s.d.m.ProcessExited(s.now, pe))
+}
+
+// RespawnDone feeds the outcome of an AttemptRespawn.
+func (s *Step) RespawnDone(r lease.RespawnResult) {
+	s.d.dirty.add(r.Workload)
+	s.add(s.d.m.RespawnDone(s.now, r))
+}
+
+// ClaimPublished feeds the outcome of a PublishClaim.
+func (s *Step) ClaimPublished(a lease.ClaimAck) {
+	s.d.dirty.add(a.Workload)
+	s.add(s.d.m.ClaimPublished(s.now, a))
+}
+
+// RelaySynced reports a relay's EOSE after a restart (rule 10).
+func (s *Step) RelaySynced(relay string) { s.add(s.d.m.RelaySynced(s.now, relay)) }
+
+// SetClockSuspect feeds the caller's verdict on its clock.
+func (s *Step) SetClockSuspect(suspect bool, why string) {
+	s.add(s.d.m.SetClockSuspect(s.now, suspect, why))
+}
+
+// Tick advances every workload to the step's time.
+func (s *Step) Tick() { s.add(s.d.m.Tick(s.now)) }
+
+// Release stops workload id where it is held and forgets it: its row and
+// claim time are deleted with the step's commit, and it leaves the machine
+// once that commit succeeded. It reports whether id was tracked. A step
+// releases at most one workload.
+func (s *Step) Release(id string) bool {
+	w, ok := s.d.m.Workload(id)
+	if !ok {
+		return false
+	}
+	if w.State.Holding() {
+		s.add([]lease.Effect{lease.StopWorkload{ID: id, Epoch: w.Epoch, Reason: "released by operator"}})
+	}
+	s.release = id
+	return true
+}
+
+// Commit performs and persists the step (see the package doc): the stops
+// and reports at once, the rest once the step is committed. It returns
+// ErrUnpersisted (wrapped) when the step is held, or the commit's error.
+func (s *Step) Commit(ctx context.Context) error {
+	return s.d.commitStep(ctx, s.now, s.effs, s.toks, s.release, s.extra, true)
+}

@@ -1,0 +1,158 @@
+// Package cutproxy is a TCP forwarder that a test or the demo cuts: the
+// agent dials the proxy (lease.dial_addrs) instead of the relay, and Cut
+// closes the listener and every connection through it, so the agent sees
+// its connection drop and its reconnects refused while others still reach
+// the relay directly; Restore opens the path again on the same address.
+package cutproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Proxy forwards every connection it accepts to one target until Cut.
+type Proxy struct {
+	target string
+
+	mu    sync.Mutex
+	addr  string
+	ln    net.Listener
+	conns map[net.Conn]struct{}
+	cut   bool
+	wg    sync.WaitGroup
+}
+
+// ErrClosed is returned by Restore after Close.
+var ErrClosed = errors.New("proxy closed")
+
+// New listens on 127.0.0.1 (a free port) and forwards every accepted
+// connection to target (host:port).
+func New(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("proxy listen: %w", err)
+	}
+	p := &Proxy{target: target, addr: ln.Addr().String(), ln: ln, conns: make(map[net.Conn]struct{})}
+	p.wg.Add(1)
+	go p.accept(ln)
+	return p, nil
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.addr }
+
+// URL is the proxy as a websocket URL (ws://host:port).
+func (p *Proxy) URL() string { return "ws://" + p.addr }
+
+// Cut closes the listener and every open connection: the path is down.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		return
+	}
+	p.cut = true
+	if p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// Restore listens again on the same address after Cut.
+func (p *Proxy) Restore() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.cut {
+		return nil
+	}
+	if p.conns == nil {
+		return ErrClosed
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return fmt.Errorf("proxy restore %s: %w", p.addr, err)
+	}
+	p.cut = false
+	p.ln = ln
+	p.wg.Add(1)
+	go p.accept(ln)
+	return nil
+}
+
+// Close cuts the path for good and waits for every forwarding goroutine.
+func (p *Proxy) Close() {
+	p.Cut()
+	p.mu.Lock()
+	p.conns = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *Proxy) accept(ln net.Listener) {
+	defer p.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut || p.conns == nil {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.conns[c] = struct{}{}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go p.forward(c)
+	}
+}
+
+func (p *Proxy) forward(c net.Conn) {
+	defer p.wg.Done()
+	defer p.forget(c)
+	d := net.Dialer{Timeout: 5 * time.Second}
+	up, err := d.DialContext(context.Background(), "tcp", p.target)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.cut || p.conns == nil {
+		p.mu.Unlock()
+		_ = up.Close()
+		_ = c.Close()
+		return
+	}
+	p.conns[up] = struct{}{}
+	p.mu.Unlock()
+	defer p.forget(up)
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		_ = dst.Close()
+		_ = src.Close()
+		done <- struct{}{}
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+	<-done
+	<-done
+}
+
+func (p *Proxy) forget(c net.Conn) {
+	_ = c.Close()
+	p.mu.Lock()
+	if p.conns != nil {
+		delete(p.conns, c)
+	}
+	p.mu.Unlock()
+}

@@ -1,0 +1,89 @@
+package cutproxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// echo is a TCP server that echoes every connection.
+func echo(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func roundTrip(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		return err
+	}
+	b := make([]byte, 4)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return err
+	}
+	if string(b) != "ping" {
+		return errors.New("echo mismatch")
+	}
+	return nil
+}
+
+// The proxy forwards; Cut drops open connections and refuses new ones;
+// Restore opens the same address again; after Close, Restore fails.
+func TestCutAndRestore(t *testing.T) {
+	p, err := New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := roundTrip(p.Addr()); err != nil {
+		t.Fatalf("through the proxy: %v", err)
+	}
+	open, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	p.Cut()
+	_ = open.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := open.Read(make([]byte, 1)); err == nil || errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("a connection open at the cut: read = %v, want it closed", err)
+	}
+	if err := roundTrip(p.Addr()); err == nil {
+		t.Fatalf("after Cut: a new connection got through")
+	}
+	addr := p.Addr()
+	if err := p.Restore(); err != nil {
+		t.Fatalf("Restore = %v", err)
+	}
+	if p.Addr() != addr {
+		t.Fatalf("Restore moved the proxy from %s to %s", addr, p.Addr())
+	}
+	if err := roundTrip(p.Addr()); err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+	p.Close()
+	if err := p.Restore(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Restore after Close = %v, want ErrClosed", err)
+	}
+}
