@@ -72,7 +72,7 @@ func main() {
 // gremlins ran over.
 type Target struct {
 	Name    string
-	Dir     string // relative to the module root, e.g. "agent/store"
+	Dir     string // relative to the module root, e.g. "agentdb"
 	JSON    string // gremlins' -o output
 	Elapsed time.Duration
 	Status  string // "ok", or why there is no result
