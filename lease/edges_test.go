@@ -623,7 +623,8 @@ func respawned(t *testing.T) (*harness, time.Duration) {
 // respawn result for one changes nothing.
 func TestRespawnCounterResetsAfterRestartResetAfterLive(t *testing.T) {
 	h, live := respawned(t)
-	h.wantEffects("exit soon after the respawn", h.m.ProcessExited(at(live+s), ProcessExit{Workload: "w1", Epoch: 1}),
+	h.wantEffects("Tick(Live with quorum, soon after the respawn)", h.tick(live+s))
+	h.wantEffects("exit soon after the respawn", h.m.ProcessExited(at(live+2*s), ProcessExit{Workload: "w1", Epoch: 1}),
 		"entered w1 live -> failed epoch=1",
 		`stop w1 epoch=1 reason="process exited (); 1 respawn attempts exhausted"`,
 		`revoke w1 epoch=1 successor= standbys=[bob] quorum_at=+5m0s reason="process exited (); 1 respawn attempts exhausted"`,
@@ -719,4 +720,67 @@ func TestRestoreRefusesInconsistentSnapshots(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRespawningEvictsAtTheDeadline: a workload whose process exited while
+// its holder lacked quorum is evicted at T1+T2 after the quorum loss even
+// if its respawn falls due later, however the machine sleeps between
+// ticks.
+func TestRespawningEvictsAtTheDeadline(t *testing.T) {
+	h := liveAlice(t, warmSpec("w1", "alice", "bob"), 300*s, nil)
+	cfg := h.m.Config()
+	lost := 300*s + cfg.Stale
+	deadline := lost + cfg.T1 + cfg.T2
+	h.tick(lost + cfg.T1)
+	h.wantState("w1", StateSuspect)
+	h.m.ProcessExited(at(deadline-s), ProcessExit{Workload: "w1", Epoch: 1})
+	h.wantState("w1", StateRespawning)
+	h.tick(deadline - s)
+	if effs := h.tick(deadline); h.state("w1") != StateEvicted {
+		t.Fatalf("Tick(T1+T2 after quorum loss, respawn due %v later) = %v, want the eviction", cfg.RestartBackoff(1)-s, render(effs))
+	}
+}
+
+// TestProvisioningWaitsForQuorum: a workload started here waits in
+// Provisioning for relay quorum (until ProvisionTimeout); a tick without
+// quorum changes nothing before that.
+func TestProvisioningWaitsForQuorum(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	h.track(0, warmSpec("w1", "alice", "bob"))
+	h.wantEffects("Tick(no quorum yet)", h.tick(s))
+	h.wantEffects("Tick(just before the provision timeout)", h.tick(h.m.Config().ProvisionTimeout-s))
+	h.wantState("w1", StateProvisioning)
+}
+
+// TestStandbyAliveCountsTheFormerPrimary: after a failover the former
+// primary stands by for the new holder: while its heartbeats arrive,
+// StandbyAlive is true.
+func TestStandbyAliveCountsTheFormerPrimary(t *testing.T) {
+	h := newHarness(t, "bob", nil)
+	h.track(0, warmSpec("w1", "alice", "bob"))
+	h.m.ObserveRevocation(at(10*s), Revocation{Workload: "w1", Signer: key("alice"), Epoch: 1, Successor: key("bob"), QuorumAt: at(10 * s)})
+	claimStep(h, 11*s, 2)
+	h.wantState("w1", StateProvisioning)
+	if h.m.StandbyAlive("w1") {
+		t.Fatalf("StandbyAlive(w1) before alice was heard = true, want false")
+	}
+	h.hb(30*s, "alice", []int{1}, []WorkloadEpoch{})
+	if !h.m.StandbyAlive("w1") {
+		t.Fatalf("StandbyAlive(w1) with the former primary's heartbeats arriving = false, want true")
+	}
+}
+
+// TestTakeoverClaimStopsWhenTheHolderSpeaks: a takeover claim that failed
+// is not retried if the holder's heartbeats came back during the backoff:
+// the standby stands by again.
+func TestTakeoverClaimStopsWhenTheHolderSpeaks(t *testing.T) {
+	h := newHarness(t, "bob", nil)
+	h.track(0, warmSpec("w1", "alice", "bob"))
+	ta := h.m.Config().TakeoverAfter
+	if got := takeoverAt(h, all3, nil, 2*ta); got != ta {
+		t.Fatalf("takeover at %v, want %v", got, ta)
+	}
+	h.wantEffects("ClaimPublished(too few)", h.m.ClaimPublished(at(ta+s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 1}), "withdraw w1 epoch=2")
+	h.hb(ta+2*s, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+	h.wantEffects("Tick(backoff over, the holder spoke)", h.tick(ta+s+h.m.Config().ClaimBackoff(1, 0)), "entered w1 promoting -> standby epoch=1")
 }
