@@ -261,3 +261,69 @@ func TestSaveKeepsWritingWorkloadsWithRivals(t *testing.T) {
 		t.Fatalf("saved w1 follows %s at %d, want the third provider at 2", row.Holder, row.Epoch)
 	}
 }
+
+// TestSaveWritesEveryWorkloadWithRivals: each Save writes the rows of all
+// workloads with rival claims, also when an input changed some of them
+// since the last save (listed once).
+func TestSaveWritesEveryWorkloadWithRivals(t *testing.T) {
+	w := newWorld(t, nil)
+	third := key("third")
+	const n = 20
+	st := w.d.Begin(t0)
+	for i := range n {
+		s := spec(fmt.Sprintf("w%02d", i), other, self)
+		s.Standbys = append(s.Standbys, third)
+		if err := st.Grant(s); err != nil {
+			t.Fatal(err)
+		}
+		st.Claim(lease.PromotionClaim{Workload: s.ID, Claimer: third, Epoch: 2, Active: true, CreatedAt: t0})
+	}
+	if err := st.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for w.d.Backlogged() {
+		if err := w.d.DrainBacklog(context.Background(), t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.d.Save(context.Background(), t0.Add(time.Second), 0); err != nil {
+		t.Fatal(err)
+	}
+	st = w.d.Begin(t0.Add(2 * time.Second))
+	st.Claim(lease.PromotionClaim{Workload: "w00", Claimer: other, Epoch: 1, Active: true, CreatedAt: t0.Add(time.Second)})
+	if err := st.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	w.store.Wrote = func(b *driver.Batch) { rows = len(b.Workloads) }
+	if err := w.d.Save(context.Background(), t0.Add(3*time.Second), 0); err != nil {
+		t.Fatal(err)
+	}
+	if rows != n {
+		t.Fatalf("Save wrote %d rows, want all %d workloads with rivals", rows, n)
+	}
+}
+
+// TestMetadataWithoutWorkloadsIsRestored: a database whose workloads were
+// all released still holds the machine's metadata; Open restores it
+// rather than starting afresh.
+func TestMetadataWithoutWorkloadsIsRestored(t *testing.T) {
+	w := newWorld(t, nil)
+	if err := w.grant(0, spec("w1", self, other)); err != nil {
+		t.Fatal(err)
+	}
+	st := w.d.Begin(t0.Add(time.Second))
+	st.Release("w1")
+	if err := st.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.store.Rows) != 0 || w.store.Meta == nil {
+		t.Fatalf("after the release: %d rows, metadata %v; want none and some", len(w.store.Rows), w.store.Meta != nil)
+	}
+	if restarted := newWorld(t, w.store.Clone()); !restarted.d.MetaSaved() {
+		t.Fatal("reopened on metadata without workloads: MetaSaved() = false, want the metadata restored")
+	}
+	if fresh := newWorld(t, nil); fresh.d.MetaSaved() {
+		t.Fatal("opened on an empty database: MetaSaved() = true")
+	}
+}

@@ -784,3 +784,92 @@ func TestTakeoverClaimStopsWhenTheHolderSpeaks(t *testing.T) {
 	h.hb(ta+2*s, "alice", all3, []WorkloadEpoch{{"w1", 1}})
 	h.wantEffects("Tick(backoff over, the holder spoke)", h.tick(ta+s+h.m.Config().ClaimBackoff(1, 0)), "entered w1 promoting -> standby epoch=1")
 }
+
+// TestNoRetakeWhileTheClockIsSuspectOrUnsynced: an evicted former holder
+// retakes only with a trusted clock and once its relays synced after a
+// restart.
+func TestNoRetakeWhileTheClockIsSuspectOrUnsynced(t *testing.T) {
+	for _, why := range []string{"clock suspect", "restarted, relays not synced"} {
+		h, ev := evictedAlice(t)
+		ta := h.m.Config().TakeoverAfter
+		if why == "clock suspect" {
+			h.m.SetClockSuspect(at(ev+s), true, "skew")
+		} else {
+			restoreJSON(t, h, ev+s)
+		}
+		back := ev + 60*s
+		for d := back; d <= back+2*ta; d += s {
+			if (d-back)%(60*s) == 0 {
+				h.hb(d, "alice", all3, []WorkloadEpoch{})
+			}
+			if effs := h.tick(d); len(effs) > 0 {
+				t.Fatalf("%s: Tick(%v) = %v, want no retake", why, d, render(effs))
+			}
+		}
+	}
+}
+
+// TestRemoveKeepsTheOthers: removing a workload leaves every other one
+// tracked and ticking.
+func TestRemoveKeepsTheOthers(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	for _, id := range []string{"w1", "w2", "w3"} {
+		h.track(0, warmSpec(id, "alice", "bob"))
+	}
+	if !h.m.Remove("w1") {
+		t.Fatal("Remove(w1) = false")
+	}
+	h.beat("alice", 0, 60*s, 60*s, []WorkloadEpoch{{"w2", 1}, {"w3", 1}})
+	h.wantState("w2", StateLive)
+	h.wantState("w3", StateLive)
+	if got := h.m.IDs(); !slices.Equal(got, []string{"w2", "w3"}) {
+		t.Fatalf("IDs() after Remove(w1) = %v, want [w2 w3]", got)
+	}
+}
+
+// TestOneRivalEntryPerClaimer: a claimer's newer claim replaces its entry
+// among the rivals, wherever that entry stands.
+func TestOneRivalEntryPerClaimer(t *testing.T) {
+	h := newHarness(t, "bob", nil)
+	h.track(0, warmSpec("w1", "alice", "bob", "carol", "dave"))
+	h.m.ObserveClaim(at(10*s), PromotionClaim{Workload: "w1", Claimer: key("dave"), Epoch: 3, Active: true, CreatedAt: at(10 * s)})
+	h.m.ObserveClaim(at(11*s), PromotionClaim{Workload: "w1", Claimer: key("carol"), Epoch: 2, Active: true, CreatedAt: at(11 * s)})
+	h.m.ObserveClaim(at(12*s), PromotionClaim{Workload: "w1", Claimer: key("carol"), Epoch: 4, Active: true, CreatedAt: at(12 * s)})
+	if got := rivals(h); !slices.Equal(got, []string{"dave@3", "carol@4"}) {
+		t.Fatalf("rivals %v, want [dave@3 carol@4]", got)
+	}
+}
+
+// TestSuspectTimeEarnsNoRespawnReset: the respawn count resets only after
+// RestartResetAfter healthy in Live; a workload that exits while Suspect
+// (its quorum lost) has used its attempts, however long ago its respawn
+// was.
+func TestSuspectTimeEarnsNoRespawnReset(t *testing.T) {
+	spec := warmSpec("w1", "alice", "bob")
+	spec.RestartPolicy.MaxAttempts = 1
+	h := liveAlice(t, spec, 300*s, func(c *Config) { c.RestartResetAfter = 200 * s })
+	cfg := h.m.Config()
+	h.m.ProcessExited(at(301*s), ProcessExit{Workload: "w1", Epoch: 1})
+	due := 301*s + cfg.RestartBackoff(1)
+	h.tick(due)
+	h.m.RespawnDone(at(due), RespawnResult{Workload: "w1", Attempt: 1, OK: true})
+	h.wantState("w1", StateLive)
+	lost := 300*s + cfg.Stale
+	h.tick(lost + cfg.T1)
+	h.wantState("w1", StateSuspect)
+	effs := h.m.ProcessExited(at(lost+cfg.T1+s), ProcessExit{Workload: "w1", Epoch: 1})
+	if h.state("w1") != StateFailed {
+		t.Fatalf("exit while Suspect, %v after the respawn = %v, want the workload failed (attempts used)", lost+cfg.T1+s-due, render(effs))
+	}
+}
+
+// TestProvisionTimeoutWithoutStandby: a workload without a standby that
+// never reaches quorum fails at ProvisionTimeout, even when that is T1+T2
+// (the longest allowed): quorum loss does not evict a workload nobody else
+// may run.
+func TestProvisionTimeoutWithoutStandby(t *testing.T) {
+	h := newHarness(t, "alice", func(c *Config) { c.ProvisionTimeout = c.T1 + c.T2 })
+	h.track(0, warmSpec("w1", "alice"))
+	h.tick(h.m.Config().ProvisionTimeout)
+	h.wantState("w1", StateFailed)
+}
