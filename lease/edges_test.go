@@ -873,3 +873,46 @@ func TestProvisionTimeoutWithoutStandby(t *testing.T) {
 	h.tick(h.m.Config().ProvisionTimeout)
 	h.wantState("w1", StateFailed)
 }
+
+// TestOneEventBeatIgnoresItsShardNumber: a heartbeat with Shards 0 or 1 is
+// a whole beat (input.go), whatever its Shard says.
+func TestOneEventBeatIgnoresItsShardNumber(t *testing.T) {
+	h := newHarness(t, "bob", nil)
+	h.track(0, warmSpec("w1", "alice", "bob"))
+	h.m.ObserveHeartbeat(at(10*s), Heartbeat{Provider: key("alice"), Relay: relayN(1), CreatedAt: at(10 * s), ReceivedAt: at(10 * s), Shard: 2, Shards: 1})
+	if got := seenOn(h, "alice", 1); !got.Equal(at(10 * s)) {
+		t.Fatalf("one-event beat with shard number 2: seen at %v, want %v", got, at(10*s))
+	}
+}
+
+// TestTickResetsTheRespawnCountOnTime: Tick zeroes the respawn count once
+// the workload has been Live with quorum for RestartResetAfter since its
+// respawn (rule 5), at that tick, however the machine sleeps between
+// ticks.
+func TestTickResetsTheRespawnCountOnTime(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	h.track(0, warmSpec("w1", "alice", "bob"))
+	beats := func(from, to time.Duration) {
+		for d := from; d <= to; d += s {
+			if d%(60*s) == 0 {
+				h.hb(d, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+			}
+			h.tick(d)
+		}
+	}
+	beats(0, 300*s)
+	h.m.ProcessExited(at(301*s), ProcessExit{Workload: "w1", Epoch: 1})
+	due := 301*s + h.m.Config().RestartBackoff(1)
+	beats(301*s, due)
+	h.m.RespawnDone(at(due), RespawnResult{Workload: "w1", Attempt: 1, OK: true})
+	h.wantState("w1", StateLive)
+	reset := due + h.m.Config().RestartResetAfter
+	beats(due+s, reset-s)
+	if w, _ := h.m.Workload("w1"); w.Attempts != 1 {
+		t.Fatalf("attempts just before RestartResetAfter Live = %d, want 1", w.Attempts)
+	}
+	beats(reset, reset)
+	if w, _ := h.m.Workload("w1"); w.Attempts != 0 {
+		t.Fatalf("attempts at RestartResetAfter Live = %d, want 0", w.Attempts)
+	}
+}
