@@ -166,9 +166,10 @@ func TestEffectsCountFailedCommitsOnly(t *testing.T) {
 	ev := commitEvents{a}
 	before := testutil.ToFloat64(a.met.stepErrors)
 	ev.Attempted(nil)
+	ev.Attempted(nil)
 	ev.Attempted(errors.New("disk full"))
 	if got := testutil.ToFloat64(a.met.stepErrors) - before; got != 1 {
-		t.Fatalf("step errors after one commit that wrote and one that failed: +%v, want +1", got)
+		t.Fatalf("step errors after two commits that wrote and one that failed: +%v, want +1", got)
 	}
 }
 

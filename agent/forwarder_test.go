@@ -112,8 +112,10 @@ func TestNostrForwarder(t *testing.T) {
 		}
 		changed := *ev
 		changed.Content += " "
-		if class, _ := courier.Classify(f.Forward(ctx, delivery(t, &changed))); class != courier.ClassClient {
-			t.Fatalf("Forward(the same id and signature, changed content) class = %s, want %s", class, courier.ClassClient)
+		var published bool
+		f.OnAttempt = func(*nostr.Event, relay.PublishResult) { published = true }
+		if class, _ := courier.Classify(f.Forward(ctx, delivery(t, &changed))); class != courier.ClassClient || published {
+			t.Fatalf("Forward(the same id and signature, changed content) class = %s, published %v; want %s, never published", class, published, courier.ClassClient)
 		}
 	})
 
