@@ -2,11 +2,14 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/lease"
 )
@@ -131,5 +134,72 @@ func TestFenceWithAStartPending(t *testing.T) {
 	if b.Running("w1") || starts != 2 || stops != 2 {
 		t.Errorf("after start, fence, start, fence with the starts pending: running %v, starts %d, stops %d; want not running, 2 starts, 2 stops",
 			b.Running("w1"), starts, stops)
+	}
+}
+
+// TestEffectsRebuildSubscriptionsForNewAndEndedWorkloads: a workload that
+// appears or ends changes what the agent subscribes to; a transition
+// between live states does not.
+func TestEffectsRebuildSubscriptionsForNewAndEndedWorkloads(t *testing.T) {
+	a := newStepAgent(t, stepOpts{})
+	for _, tt := range []struct {
+		from, to lease.State
+		rebuild  bool
+	}{
+		{"", lease.StateStandby, true},
+		{lease.StateStandby, lease.StatePromoting, false},
+		{lease.StateLive, lease.StateFailed, true},
+		{lease.StateStandby, lease.StateExpired, true},
+	} {
+		a.subs.dirty = false
+		a.perf.Record(lease.EnteredState{ID: "w1", From: tt.from, To: tt.to, Epoch: 1})
+		if a.subs.dirty != tt.rebuild {
+			t.Errorf("entered %q -> %q: subscriptions marked for rebuilding %v, want %v", tt.from, tt.to, a.subs.dirty, tt.rebuild)
+		}
+	}
+}
+
+// TestEffectsCountFailedCommitsOnly: the step-error counter counts commits
+// that failed, not those that wrote.
+func TestEffectsCountFailedCommitsOnly(t *testing.T) {
+	a := newStepAgent(t, stepOpts{})
+	ev := commitEvents{a}
+	before := testutil.ToFloat64(a.met.stepErrors)
+	ev.Attempted(nil)
+	ev.Attempted(nil)
+	ev.Attempted(errors.New("disk full"))
+	if got := testutil.ToFloat64(a.met.stepErrors) - before; got != 1 {
+		t.Fatalf("step errors after two commits that wrote and one that failed: +%v, want +1", got)
+	}
+}
+
+// TestEffectsClaimIOTimeoutFitsTheRound: a claim publish or read waits at
+// most half the lease's claim timeout (its report must reach the machine
+// before the round times out), and never longer than PublishTimeout.
+func TestEffectsClaimIOTimeoutFitsTheRound(t *testing.T) {
+	a := newStepAgent(t, stepOpts{})
+	a.cfg.Lease.ClaimTimeout = 30 * time.Second
+	a.cfg.PublishTimeout = time.Minute
+	if got := a.claimIOTimeout(); got != 15*time.Second {
+		t.Fatalf("claimIOTimeout() with claim timeout 30 s, publish timeout 1 min = %v, want 15s", got)
+	}
+	a.cfg.PublishTimeout = 5 * time.Second
+	if got := a.claimIOTimeout(); got != 5*time.Second {
+		t.Fatalf("claimIOTimeout() with publish timeout 5 s = %v, want 5s", got)
+	}
+}
+
+// TestEffectsTransitionsLabelANewWorkload: agent_transitions_total's from
+// label is "new" for a workload's first state (docs/operations.md), and the
+// state left otherwise.
+func TestEffectsTransitionsLabelANewWorkload(t *testing.T) {
+	a := newStepAgent(t, stepOpts{})
+	a.perf.Record(lease.EnteredState{ID: "w1", To: lease.StateStandby, Epoch: 1})
+	a.perf.Record(lease.EnteredState{ID: "w1", From: lease.StateStandby, To: lease.StatePromoting, Epoch: 1})
+	if got := testutil.ToFloat64(a.met.transitions.WithLabelValues("new", "standby")); got != 1 {
+		t.Errorf(`transitions{from="new",to="standby"} = %v, want 1`, got)
+	}
+	if got := testutil.ToFloat64(a.met.transitions.WithLabelValues("standby", "promoting")); got != 1 {
+		t.Errorf(`transitions{from="standby",to="promoting"} = %v, want 1`, got)
 	}
 }

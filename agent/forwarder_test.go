@@ -104,6 +104,34 @@ func TestNostrForwarder(t *testing.T) {
 		}
 	})
 
+	t.Run("a checked event changed since is checked again", func(t *testing.T) {
+		f := &NostrForwarder{Pool: forwarderPool(t, good1), Quorum: 1}
+		ev := revocation()
+		if err := f.Forward(ctx, delivery(t, ev)); err != nil {
+			t.Fatalf("Forward(genuine) = %v", err)
+		}
+		changed := *ev
+		changed.Content += " "
+		var published bool
+		f.OnAttempt = func(*nostr.Event, relay.PublishResult) { published = true }
+		if class, _ := courier.Classify(f.Forward(ctx, delivery(t, &changed))); class != courier.ClassClient || published {
+			t.Fatalf("Forward(the same id and signature, changed content) class = %s, published %v; want %s, never published", class, published, courier.ClassClient)
+		}
+	})
+
+	t.Run("only revocations wait for the fence", func(t *testing.T) {
+		f := &NostrForwarder{Pool: forwarderPool(t, good1), Quorum: 1, Gate: &gate{}}
+		for name, tags := range map[string]nostr.Tags{"with a workload tag": {{"workload", "w1"}}, "without one": nil} {
+			ev := &nostr.Event{Kind: 1, CreatedAt: nostr.Now(), Tags: tags, Content: name}
+			if err := primary.Sign(ev); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Forward(ctx, delivery(t, ev)); err != nil {
+				t.Fatalf("Forward(another kind %s, workload not fenced) = %v, want nil", name, err)
+			}
+		}
+	})
+
 	t.Run("revocation waits for the fence without holding a worker", func(t *testing.T) {
 		g := &gate{}
 		f := &NostrForwarder{Pool: forwarderPool(t, good1, good2), Quorum: 2, Gate: g}
@@ -130,4 +158,37 @@ func TestNostrForwarder(t *testing.T) {
 			t.Fatalf("Forward(2 accept, 1 never answers) = %v (ctx %v), want nil before the deadline", err, dctx.Err())
 		}
 	})
+}
+
+// TestNostrForwarderRemembersVerifiedSignatures: the forwarder's cache of
+// checked events answers yes only for an id with the very signature that
+// was checked, keeps at least verifiedIDsHalf of the latest ids, and
+// forgets the oldest as it fills.
+func TestNostrForwarderRemembersVerifiedSignatures(t *testing.T) {
+	var v verifiedIDs
+	ev := func(i int, sig string) *nostr.Event {
+		return &nostr.Event{ID: string(rune('a'+i%26)) + string(rune(i)), Sig: sig}
+	}
+	v.add(ev(0, "good"))
+	if !v.ok(ev(0, "good")) || v.ok(ev(0, "forged")) || v.ok(ev(1, "good")) {
+		t.Fatalf("after checking event 0: ok(0, its signature) %v, ok(0, another) %v, ok(1) %v; want true, false, false",
+			v.ok(ev(0, "good")), v.ok(ev(0, "forged")), v.ok(ev(1, "good")))
+	}
+	for i := 1; i < verifiedIDsHalf+1; i++ { // event 0 moves to the older half
+		v.add(ev(i, "good"))
+	}
+	if !v.ok(ev(0, "good")) || v.ok(ev(0, "forged")) {
+		t.Fatalf("event 0 in the older half: ok(its signature) %v, ok(another) %v; want true, false", v.ok(ev(0, "good")), v.ok(ev(0, "forged")))
+	}
+	for i := 1; i <= verifiedIDsHalf; i++ {
+		if !v.ok(ev(i, "good")) {
+			t.Fatalf("event %d of the latest %d forgotten", i, verifiedIDsHalf)
+		}
+	}
+	for i := verifiedIDsHalf + 1; i < 2*verifiedIDsHalf+1; i++ {
+		v.add(ev(i, "good"))
+	}
+	if v.ok(ev(0, "good")) {
+		t.Fatal("event 0 still remembered after two halves of newer events")
+	}
 }

@@ -90,6 +90,41 @@ func TestCursorTokenErrors(t *testing.T) {
 	}
 }
 
+// TestCursorDoneReleasesFinishedPoints: a relay's events finishing in
+// order leave nothing behind in the tracker even when Safe is not called
+// between them (the agent calls it on a timer, not per event), so its memory
+// follows the events in flight, not the events seen.
+func TestCursorDoneReleasesFinishedPoints(t *testing.T) {
+	tests := []struct {
+		name     string
+		events   int
+		inFlight int // events begun ahead of the one finishing
+	}{
+		{"one at a time", 1000, 1},
+		{"a window of 8", 1000, 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := NewCursorTracker(0)
+			var window []Token
+			for p := range int64(tt.events) {
+				window = append(window, c.Begin(p))
+				if len(window) < tt.inFlight {
+					continue
+				}
+				if err := c.Done(window[0]); err != nil {
+					t.Fatalf("Done(%d) = %v, want nil", window[0], err)
+				}
+				window = window[1:]
+			}
+			if got, want := c.pending.Len(), len(window); got > want {
+				t.Errorf("points held after %d in-order events with %d in flight = %d, want at most %d",
+					tt.events, len(window), got, want)
+			}
+		})
+	}
+}
+
 // refEvent is one event in the reference model.
 type refEvent struct {
 	point     int64

@@ -130,6 +130,7 @@ func TestClampCursorLowersOnlyAboveTheLimit(t *testing.T) {
 		{4102444800, 1000, 1000}, // the year 2100, healed to the limit
 		{900, 1000, 1000},        // SaveCursor never lowers it; the clamp keeps it
 		{1500, 2000, 1500},       // below the limit: untouched
+		{1500, 0, 0},             // a limit of 0 is valid: the cursor drops to it
 	}
 	for _, st := range steps {
 		if _, err := s.SaveCursor(ctx, nil, relay, st.save); err != nil {

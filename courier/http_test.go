@@ -22,6 +22,8 @@ func TestHTTPForwarderStatusClasses(t *testing.T) {
 	}{
 		{"200", 200, "", "", 0},
 		{"204", 204, "", "", 0},
+		{"299", 299, "", "", 0},
+		{"300", 300, "", ClassClient, 0},
 		{"429 seconds", 429, "7", ClassRateLimited, 7 * time.Second},
 		{"429 date", 429, now.Add(90 * time.Second).Format(http.TimeFormat), ClassRateLimited, 90 * time.Second},
 		{"429 none", 429, "", ClassRateLimited, 0},

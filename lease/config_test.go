@@ -52,6 +52,11 @@ func TestConfigValidate(t *testing.T) {
 		{"takeover just above", func(c *Config) { c.TakeoverAfter = 641 * time.Second }, ""},
 		{"restart max below initial", func(c *Config) { c.RestartMax = time.Second }, "lease.restart_backoff_max = 1s: must be >= lease.restart_backoff_initial (5s)"},
 		{"claim max below base", func(c *Config) { c.ClaimRetryMax = time.Second }, "lease.claim_retry_max = 1s: must be >= lease.claim_retry_base (15s)"},
+		// Each limit is inclusive: the value at the edge is valid.
+		{"stale exactly two heartbeats", func(c *Config) { c.Stale = 2 * c.HeartbeatInterval }, ""},
+		{"provision exactly t1+t2", func(c *Config) { c.ProvisionTimeout = c.T1 + c.T2 }, ""},
+		{"restart max equal to initial", func(c *Config) { c.RestartMax = c.RestartInitial }, ""},
+		{"claim max equal to base", func(c *Config) { c.ClaimRetryMax = c.ClaimRetryBase }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,6 +89,9 @@ func TestNormalizeRelayURL(t *testing.T) {
 		{"WSS://Relay.Example.COM/", "wss://relay.example.com", true},
 		{"wss://relay.example.com:443/", "wss://relay.example.com", true},
 		{"ws://relay.example.com:80", "ws://relay.example.com", true},
+		{"ws://relay.example.com:443", "ws://relay.example.com:443", true}, // only a scheme's own default port is dropped
+		{"wss://relay.example.com:80", "wss://relay.example.com:80", true},
+		{"ws://relay.example.com:8080", "ws://relay.example.com:8080", true},
 		{"wss://relay.example.com:4443/nostr/", "wss://relay.example.com:4443/nostr", true},
 		{" wss://relay.example.com#frag", "wss://relay.example.com", true},
 		{"wss://[::1]:7777", "wss://[::1]:7777", true},
@@ -121,6 +129,23 @@ func TestSpecValidate(t *testing.T) {
 		{"unknown replication", func(s *Spec) { s.Replication = "hot" }, "replication = \"hot\""},
 		{"unknown restart", func(s *Spec) { s.RestartPolicy.Policy = "always" }, "restart_policy.policy"},
 		{"negative attempts", func(s *Spec) { s.RestartPolicy.MaxAttempts = -1 }, "max_attempts = -1"},
+		{"no attempts", func(s *Spec) { s.RestartPolicy.MaxAttempts = 0 }, ""},
+		{"most attempts", func(s *Spec) { s.RestartPolicy.MaxAttempts = MaxRestartAttempts }, ""},
+		{"too many attempts", func(s *Spec) { s.RestartPolicy.MaxAttempts = MaxRestartAttempts + 1 }, "max_attempts = 1001"},
+		{"longest id", func(s *Spec) { s.ID = strings.Repeat("x", MaxIDBytes) }, ""},
+		{"id too long", func(s *Spec) { s.ID = strings.Repeat("x", MaxIDBytes+1) }, "232 bytes"},
+		{"id of the printable edges", func(s *Spec) { s.ID = "!~" }, ""},
+		{"id with a control byte", func(s *Spec) { s.ID = "a\x7f" }, "printable"},
+		{"primary all digits", func(s *Spec) { s.Primary = strings.Repeat("0123456789", 7)[:64] }, ""},
+		{"primary of a to f", func(s *Spec) { s.Primary = strings.Repeat("abcdef", 11)[:64] }, ""},
+		{"primary with g", func(s *Spec) { s.Primary = "g" + s.Primary[1:] }, "primary"},
+		{"primary with upper case", func(s *Spec) { s.Primary = "A" + s.Primary[1:] }, "primary"},
+		{"primary with a colon", func(s *Spec) { s.Primary = ":" + s.Primary[1:] }, "primary"},
+		{"primary with a slash", func(s *Spec) { s.Primary = "/" + s.Primary[1:] }, "primary"},
+		{"primary with a backtick", func(s *Spec) { s.Primary = "`" + s.Primary[1:] }, "primary"},
+		{"primary too short", func(s *Spec) { s.Primary = s.Primary[1:] }, "primary"},
+		{"quorum of every relay", func(s *Spec) { s.Quorum = MaxRelays }, ""},
+		{"quorum above the relays", func(s *Spec) { s.Quorum = MaxRelays + 1 }, "quorum = 33"},
 		{"epoch zero", func(s *Spec) { s.Epoch = 0 }, "epoch = 0"},
 		{"highest epoch a standby can succeed", func(s *Spec) { s.Epoch = MaxEpoch - 1 }, ""},
 		{"epoch without a successor epoch", func(s *Spec) { s.Epoch = MaxEpoch }, "epoch = 4611686018427387904, must be 1 to 2^62-1"},
@@ -279,4 +304,61 @@ func FuzzSpecValidate(f *testing.F) {
 		}
 		m.Tick(at(time.Hour))
 	})
+}
+
+// TestRegrantRefusesAnyOtherChange: a grant of a tracked workload is
+// accepted when it only extends the expiry or changes the state URI; any
+// other field changed, an earlier expiry, or an expiry removed is refused
+// with ErrAlreadyTracked and leaves the tracked lease as it was.
+func TestRegrantRefusesAnyOtherChange(t *testing.T) {
+	base := func() Spec {
+		sp := warmSpec("w1", "alice", "bob", "carol")
+		sp.Command = []string{"sleep", "60"}
+		sp.ExpiresAt = at(time.Hour)
+		return sp
+	}
+	tests := []struct {
+		name string
+		mod  func(*Spec)
+		ok   bool
+	}{
+		{"same", func(*Spec) {}, true},
+		{"later expiry", func(sp *Spec) { sp.ExpiresAt = at(2 * time.Hour) }, true},
+		{"state uri", func(sp *Spec) { sp.StateURI = "blossom://x" }, true},
+		{"earlier expiry", func(sp *Spec) { sp.ExpiresAt = at(time.Minute) }, false},
+		{"expiry removed", func(sp *Spec) { sp.ExpiresAt = time.Time{} }, false},
+		{"primary", func(sp *Spec) { sp.Primary = key("dave") }, false},
+		{"standbys", func(sp *Spec) { sp.Standbys = []string{key("carol"), key("bob")} }, false},
+		{"restart policy", func(sp *Spec) { sp.RestartPolicy.MaxAttempts = 7 }, false},
+		{"epoch", func(sp *Spec) { sp.Epoch = 2 }, false},
+		{"command", func(sp *Spec) { sp.Command = []string{"sleep", "61"} }, false},
+		{"created at", func(sp *Spec) { sp.CreatedAt = t0.Add(s) }, false},
+		{"relays", func(sp *Spec) { sp.Relays = testRelays(3) }, false},
+		{"quorum", func(sp *Spec) { sp.Quorum = 2 }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, "bob", nil)
+			h.track(0, base())
+			sp := base()
+			tt.mod(&sp)
+			effs, err := h.m.Track(at(s), sp)
+			if tt.ok {
+				if err != nil || len(effs) != 0 {
+					t.Fatalf("Track(%s) = %v, %v; want accepted without effects", tt.name, render(effs), err)
+				}
+				w, _ := h.m.Workload("w1")
+				if !w.Spec.ExpiresAt.Equal(sp.ExpiresAt) || w.Spec.StateURI != sp.StateURI {
+					t.Fatalf("after Track(%s): expiry %v, state uri %q; want %v, %q", tt.name, w.Spec.ExpiresAt, w.Spec.StateURI, sp.ExpiresAt, sp.StateURI)
+				}
+				return
+			}
+			if !errors.Is(err, ErrAlreadyTracked) {
+				t.Fatalf("Track(%s) = %v, want %v", tt.name, err, ErrAlreadyTracked)
+			}
+			if w, _ := h.m.Workload("w1"); !reflect.DeepEqual(w.Spec, base()) {
+				t.Fatalf("after the refused Track(%s): spec %+v, want the first grant's", tt.name, w.Spec)
+			}
+		})
+	}
 }

@@ -72,22 +72,7 @@ func (s *Sim) storedEpochEvidence(w string, e uint64) int {
 	n := 0
 	for _, rs := range s.relays {
 		for _, ev := range rs.store {
-			var we uint64
-			switch b := ev.Body.(type) {
-			case LeaseClaim:
-				if !b.Active || b.Workload != w {
-					continue
-				}
-				we = b.Epoch
-			case LeaseAnnouncement:
-				if b.Workload != w {
-					continue
-				}
-				we = b.Epoch
-			default:
-				continue
-			}
-			if we > e && !ev.Injected {
+			if we, ok := claimedEpoch(ev, w); ok && we > e {
 				n++
 				break
 			}
@@ -210,4 +195,20 @@ func MoveLosesNothing(w string) Checker {
 		}
 		return nil
 	}
+}
+
+// claimedEpoch is the epoch of workload w that stored event ev shows a
+// provider of the world claimed: an active claim's or an announcement's;
+// false for any other event and for injected ones.
+func claimedEpoch(ev *Event, w string) (uint64, bool) {
+	if ev.Injected {
+		return 0, false
+	}
+	switch b := ev.Body.(type) {
+	case LeaseClaim:
+		return b.Epoch, b.Active && b.Workload == w
+	case LeaseAnnouncement:
+		return b.Epoch, b.Workload == w
+	}
+	return 0, false
 }

@@ -247,3 +247,67 @@ func TestMoveLosesNothingClauses(t *testing.T) {
 	note(0, NoteStarted, 5, 499)
 	w.want(t, "P0 starts epoch 5 from 499", "P0 starts workload w at epoch 5 from value 499; P1's planned move handed epoch 4 over at value 500")
 }
+
+// TestSingleWriterEntryAndEvidenceEdges: the entry clause looks only at a
+// provider that enters Live below the highest epoch held Live; a stored
+// claim counts once per relay, however many claims of higher epochs that
+// relay keeps, and is found among any number of other events; a provider
+// whose agent is down is skipped without hiding the providers after it.
+func TestSingleWriterEntryAndEvidenceEdges(t *testing.T) {
+	t.Run("entering at the highest epoch held", func(t *testing.T) {
+		w := newCheckerWorld(t)
+		w.live(0, 2)
+		w.want(t, "provider 0 at epoch 2", "")
+		w.notLive(0)
+		w.store(0, 2, 3) // provider 2 claimed epoch 3 and never went Live
+		w.store(1, 2, 3)
+		w.want(t, "provider 0 left", "")
+		w.live(1, 2) // epoch 2 reused: its holder is gone, no one held 3 Live
+		w.want(t, "provider 1 enters Live at epoch 2 beside stored claims of 3", "")
+	})
+	t.Run("a holder that stays Live below a later epoch", func(t *testing.T) {
+		w := newCheckerWorld(t)
+		w.live(1, 1)
+		w.want(t, "provider 1 at epoch 1", "")
+		w.live(0, 2)
+		w.store(0, 0, 2)
+		w.store(1, 0, 2)
+		w.want(t, "provider 0 at epoch 2 while provider 1 has not yet fenced", "")
+	})
+	t.Run("one relay with two claims is one relay", func(t *testing.T) {
+		w := newCheckerWorld(t)
+		w.live(0, 3)
+		w.want(t, "provider 0 at epoch 3", "")
+		w.notLive(0)
+		w.store(0, 0, 3)
+		w.store(0, 2, 4)
+		w.live(1, 1)
+		w.want(t, "provider 1 enters at epoch 1 with higher claims on one relay only", "")
+	})
+	t.Run("evidence among other events", func(t *testing.T) {
+		w := newCheckerWorld(t)
+		w.live(0, 3)
+		w.want(t, "provider 0 at epoch 3", "")
+		w.notLive(0)
+		for r := range 2 {
+			for i := range 20 {
+				v := "v" + string(rune('a'+i))
+				w.storeClaim(r, 0, LeaseClaim{Workload: v, Epoch: 9, Active: true})
+				ev := &Event{ID: w.s.newEventID(), Kind: KindRevocation, Author: 1, D: "other:" + v, Body: v}
+				w.s.relays[r].store[storeKey{kind: KindRevocation, author: 1, d: ev.D}] = ev
+			}
+			w.store(r, 0, 3)
+		}
+		w.live(1, 1)
+		w.want(t, "provider 1 enters at epoch 1 with epoch 3's claim on two relays among 40 other events each", "enters workload w Live at epoch 1 after epoch 3 was held Live")
+	})
+	t.Run("a provider down", func(t *testing.T) {
+		w := newCheckerWorld(t)
+		w.s.provs[0].up = false
+		w.live(0, 1) // its node's last state: not counted while down
+		w.live(1, 1)
+		w.want(t, "provider 0 down, provider 1 at epoch 1", "")
+		w.live(2, 1)
+		w.want(t, "providers 1 and 2 at epoch 1", "both hold workload w Live at epoch 1")
+	})
+}
