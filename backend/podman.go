@@ -501,18 +501,8 @@ func (p *Podman) Close(ctx context.Context) error {
 		ids = append(ids, id)
 	}
 	p.mu.Unlock()
-	var wg sync.WaitGroup
-	errs := make([]error, len(ids))
-	for i, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = p.Stop(ctx, id, "backend closed")
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("close backend: %w", err)
+	if err := stopAll(ctx, ids, p.Stop); err != nil {
+		return err
 	}
 	p.wg.Wait()
 	var err error

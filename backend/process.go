@@ -833,18 +833,8 @@ func (b *Process) Close(ctx context.Context) error {
 		ids = append(ids, id)
 	}
 	b.mu.Unlock()
-	var wg sync.WaitGroup
-	errs := make([]error, len(ids))
-	for i, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = b.Stop(ctx, id, "backend closed")
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("close backend: %w", err)
+	if err := stopAll(ctx, ids, b.Stop); err != nil {
+		return err
 	}
 	b.wg.Wait()
 	b.closer.Do(func() {
@@ -1002,4 +992,23 @@ func signalName(s syscall.Signal) string {
 		return n
 	}
 	return fmt.Sprintf("signal %d", int(s))
+}
+
+// stopAll stops the workloads ids at once (reason "backend closed") with
+// a backend's Stop and waits for every stop: Close of each backend.
+func stopAll(ctx context.Context, ids []string, stop func(ctx context.Context, id, reason string) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = stop(ctx, id, "backend closed")
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close backend: %w", err)
+	}
+	return nil
 }
