@@ -73,9 +73,11 @@ func newKeys(t *testing.T) *identity.Keys {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
+	// One relay of each implementation CI runs: khatru, the strfry
+	// emulation (which refuses a #workload filter) and @nostr-relay/core.
 	var relays []*relaytest.Relay
-	for range 3 {
-		relays = append(relays, relaytest.Start(t))
+	for _, k := range []relaytest.Kind{relaytest.Khatru, relaytest.StrfryEmulated, relaytest.NostrRelay} {
+		relays = append(relays, relaytest.StartKind(t, k, relaytest.KindOptions{}))
 	}
 	var urls []string
 	for _, r := range relays {
