@@ -85,22 +85,7 @@ func TestDurableFailover(t *testing.T) {
 		t.Skip("workloads run as users of their own: needs root")
 	}
 	t.Parallel()
-	blobs, err := devblossom.New(devblossom.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := blobs.Start(context.Background(), "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = blobs.Shutdown(context.Background()) })
-	shared, err := os.MkdirTemp("", "durable-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(shared) })
-	if err := os.Chmod(shared, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	blobs, shared := durableFixtures(t)
 	starts := filepath.Join(shared, "starts")
 
 	rs, urls := startRelays(t, 3)
@@ -284,22 +269,7 @@ type durableSetup struct {
 // relays through proxies that can cut it off.
 func startDurable(t testing.TB, id string, cut int, profile func([]string) lease.Config) *durableSetup {
 	t.Helper()
-	blobs, err := devblossom.New(devblossom.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := blobs.Start(context.Background(), "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = blobs.Shutdown(context.Background()) })
-	shared, err := os.MkdirTemp("", "durable-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(shared) })
-	if err := os.Chmod(shared, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	blobs, shared := durableFixtures(t)
 	d := &durableSetup{starts: filepath.Join(shared, "starts")}
 	rs, urls := startRelays(t, 3)
 	lcfg := profile(urls)
@@ -457,24 +427,10 @@ func TestDurableHolderRestart(t *testing.T) {
 }
 
 func holderRestart(t *testing.T, persistent, blossomDown bool) {
-	blobs, err := devblossom.New(devblossom.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := blobs.Start(context.Background(), "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = blobs.Shutdown(context.Background()) })
-	shared, err := os.MkdirTemp("", "durable-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(shared) })
-	if err := os.Chmod(shared, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	blobs, shared := durableFixtures(t)
 	wdir := ""
 	if persistent {
+		var err error
 		if wdir, err = os.MkdirTemp("", "durable-workloads-"); err != nil {
 			t.Fatal(err)
 		}
@@ -569,4 +525,28 @@ func startsOf(path string, epoch uint64) []int {
 		}
 	}
 	return out
+}
+
+// durableFixtures starts a dev-blossom server and makes a directory every
+// workload user may write (where the counter logs its starts), both removed
+// when t ends.
+func durableFixtures(t testing.TB) (*devblossom.Server, string) {
+	t.Helper()
+	blobs, err := devblossom.New(devblossom.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := blobs.Start(context.Background(), "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blobs.Shutdown(context.Background()) })
+	shared, err := os.MkdirTemp("", "durable-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return blobs, shared
 }
