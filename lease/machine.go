@@ -107,6 +107,18 @@ func (m *Machine) State(id string) (State, bool) {
 	return w.State, true
 }
 
+// Epochs returns a workload's state, the epoch it holds (or last held) and
+// the epoch it claims while Promoting, without copying the workload as
+// Workload does (the simulator's invariant checkers read it after every
+// event).
+func (m *Machine) Epochs(id string) (st State, epoch, target uint64, ok bool) {
+	w := m.byID[id]
+	if w == nil {
+		return "", 0, 0, false
+	}
+	return w.State, w.Epoch, w.Target, true
+}
+
 // Len returns the number of tracked workloads.
 func (m *Machine) Len() int { return len(m.list) }
 

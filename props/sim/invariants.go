@@ -19,8 +19,15 @@ func SingleWriter(w string, m int) Checker {
 	maxHeld := map[ProviderID]uint64{}
 	wasLive := map[ProviderID]bool{}
 	var maxAny uint64 // highest epoch any provider has held Live
+	// reused by every check (it runs after every simulated event)
+	var runners []ProviderID
+	type liveEpoch struct {
+		epoch uint64
+		p     ProviderID
+	}
+	var liveAt []liveEpoch
 	return func(s *Sim) error {
-		var runners []ProviderID
+		runners = runners[:0]
 		for _, p := range s.provs {
 			if _, ok := p.running[w]; ok {
 				runners = append(runners, p.id)
@@ -33,7 +40,7 @@ func SingleWriter(w string, m int) Checker {
 			}
 			return fmt.Errorf("%s", msg)
 		}
-		liveAt := map[uint64]ProviderID{}
+		liveAt = liveAt[:0]
 		for _, p := range s.provs {
 			if !p.up {
 				continue
@@ -50,10 +57,12 @@ func SingleWriter(w string, m int) Checker {
 				}
 			}
 			wasLive[p.id] = true
-			if other, dup := liveAt[e]; dup {
-				return fmt.Errorf("%s and %s both hold workload %s Live at epoch %d", s.provs[other].name, p.name, w, e)
+			for _, l := range liveAt {
+				if l.epoch == e {
+					return fmt.Errorf("%s and %s both hold workload %s Live at epoch %d", s.provs[l.p].name, p.name, w, e)
+				}
 			}
-			liveAt[e] = p.id
+			liveAt = append(liveAt, liveEpoch{e, p.id})
 			if e < maxHeld[p.id] {
 				return fmt.Errorf("%s holds workload %s Live at epoch %d after holding epoch %d", p.name, w, e, maxHeld[p.id])
 			}

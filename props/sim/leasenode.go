@@ -190,7 +190,6 @@ type LeaseNode struct {
 	pubs    map[EventID]*claimPub
 	reads   map[QueryID]*claimRead
 	err     error
-	heldBuf []lease.WorkloadEpoch
 
 	// env and now of the callback under way: the driver performs effects
 	// synchronously, within it.
@@ -464,17 +463,11 @@ func (n *LeaseNode) Live(w string) (uint64, bool) {
 	if n.d == nil {
 		return 0, false
 	}
-	m := n.d.Machine()
-	if st, ok := m.State(w); !ok || st != lease.StateLive {
+	st, epoch, _, ok := n.d.Machine().Epochs(w)
+	if !ok || st != lease.StateLive {
 		return 0, false
 	}
-	n.heldBuf = m.Held(n.heldBuf[:0])
-	for _, we := range n.heldBuf {
-		if we.ID == w {
-			return we.Epoch, true
-		}
-	}
-	return 0, false
+	return epoch, true
 }
 
 // Holding implements Holder: the epoch the machine holds w at (a Holding
@@ -483,14 +476,14 @@ func (n *LeaseNode) Holding(w string) (uint64, bool, bool) {
 	if n.d == nil {
 		return 0, false, false
 	}
-	ws, ok := n.d.Machine().Workload(w)
+	st, epoch, target, ok := n.d.Machine().Epochs(w)
 	switch {
 	case !ok:
 		return 0, false, false
-	case ws.State == lease.StatePromoting:
-		return ws.Target, true, true
-	case ws.State.Holding():
-		return ws.Epoch, false, true
+	case st == lease.StatePromoting:
+		return target, true, true
+	case st.Holding():
+		return epoch, false, true
 	}
 	return 0, false, false
 }
