@@ -155,10 +155,12 @@ const (
 	stopReasonMove     = "planned move: final checkpoint, then handover"
 )
 
-// Fenced implements FenceGate.
+// Fenced implements FenceGate. An operation stays in its workload's queue
+// while it runs (work removes it after), so a queue holds every start or
+// stop not yet done; after the last one, Running has the answer.
 func (a *actuator) Fenced(id string) bool {
 	a.mu.Lock()
-	pending := len(a.queues[id]) > 0 || a.busy[id]
+	pending := len(a.queues[id]) > 0
 	a.mu.Unlock()
 	return !pending && !a.backend.Running(id)
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"provideragent/internal/logcapture"
 	"provideragent/lease"
 )
 
@@ -201,5 +203,84 @@ func TestEffectsTransitionsLabelANewWorkload(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(a.met.transitions.WithLabelValues("standby", "promoting")); got != 1 {
 		t.Errorf(`transitions{from="standby",to="promoting"} = %v, want 1`, got)
+	}
+}
+
+// TestEffectsFailedStopIsLogged: a stop the backend refuses is an error
+// in the log that names the workload and the backend's error, and the
+// workload is not fenced (its revocation keeps waiting); a stop that works
+// logs nothing at error level.
+func TestEffectsFailedStopIsLogged(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := newStepAgent(t, stepOpts{})
+	logs := logcapture.New(slog.LevelError)
+	a.logger = slog.New(logs)
+	a.work.act.logger = a.logger
+	b := a.work.backend.(*memBackend)
+	defer a.work.act.wait()
+	defer cancel()
+	a.perf.ctx = ctx
+
+	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
+	a.perf.Perform(lease.StartWorkload{ID: "w2", Epoch: 1}, time.Time{})
+	waitFor(t, 10*time.Second, "both started", func() bool { return b.Running("w1") && b.Running("w2") })
+
+	a.perf.Perform(lease.StopWorkload{ID: "w1", Epoch: 1, Reason: "relay quorum lost"}, time.Time{})
+	waitFor(t, 10*time.Second, "w1 stopped", func() bool { return a.work.act.Fenced("w1") })
+	if got := logs.Find("stop workload"); len(got) != 0 {
+		t.Fatalf("a stop that worked logged %d errors: %+v", len(got), got)
+	}
+
+	b.mu.Lock()
+	b.stopErr = errors.New("podman: container w2 is stuck")
+	b.mu.Unlock()
+	a.perf.Perform(lease.StopWorkload{ID: "w2", Epoch: 1, Reason: "relay quorum lost"}, time.Time{})
+	waitFor(t, 10*time.Second, "w2's stop attempted", func() bool { _, stops := b.counts(); return stops == 2 })
+	waitFor(t, 10*time.Second, "the failed stop logged", func() bool { return len(logs.Find("stop workload")) == 1 })
+	r := logs.Find("stop workload")[0]
+	if r.String("workload") != "w2" || !strings.Contains(r.String("err"), "container w2 is stuck") {
+		t.Errorf("failed stop logged as %+v, want workload w2 and the backend's error", r)
+	}
+	if a.work.act.Fenced("w2") {
+		t.Errorf("Fenced(w2) after its stop failed = true, want false (it still runs)")
+	}
+}
+
+// TestEffectsFenceWordingReadOncePerInstant: the fence wording (a read of
+// every relay's refusals) is made once per step time when a step's
+// revocations are built and at most once a second when stops are
+// performed, so a mass eviction does not read the relay pool once per
+// workload; it is made afresh at another step time, after a second, and
+// after the clock went back.
+func TestEffectsFenceWordingReadOncePerInstant(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	var made []time.Time
+	build := func(at time.Time) func(string) string {
+		made = append(made, at)
+		n := len(made)
+		return func(r string) string { return fmt.Sprintf("%s (wording %d)", r, n) }
+	}
+	steps := []struct {
+		name   string
+		now    time.Time
+		maxAge time.Duration
+		want   string // the wording's number
+	}{
+		{"first use", t0, 0, "1"},
+		{"same step time", t0, 0, "1"},
+		{"another step time", t0.Add(time.Nanosecond), 0, "2"},
+		{"within the second", t0.Add(time.Second), time.Second, "2"},
+		{"a second after it was made", t0.Add(time.Second + time.Nanosecond), time.Second, "2"},
+		{"over a second after it was made", t0.Add(time.Second + 2*time.Nanosecond), time.Second, "3"},
+		{"clock went back", t0, time.Second, "4"},
+	}
+	var c wordingCache
+	for _, s := range steps {
+		got := c.get(s.now, s.maxAge, build)("quorum lost")
+		if want := "quorum lost (wording " + s.want + ")"; got != want {
+			t.Fatalf("%s: wording %q, want %q (made at %v)", s.name, got, want, made)
+		}
 	}
 }

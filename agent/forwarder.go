@@ -101,7 +101,8 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 		f.verified.add(&ev)
 	}
 	if f.Gate != nil {
-		if w := ev.Tags.GetFirst([]string{"workload", ""}); w != nil && len(*w) > 1 && isRevocation(ev.Kind) && !f.Gate.Fenced((*w)[1]) {
+		// GetFirst with a two-element prefix returns only tags of two or more.
+		if w := ev.Tags.GetFirst([]string{"workload", ""}); w != nil && isRevocation(ev.Kind) && !f.Gate.Fenced((*w)[1]) {
 			return courier.Deferred(fmt.Errorf("revocation of %s waits for the fence: %w", (*w)[1], ErrNotFenced), fenceRecheck)
 		}
 	}

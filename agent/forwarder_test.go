@@ -95,8 +95,17 @@ func TestNostrForwarder(t *testing.T) {
 		f := &NostrForwarder{Pool: forwarderPool(t, good1), Quorum: 1}
 		forged := revocation()
 		forged.Content += " "
+		// An event whose id matches its content, with the signature of
+		// another event: only the signature check refuses it.
+		resigned, other := revocation(), revocation()
+		other.Content += " "
+		if err := primary.Sign(other); err != nil {
+			t.Fatal(err)
+		}
+		resigned.Sig = other.Sig
 		for name, d := range map[string]courier.Delivery{
 			"not json": {Bundle: []byte("{")}, "bad signature": delivery(t, forged),
+			"valid id, another event's signature": delivery(t, resigned),
 		} {
 			if class, _ := courier.Classify(f.Forward(ctx, d)); class != courier.ClassClient {
 				t.Errorf("Forward(%s) class = %s, want %s", name, class, courier.ClassClient)
@@ -147,6 +156,16 @@ func TestNostrForwarder(t *testing.T) {
 		g.set(true)
 		if err := f.Forward(ctx, delivery(t, ev)); err != nil {
 			t.Fatalf("Forward(fenced revocation) = %v, want nil", err)
+		}
+	})
+
+	t.Run("with quorum connected, a slow relay's OK counts", func(t *testing.T) {
+		// Exactly M relays connected is not cut off: the attempt waits
+		// its whole timeout, not the cut-off one, for the slow relay.
+		slow := relaytest.Start(t, "--write-delay", (3 * cutOffTimeout).String())
+		f := &NostrForwarder{Pool: forwarderPool(t, good1, slow), Quorum: 2, Timeout: time.Minute}
+		if err := f.Forward(ctx, delivery(t, revocation())); err != nil {
+			t.Fatalf("Forward(2 of 2 connected, one answers after %v) = %v, want nil", 3*cutOffTimeout, err)
 		}
 	})
 

@@ -32,14 +32,10 @@ func (b eventBuilder) Build(jobs []driver.OutboxJob) []driver.OutboxResult {
 	a := b.a
 	res := make([]driver.OutboxResult, len(jobs))
 	// The fence wording reads the relays' refusals once per step time.
-	var word func(string) string
-	var wordAt time.Time
+	var words wordingCache
 	for i := range jobs {
 		if r, ok := jobs[i].Effect.(lease.PublishRevocation); ok {
-			if word == nil || !jobs[i].At.Equal(wordAt) {
-				word, wordAt = a.fenceWording(jobs[i].At), jobs[i].At
-			}
-			r.Reason = word(r.Reason)
+			r.Reason = words.get(jobs[i].At, 0, a.fenceWording)(r.Reason)
 			jobs[i].Effect = r
 		}
 	}
@@ -122,11 +118,27 @@ func (c commitEvents) Dropped(e lease.Effect, err error) {
 // owned goroutines that report back as inputs; ctx is the run's lifetime,
 // set by Run before the machine loop starts.
 type performer struct {
-	a      *Agent
-	ctx    context.Context
-	at     time.Time           // created_at of the current effect's claim
-	word   func(string) string // fence wording, per wordAt
-	wordAt time.Time
+	a     *Agent
+	ctx   context.Context
+	at    time.Time    // created_at of the current effect's claim
+	words wordingCache // the fence wording, read at most once a second
+}
+
+// wordingCache keeps the fence wording (fenceWording: the relays' refusals
+// of our heartbeats, which a mass eviction would otherwise read from the
+// pool once per workload).
+type wordingCache struct {
+	word func(string) string
+	at   time.Time
+}
+
+// get returns the wording made at now, or the cached one when it was made
+// at most maxAge before now (0: at the same instant).
+func (c *wordingCache) get(now time.Time, maxAge time.Duration, build func(time.Time) func(string) string) func(string) string {
+	if c.word == nil || now.Before(c.at) || now.Sub(c.at) > maxAge {
+		c.word, c.at = build(now), now
+	}
+	return c.word
 }
 
 // Perform carries out one effect the driver hands over; at is the
@@ -134,9 +146,7 @@ type performer struct {
 func (p *performer) Perform(e lease.Effect, at time.Time) {
 	a := p.a
 	p.at = at
-	if now := a.now(); p.word == nil || now.Sub(p.wordAt) > time.Second {
-		p.word, p.wordAt = a.fenceWording(now), now
-	}
+	p.words.get(a.now(), time.Second, a.fenceWording)
 	a.met.effects.WithLabelValues(effectType(e)).Inc()
 	a.logger.Debug("effect", "effect", e.String())
 	a.refreshPolicy([]string{e.Workload()})
@@ -202,7 +212,7 @@ func (p *performer) Stop(e lease.StopWorkload) {
 		a.logger.Debug("stop workload: not running here", "workload", e.ID, "epoch", e.Epoch)
 		return
 	}
-	reason := p.word(e.Reason)
+	reason := p.words.word(e.Reason)
 	a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, reason)
 	a.work.act.enqueue(p.ctx, e.ID, op{kind: opStop, epoch: e.Epoch})
 }

@@ -26,6 +26,8 @@ type memBackend struct {
 	// startGate, when set, holds every Start until it is closed: a start
 	// in flight.
 	startGate chan struct{}
+	// stopErr, when set, fails every Stop (the process keeps running).
+	stopErr error
 }
 
 func newMemBackend() *memBackend {
@@ -45,9 +47,12 @@ func (b *memBackend) Start(_ context.Context, spec backend.StartSpec) error {
 
 func (b *memBackend) Stop(_ context.Context, id, _ string) error {
 	b.mu.Lock()
-	delete(b.running, id)
+	defer b.mu.Unlock()
 	b.stops++
-	b.mu.Unlock()
+	if b.stopErr != nil {
+		return b.stopErr
+	}
+	delete(b.running, id)
 	return nil
 }
 
