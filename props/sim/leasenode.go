@@ -184,12 +184,12 @@ type LeaseNode struct {
 	key  string
 	keys map[string]ProviderID
 
-	disk    *leaseDisk
-	d       *driver.Driver // nil while crashed
-	nextHB  time.Time
-	pubs    map[EventID]*claimPub
-	reads   map[QueryID]*claimRead
-	err     error
+	disk   *leaseDisk
+	d      *driver.Driver // nil while crashed
+	nextHB time.Time
+	pubs   map[EventID]*claimPub
+	reads  map[QueryID]*claimRead
+	err    error
 
 	// env and now of the callback under way: the driver performs effects
 	// synchronously, within it.
