@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -282,5 +283,30 @@ func TestEffectsFenceWordingReadOncePerInstant(t *testing.T) {
 		if want := "quorum lost (wording " + s.want + ")"; got != want {
 			t.Fatalf("%s: wording %q, want %q (made at %v)", s.name, got, want, made)
 		}
+	}
+}
+
+// TestEffectsStopReasonReachesBackend: the backend is told why a workload
+// stops (it ends up in the workload's log and Exit): a fence says so, and
+// a stop queued with its own reason (a planned move's) keeps it.
+func TestEffectsStopReasonReachesBackend(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := newStepAgent(t, stepOpts{})
+	b := a.work.backend.(*memBackend)
+	defer a.work.act.wait()
+	defer cancel()
+	a.perf.ctx = ctx
+
+	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
+	a.perf.Perform(lease.StopWorkload{ID: "w1", Epoch: 1, Reason: "relay quorum lost"}, time.Time{})
+	a.work.act.enqueue(ctx, "w2", op{kind: opStart, epoch: 1})
+	a.work.act.enqueue(ctx, "w2", op{kind: opStop, epoch: 1, reason: stopReasonMove})
+	waitFor(t, 10*time.Second, "both stopped", func() bool { return a.work.act.Fenced("w1") && a.work.act.Fenced("w2") })
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if want := []string{stopReasonFenced, stopReasonMove}; !slices.Equal(b.reasons, want) && !slices.Equal(b.reasons, []string{want[1], want[0]}) {
+		t.Errorf("stop reasons given to the backend = %q, want %q (in either order)", b.reasons, want)
 	}
 }

@@ -28,6 +28,8 @@ type memBackend struct {
 	startGate chan struct{}
 	// stopErr, when set, fails every Stop (the process keeps running).
 	stopErr error
+	// reasons are the reasons Stop was given, in order.
+	reasons []string
 }
 
 func newMemBackend() *memBackend {
@@ -45,10 +47,11 @@ func (b *memBackend) Start(_ context.Context, spec backend.StartSpec) error {
 	return nil
 }
 
-func (b *memBackend) Stop(_ context.Context, id, _ string) error {
+func (b *memBackend) Stop(_ context.Context, id, reason string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stops++
+	b.reasons = append(b.reasons, reason)
 	if b.stopErr != nil {
 		return b.stopErr
 	}
