@@ -208,7 +208,13 @@ func TestCheckpointLineageClauses(t *testing.T) {
 	t.Run("a signer never seen holding the epoch", func(t *testing.T) {
 		w := lineage(t)
 		w.restores(1, 3, w.record(2, 1, false))
-		w.want(t, "P1 restores epoch 3 from P2's record of epoch 1", "P2 was never seen holding epoch 1 Live")
+		w.want(t, "P1 restores epoch 3 from P2's record of epoch 1", "P2 did not hold epoch 1 Live when it published the record")
+	})
+	t.Run("a bad restore after another note of the same step", func(t *testing.T) {
+		w := lineage(t)
+		w.nodes[2].journal = append(w.nodes[2].journal, CheckpointNote{What: NoteStarted, Workload: "w", Epoch: 3, Value: 42})
+		w.restores(2, 3, w.record(2, 1, false))
+		w.want(t, "P2 notes a start, then restores from a record published while not Live, between two checks", "P2 did not hold epoch 1 Live")
 	})
 	t.Run("a record published while not Live", func(t *testing.T) {
 		w := lineage(t)
@@ -246,6 +252,16 @@ func TestMoveLosesNothingClauses(t *testing.T) {
 	w.want(t, "a start at the moved epoch itself", "")
 	note(0, NoteStarted, 5, 499)
 	w.want(t, "P0 starts epoch 5 from 499", "P0 starts workload w at epoch 5 from value 499; P1's planned move handed epoch 4 over at value 500")
+
+	// The mover retakes at once: its move and its own start of the next
+	// epoch are read by the same check.
+	w = newCheckerWorld(t)
+	w.check = MoveLosesNothing("w")
+	note(0, NoteStarted, 1, 0)
+	w.want(t, "P0 starts epoch 1 from nothing", "")
+	note(0, NoteMoved, 1, 120)
+	note(0, NoteStarted, 2, 119)
+	w.want(t, "P0 hands epoch 1 over at 120 and retakes epoch 2 from 119 between two checks", "P0 starts workload w at epoch 2 from value 119")
 }
 
 // TestSingleWriterEntryAndEvidenceEdges: the entry clause looks only at a
