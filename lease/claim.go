@@ -240,7 +240,9 @@ func (m *Machine) revocationExpired(w *WorkloadSnapshot, now time.Time) bool {
 // itself takes the workload back through the claim step once, on at least
 // N-M+1 relays on which its own heartbeats come back, it has watched for
 // TakeoverAfter since the eviction (and since the start of its unbroken
-// stretch there) without the workload leaving Evicted: any claim or
+// stretch there, and since the last heartbeat there of a provider holding
+// the workload at a lower epoch: heardLowerHolder) without the workload
+// leaving Evicted: any claim or
 // heartbeat of a higher epoch fences it for good, and a standby that had
 // claimed the next epoch would have been seen on one of those relays by
 // quorum intersection. Standbys that claim at the same time meet it in the
@@ -252,7 +254,7 @@ func (m *Machine) retakeDue(w *WorkloadSnapshot, now time.Time, self *ProviderSn
 		if seen.IsZero() || now.Sub(seen) > m.watchGap() {
 			continue
 		}
-		if !now.Before(maxTime(w.Since, self.Stretch[r]).Add(m.cfg.TakeoverAfter)) {
+		if !now.Before(maxTime(maxTime(w.Since, self.Stretch[r]), w.ClaimAt[r]).Add(m.cfg.TakeoverAfter)) {
 			count++
 		}
 	}

@@ -916,3 +916,70 @@ func TestTickResetsTheRespawnCountOnTime(t *testing.T) {
 		t.Fatalf("attempts at RestartResetAfter Live = %d, want 0", w.Attempts)
 	}
 }
+
+// TestNoRetakeBesideALowerEpochHolder (props TestLateDeliveries, 20,000-check
+// run, seed 18112694129426729116): relays that lost their storage erased
+// alice's epochs, bob reused a lower epoch number and holds the workload.
+// Alice, evicted at a higher epoch, hears bob list it at that lower epoch:
+// she does not retake while bob beats, nor until takeover_after after his
+// last beat (his own eviction is timed from it), and a retake claim already
+// in flight when bob is heard withdraws. Alice keeps her epoch and is not
+// fenced (bob yields to her epoch when he hears it).
+func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
+	ta := testConfig().TakeoverAfter
+	evicted := func(t *testing.T) (*harness, time.Duration) {
+		t.Helper()
+		spec := warmSpec("w1", "alice", "bob")
+		spec.Epoch = 3
+		h := liveAlice(t, spec, 600*s, nil)
+		for d := 601 * s; d <= 3600*s; d += s {
+			if hasEffect[PublishRevocation](h.tick(d)) {
+				h.wantState("w1", StateEvicted)
+				return h, d
+			}
+		}
+		t.Fatal("alice never evicted herself")
+		return nil, 0
+	}
+	t.Run("retake timed from the lower holder's last beat", func(t *testing.T) {
+		h, ev := evicted(t)
+		back := ev + 60*s
+		last := back + 2*ta // bob's last beat
+		var took time.Duration
+		for d := back; d <= last+2*ta && took == 0; d += s {
+			if (d-back)%(60*s) == 0 {
+				h.hb(d, "alice", all3, []WorkloadEpoch{})
+				if d <= last {
+					h.hb(d, "bob", all3, []WorkloadEpoch{{"w1", 2}})
+				}
+			}
+			if hasEffect[PublishClaim](h.tick(d)) {
+				took = d
+			}
+		}
+		if want := last + ta; took != want {
+			t.Fatalf("retake claim at %v, want %v (bob's last beat at epoch 2 + takeover_after)", took, want)
+		}
+		if ws, _ := h.m.Workload("w1"); ws.Epoch != 3 || ws.Target != 4 {
+			t.Fatalf("retake claims epoch %d from epoch %d, want 4 from 3", ws.Target, ws.Epoch)
+		}
+	})
+	t.Run("a retake claim in flight withdraws", func(t *testing.T) {
+		h, ev := evicted(t)
+		back := ev + 60*s
+		var took time.Duration
+		for d := back; d <= back+2*ta && took == 0; d += s {
+			if (d-back)%(60*s) == 0 {
+				h.hb(d, "alice", all3, []WorkloadEpoch{})
+			}
+			if hasEffect[PublishClaim](h.tick(d)) {
+				took = d
+			}
+		}
+		effs := h.hb(took+s, "bob", []int{1}, []WorkloadEpoch{{"w1", 2}})
+		if !hasEffect[WithdrawClaim](effs) {
+			t.Fatalf("ObserveHeartbeat(bob lists w1@2 during alice's retake claim) = %v, want the claim withdrawn", render(effs))
+		}
+		h.wantState("w1", StateEvicted)
+	})
+}

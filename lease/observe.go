@@ -106,9 +106,36 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 			// epoch, so pi is the holder. Silence is counted only of the
 			// provider heard holding the epoch.
 			m.heardHolding(w, pi, we.Epoch, ri, recv, &out)
+		case we.Epoch < w.Epoch && !w.State.Holding():
+			m.heardLowerHolder(w, ri, recv, &out)
 		}
 	}
 	return out
+}
+
+// heardLowerHolder: provider heard holding w at an epoch below the one
+// known here. Relays that lost their storage can have erased the later
+// epochs, so it reused a number: it runs the workload all the same, and
+// its eviction is timed from its own heartbeats. Its beats count as the
+// holder's for the silence a takeover or a retake waits for (ClaimAt), and
+// a claim in flight withdraws (a retake goes back to Evicted): starting
+// beside it would be two writers until it hears the higher epoch. The
+// epoch known here stays (a holder of a higher one yields nothing to it;
+// it yields when it hears that holder).
+func (m *Machine) heardLowerHolder(w *WorkloadSnapshot, ri int, recv time.Time, out *[]Effect) {
+	if recv.After(w.ClaimAt[ri]) {
+		w.ClaimAt[ri] = recv
+		m.touch(w)
+	}
+	if w.State != StatePromoting || (w.Phase != PhasePublishing && w.Phase != PhaseReading) {
+		return
+	}
+	if w.Trigger == TriggerRetake {
+		*out = append(*out, WithdrawClaim{ID: w.Spec.ID, Epoch: w.Target})
+		m.enter(w, StateEvicted, out)
+		return
+	}
+	m.abortClaim(w, w.Target, out)
 }
 
 // seen records that a whole beat of provider p, created at created,
