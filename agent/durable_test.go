@@ -43,11 +43,17 @@ done`
 // not started at that epoch yet).
 func startsAt(t testing.TB, path string, epoch uint64) (int, bool) {
 	t.Helper()
+	return counterLine(path, "%d %d", epoch)
+}
+
+// counterLine finds the counter's line of the given format ("%d %d":
+// epoch and value) for epoch in its file.
+func counterLine(path, format string, epoch uint64) (int, bool) {
 	data, _ := os.ReadFile(path)
 	for _, l := range strings.Split(string(data), "\n") {
 		var e uint64
 		var n int
-		if _, err := fmt.Sscanf(l, "%d %d", &e, &n); err == nil && e == epoch {
+		if _, err := fmt.Sscanf(l, format, &e, &n); err == nil && e == epoch {
 			return n, true
 		}
 	}
@@ -149,15 +155,7 @@ func TestDurableFailover(t *testing.T) {
 // finalAt reads the value the counter checkpointed on SIGTERM at epoch.
 func finalAt(t testing.TB, path string, epoch uint64) (int, bool) {
 	t.Helper()
-	data, _ := os.ReadFile(path)
-	for _, l := range strings.Split(string(data), "\n") {
-		var e uint64
-		var n int
-		if _, err := fmt.Sscanf(l, "final %d %d", &e, &n); err == nil && e == epoch {
-			return n, true
-		}
-	}
-	return 0, false
+	return counterLine(path, "final %d %d", epoch)
 }
 
 // TestDurableMove: workloads move of a durable workload: the primary
