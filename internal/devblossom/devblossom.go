@@ -78,6 +78,11 @@ type Server struct {
 	mu    sync.Mutex
 	blobs map[string]*blob // by sha256
 	total int64
+	// reserved counts the bytes of uploads that passed the quota check
+	// and are not yet in total: the check and the reservation happen
+	// under one lock, so parallel uploads cannot both pass a limit that
+	// fits only one of them.
+	reserved int64
 
 	url  string
 	srv  *http.Server
@@ -210,8 +215,12 @@ func (s *Server) routes(bl http.Handler) http.Handler {
 		case r.Method == http.MethodDelete && !strings.HasPrefix(r.Header.Get("Authorization"), "Nostr "):
 			http.Error(w, "missing \"Authorization\" header", http.StatusUnauthorized)
 			return
-		case p == "/upload" && (r.Method == http.MethodPut || r.Method == http.MethodHead),
-			strings.HasPrefix(p, "/list/") && r.Method == http.MethodGet,
+		case p == "/upload" && (r.Method == http.MethodPut || r.Method == http.MethodHead):
+			res := &reservation{}
+			defer s.release(res)
+			bl.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reservationKey{}, res)))
+			return
+		case strings.HasPrefix(p, "/list/") && r.Method == http.MethodGet,
 			shaPath.MatchString(p) && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodDelete):
 			bl.ServeHTTP(w, r)
 			return
@@ -220,7 +229,7 @@ func (s *Server) routes(bl http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) rejectUpload(_ context.Context, auth *nostr.Event, size int, _ string) (bool, string, int) {
+func (s *Server) rejectUpload(ctx context.Context, auth *nostr.Event, size int, _ string) (bool, string, int) {
 	if len(s.allow) > 0 && !s.allow[auth.PubKey] {
 		s.log.Warn("dev-blossom: upload refused: key not allowed", "pubkey", auth.PubKey)
 		return true, "pubkey not allowed on this server", http.StatusForbidden
@@ -230,13 +239,32 @@ func (s *Server) rejectUpload(_ context.Context, auth *nostr.Event, size int, _ 
 		return true, fmt.Sprintf("blob of %d bytes is over the limit of %d", size, s.opts.MaxBlobBytes), http.StatusRequestEntityTooLarge
 	}
 	s.mu.Lock()
-	full := s.total+int64(size) > s.opts.MaxTotalBytes
+	full := s.total+s.reserved+int64(size) > s.opts.MaxTotalBytes
+	if res, _ := ctx.Value(reservationKey{}).(*reservation); res != nil && !full {
+		res.bytes += int64(size)
+		s.reserved += int64(size)
+	}
 	s.mu.Unlock()
 	if full {
 		s.log.Warn("dev-blossom: upload refused: server full", "max_total", s.opts.MaxTotalBytes)
 		return true, fmt.Sprintf("server full (limit %d bytes)", s.opts.MaxTotalBytes), http.StatusInsufficientStorage
 	}
 	return false, "", 0
+}
+
+// reservation is the quota one upload request holds between passing
+// rejectUpload and its blob entering total (Keep) or the request ending.
+type reservation struct{ bytes int64 }
+
+type reservationKey struct{}
+
+// release returns what res still holds (an upload that failed after the
+// quota check, or a HEAD check that reserved nothing lasting).
+func (s *Server) release(res *reservation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reserved -= res.bytes
+	res.bytes = 0
 }
 
 // rejectDelete lets only a blob's uploaders delete it (blobs found in Dir
@@ -309,10 +337,14 @@ func (s *Server) deleteBlob(_ context.Context, sha, _ string) error {
 // index is the BlobIndex of khatru's Blossom handlers over the Server.
 type index struct{ s *Server }
 
-func (x index) Keep(_ context.Context, d blossom.BlobDescriptor, pubkey string) error {
+func (x index) Keep(ctx context.Context, d blossom.BlobDescriptor, pubkey string) error {
 	s := x.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if res, _ := ctx.Value(reservationKey{}).(*reservation); res != nil {
+		s.reserved -= res.bytes // the blob's own size enters total below
+		res.bytes = 0
+	}
 	b := s.blobs[d.SHA256]
 	if b == nil {
 		b = &blob{desc: d, owners: map[string]bool{}}

@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"io"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nbd-wtf/go-nostr"
 
@@ -160,4 +166,83 @@ func TestOnlyBlossomRoutes(t *testing.T) {
 			t.Errorf("%s %s = %d, want %d", tt.method, tt.path, resp.StatusCode, tt.want)
 		}
 	}
+}
+
+// TestQuotaHoldsUnderParallelUploads: uploads that all pass the quota
+// check before any of them is stored cannot together exceed the limit,
+// and what a refused or broken upload reserved is given back.
+func TestQuotaHoldsUnderParallelUploads(t *testing.T) {
+	s := start(t, devblossom.Options{MaxTotalBytes: 1500})
+	key := nostr.GeneratePrivateKey()
+	release := make(chan struct{})
+	// slowBody sends the 50 bytes the server reads before its quota check,
+	// then the rest (or an error: a client gone) once release is closed.
+	slowBody := func(b byte, broken bool) io.Reader {
+		body := bytes.Repeat([]byte{b}, 1000)
+		pr, pw := io.Pipe()
+		go func() {
+			pw.Write(body[:50])
+			<-release
+			if broken {
+				pw.CloseWithError(errors.New("client gone"))
+				return
+			}
+			pw.Write(body[50:])
+			pw.Close()
+		}()
+		return pr
+	}
+	close(release)
+	if c := putBlob(t, s.URL(), key, slowBody('0', true), 1000); c == http.StatusOK {
+		t.Fatalf("a broken upload = %d, want a failure", c)
+	}
+	release = make(chan struct{})
+	const parallel = 8
+	codes := make(chan int, parallel)
+	var wg sync.WaitGroup
+	for i := range parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes <- putBlob(t, s.URL(), key, slowBody(byte('a'+i), false), 1000)
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // every request is past its quota check
+	close(release)
+	wg.Wait()
+	close(codes)
+	ok := 0
+	for c := range codes {
+		if c == http.StatusOK {
+			ok++
+		}
+	}
+	if st := s.Stats(); ok != 1 || st.Bytes > 1500 {
+		t.Fatalf("%d parallel 1000-byte uploads under a 1500-byte limit after a broken one: %d accepted, %+v stored, want 1 accepted", parallel, ok, st)
+	}
+	if c := putBlob(t, s.URL(), key, bytes.NewReader(bytes.Repeat([]byte("z"), 500)), 500); c != http.StatusOK {
+		t.Errorf("500 bytes into the 500 left = %d, want 200 (the refused uploads reserved nothing)", c)
+	}
+}
+
+// putBlob PUTs size bytes of body to url/upload with a BUD-02 upload
+// authorization signed by key and returns the status code (0 when the
+// request itself failed).
+func putBlob(t *testing.T, url, key string, body io.Reader, size int) int {
+	t.Helper()
+	auth := nostr.Event{Kind: 24242, CreatedAt: nostr.Now(), Content: "upload", Tags: nostr.Tags{
+		{"t", "upload"}, {"expiration", strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10)}}}
+	if err := auth.Sign(key); err != nil {
+		t.Error(err)
+		return 0
+	}
+	req, _ := http.NewRequest(http.MethodPut, url+"/upload", body)
+	req.ContentLength = int64(size)
+	req.Header.Set("Authorization", "Nostr "+base64.StdEncoding.EncodeToString([]byte(auth.String())))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
