@@ -310,3 +310,64 @@ func FuzzDecodeCheckpointRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckpointRecordBoundsAreInclusive: the last value each range
+// allows is accepted, by the builder and the decoder alike, and a refusal
+// names the range it checked.
+func TestCheckpointRecordBoundsAreInclusive(t *testing.T) {
+	k := testKeys(t, "holder")
+	fresh := CheckpointRecord{WorkloadID: "wl-1", Epoch: 1, GrantAt: time.Unix(0, 0), Fresh: true}
+	for _, created := range []time.Time{time.Unix(0, 0), time.Unix(maxUnix, 0)} {
+		if _, err := BuildCheckpointRecord(k, fresh, created); err != nil {
+			t.Errorf("BuildCheckpointRecord(created_at %d, grant_at 0, epoch 1) = %v, want built", created.Unix(), err)
+		}
+	}
+	if _, err := BuildCheckpointRecord(k, fresh, time.Unix(maxUnix+1, 0)); err == nil || !strings.Contains(err.Error(), "created_at 253402300800 out of range") {
+		t.Errorf("BuildCheckpointRecord(created_at in year 10000) = %v, want out of range", err)
+	}
+	valid := ckptBuild(t, k, ckptRecord(k))
+	padTo := func(n int) func(ev *nostr.Event) { // content of exactly n bytes
+		return func(ev *nostr.Event) {
+			setField("pad", "")(ev)
+			setField("pad", strings.Repeat("x", n-len(ev.Content)))(ev)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(ev *nostr.Event)
+	}{
+		{"content of the maximum size", padTo(MaxCheckpointContentBytes)},
+		{"created_at 0 (taken_at 0 s)", func(ev *nostr.Event) { setField("taken_at_ms", 1)(ev); ev.CreatedAt = 0 }},
+		{"created_at in year 9999", func(ev *nostr.Event) { ev.CreatedAt = maxUnix }},
+		{"epoch 1", func(ev *nostr.Event) { setField("epoch", 1)(ev); setTag("d", CheckpointDTag("wl-1", 1))(ev) }},
+		{"epoch MaxEpoch-1", func(ev *nostr.Event) {
+			setField("epoch", uint64(lease.MaxEpoch-1))(ev)
+			setTag("d", CheckpointDTag("wl-1", lease.MaxEpoch-1))(ev)
+		}},
+		{"seq MaxCheckpointSeq-1", setField("seq", uint64(MaxCheckpointSeq-1))},
+		{"grant_at 0", setField("grant_at", 0)},
+		{"grant_at in year 9999", setField("grant_at", int64(maxUnix))},
+	} {
+		ev := mutate(t, valid, k, tc.change)
+		if _, err := DecodeCheckpointRecord(ev); err != nil {
+			t.Errorf("DecodeCheckpointRecord(%s) = %v, want accepted", tc.name, err)
+		}
+	}
+	if _, err := DecodeCheckpointRecord(mutate(t, valid, k, padTo(MaxCheckpointContentBytes+1))); ReasonOf(err) != ReasonTooLarge {
+		t.Errorf("DecodeCheckpointRecord(content of the maximum size + 1) = %v, want too_large", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(ev *nostr.Event)
+		want   string
+	}{
+		{"epoch 0", setField("epoch", 0), "epoch 0, want 1 to 4611686018427387903"},
+		{"seq MaxCheckpointSeq", setField("seq", uint64(MaxCheckpointSeq)), "seq 4611686018427387904, want 0 to 4611686018427387903"},
+		{"created_at in year 10000", func(ev *nostr.Event) { ev.CreatedAt = maxUnix + 1 }, "created_at 253402300800 out of range"},
+	} {
+		_, err := DecodeCheckpointRecord(mutate(t, valid, k, tc.change))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("DecodeCheckpointRecord(%s) = %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -34,6 +34,8 @@ func TestLeaseGrantCheckpointPolicy(t *testing.T) {
 			&lease.CheckpointPolicy{Servers: []string{"https://b1.example", "http://127.0.0.1:7448"}, MinServers: 1, Restore: lease.RestoreRequired, RestoreTimeout: 90 * time.Second},
 			`{"servers":["https://b1.example","http://127.0.0.1:7448"],"min_servers":1,"restore":"required","restore_timeout_s":90}`},
 		{"defaults", &lease.CheckpointPolicy{}, &lease.CheckpointPolicy{Restore: lease.RestoreBestEffort}, `{"restore":"best-effort"}`},
+		{"the longest restore timeout", &lease.CheckpointPolicy{RestoreTimeout: MaxRestoreTimeout}, &lease.CheckpointPolicy{Restore: lease.RestoreBestEffort, RestoreTimeout: MaxRestoreTimeout},
+			`{"restore":"best-effort","restore_timeout_s":3600}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ev, err := BuildLeaseGrant(issuer, ckptGrant(t, tc.in))
