@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"provideragent/internal/sqlitedb"
 	"provideragent/uploader"
 	"provideragent/uploader/uploadertest"
 )
@@ -415,4 +417,30 @@ func newBlossomFixtureAt(t *testing.T, path string, servers []string, edit func(
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestPlacementWriteFailureFailsTheUpload: a placement the database
+// refuses to record is the upload's error, not a silent success whose
+// checkpoint would later count servers it never wrote down.
+func TestPlacementWriteFailureFailsTheUpload(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "up.db")
+	srv := uploadertest.NewServer(t)
+	f := newBlossomFixtureAt(t, path, []string{srv.URL}, func(c *uploader.Config) { c.DisableRetry = true })
+	db, err := sqlitedb.Open(ctx, path, sqlitedb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `CREATE TRIGGER refuse_placements BEFORE INSERT ON blob_placements
+		BEGIN SELECT RAISE(ABORT, 'placement refused by the test'); END`); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.store.AddFile(ctx, "job-7", bytes.NewReader(randomBytes(t, 500)), 1000); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := f.up.UploadPending(ctx, uploader.Request{Workload: "job-7"})
+	if err == nil || !strings.Contains(err.Error(), "placement refused by the test") {
+		t.Fatalf("UploadPending with placements refused = %+v, %v, want the placement error", rep, err)
+	}
 }

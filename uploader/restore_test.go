@@ -181,3 +181,25 @@ func TestFetchManifest(t *testing.T) {
 		t.Errorf("FetchManifest(no servers) = nil error, want one")
 	}
 }
+
+// TestRestoreErrorNamesTheRightServer: with no corrupt copy the error is
+// the last server's; with several corrupt copies it is the first one's
+// (Restore's documented choice, so an operator looks where it says).
+func TestRestoreErrorNamesTheRightServer(t *testing.T) {
+	ctx := context.Background()
+	a, b := uploadertest.NewServer(t), uploadertest.NewServer(t)
+	empty1, empty2 := uploadertest.NewServer(t), uploadertest.NewServer(t)
+	f := newBlossomFixture(t, []string{a.URL, b.URL}, func(c *uploader.Config) { c.DisableRetry = true })
+	m := uploadFile(t, f, "job-7", randomBytes(t, 1500), 1000)
+	var out bytes.Buffer
+	err := uploader.Restore(ctx, nil, m, []string{empty1.URL, empty2.URL}, &out)
+	if err == nil || !strings.Contains(err.Error(), empty2.URL+"/") || strings.Contains(err.Error(), empty1.URL+"/") {
+		t.Errorf("Restore(two servers without the tile) = %v, want the last server's error (%s)", err, empty2.URL)
+	}
+	a.Corrupt(m.Tiles[0].SHA256)
+	b.Corrupt(m.Tiles[0].SHA256)
+	err = uploader.Restore(ctx, nil, m, []string{a.URL, empty1.URL, b.URL}, &out)
+	if !errors.Is(err, uploader.ErrHashMismatch) || !strings.Contains(err.Error(), a.URL+"/") || strings.Contains(err.Error(), b.URL+"/") {
+		t.Errorf("Restore(corrupt, absent, corrupt) = %v, want the first corrupt server's error (%s)", err, a.URL)
+	}
+}

@@ -155,3 +155,32 @@ func FuzzParseBlossomURI(f *testing.F) {
 		}
 	})
 }
+
+// TestBlossomURIEdges: the last values each rule allows are accepted (an
+// extension of 1 and of 16 characters made of the range ends a-z, A-Z,
+// 0-9; a URI of exactly MaxBlossomURIBytes) and the first ones past them
+// refused; BlossomURI escapes DEL and space and keeps '!' and '~'.
+func TestBlossomURIEdges(t *testing.T) {
+	for _, ext := range []string{"a", "z", "A", "Z", "0", "9", "azAZ09" + strings.Repeat("m", 10)} {
+		if ref, err := uploader.ParseBlossomURI("blossom:" + budSHA + "." + ext); err != nil || ref.Ext != ext {
+			t.Errorf("ParseBlossomURI(extension %q) = %+v, %v, want accepted", ext, ref, err)
+		}
+	}
+	for _, ext := range []string{"@", "[", "`", "{", "/", ":", "a-b", strings.Repeat("m", 17)} {
+		if _, err := uploader.ParseBlossomURI("blossom:" + budSHA + "." + ext); !errors.Is(err, uploader.ErrBadURI) || !strings.Contains(err.Error(), "extension") {
+			t.Errorf("ParseBlossomURI(extension %q) = %v, want an extension error", ext, err)
+		}
+	}
+	base := "blossom:" + budSHA + ".bin?future="
+	full := base + strings.Repeat("f", uploader.MaxBlossomURIBytes-len(base))
+	if _, err := uploader.ParseBlossomURI(full); err != nil {
+		t.Errorf("ParseBlossomURI(%d bytes) = %v, want accepted (the limit is inclusive)", len(full), err)
+	}
+	if _, err := uploader.ParseBlossomURI(full + "f"); !errors.Is(err, uploader.ErrBadURI) || !strings.Contains(err.Error(), "8193 bytes, max 8192") {
+		t.Errorf("ParseBlossomURI(%d bytes) = %v, want too long", len(full)+1, err)
+	}
+	uri := uploader.BlossomURI(budSHA, "bin", []string{"https://b.example/a\x7fb c!~"}, "", 0)
+	if want := "?xs=https://b.example/a%7Fb%20c!~"; !strings.HasSuffix(uri, want) {
+		t.Errorf("BlossomURI(server with DEL, space, ! and ~) = %s, want it to end %s", uri, want)
+	}
+}
