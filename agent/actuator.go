@@ -95,15 +95,9 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 		if ctx.Err() != nil {
 			return
 		}
-		var err error
-		if o.prepare != nil {
-			err = o.prepare(ctx)
-		}
-		if errors.Is(err, errStartDropped) {
+		dropped, err := a.start(ctx, id, o)
+		if dropped {
 			return
-		}
-		if err == nil {
-			err = a.start(ctx, id, o)
 		}
 		if err != nil {
 			a.logger.Error("start workload", "workload", id, "epoch", o.epoch, "err", err)
@@ -125,15 +119,9 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 		if ctx.Err() != nil {
 			return
 		}
-		var err error
-		if o.prepare != nil {
-			err = o.prepare(ctx)
-		}
-		if errors.Is(err, errStartDropped) {
+		dropped, err := a.start(ctx, id, o)
+		if dropped {
 			return
-		}
-		if err == nil {
-			err = a.start(ctx, id, o)
 		}
 		res := lease.RespawnResult{Workload: id, Attempt: o.attempt, OK: err == nil}
 		if err != nil {
@@ -143,8 +131,20 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 	}
 }
 
-func (a *actuator) start(ctx context.Context, id string, o op) error {
-	return a.backend.Start(ctx, backend.StartSpec{WorkloadID: id, Epoch: o.epoch, Command: o.command})
+// start runs o's prepare step, if any, then starts the workload; dropped
+// is true when prepare gave the start up (errStartDropped), which is
+// neither a start nor a failure to report.
+func (a *actuator) start(ctx context.Context, id string, o op) (dropped bool, err error) {
+	if o.prepare != nil {
+		err = o.prepare(ctx)
+	}
+	if errors.Is(err, errStartDropped) {
+		return true, nil
+	}
+	if err == nil {
+		err = a.backend.Start(ctx, backend.StartSpec{WorkloadID: id, Epoch: o.epoch, Command: o.command})
+	}
+	return false, err
 }
 
 // The reasons the agent gives backend.Stop (they end up in the workload's

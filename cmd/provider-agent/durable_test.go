@@ -174,14 +174,7 @@ func TestDurableKill9AndMove(t *testing.T) {
 
 	a := startRun(t, "--config", cfgA)
 	b := startRun(t, "--config", cfgB)
-	a.waitStatus(t, "ctr live on the primary", 90*time.Second, func(st agent.Status) bool {
-		w, ok := workloadIn(st, "ctr")
-		return ok && w.State == "live" && w.Running
-	})
-	b.waitStatus(t, "ctr watched by the standby", 90*time.Second, func(st agent.Status) bool {
-		w, ok := workloadIn(st, "ctr")
-		return ok && w.State == "standby"
-	})
+	waitPrimaryAndStandby(t, a, b, "ctr", 90*time.Second)
 	metricsA := strings.TrimSuffix(a.status, "/status") + "/metrics"
 	published := `agent_checkpoints_published_total{outcome="published"}`
 	for deadline := time.Now().Add(30 * time.Second); metricValue(t, metricsA, published) < 4; time.Sleep(200 * time.Millisecond) {

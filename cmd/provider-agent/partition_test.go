@@ -77,14 +77,7 @@ func newPartitionTrial(t *testing.T, kind relaytest.Kind) *partitionTrial {
 		"--standby", npubOf(t, pubB), "--publish")
 	p.a = startRunWrapped(t, p.primary.Wrap(), "--config", cfgA)
 	p.b = startRunWrapped(t, p.standby.Wrap(), "--config", cfgB)
-	p.a.waitStatus(t, "w1 live and running on the primary", 60*time.Second, func(st agent.Status) bool {
-		w, ok := workloadIn(st, "w1")
-		return ok && w.State == "live" && w.Running
-	})
-	p.b.waitStatus(t, "w1 watched by the standby", 60*time.Second, func(st agent.Status) bool {
-		w, ok := workloadIn(st, "w1")
-		return ok && w.State == "standby"
-	})
+	waitPrimaryAndStandby(t, p.a, p.b, "w1", 60*time.Second)
 	time.Sleep(3 * time.Second) // heartbeats listing w1 on every relay
 	return p
 }

@@ -89,14 +89,7 @@ func TestRunPodmanFailover(t *testing.T) {
 
 	a := startRun(t, "--config", cfgA)
 	b := startRun(t, "--config", cfgB)
-	a.waitStatus(t, "web-1 live and running on the primary", 90*time.Second, func(st agent.Status) bool {
-		w, ok := workloadIn(st, "web-1")
-		return ok && w.State == "live" && w.Running
-	})
-	b.waitStatus(t, "web-1 watched by the standby", 60*time.Second, func(st agent.Status) bool {
-		w, ok := workloadIn(st, "web-1")
-		return ok && w.State == "standby"
-	})
+	waitPrimaryAndStandby(t, a, b, "web-1", 90*time.Second)
 	var first []int
 	deadline := time.Now().Add(60 * time.Second)
 	for len(first) == 0 {

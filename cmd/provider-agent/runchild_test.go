@@ -154,6 +154,21 @@ func (r *runChild) waitStatus(t *testing.T, what string, limit time.Duration, co
 	return agent.Status{}
 }
 
+// waitPrimaryAndStandby waits until workload id is live and running on
+// primary and watched (state standby) by standby, and returns the
+// standby's /status document that showed it.
+func waitPrimaryAndStandby(t *testing.T, primary, standby *runChild, id string, limit time.Duration) agent.Status {
+	t.Helper()
+	primary.waitStatus(t, id+" live and running on the primary", limit, func(st agent.Status) bool {
+		w, ok := workloadIn(st, id)
+		return ok && w.State == "live" && w.Running
+	})
+	return standby.waitStatus(t, id+" watched by the standby", limit, func(st agent.Status) bool {
+		w, ok := workloadIn(st, id)
+		return ok && w.State == "standby"
+	})
+}
+
 // workloadIn returns workload id of st.
 func workloadIn(st agent.Status, id string) (agent.WorkloadStatus, bool) {
 	for _, w := range st.Workloads {

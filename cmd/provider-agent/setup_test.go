@@ -367,14 +367,7 @@ func TestStatusAfterFailover(t *testing.T) {
 
 	a := startRun(t, "--config", cfgA)
 	b := startRun(t, "--config", cfgB)
-	a.waitStatus(t, "web-1 live on the primary", 90*time.Second, func(st agent.Status) bool {
-		w, ok := workloadIn(st, "web-1")
-		return ok && w.State == "live" && w.Running
-	})
-	before := b.waitStatus(t, "web-1 watched by the standby", 90*time.Second, func(st agent.Status) bool {
-		w, ok := workloadIn(st, "web-1")
-		return ok && w.State == "standby"
-	})
+	before := waitPrimaryAndStandby(t, a, b, "web-1", 90*time.Second)
 	if w, _ := workloadIn(before, "web-1"); w.Primary != pubA || len(w.Standbys) != 1 || w.Standbys[0] != pubB || w.NoStandby {
 		t.Errorf("standby's /status before the failover = holder %s standbys %v no_standby %v, want holder %s standbys [%s]",
 			w.Primary, w.Standbys, w.NoStandby, pubA, pubB)

@@ -143,14 +143,7 @@ func TestWriteLockHeldElsewhereDoesNotDelayTheFence(t *testing.T) {
 
 	a := startRun(t, "--config", cfgA)
 	b := startRun(t, "--config", cfgB)
-	a.waitStatus(t, "w1 live and running on the primary", 60*time.Second, func(st agent.Status) bool {
-		w, ok := workloadIn(st, "w1")
-		return ok && w.State == "live" && w.Running
-	})
-	b.waitStatus(t, "w1 watched by the standby", 60*time.Second, func(st agent.Status) bool {
-		w, ok := workloadIn(st, "w1")
-		return ok && w.State == "standby"
-	})
+	waitPrimaryAndStandby(t, a, b, "w1", 60*time.Second)
 	time.Sleep(3 * time.Second) // heartbeats listing w1 on every relay
 
 	lock := holdWriteLock(t, filepath.Join(dirA, "provider-agent.db"))
