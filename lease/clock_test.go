@@ -2,6 +2,7 @@ package lease
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -134,7 +135,7 @@ func TestRetakeAfterSelfFencing(t *testing.T) {
 		effs := h.m.ClaimsRead(at(took+s+cfg.RelayDelay), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3})
 		h.wantEffects("ClaimsRead(retake)", effs, "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2", "announce w1 epoch=2")
 	})
-	t.Run("a standby claimed: fenced, no retake", func(t *testing.T) {
+	t.Run("a standby claimed and holds: fenced, no retake", func(t *testing.T) {
 		h, ev := evicted(t)
 		cfg := h.m.Config()
 		h.m.ObserveClaim(at(ev+20*s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true, CreatedAt: at(ev + 19*s)})
@@ -142,10 +143,47 @@ func TestRetakeAfterSelfFencing(t *testing.T) {
 		for d := ev + 60*s; d <= ev+3*cfg.TakeoverAfter; d += s {
 			if d%(60*s) == 0 {
 				h.hb(d, "alice", all3, []WorkloadEpoch{})
+				h.hb(d, "bob", all3, []WorkloadEpoch{{"w1", 2}})
 			}
 			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
-				t.Fatalf("Tick(%v) = %v, want no retake once fenced", d, render(effs))
+				t.Fatalf("Tick(%v) = %v, want no claim while bob holds epoch 2", d, render(effs))
 			}
+		}
+		h.wantState("w1", StateStandby)
+	})
+	// props' TestLivenessAfterHeal seed 3541188137265719607: the claimer
+	// failed (terminal) before its first heartbeat reached alice, so no
+	// heartbeat ever ended the fence. Once the claim has settled alice
+	// follows bob as a standby does, and the takeover rule, not a retake,
+	// moves the workload on: epoch 3, after takeover_after of bob's
+	// silence counted from then.
+	t.Run("a standby claimed and was never heard: fenced, then its standby", func(t *testing.T) {
+		h, ev := evicted(t)
+		cfg := h.m.Config()
+		claimed := ev + 20*s
+		h.m.ObserveClaim(at(claimed), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true, CreatedAt: at(ev + 19*s)})
+		h.wantState("w1", StateFenced)
+		settled := claimed + 2*cfg.ClaimTimeout + cfg.RelayDelay
+		var took time.Duration
+		for d := ev + 21*s; d <= ev+4*cfg.TakeoverAfter && took == 0; d += s {
+			if d%(60*s) == 0 {
+				h.hb(d, "alice", all3, []WorkloadEpoch{})
+			}
+			effs := h.tick(d)
+			if d == settled {
+				h.wantEffects(fmt.Sprintf("Tick(%v), the claim settled", d), effs, "entered w1 fenced -> standby epoch=2")
+			}
+			for _, e := range effs {
+				if c, ok := e.(PublishClaim); ok {
+					if c.Epoch != 3 {
+						t.Fatalf("Tick(%v) = %v, want a claim of epoch 3 (never a retake)", d, render(effs))
+					}
+					took = d
+				}
+			}
+		}
+		if took < settled+cfg.TakeoverAfter {
+			t.Fatalf("claim of epoch 3 at %v, want one at or after %v (settled + takeover_after)", took, settled+cfg.TakeoverAfter)
 		}
 	})
 	// props' TestSingleWriter seed 2070523810: relays that lost their

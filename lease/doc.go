@@ -62,7 +62,11 @@
 // standbys without the holder, then the former primary (StandbysOf). A
 // holder that is fenced (a higher epoch, or its own epoch held by a member
 // the lease ranks first) stops its copy and rejoins as a standby of the
-// holder it heard, so that a lease keeps a standby after a failover;
+// holder it heard (or, fenced by a claim whose claimer it never hears
+// holding, of that claimer once the claim has stood for the settle time a
+// standby gives a rival claim: a claimer that failed or died before its
+// first heartbeat is then taken over by silence, not left with nobody),
+// so that a lease keeps a standby after a failover;
 // Failed and Expired are the only terminal states. Ranks are distinct (a
 // retaking former holder ranks after every member), so two claimers never
 // back off in step.
@@ -114,7 +118,8 @@
 // workload never was live at its epoch, so rule 11 still bounds it.
 // Any holding state (provisioning, live, suspect, respawning, syncing) goes
 // to fenced at once when a higher epoch is seen (rule 9); fenced and
-// evicted go on to standby once the holder of that epoch is heard (rejoin).
+// evicted go on to standby once the holder of that epoch is heard, or the
+// claim that fenced them has settled (rejoin).
 // A restored machine
 // puts live and suspect workloads in syncing until M relays synced (rule 10).
 // Every non-terminal state goes to expired when the lease's ExpiresAt passes.

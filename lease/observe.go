@@ -405,11 +405,12 @@ func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 			reason = fmt.Sprintf("promotion announced by %s after epoch %d began", c.Claimer, w.Epoch)
 		}
 		m.fence(w, reason, &out)
-		return out
 	case StateEvicted:
 		m.enter(w, StateFenced, &out)
-		return out
 	}
+	// The claim is a rival from here: a standby's or claimer's, and a
+	// fenced provider's, which follows the claimer once the claim has
+	// settled (Tick) if it never hears the claimer hold the workload.
 	// one rival entry per claimer (its latest claim), so the list stays
 	// bounded by the providers the lease names.
 	found := false

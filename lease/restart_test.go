@@ -245,15 +245,16 @@ func TestNoRespawnAfterEviction(t *testing.T) {
 		issue  bool          // a Tick issues the respawn before the change of mind
 		change func(h *harness) []Effect
 		want   State
+		later  State // an hour later ("" = want)
 	}{
-		{"evicted before due", evictAt - 2*s, false, func(h *harness) []Effect { return h.tick(evictAt) }, StateEvicted},
-		{"fenced by a claim before due", evictAt - 2*s, false, func(h *harness) []Effect {
+		{"evicted before due", evictAt - 2*s, false, func(h *harness) []Effect { return h.tick(evictAt) }, StateEvicted, ""},
+		{"fenced by a claim before due (bob's standby once the claim settled)", evictAt - 2*s, false, func(h *harness) []Effect {
 			return h.m.ObserveClaim(at(evictAt-s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true})
-		}, StateFenced},
+		}, StateFenced, StateStandby},
 		{"fenced by a heartbeat before due (it rejoins as bob's standby)", evictAt - 2*s, false, func(h *harness) []Effect {
 			return h.hb(evictAt-s, "bob", all3, []WorkloadEpoch{{"w1", 2}})
-		}, StateStandby},
-		{"issued, then evicted: the late report is refused", evictAt - 20*s, true, func(h *harness) []Effect { return h.tick(evictAt) }, StateEvicted},
+		}, StateStandby, ""},
+		{"issued, then evicted: the late report is refused", evictAt - 20*s, true, func(h *harness) []Effect { return h.tick(evictAt) }, StateEvicted, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -278,7 +279,10 @@ func TestNoRespawnAfterEviction(t *testing.T) {
 				}
 			}
 			h.wantEffects("RespawnDone(ok)", h.m.RespawnDone(at(due+2*s), RespawnResult{Workload: "w1", Attempt: 1, OK: true}))
-			h.wantState("w1", tt.want)
+			if tt.later == "" {
+				tt.later = tt.want
+			}
+			h.wantState("w1", tt.later)
 			h.wantEffects("Outstanding", h.m.Outstanding())
 			if w, _ := h.m.Workload("w1"); !w.RespawnAt.IsZero() || w.RespawnIssued {
 				t.Fatalf("Workload(w1) respawn_at = %v issued = %v, want the respawn cancelled", w.RespawnAt, w.RespawnIssued)

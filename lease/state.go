@@ -20,8 +20,9 @@ const (
 	// StateFenced: a higher epoch of the workload was seen (or this
 	// provider's own epoch held by a provider the lease ranks first); this
 	// provider stopped its copy (rule 9). It rejoins as a standby of that
-	// epoch's holder as soon as it hears the holder's heartbeats
-	// (StateStandby), so that a lease keeps a standby after a failover.
+	// epoch's holder as soon as it hears the holder's heartbeats, or once
+	// the claim that fenced it has settled (StateStandby), so that a lease
+	// keeps a standby after a failover.
 	StateFenced State = "fenced"
 	// StateRespawning: the workload process exited and a respawn is
 	// scheduled or in progress (rule 5).

@@ -47,6 +47,14 @@ func (m *Machine) tickOne(w *WorkloadSnapshot, now time.Time, self *ProviderSnap
 		m.tickStandby(w, now, out)
 	case w.State == StatePromoting:
 		m.tickPromoting(w, now, out)
+	case w.State == StateFenced:
+		// A claim fenced it and the claimer was never heard holding:
+		// once the claim has stood for settle, follow the claimer as a
+		// standby does, so that the takeover rule covers a claimer that
+		// failed or died before its first heartbeat reached here.
+		if m.adoptSettled(w, now) {
+			m.enter(w, StateStandby, out)
+		}
 	}
 }
 
@@ -63,14 +71,22 @@ func (m *Machine) nextWake(w *WorkloadSnapshot, now time.Time, self *ProviderSna
 	case StateFailed, StateExpired:
 		return never
 	case StateFenced:
-		// Not terminal (a fenced provider rejoins as a standby when it
-		// hears the holder, an input): only its expiry is due. It slept
-		// for ever, so a fenced workload never expired until a restart
+		// Not terminal: a fenced provider rejoins as a standby when it
+		// hears the holder (an input) or when the claim that fenced it
+		// has settled; otherwise only its expiry is due. It slept for
+		// ever, so a fenced workload never expired until a restart
 		// ticked it (props TestMachineProperties, restored twin).
-		if w.Spec.ExpiresAt.IsZero() {
+		for _, r := range w.Rivals {
+			if s := r.SeenAt.Add(m.settle()); r.Epoch > w.Epoch && (at.IsZero() || s.Before(at)) {
+				at = s
+			}
+		}
+		if at.IsZero() && w.Spec.ExpiresAt.IsZero() {
 			return never
 		}
-		at = w.Spec.ExpiresAt
+		if at.IsZero() {
+			at = w.Spec.ExpiresAt
+		}
 	case StateLive:
 		at = maxTime(self.QuorumUntil, w.HoldFrom).Add(m.cfg.T1)
 		if w.Attempts > 0 {
