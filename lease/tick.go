@@ -76,17 +76,13 @@ func (m *Machine) nextWake(w *WorkloadSnapshot, now time.Time, self *ProviderSna
 		// has settled; otherwise only its expiry is due. It slept for
 		// ever, so a fenced workload never expired until a restart
 		// ticked it (props TestMachineProperties, restored twin).
-		for _, r := range w.Rivals {
-			if s := r.SeenAt.Add(m.settle()); r.Epoch > w.Epoch && (at.IsZero() || s.Before(at)) {
-				at = s
-			}
+		if len(w.Rivals) > 0 {
+			return 0 // until the claim settles, as a standby's rivals
 		}
-		if at.IsZero() && w.Spec.ExpiresAt.IsZero() {
+		if w.Spec.ExpiresAt.IsZero() {
 			return never
 		}
-		if at.IsZero() {
-			at = w.Spec.ExpiresAt
-		}
+		at = w.Spec.ExpiresAt
 	case StateLive:
 		at = maxTime(self.QuorumUntil, w.HoldFrom).Add(m.cfg.T1)
 		if w.Attempts > 0 {
