@@ -131,10 +131,16 @@ func (m *Machine) withdrawRetry(w *WorkloadSnapshot, out *[]Effect) {
 // abortClaim leaves the claim step because someone else holds or claims a
 // higher epoch, withdrawing the claim if it may still be active.
 func (m *Machine) abortClaim(w *WorkloadSnapshot, target uint64, out *[]Effect) {
+	m.withdrawInFlight(w, target, out)
+	m.enter(w, StateStandby, out)
+}
+
+// withdrawInFlight withdraws w's claim of target if one is published and
+// not yet withdrawn (a claim step in its backoff withdrew it already).
+func (m *Machine) withdrawInFlight(w *WorkloadSnapshot, target uint64, out *[]Effect) {
 	if w.Phase == PhasePublishing || w.Phase == PhaseReading {
 		*out = append(*out, WithdrawClaim{ID: w.Spec.ID, Epoch: target})
 	}
-	m.enter(w, StateStandby, out)
 }
 
 func (m *Machine) tickPromoting(w *WorkloadSnapshot, now time.Time, out *[]Effect) {

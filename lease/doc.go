@@ -77,8 +77,8 @@
 // unless another provider is heard holding its epoch (claimed again once
 // relays lost their storage: it is fenced for good instead), and not
 // within TakeoverAfter of a heartbeat listing the workload at a lower
-// epoch (a number reused after wipes: that provider runs it; a claim in
-// flight withdraws when one is heard); two holders
+// epoch (a number reused after wipes: that provider runs it; a claim step
+// under way, in flight or in its backoff, ends when one is heard); two holders
 // of one epoch resolve by lease rank (the primary, then the standbys in
 // order): the lower one fences itself when it hears the other's heartbeat;
 // a node whose clock the driver finds outside the bound takes over

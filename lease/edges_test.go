@@ -982,4 +982,47 @@ func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 		}
 		h.wantState("w1", StateEvicted)
 	})
+	// retakeClaim runs alice's retake up to its claim and returns when.
+	retakeClaim := func(t *testing.T) (*harness, time.Duration) {
+		t.Helper()
+		h, ev := evicted(t)
+		back := ev + 60*s
+		for d := back; d <= back+2*ta; d += s {
+			if (d-back)%(60*s) == 0 {
+				h.hb(d, "alice", all3, []WorkloadEpoch{})
+			}
+			if hasEffect[PublishClaim](h.tick(d)) {
+				return h, d
+			}
+		}
+		t.Fatal("alice never retook")
+		return nil, 0
+	}
+	t.Run("a retake claim being read withdraws", func(t *testing.T) {
+		h, took := retakeClaim(t)
+		h.m.ClaimPublished(at(took+s), ClaimAck{Workload: "w1", Epoch: 4, Accepted: 3})
+		effs := h.hb(took+2*s, "bob", []int{1}, []WorkloadEpoch{{"w1", 2}})
+		h.wantEffects("ObserveHeartbeat(bob lists w1@2 while alice reads claims)", effs, "withdraw w1 epoch=4", "entered w1 promoting -> evicted epoch=3")
+	})
+	// A retake whose publish fell short waits in its backoff; its next
+	// attempt would not look at the silence again, so a lower holder heard
+	// then ends it too (nothing to withdraw: the backoff withdrew it), and
+	// the retake waits takeover_after after bob's last beat.
+	t.Run("a retake in its backoff ends", func(t *testing.T) {
+		h, took := retakeClaim(t)
+		if effs := h.m.ClaimPublished(at(took+s), ClaimAck{Workload: "w1", Epoch: 4, Accepted: 1}); !hasEffect[WithdrawClaim](effs) {
+			t.Fatalf("ClaimPublished(1 of 3) = %v, want a withdrawal and a backoff", render(effs))
+		}
+		bob := took + 2*s
+		effs := h.hb(bob, "bob", all3, []WorkloadEpoch{{"w1", 2}})
+		h.wantEffects("ObserveHeartbeat(bob lists w1@2 in alice's backoff)", effs, "entered w1 promoting -> evicted epoch=3")
+		for d := bob + s; d < bob+ta; d += s {
+			if d%(60*s) == 0 {
+				h.hb(d, "alice", all3, []WorkloadEpoch{})
+			}
+			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
+				t.Fatalf("Tick(%v) = %v, want no retake within takeover_after of bob's beat at %v", d, render(effs), bob)
+			}
+		}
+	})
 }

@@ -118,8 +118,10 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 // epochs, so it reused a number: it runs the workload all the same, and
 // its eviction is timed from its own heartbeats. Its beats count as the
 // holder's for the silence a takeover or a retake waits for (ClaimAt), and
-// a claim in flight withdraws (a retake goes back to Evicted): starting
-// beside it would be two writers until it hears the higher epoch. The
+// a claim step under way ends, its claim withdrawn if in flight (a retake
+// goes back to Evicted): starting beside it would be two writers until it
+// hears the higher epoch. That includes a claim step in its backoff, whose
+// next attempt would not look at the silence again for a retake. The
 // epoch known here stays (a holder of a higher one yields nothing to it;
 // it yields when it hears that holder).
 func (m *Machine) heardLowerHolder(w *WorkloadSnapshot, ri int, recv time.Time, out *[]Effect) {
@@ -127,11 +129,11 @@ func (m *Machine) heardLowerHolder(w *WorkloadSnapshot, ri int, recv time.Time, 
 		w.ClaimAt[ri] = recv
 		m.touch(w)
 	}
-	if w.State != StatePromoting || (w.Phase != PhasePublishing && w.Phase != PhaseReading) {
+	if w.State != StatePromoting {
 		return
 	}
 	if w.Trigger == TriggerRetake {
-		*out = append(*out, WithdrawClaim{ID: w.Spec.ID, Epoch: w.Target})
+		m.withdrawInFlight(w, w.Target, out)
 		m.enter(w, StateEvicted, out)
 		return
 	}
