@@ -1026,3 +1026,28 @@ func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 		}
 	})
 }
+
+// TestReservedOldBeatDoesNotExtendQuorum: a beat a relay serves again long
+// after it was made (to a provider that restarted and subscribed anew)
+// counts for quorum as seen at most 1 s (created_at's rounding) +
+// MaxSkew + RelayDelay after its creation, not at its late arrival: other providers counted silence from
+// its first delivery (props TestTakeoverNeverEarly, seed
+// 13798835503039173375: a restored holder kept quorum 145 s longer than
+// its standby could know, and ran beside the new holder). A timely beat
+// counts at its arrival.
+func TestReservedOldBeatDoesNotExtendQuorum(t *testing.T) {
+	cfg := testConfig()
+	h := newHarness(t, "alice", nil)
+	created := at(60 * s)
+	for r := range 3 {
+		h.m.ObserveHeartbeat(at(205*s), Heartbeat{Provider: key("alice"), Relay: fmt.Sprintf("wss://r%d.test", r),
+			CreatedAt: created, ReceivedAt: at(205 * s), Listed: true})
+	}
+	if got, want := h.m.QuorumUntil(key("alice")), created.Add(time.Second+cfg.MaxSkew+cfg.RelayDelay+cfg.Stale); !got.Equal(want) {
+		t.Fatalf("QuorumUntil after a beat created at 60 s re-served at 205 s = %v, want %v (creation + its rounding + max_skew + relay_delay + stale)", got, want)
+	}
+	h.hb(300*s, "alice", all3, []WorkloadEpoch{})
+	if got, want := h.m.QuorumUntil(key("alice")), at(300*s).Add(cfg.Stale); !got.Equal(want) {
+		t.Fatalf("QuorumUntil after a timely beat at 300 s = %v, want %v", got, want)
+	}
+}

@@ -149,11 +149,24 @@ func (m *Machine) seen(p *ProviderSnapshot, ri int, recv, created time.Time) {
 	if created.After(p.Complete[ri]) {
 		p.Complete[ri] = created
 	}
-	if recv.After(p.Seen[ri]) {
+	// A beat counts for quorum as seen no later than its creation plus the
+	// allowed skew and relay delay (and the second created_at rounds
+	// down): a relay re-serving an old beat (to a
+	// provider that restarted and subscribed again) must not extend
+	// quorum past what any other provider saw when it was new. A holder
+	// restarted 130 s after its last beat otherwise kept quorum for
+	// another stale from its old beats while its standby counted silence
+	// from their first delivery (props TestTakeoverNeverEarly, 19,225th
+	// check of seed 13798835503039173375: two writers for 4 s).
+	seenAt := recv
+	if lim := created.Add(time.Second + m.cfg.MaxSkew + m.cfg.RelayDelay); seenAt.After(lim) {
+		seenAt = lim
+	}
+	if seenAt.After(p.Seen[ri]) {
 		if p.Seen[ri].IsZero() || recv.Sub(p.Seen[ri]) > m.watchGap() {
 			p.Stretch[ri] = recv // a gap: this relay was not watched meanwhile
 		}
-		p.Seen[ri] = recv
+		p.Seen[ri] = seenAt
 	}
 	m.updateQuorum(p)
 }
