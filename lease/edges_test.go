@@ -1051,3 +1051,40 @@ func TestReservedOldBeatDoesNotExtendQuorum(t *testing.T) {
 		t.Fatalf("QuorumUntil after a timely beat at 300 s = %v, want %v", got, want)
 	}
 }
+
+// TestReusedClaimHoldsOffTakeover: a standby following alice at epoch 1
+// hears carol claim epoch 1 again (relays lost the later epochs; carol,
+// a former holder, retakes a number nothing stored contradicts). carol
+// will run the workload, so bob's takeover waits takeover_after after
+// her claim, as after a heartbeat of hers; a claim made more than Stale
+// ago (relays serve claims again on every subscription) changes nothing.
+func TestReusedClaimHoldsOffTakeover(t *testing.T) {
+	cfg := testConfig()
+	run := func(t *testing.T, claimAt, createdAt time.Duration) time.Duration {
+		h := newHarness(t, "bob", nil)
+		h.track(0, warmSpec("w1", "alice", "bob", "carol"))
+		h.hb(0, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+		for d := time.Duration(0); d <= 3600*s; d += s {
+			if d%(60*s) == 0 {
+				h.hb(d, "bob", all3, []WorkloadEpoch{})
+			}
+			if d == claimAt {
+				for r := range 3 {
+					h.m.ObserveClaim(at(d), PromotionClaim{Workload: "w1", Claimer: key("carol"), Epoch: 1, Active: true,
+						Relay: fmt.Sprintf("wss://r%d.test", r), CreatedAt: at(createdAt)})
+				}
+			}
+			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
+				return d
+			}
+		}
+		t.Fatal("bob never took over")
+		return 0
+	}
+	if took, want := run(t, 300*s, 299*s), 300*s+cfg.TakeoverAfter; took != want {
+		t.Errorf("takeover after carol's claim of epoch 1 at 300 s = %v, want %v (her claim + takeover_after)", took, want)
+	}
+	if took, want := run(t, 300*s, 300*s-cfg.Stale-s), cfg.TakeoverAfter; took != want {
+		t.Errorf("takeover after an old claim served again at 300 s = %v, want %v (alice's silence alone)", took, want)
+	}
+}
