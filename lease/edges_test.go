@@ -105,7 +105,15 @@ func TestTakeoverCountsTheRelaysItWatches(t *testing.T) {
 // evicted herself once her heartbeats stopped; it returns when.
 func evictedAlice(t *testing.T) (*harness, time.Duration) {
 	t.Helper()
-	h := liveAlice(t, warmSpec("w1", "alice", "bob"), 600*s, nil)
+	return evictedAliceAt(t, 1)
+}
+
+// evictedAliceAt is evictedAlice with w1 granted at epoch.
+func evictedAliceAt(t *testing.T, epoch uint64) (*harness, time.Duration) {
+	t.Helper()
+	spec := warmSpec("w1", "alice", "bob")
+	spec.Epoch = epoch
+	h := liveAlice(t, spec, 600*s, nil)
 	for d := 601 * s; d <= 3600*s; d += s {
 		if hasEffect[PublishRevocation](h.tick(d)) {
 			h.wantState("w1", StateEvicted)
@@ -927,20 +935,7 @@ func TestTickResetsTheRespawnCountOnTime(t *testing.T) {
 // fenced (bob yields to her epoch when he hears it).
 func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 	ta := testConfig().TakeoverAfter
-	evicted := func(t *testing.T) (*harness, time.Duration) {
-		t.Helper()
-		spec := warmSpec("w1", "alice", "bob")
-		spec.Epoch = 3
-		h := liveAlice(t, spec, 600*s, nil)
-		for d := 601 * s; d <= 3600*s; d += s {
-			if hasEffect[PublishRevocation](h.tick(d)) {
-				h.wantState("w1", StateEvicted)
-				return h, d
-			}
-		}
-		t.Fatal("alice never evicted herself")
-		return nil, 0
-	}
+	evicted := func(t *testing.T) (*harness, time.Duration) { t.Helper(); return evictedAliceAt(t, 3) }
 	t.Run("retake timed from the lower holder's last beat", func(t *testing.T) {
 		h, ev := evicted(t)
 		back := ev + 60*s
@@ -964,24 +959,6 @@ func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 			t.Fatalf("retake claims epoch %d from epoch %d, want 4 from 3", ws.Target, ws.Epoch)
 		}
 	})
-	t.Run("a retake claim in flight withdraws", func(t *testing.T) {
-		h, ev := evicted(t)
-		back := ev + 60*s
-		var took time.Duration
-		for d := back; d <= back+2*ta && took == 0; d += s {
-			if (d-back)%(60*s) == 0 {
-				h.hb(d, "alice", all3, []WorkloadEpoch{})
-			}
-			if hasEffect[PublishClaim](h.tick(d)) {
-				took = d
-			}
-		}
-		effs := h.hb(took+s, "bob", []int{1}, []WorkloadEpoch{{"w1", 2}})
-		if !hasEffect[WithdrawClaim](effs) {
-			t.Fatalf("ObserveHeartbeat(bob lists w1@2 during alice's retake claim) = %v, want the claim withdrawn", render(effs))
-		}
-		h.wantState("w1", StateEvicted)
-	})
 	// retakeClaim runs alice's retake up to its claim and returns when.
 	retakeClaim := func(t *testing.T) (*harness, time.Duration) {
 		t.Helper()
@@ -998,6 +975,14 @@ func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 		t.Fatal("alice never retook")
 		return nil, 0
 	}
+	t.Run("a retake claim in flight withdraws", func(t *testing.T) {
+		h, took := retakeClaim(t)
+		effs := h.hb(took+s, "bob", []int{1}, []WorkloadEpoch{{"w1", 2}})
+		if !hasEffect[WithdrawClaim](effs) {
+			t.Fatalf("ObserveHeartbeat(bob lists w1@2 during alice's retake claim) = %v, want the claim withdrawn", render(effs))
+		}
+		h.wantState("w1", StateEvicted)
+	})
 	t.Run("a retake claim being read withdraws", func(t *testing.T) {
 		h, took := retakeClaim(t)
 		h.m.ClaimPublished(at(took+s), ClaimAck{Workload: "w1", Epoch: 4, Accepted: 3})
