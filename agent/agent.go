@@ -257,8 +257,7 @@ type Agent struct {
 	logger *slog.Logger
 	now    func() time.Time
 	me     self       // who this agent is
-	met    *metrics   // the agent's own metrics
-	obs    observable // the registry and the status server
+	obs    observable // its own metrics, their registry and the status server
 
 	d    *driver.Driver // the one driver of the lease machine (machine goroutine only)
 	perf *performer     // the driver's Performer
@@ -288,8 +287,10 @@ type self struct {
 	onEvent func(Event)
 }
 
-// observable is the agent's metrics registry and its status server.
+// observable is the agent's own metrics, their registry and its status
+// server.
 type observable struct {
+	met      *metrics
 	reg      prometheus.Registerer
 	gatherer prometheus.Gatherer
 	http     *httpServer
@@ -477,7 +478,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 			a.obs.gatherer = prometheus.NewRegistry()
 		}
 	}
-	if a.met, err = newMetrics(a.obs.reg); err != nil {
+	if a.obs.met, err = newMetrics(a.obs.reg); err != nil {
 		return nil, fmt.Errorf("new agent: register metrics: %w", err)
 	}
 	if a.work.backend == nil {
@@ -824,7 +825,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 	a.observeCheckpointAge(now)
 	counts := a.machine().StateCounts(nil)
 	for _, s := range lease.States {
-		a.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))
+		a.obs.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
 	row := func(id string) (WorkloadStatus, bool) {
 		w, ok := a.machine().Workload(id)
@@ -894,15 +895,15 @@ func (a *Agent) refreshStatus(now time.Time) {
 	for i := range ws {
 		providers[ws[i].Primary] = true
 	}
-	a.met.noStandby.Set(float64(noStandby))
+	a.obs.met.noStandby.Set(float64(noStandby))
 	for p := range providers {
 		q := 0.0
 		if a.machine().HasQuorum(now, p) {
 			q = 1
 		}
-		a.met.quorum.WithLabelValues(p).Set(q)
+		a.obs.met.quorum.WithLabelValues(p).Set(q)
 		if p == a.me.self {
-			a.met.ownQuorum.Set(q)
+			a.obs.met.ownQuorum.Set(q)
 		}
 	}
 }

@@ -334,7 +334,7 @@ func TestPartitionedPrimaryHandsOver(t *testing.T) {
 	waitFor(t, 5*time.Second, "primary process stopped", func() bool { return !primary.backend.Running("w1") })
 	primary.waitState("w1", lease.StateFenced, 1, 10*time.Second)
 	waitFor(t, 15*time.Second, "standby Running(w1) at epoch 2", func() bool { return standby.backend.Running("w1") })
-	if got := testutil.ToFloat64(standby.a.met.revocations.WithLabelValues("received")); got < 1 {
+	if got := testutil.ToFloat64(standby.a.obs.met.revocations.WithLabelValues("received")); got < 1 {
 		t.Fatalf("standby revocations received = %v, want >= 1", got)
 	}
 
@@ -580,7 +580,7 @@ func TestBadEventsChangeNothing(t *testing.T) {
 	}
 	rejected := 0.0
 	for _, r := range heartbeat.AllReasons {
-		rejected += testutil.ToFloat64(standby.a.met.eventsRejected.WithLabelValues(string(r)))
+		rejected += testutil.ToFloat64(standby.a.obs.met.eventsRejected.WithLabelValues(string(r)))
 	}
 	if rejected == 0 {
 		var names []string

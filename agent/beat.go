@@ -51,8 +51,8 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 		} else {
 			a.beat.own.add(beat)
 			a.beat.own.prune(now.Add(-a.cfg.Lease.Stale - a.cfg.Lease.MaxSkew))
-			a.met.beatBytes.Set(float64(beat.MaxSize()))
-			a.met.beatEvents.Set(float64(len(beat.Stored) + 1))
+			a.obs.met.beatBytes.Set(float64(beat.MaxSize()))
+			a.obs.met.beatEvents.Set(float64(len(beat.Stored) + 1))
 			tally := a.sendBeat(relays, a.beatFrames(beat))
 			// Until every relay answered or the next beat is due.
 			select {
@@ -128,7 +128,7 @@ func (a *Agent) startBeatRelays(ctx context.Context) (relays []*beatRelay, wait 
 	var wg sync.WaitGroup
 	for _, st := range a.pool.Status() {
 		r := &beatRelay{url: st.URL, next: make(chan beatJob, 1)}
-		a.met.beatSuperseded.WithLabelValues(r.url) // exported from the start, at 0
+		a.obs.met.beatSuperseded.WithLabelValues(r.url) // exported from the start, at 0
 		relays = append(relays, r)
 		wg.Go(func() {
 			for {
@@ -172,7 +172,7 @@ func (a *Agent) sendBeat(relays []*beatRelay, frames []relay.Frame) *beatTally {
 		select {
 		case old := <-r.next:
 			old.tally.finish(false)
-			a.met.beatSuperseded.WithLabelValues(r.url).Inc()
+			a.obs.met.beatSuperseded.WithLabelValues(r.url).Inc()
 		default:
 		}
 		r.next <- beatJob{frames: frames, tally: tally}
@@ -187,7 +187,7 @@ func (a *Agent) publishBeatTo(ctx context.Context, url string, frames []relay.Fr
 	pctx, cancel := context.WithTimeout(ctx, a.cfg.PublishTimeout)
 	defer cancel()
 	start := time.Now()
-	defer func() { a.met.beatSeconds.Observe(time.Since(start).Seconds()) }()
+	defer func() { a.obs.met.beatSeconds.Observe(time.Since(start).Seconds()) }()
 	var refused atomic.Bool
 	sem := make(chan struct{}, beatPublishes)
 	var wg sync.WaitGroup

@@ -35,7 +35,7 @@ func TestStoredHeartbeatsReadBackAfterReconnect(t *testing.T) {
 	waitFor(t, 10*time.Second, "standby connected", func() bool { return eoseCount(standby.a.pool) == 3 })
 
 	holderQuorum := func() float64 {
-		return testutil.ToFloat64(standby.a.met.quorum.WithLabelValues(holder.PublicKey()))
+		return testutil.ToFloat64(standby.a.obs.met.quorum.WithLabelValues(holder.PublicKey()))
 	}
 	for _, p := range proxies {
 		p.Cut()

@@ -223,7 +223,7 @@ func (a *Agent) durableWorkload(id string) bool {
 // published records a checkpoint published: the revocation of its epoch
 // names it, also after a restart.
 func (a *Agent) published(ctx context.Context, pub checkpoint.Published) {
-	a.met.ckptPublished.WithLabelValues("published").Inc()
+	a.obs.met.ckptPublished.WithLabelValues("published").Inc()
 	a.setStateURI(pub.Workload, pub.GrantAt, pub.Epoch, pub.StateURI)
 	a.saveCheckpoint(ctx, agentdb.CheckpointRow{Workload: pub.Workload, GrantAt: pub.GrantAt, Epoch: pub.Epoch, Seq: pub.Seq,
 		EventID: pub.EventID, StateURI: pub.StateURI, CreatedAt: pub.CreatedAt})
@@ -273,5 +273,5 @@ func (a *Agent) observeCheckpointAge(now time.Time) {
 		}
 		oldest = max(oldest, now.Sub(at))
 	}
-	a.met.ckptAge.Set(oldest.Seconds())
+	a.obs.met.ckptAge.Set(oldest.Seconds())
 }

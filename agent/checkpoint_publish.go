@@ -171,10 +171,10 @@ func (a *Agent) publishCheckpoint(ctx context.Context, job checkpoint.PublishJob
 		a.emit("checkpoint", job.Workload, "checkpoint epoch %d seq %d published (%d bytes on %d servers, record on %d relays)",
 			job.Epoch, pub.Seq, pub.Size, len(pub.Servers), len(pub.Relays))
 	case errors.Is(err, checkpoint.ErrNotHolder), errors.Is(err, context.Canceled):
-		a.met.ckptPublished.WithLabelValues("abandoned").Inc()
+		a.obs.met.ckptPublished.WithLabelValues("abandoned").Inc()
 		log.Info("checkpoint not published: no longer held here at its epoch", "err", err)
 	default:
-		a.met.ckptPublished.WithLabelValues("failed").Inc()
+		a.obs.met.ckptPublished.WithLabelValues("failed").Inc()
 		log.Warn("checkpoint not published", "err", err)
 	}
 }

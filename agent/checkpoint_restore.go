@@ -100,7 +100,7 @@ func (a *Agent) runRestore(ctx context.Context, req checkpoint.RestoreRequest) l
 	out := a.ckpt.restorer.Restore(ctx, req)
 	log := a.logger.With("workload", req.ID, "epoch", req.Epoch, "attempt", req.Attempt, "took", time.Since(start).Round(time.Millisecond))
 	for _, f := range out.Refused {
-		a.met.ckptRefused.WithLabelValues(f.Reason).Inc()
+		a.obs.met.ckptRefused.WithLabelValues(f.Reason).Inc()
 		log.Warn("checkpoint refused", "record", f.EventID, "reason", f.Reason, "detail", f.Detail)
 	}
 	switch r := out.Result; {

@@ -150,7 +150,7 @@ func (a *Agent) clockCheckLoop(ctx context.Context) error {
 	for {
 		samples := sampleClocks(ctx, client, relays, dial, a.now)
 		if v, ok := judgeClock(samples, a.cfg.Lease.M, bound); ok {
-			a.met.clockOffset.Set(v.offset.Seconds())
+			a.obs.met.clockOffset.Set(v.offset.Seconds())
 			if prev != nil && *prev == v.suspect && (sent == nil || *sent != v.suspect) {
 				s := v.suspect
 				sent = &s
@@ -190,9 +190,9 @@ func (a *Agent) clockVerdict(s *driver.Step, r clockReport) {
 	}
 	a.view.dirty = true
 	if r.suspect {
-		a.met.clockSuspect.Set(1)
+		a.obs.met.clockSuspect.Set(1)
 	} else {
-		a.met.clockSuspect.Set(0)
+		a.obs.met.clockSuspect.Set(0)
 	}
 	s.SetClockSuspect(r.suspect, r.why)
 }

@@ -52,7 +52,7 @@ func TestCursorNeverPassesAnUnappliedEvent(t *testing.T) {
 	}
 	// Accepted (verified, first delivery) means handed to the held machine.
 	waitFor(t, 10*time.Second, "both revocations ingested, waiting for the held machine", func() bool {
-		return testutil.ToFloat64(standby.a.met.eventsAccepted.WithLabelValues("revocation")) == 2
+		return testutil.ToFloat64(standby.a.obs.met.eventsAccepted.WithLabelValues("revocation")) == 2
 	})
 	standby.stop() // saves the cursor
 	if receivedRevocation(standby, "w1")() {

@@ -69,7 +69,7 @@ func restoresAsked(t *testing.T, a *Agent) int {
 	t.Helper()
 	n := 0.0
 	for _, r := range RestoreResults {
-		n += testutil.ToFloat64(a.met.restores.WithLabelValues(r))
+		n += testutil.ToFloat64(a.obs.met.restores.WithLabelValues(r))
 	}
 	return int(n)
 }

@@ -110,7 +110,7 @@ func TestDurableFailover(t *testing.T) {
 		waitFor(t, 10*time.Second, "the counter started at epoch 1", func() bool { _, ok := startsAt(t, starts, 1); return ok })
 	}
 	waitFor(t, 20*time.Second, "three checkpoints published by the primary", func() bool {
-		return testutil.ToFloat64(primary.a.met.ckptPublished.WithLabelValues("published")) >= 3
+		return testutil.ToFloat64(primary.a.obs.met.ckptPublished.WithLabelValues("published")) >= 3
 	})
 	primary.waitListedOnQuorum("d1", 10*time.Second)
 
@@ -131,7 +131,7 @@ func TestDurableFailover(t *testing.T) {
 	if first < lastValue {
 		t.Errorf("standby resumed from %d, below the last published checkpoint %d", first, lastValue)
 	}
-	if got := testutil.ToFloat64(standby.a.met.restores.WithLabelValues("restored")); got < 1 {
+	if got := testutil.ToFloat64(standby.a.obs.met.restores.WithLabelValues("restored")); got < 1 {
 		t.Errorf("standby restores restored = %v, want >= 1", got)
 	}
 	var row WorkloadStatus
@@ -172,7 +172,7 @@ func TestDurableMove(t *testing.T) {
 	// Checkpoints every 200 ms: the oldest published one is never much
 	// older (the gauge is set once a second).
 	waitFor(t, 5*time.Second, "agent_checkpoint_age_seconds in (0, 2)", func() bool {
-		age := testutil.ToFloat64(primary.a.met.ckptAge)
+		age := testutil.ToFloat64(primary.a.obs.met.ckptAge)
 		return age > 0 && age < 2
 	})
 	seq, err := QueueMove(ctx, primary.a.data.db, "m1", "", time.Now())
@@ -285,7 +285,7 @@ func startDurable(t testing.TB, id string, cut int, profile func([]string) lease
 	d.standby.a.Track(ctx, spec)
 	d.primary.waitState(id, lease.StateLive, 1, lcfg.ProvisionTimeout+10*time.Second)
 	waitFor(t, 20*time.Second, "two checkpoints published by the primary", func() bool {
-		return testutil.ToFloat64(d.primary.a.met.ckptPublished.WithLabelValues("published")) >= 2
+		return testutil.ToFloat64(d.primary.a.obs.met.ckptPublished.WithLabelValues("published")) >= 2
 	})
 	d.primary.waitListedOnQuorum(id, 3*lcfg.HeartbeatInterval+10*time.Second)
 	return d
@@ -391,9 +391,9 @@ func TestCheckpointNeverDelaysAStop(t *testing.T) {
 		t.Errorf("the stop took %v: it waited for the checkpoint upload", took)
 	}
 	waitFor(t, 10*time.Second, "the publish abandoned", func() bool {
-		return testutil.ToFloat64(primary.a.met.ckptPublished.WithLabelValues("abandoned")) >= 1
+		return testutil.ToFloat64(primary.a.obs.met.ckptPublished.WithLabelValues("abandoned")) >= 1
 	})
-	if got := testutil.ToFloat64(primary.a.met.ckptPublished.WithLabelValues("published")); got != 0 {
+	if got := testutil.ToFloat64(primary.a.obs.met.ckptPublished.WithLabelValues("published")); got != 0 {
 		t.Errorf("checkpoints published = %v, want 0", got)
 	}
 }
@@ -453,7 +453,7 @@ func holderRestart(t *testing.T, persistent, blossomDown bool) {
 	holder.a.Track(context.Background(), spec)
 	holder.waitState("r1", lease.StateLive, 1, 15*time.Second)
 	waitFor(t, 20*time.Second, "two checkpoints published", func() bool {
-		return testutil.ToFloat64(holder.a.met.ckptPublished.WithLabelValues("published")) >= 2
+		return testutil.ToFloat64(holder.a.obs.met.ckptPublished.WithLabelValues("published")) >= 2
 	})
 	holder.stop()
 	before, ok := holder.a.ckpt.publisher.Last("r1")
@@ -482,7 +482,7 @@ func holderRestart(t *testing.T, persistent, blossomDown bool) {
 		if _, failed := again.log.find(func(e Event) bool {
 			return e.Kind == "state" && e.Workload == "r1" && e.State == string(lease.StateFailed)
 		}); !failed {
-			waitFor(t, 30*time.Second, "a respawn attempted", func() bool { return testutil.ToFloat64(again.a.met.respawns) >= 1 })
+			waitFor(t, 30*time.Second, "a respawn attempted", func() bool { return testutil.ToFloat64(again.a.obs.met.respawns) >= 1 })
 			time.Sleep(3 * time.Second) // the respawn's own recovery (2 s) ran out
 		}
 		if got := startsOf(starts, 1); len(got) != 1 {
@@ -503,7 +503,7 @@ func holderRestart(t *testing.T, persistent, blossomDown bool) {
 		t.Fatalf("the counter's starts at epoch 1 = %v, want 0 then %d", resumed, want)
 	}
 	waitFor(t, 20*time.Second, "a checkpoint published after the restart", func() bool {
-		return testutil.ToFloat64(again.a.met.ckptPublished.WithLabelValues("published")) >= 1
+		return testutil.ToFloat64(again.a.obs.met.ckptPublished.WithLabelValues("published")) >= 1
 	})
 	after, _ := again.a.ckpt.publisher.Last("r1")
 	if after.Epoch != 1 || after.Seq <= before.Seq {

@@ -114,16 +114,16 @@ func TestDiskFullPrimaryStillFences(t *testing.T) {
 	if got := persistedState(t, primary.dbPath, "w1"); got != string(lease.StateLive) {
 		t.Fatalf("primary's persisted w1 = %q while its disk is full, want live (the eviction must not have persisted)", got)
 	}
-	if got := testutil.ToFloat64(primary.a.met.stepErrors); got == 0 {
+	if got := testutil.ToFloat64(primary.a.obs.met.stepErrors); got == 0 {
 		t.Fatalf("primary agent_step_errors_total = 0, want the failed commits counted")
 	}
-	if got := testutil.ToFloat64(standby.a.met.revocations.WithLabelValues("received")); got != 0 {
+	if got := testutil.ToFloat64(standby.a.obs.met.revocations.WithLabelValues("received")); got != 0 {
 		t.Fatalf("standby received %v revocations while the primary's disk is full, want 0 (a revocation leaves only once persisted)", got)
 	}
 
 	refuseWrites(t, primary.a, false)
 	standby.waitState("w1", lease.StateLive, 2, 40*time.Second)
-	if got := testutil.ToFloat64(standby.a.met.revocations.WithLabelValues("received")); got < 1 {
+	if got := testutil.ToFloat64(standby.a.obs.met.revocations.WithLabelValues("received")); got < 1 {
 		t.Fatalf("standby revocations received = %v, want >= 1 (the handover came from the held revocation)", got)
 	}
 	waitFor(t, 20*time.Second, "primary's persisted state catches up (evicted, fenced, or rejoined as a standby)", func() bool {
@@ -244,7 +244,7 @@ func TestForgedFutureEventDoesNotBlindTheAgent(t *testing.T) {
 		r.Inject(fromStranger, true)
 	}
 	waitFor(t, 10*time.Second, "both forged revocations rejected", func() bool {
-		return testutil.ToFloat64(standby.a.met.eventsRejected.WithLabelValues(string(heartbeat.ReasonFuture))) >= 2
+		return testutil.ToFloat64(standby.a.obs.met.eventsRejected.WithLabelValues(string(heartbeat.ReasonFuture))) >= 2
 	})
 	if s := int64(standby.a.since()); s > time.Now().Unix() {
 		t.Fatalf("since() = %d after the forged events, want <= now", s)

@@ -167,11 +167,11 @@ func TestEffectsRebuildSubscriptionsForNewAndEndedWorkloads(t *testing.T) {
 func TestEffectsCountFailedCommitsOnly(t *testing.T) {
 	a := newStepAgent(t, stepOpts{})
 	ev := commitEvents{a}
-	before := testutil.ToFloat64(a.met.stepErrors)
+	before := testutil.ToFloat64(a.obs.met.stepErrors)
 	ev.Attempted(nil)
 	ev.Attempted(nil)
 	ev.Attempted(errors.New("disk full"))
-	if got := testutil.ToFloat64(a.met.stepErrors) - before; got != 1 {
+	if got := testutil.ToFloat64(a.obs.met.stepErrors) - before; got != 1 {
 		t.Fatalf("step errors after two commits that wrote and one that failed: +%v, want +1", got)
 	}
 }
@@ -199,10 +199,10 @@ func TestEffectsTransitionsLabelANewWorkload(t *testing.T) {
 	a := newStepAgent(t, stepOpts{})
 	a.perf.Record(lease.EnteredState{ID: "w1", To: lease.StateStandby, Epoch: 1})
 	a.perf.Record(lease.EnteredState{ID: "w1", From: lease.StateStandby, To: lease.StatePromoting, Epoch: 1})
-	if got := testutil.ToFloat64(a.met.transitions.WithLabelValues("new", "standby")); got != 1 {
+	if got := testutil.ToFloat64(a.obs.met.transitions.WithLabelValues("new", "standby")); got != 1 {
 		t.Errorf(`transitions{from="new",to="standby"} = %v, want 1`, got)
 	}
-	if got := testutil.ToFloat64(a.met.transitions.WithLabelValues("standby", "promoting")); got != 1 {
+	if got := testutil.ToFloat64(a.obs.met.transitions.WithLabelValues("standby", "promoting")); got != 1 {
 		t.Errorf(`transitions{from="standby",to="promoting"} = %v, want 1`, got)
 	}
 }

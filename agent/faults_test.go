@@ -55,7 +55,7 @@ func TestSingleRelayFaultsKeepQuorum(t *testing.T) {
 	// heartbeats on relays 0 and 2, not from anything left over.
 	time.Sleep(lcfg.Stale + 2*time.Second)
 	waitFor(t, 10*time.Second, "primary quorum in the standby's eyes", func() bool {
-		return testutil.ToFloat64(standby.a.met.quorum.WithLabelValues(primary.pub)) == 1
+		return testutil.ToFloat64(standby.a.obs.met.quorum.WithLabelValues(primary.pub)) == 1
 	})
 
 	if got := strings.Join(primary.log.states(), ","); got != "provisioning@1,live@1" {
@@ -68,12 +68,12 @@ func TestSingleRelayFaultsKeepQuorum(t *testing.T) {
 		t.Fatalf("running: primary %v, standby %v, want only the primary", primary.backend.Running("w1"), standby.backend.Running("w1"))
 	}
 	for _, r := range []heartbeat.RejectReason{heartbeat.ReasonFuture, heartbeat.ReasonStale} {
-		if got := testutil.ToFloat64(standby.a.met.eventsRejected.WithLabelValues(string(r))); got == 0 {
+		if got := testutil.ToFloat64(standby.a.obs.met.eventsRejected.WithLabelValues(string(r))); got == 0 {
 			t.Errorf("standby rejected %s = 0, want the relay's %s copies rejected", r, r)
 		}
 	}
-	forged := testutil.ToFloat64(standby.a.met.eventsRejected.WithLabelValues(string(heartbeat.ReasonBadID))) +
-		testutil.ToFloat64(standby.a.met.eventsRejected.WithLabelValues(string(heartbeat.ReasonBadSig)))
+	forged := testutil.ToFloat64(standby.a.obs.met.eventsRejected.WithLabelValues(string(heartbeat.ReasonBadID))) +
+		testutil.ToFloat64(standby.a.obs.met.eventsRejected.WithLabelValues(string(heartbeat.ReasonBadSig)))
 	if forged == 0 {
 		t.Errorf("standby rejected bad_id+bad_sig = 0, want the forged copies rejected")
 	}

@@ -152,25 +152,25 @@ func (a *Agent) decode(ctx context.Context, now time.Time, re relay.Received) (i
 	got, err := a.inbound.ingestor.Ingest(ctx, now, re.Event)
 	if err != nil {
 		reason := string(heartbeat.ReasonOf(err))
-		a.met.eventsRejected.WithLabelValues(reason).Inc()
+		a.obs.met.eventsRejected.WithLabelValues(reason).Inc()
 		a.logRejected(re, now, err)
 		return input{}, false
 	}
 	switch {
 	case got.Heartbeat != nil:
 		// Expiry (NIP-40), age and skew were enforced by the ingestor.
-		a.met.eventsAccepted.WithLabelValues("heartbeat").Inc()
+		a.obs.met.eventsAccepted.WithLabelValues("heartbeat").Inc()
 		hb := heartbeat.HeartbeatInput(got.Heartbeat, re.Relay, arrivedAt(re, now))
 		return input{hb: &hb}, true
 	case got.Duplicate:
 		return input{}, false
 	case got.Revocation != nil:
 		// Converted in feed: a Paygress revocation takes the machine's epoch.
-		a.met.eventsAccepted.WithLabelValues("revocation").Inc()
+		a.obs.met.eventsAccepted.WithLabelValues("revocation").Inc()
 		return input{rev: got.Revocation}, true
 	case got.Promotion != nil:
 		p := got.Promotion
-		a.met.eventsAccepted.WithLabelValues("promotion").Inc()
+		a.obs.met.eventsAccepted.WithLabelValues("promotion").Inc()
 		if p.Signer != a.me.self {
 			epoch := fmt.Sprint(p.Epoch)
 			if !p.HasEpoch {
@@ -180,7 +180,7 @@ func (a *Agent) decode(ctx context.Context, now time.Time, re relay.Received) (i
 		}
 		return input{claims: []relayClaim{{p: p, relay: re.Relay}}}, true
 	case got.LeaseGrant != nil:
-		a.met.eventsAccepted.WithLabelValues("lease_grant").Inc()
+		a.obs.met.eventsAccepted.WithLabelValues("lease_grant").Inc()
 		spec := a.specFromGrant(got.LeaseGrant)
 		return input{grant: &spec}, true
 	}

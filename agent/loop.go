@@ -132,7 +132,7 @@ func (a *Agent) saveMachine(ctx context.Context) error {
 func (a *Agent) timedCommit(commit func() error) {
 	start := time.Now()
 	if err := commit(); err == nil {
-		a.met.stepSeconds.Observe(time.Since(start).Seconds())
+		a.obs.met.stepSeconds.Observe(time.Since(start).Seconds())
 	}
 }
 
@@ -225,7 +225,7 @@ func (a *Agent) feed(s *driver.Step, in input) {
 		a.view.dirty = true
 		w, _ := a.machine().Workload(in.rev.WorkloadID)
 		r := heartbeat.RevocationInput(in.rev, w)
-		a.met.revocations.WithLabelValues("received").Inc()
+		a.obs.met.revocations.WithLabelValues("received").Inc()
 		if r.Signer != a.me.self {
 			a.emit("received", r.Workload, "revocation of epoch %d from %s, successor %s", r.Epoch, short(r.Signer), short(r.Successor))
 		}
@@ -240,7 +240,7 @@ func (a *Agent) feed(s *driver.Step, in input) {
 	case in.exit != nil:
 		s.Exited(*in.exit)
 	case in.respawn != nil:
-		a.met.respawns.Inc()
+		a.obs.met.respawns.Inc()
 		s.RespawnDone(*in.respawn)
 	case in.claimAck != nil:
 		s.ClaimPublished(*in.claimAck)

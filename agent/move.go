@@ -109,7 +109,7 @@ func (a *Agent) startMove(ctx context.Context, seq int64, w lease.WorkloadSnapsh
 		<-a.ckpt.moveSem
 		a.logger.Info("planned move", "workload", id, "epoch", w.Epoch, "result", result)
 		a.emit("move", id, "planned move of epoch %d: %s", w.Epoch, result)
-		a.met.moves.WithLabelValues(moveOutcome(result)).Inc()
+		a.obs.met.moves.WithLabelValues(moveOutcome(result)).Inc()
 		if seq == 0 {
 			return // part of a drain
 		}

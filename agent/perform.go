@@ -83,7 +83,7 @@ type commitEvents struct{ a *Agent }
 func (c commitEvents) Attempted(err error) {
 	c.a.noteWrite(err)
 	if err != nil {
-		c.a.met.stepErrors.Inc()
+		c.a.obs.met.stepErrors.Inc()
 	}
 }
 
@@ -104,12 +104,12 @@ func (c commitEvents) Persisted(steps int, since, now time.Time) {
 	a.emit("persist", "", "%d held steps persisted after %v", steps, now.Sub(since).Round(time.Millisecond))
 }
 
-func (c commitEvents) Backlog(n int) { c.a.met.backlog.Set(float64(n)) }
+func (c commitEvents) Backlog(n int) { c.a.obs.met.backlog.Set(float64(n)) }
 
-func (c commitEvents) Saved(rows int) { c.a.met.savedRows.Add(float64(rows)) }
+func (c commitEvents) Saved(rows int) { c.a.obs.met.savedRows.Add(float64(rows)) }
 
 func (c commitEvents) Dropped(e lease.Effect, err error) {
-	c.a.met.stepErrors.Inc()
+	c.a.obs.met.stepErrors.Inc()
 	c.a.logger.Error("build outbox event", "effect", e.String(), "err", err)
 }
 
@@ -147,7 +147,7 @@ func (p *performer) Perform(e lease.Effect, at time.Time) {
 	a := p.a
 	p.at = at
 	p.words.get(a.now(), time.Second, a.fenceWording)
-	a.met.effects.WithLabelValues(effectType(e)).Inc()
+	a.obs.met.effects.WithLabelValues(effectType(e)).Inc()
 	a.logger.Debug("effect", "effect", e.String())
 	a.refreshPolicy([]string{e.Workload()})
 	lease.Perform(p, e)
@@ -162,7 +162,7 @@ func (p *performer) Record(e lease.Effect) {
 		if from == "" {
 			from = "new"
 		}
-		a.met.transitions.WithLabelValues(from, string(e.To)).Inc()
+		a.obs.met.transitions.WithLabelValues(from, string(e.To)).Inc()
 		a.logger.Info("workload state", "workload", e.ID, "from", from, "to", e.To, "epoch", e.Epoch)
 		a.view.ids.add(e.ID)
 		if e.From == "" || e.To.Terminal() {
@@ -229,20 +229,20 @@ func (p *performer) Queue(e lease.Effect) {
 	a := p.a
 	switch e := e.(type) {
 	case lease.PublishRevocation:
-		a.met.revocations.WithLabelValues("queued").Inc()
+		a.obs.met.revocations.WithLabelValues("queued").Inc()
 		a.emit("revocation", e.ID, "revocation of epoch %d queued in the outbox (successor %s): %s", e.Epoch, short(e.Successor), e.Reason)
 	case lease.WithdrawClaim:
-		a.met.promotions.WithLabelValues("withdrawn").Inc()
+		a.obs.met.promotions.WithLabelValues("withdrawn").Inc()
 		a.emit("claim", e.ID, "claim for epoch %d withdrawn: the withdrawn marker is queued in the outbox", e.Epoch)
 	case lease.AnnouncePromotion:
-		a.met.promotions.WithLabelValues("announced").Inc()
+		a.obs.met.promotions.WithLabelValues("announced").Inc()
 		a.emit("claim", e.ID, "claim for epoch %d won: the Paygress-form announcement is queued in the outbox", e.Epoch)
 	}
 }
 
 func (p *performer) PublishClaim(e lease.PublishClaim) {
 	a, at := p.a, p.at
-	a.met.promotions.WithLabelValues("claimed").Inc()
+	a.obs.met.promotions.WithLabelValues("claimed").Inc()
 	a.goFeedback(p.ctx, func(ctx context.Context) {
 		select {
 		case a.claims.sem <- struct{}{}:
@@ -267,11 +267,11 @@ func (p *performer) Restore(e lease.RestoreCheckpoint) {
 		r := a.runRestore(ctx, req)
 		switch {
 		case r.OK:
-			a.met.restores.WithLabelValues("restored").Inc()
+			a.obs.met.restores.WithLabelValues("restored").Inc()
 		case r.Fresh:
-			a.met.restores.WithLabelValues("fresh").Inc()
+			a.obs.met.restores.WithLabelValues("fresh").Inc()
 		default:
-			a.met.restores.WithLabelValues("failed").Inc()
+			a.obs.met.restores.WithLabelValues("failed").Inc()
 		}
 		a.send(p.ctx, input{restored: &r})
 	})
@@ -400,7 +400,7 @@ func tagValue(ev *nostr.Event, name string) string {
 // onOutboxAck is called when the courier delivered an event to quorum.
 func (a *Agent) onOutboxAck(ev *nostr.Event, res relay.PublishResult) {
 	if ev.Kind == heartbeat.KindRevocation {
-		a.met.revocations.WithLabelValues("sent").Inc()
+		a.obs.met.revocations.WithLabelValues("sent").Inc()
 		a.emit("revocation", tagValue(ev, "workload"), "revocation delivered: accepted by %d relays (%s)", len(res.Accepted), strings.Join(res.Accepted, " "))
 	}
 }

@@ -136,7 +136,7 @@ func failoverOn(t *testing.T, kind relaytest.Kind) {
 	bound := lcfg.T1 + lcfg.T2 + lcfg.Stale + lcfg.RelayDelay + 2*time.Second
 	sb.waitState("w1", lease.StateLive, 2, bound+20*time.Second)
 	p1.waitState("w1", lease.StateFenced, 1, 10*time.Second)
-	if got := testutil.ToFloat64(sb.a.met.revocations.WithLabelValues("received")); got < 1 {
+	if got := testutil.ToFloat64(sb.a.obs.met.revocations.WithLabelValues("received")); got < 1 {
 		t.Fatalf("standby revocations received = %v, want the revocation of w1 through relay 2", got)
 	}
 	stopBeforeStart(t, p1, sb, "w1")

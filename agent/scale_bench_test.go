@@ -158,8 +158,8 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	if c := sa.count(lease.StateLive); c != n {
 		b.Fatalf("after the soak %d of %d Live: %v", c, n, sa.a.stateCounts())
 	}
-	maxEvent := testutil.ToFloat64(sa.a.met.beatBytes)
-	beatEvents := testutil.ToFloat64(sa.a.met.beatEvents)
+	maxEvent := testutil.ToFloat64(sa.a.obs.met.beatBytes)
+	beatEvents := testutil.ToFloat64(sa.a.obs.met.beatEvents)
 	rejected, _ := sa.publishNotAccepted(b)
 	superseded := counterSum(b, sa.reg, "agent_heartbeats_superseded_total")
 	b.Logf("workloads=%d: publish outcomes %v", n, publishOutcomes(b, sa.reg))

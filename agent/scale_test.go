@@ -283,7 +283,7 @@ func scaleFailover(t *testing.T, queued bool) {
 	if after, now := primary.publishNotAccepted(t); after != before {
 		t.Fatalf("primary publishes not accepted went from %v %v to %v %v with every workload Live, want none", before, was, after, now)
 	}
-	beatEvents := testutil.ToFloat64(primary.a.met.beatEvents)
+	beatEvents := testutil.ToFloat64(primary.a.obs.met.beatEvents)
 	for _, u := range urls {
 		if n := counterWith(t, primary.reg, "relay_publish_total", "relay", u) - sent[u]; n < 2*beatEvents {
 			t.Fatalf("relay %s accepted %v of our events in three beat intervals, want at least two beats of %v", u, n, beatEvents)
@@ -292,7 +292,7 @@ func scaleFailover(t *testing.T, queued bool) {
 	if n := counterSum(t, primary.reg, "agent_heartbeats_superseded_total"); n != superseded {
 		t.Fatalf("%v beats superseded with every workload Live, want none", n-superseded)
 	}
-	t.Logf("primary heartbeat: %v events, largest %v bytes", testutil.ToFloat64(primary.a.met.beatEvents), testutil.ToFloat64(primary.a.met.beatBytes))
+	t.Logf("primary heartbeat: %v events, largest %v bytes", testutil.ToFloat64(primary.a.obs.met.beatEvents), testutil.ToFloat64(primary.a.obs.met.beatBytes))
 	if queued {
 		checkScaleRelays(t, rs)
 		return

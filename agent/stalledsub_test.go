@@ -77,7 +77,7 @@ func vanishedStandby(t *testing.T, kind relaytest.Kind) {
 	// The standby's subscription names the primary (it follows Track
 	// within a second) and its heartbeats reach the standby.
 	waitFor(t, 20*time.Second, "the standby seeing the primary's heartbeats on a quorum of relays", func() bool {
-		return testutil.ToFloat64(standby.a.met.quorum.WithLabelValues(primary.pub)) == 1
+		return testutil.ToFloat64(standby.a.obs.met.quorum.WithLabelValues(primary.pub)) == 1
 	})
 	time.Sleep(2 * time.Second) // and on the third relay
 	if eoseCount(primary.a.pool) != 3 || eoseCount(standby.a.pool) != 3 || !primary.backend.Running("w1") {
