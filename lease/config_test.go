@@ -311,36 +311,48 @@ func FuzzSpecValidate(f *testing.F) {
 // other field changed, an earlier expiry, or an expiry removed is refused
 // with ErrAlreadyTracked and leaves the tracked lease as it was.
 func TestRegrantRefusesAnyOtherChange(t *testing.T) {
-	base := func() Spec {
+	policy := func() *CheckpointPolicy {
+		return &CheckpointPolicy{Servers: []string{"https://b1.test"}, MinServers: 1, Restore: RestoreRequired, RestoreTimeout: time.Minute}
+	}
+	base := func(durable bool) Spec {
 		sp := warmSpec("w1", "alice", "bob", "carol")
 		sp.Command = []string{"sleep", "60"}
 		sp.ExpiresAt = at(time.Hour)
+		if durable {
+			sp.Checkpoint = policy()
+		}
 		return sp
 	}
 	tests := []struct {
-		name string
-		mod  func(*Spec)
-		ok   bool
+		name    string
+		mod     func(*Spec)
+		ok      bool
+		durable bool // the first grant has a checkpoint policy
 	}{
-		{"same", func(*Spec) {}, true},
-		{"later expiry", func(sp *Spec) { sp.ExpiresAt = at(2 * time.Hour) }, true},
-		{"state uri", func(sp *Spec) { sp.StateURI = "blossom://x" }, true},
-		{"earlier expiry", func(sp *Spec) { sp.ExpiresAt = at(time.Minute) }, false},
-		{"expiry removed", func(sp *Spec) { sp.ExpiresAt = time.Time{} }, false},
-		{"primary", func(sp *Spec) { sp.Primary = key("dave") }, false},
-		{"standbys", func(sp *Spec) { sp.Standbys = []string{key("carol"), key("bob")} }, false},
-		{"restart policy", func(sp *Spec) { sp.RestartPolicy.MaxAttempts = 7 }, false},
-		{"epoch", func(sp *Spec) { sp.Epoch = 2 }, false},
-		{"command", func(sp *Spec) { sp.Command = []string{"sleep", "61"} }, false},
-		{"created at", func(sp *Spec) { sp.CreatedAt = t0.Add(s) }, false},
-		{"relays", func(sp *Spec) { sp.Relays = testRelays(3) }, false},
-		{"quorum", func(sp *Spec) { sp.Quorum = 2 }, false},
+		{"same", func(*Spec) {}, true, false},
+		{"later expiry", func(sp *Spec) { sp.ExpiresAt = at(2 * time.Hour) }, true, false},
+		{"state uri", func(sp *Spec) { sp.StateURI = "blossom://x" }, true, false},
+		{"earlier expiry", func(sp *Spec) { sp.ExpiresAt = at(time.Minute) }, false, false},
+		{"expiry removed", func(sp *Spec) { sp.ExpiresAt = time.Time{} }, false, false},
+		{"primary", func(sp *Spec) { sp.Primary = key("dave") }, false, false},
+		{"standbys", func(sp *Spec) { sp.Standbys = []string{key("carol"), key("bob")} }, false, false},
+		{"restart policy", func(sp *Spec) { sp.RestartPolicy.MaxAttempts = 7 }, false, false},
+		{"epoch", func(sp *Spec) { sp.Epoch = 2 }, false, false},
+		{"command", func(sp *Spec) { sp.Command = []string{"sleep", "61"} }, false, false},
+		{"created at", func(sp *Spec) { sp.CreatedAt = t0.Add(s) }, false, false},
+		{"relays", func(sp *Spec) { sp.Relays = testRelays(3) }, false, false},
+		{"quorum", func(sp *Spec) { sp.Quorum = 2 }, false, false},
+		{"same checkpoint policy", func(*Spec) {}, true, true},
+		{"checkpoint policy added", func(sp *Spec) { sp.Checkpoint = policy() }, false, false},
+		{"checkpoint policy removed", func(sp *Spec) { sp.Checkpoint = nil }, false, true},
+		{"checkpoint min servers", func(sp *Spec) { sp.Checkpoint.MinServers = 0 }, false, true},
+		{"checkpoint restore mode", func(sp *Spec) { sp.Checkpoint.Restore = RestoreBestEffort }, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, "bob", nil)
-			h.track(0, base())
-			sp := base()
+			h.track(0, base(tt.durable))
+			sp := base(tt.durable)
 			tt.mod(&sp)
 			effs, err := h.m.Track(at(s), sp)
 			if tt.ok {
@@ -356,7 +368,7 @@ func TestRegrantRefusesAnyOtherChange(t *testing.T) {
 			if !errors.Is(err, ErrAlreadyTracked) {
 				t.Fatalf("Track(%s) = %v, want %v", tt.name, err, ErrAlreadyTracked)
 			}
-			if w, _ := h.m.Workload("w1"); !reflect.DeepEqual(w.Spec, base()) {
+			if w, _ := h.m.Workload("w1"); !reflect.DeepEqual(w.Spec, base(tt.durable)) {
 				t.Fatalf("after the refused Track(%s): spec %+v, want the first grant's", tt.name, w.Spec)
 			}
 		})

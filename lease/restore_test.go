@@ -47,6 +47,10 @@ func TestGrantRestoresBeforeStart(t *testing.T) {
 	h.wantEffects("Restored(OK)", effs, `restore-report w1 epoch=1 phase=restored reason="restored record e1"`, "start w1 epoch=1")
 	h.wantEffects("Restored(again)", h.m.Restored(at(11*s), RestoreResult{Workload: "w1", Epoch: 1, Attempt: 1, OK: true}))
 	h.wantEffects("Tick", h.tick(12*s), "entered w1 provisioning -> live epoch=1")
+	// How it started stays with the Live workload (status shows it).
+	if w, _ := h.m.Workload("w1"); w.Restore != RestoreDone || w.RestoreWhy != "restored record e1" {
+		t.Fatalf("Live after its restore: restore %q (%q), want %q (restored record e1)", w.Restore, w.RestoreWhy, RestoreDone)
+	}
 }
 
 // Nothing ever published starts the workload from nothing in either mode;
@@ -251,9 +255,19 @@ func TestSelectCheckpoints(t *testing.T) {
 		"z0": RefuseUnknownHolder, "c-other": RefuseLaterEpoch, "d": RefuseLaterEpoch,
 		"other": RefuseOtherWorkload, "regrant": RefuseOtherGrant,
 	}
+	// The details a log line shows: the epoch whose start a late record
+	// missed, and signers as the first 8 characters of their keys.
+	wantDetail := map[string]string{
+		"a-late":   "after epoch 2 began at",
+		"b-late":   "after epoch 3 began at",
+		"b-forged": "signed by " + key("alice")[:8] + ", epoch 2 was held by " + key("bob")[:8],
+	}
 	for _, r := range refused {
 		if wantRefused[r.EventID] != r.Reason {
 			t.Errorf("refused %s as %s (%s), want %q", r.EventID, r.Reason, r.Detail, wantRefused[r.EventID])
+		}
+		if d := wantDetail[r.EventID]; !strings.Contains(r.Detail, d) || strings.Contains(r.Detail, key("alice")) {
+			t.Errorf("refused %s: detail %q, want it to say %q (keys shortened)", r.EventID, r.Detail, d)
 		}
 		delete(wantRefused, r.EventID)
 	}
@@ -300,7 +314,7 @@ func TestSelectCheckpointsRequiredDoesNotGoBack(t *testing.T) {
 	c := func(id, signer string, epoch, seq uint64) CheckpointCandidate {
 		return CheckpointCandidate{EventID: id, Signer: key(signer), Workload: "w1", Epoch: epoch, Seq: seq, CreatedAt: at(time.Duration(epoch) * 1000 * s), GrantAt: granted}
 	}
-	cands := []CheckpointCandidate{c("a1", "alice", 1, 5), c("b2", "bob", 2, 9), c("c4", "carol", 4, 0)}
+	cands := []CheckpointCandidate{c("a1", "alice", 1, 5), c("b2", "bob", 2, 9), c("c4", "carol", 4, 0), c("a0", "alice", 1, 4)}
 	ids := func(us []CheckpointCandidate) string {
 		var got []string
 		for _, u := range us {
@@ -317,8 +331,8 @@ func TestSelectCheckpointsRequiredDoesNotGoBack(t *testing.T) {
 	}
 	req.Mode = RestoreBestEffort
 	usable, refused := SelectCheckpoints(req, key("carol"), 30*s, cands)
-	if got := ids(usable); got != "c4 a1" {
-		t.Errorf("best-effort: usable = %s, want c4 a1", got)
+	if got := ids(usable); got != "c4 a1 a0" {
+		t.Errorf("best-effort: usable = %s, want c4 a1 a0", got)
 	}
 	if got := reasons(refused); len(got) != 1 || got["b2"] != RefuseUnknownHolder {
 		t.Errorf("best-effort: refused %v, want b2 unknown_holder", got)
@@ -328,8 +342,8 @@ func TestSelectCheckpointsRequiredDoesNotGoBack(t *testing.T) {
 	if got := ids(usable); got != "c4" {
 		t.Errorf("required: usable = %s, want c4 (the restorer's own base record, not behind epoch 2)", got)
 	}
-	if got := reasons(refused); len(got) != 2 || got["b2"] != RefuseUnknownHolder || got["a1"] != RefuseBehindUnknownEpoch {
-		t.Errorf("required: refused %v, want b2 unknown_holder, a1 behind_unknown_epoch", got)
+	if got := reasons(refused); len(got) != 3 || got["b2"] != RefuseUnknownHolder || got["a1"] != RefuseBehindUnknownEpoch || got["a0"] != RefuseBehindUnknownEpoch {
+		t.Errorf("required: refused %v, want b2 unknown_holder, a1 and a0 behind_unknown_epoch (every record behind it is reported)", got)
 	}
 	usable, _ = SelectCheckpoints(req, key("carol"), 30*s, cands[:2])
 	if len(usable) != 0 {
