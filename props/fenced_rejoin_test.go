@@ -1,7 +1,6 @@
 package props_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -22,26 +21,23 @@ import (
 // follows P1 once the claim has settled and takes over epoch 3 after
 // takeover_after of P1's silence.
 func TestFencedByAFailedClaimerTakesOver(t *testing.T) {
-	for seed := uint64(1); seed <= 10; seed++ {
-		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
-			s := scriptedWorld(t, 2, 4, 4, seed)
-			s.RunUntil(186 * time.Second)
-			s.CrashProvider(0, false)
-			s.RunWhile(s.Now()+3000*time.Second, func() bool { e, ok := holding(s, 1); return !ok || e != 2 })
-			for range 120 { // its process keeps exiting: the restart policy runs out
-				s.ExitWorkload(1, workloadID)
-				s.RunFor(5 * time.Second)
-			}
-			if d := s.Describe(); !strings.Contains(d, "P1:failed@2") {
-				t.Fatalf("P1 did not fail its provisioning at epoch 2: %s\n%s", d, sim.FormatTimeline(s.Timeline()))
-			}
-			s.RestartProvider(0)
-			s.RunFor(30 * time.Minute)
-			e, ok := holding(s, 0)
-			if !ok || e != 3 {
-				t.Fatalf("P0 holds at epoch %d (%v) 30 min after the heal, want epoch 3: %s", e, ok, s.Describe())
-			}
-			wantOneWriter(t, s)
-		})
-	}
+	acrossSeeds(t, 10, 2, 4, 4, func(t *testing.T, s *sim.Sim) {
+		s.RunUntil(186 * time.Second)
+		s.CrashProvider(0, false)
+		s.RunWhile(s.Now()+3000*time.Second, func() bool { e, ok := holding(s, 1); return !ok || e != 2 })
+		for range 120 { // its process keeps exiting: the restart policy runs out
+			s.ExitWorkload(1, workloadID)
+			s.RunFor(5 * time.Second)
+		}
+		if d := s.Describe(); !strings.Contains(d, "P1:failed@2") {
+			t.Fatalf("P1 did not fail its provisioning at epoch 2: %s\n%s", d, sim.FormatTimeline(s.Timeline()))
+		}
+		s.RestartProvider(0)
+		s.RunFor(30 * time.Minute)
+		e, ok := holding(s, 0)
+		if !ok || e != 3 {
+			t.Fatalf("P0 holds at epoch %d (%v) 30 min after the heal, want epoch 3: %s", e, ok, s.Describe())
+		}
+		wantOneWriter(t, s)
+	})
 }

@@ -325,39 +325,36 @@ func anyLive(s *sim.Sim, k int) bool {
 // runs at the end, never two; and the lease had a standby again within a
 // heartbeat interval of the failover once P0 was back.
 func TestLoneHolderCutOff(t *testing.T) {
-	for seed := uint64(1); seed <= 10; seed++ {
-		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
-			s := scriptedWorld(t, 2, 2, 3, seed)
-			s.RunUntil(5 * time.Minute)
-			isolate(s, 0, 3) // P0 cut off: P1 takes over epoch 2
-			p1 := s.Node(1).(*sim.LeaseNode)
-			live2 := s.RunWhile(time.Hour, func() bool { e, ok := p1.Live(workloadID); return !ok || e != 2 })
-			if live2 < 0 {
-				t.Fatalf("P1 never Live at epoch 2\n%s", sim.FormatTimeline(s.Timeline()))
-			}
-			reconnect(s, 0, 3) // P0 healthy again: fenced, then P1's standby
-			p0 := s.Node(0).(*sim.LeaseNode)
-			rejoined := s.RunWhile(live2+time.Hour, func() bool {
-				w, ok := p0.Machine().Workload(workloadID)
-				return !ok || w.State != lease.StateStandby || w.Epoch != 2
-			})
-			if rejoined < 0 {
-				t.Fatalf("P0 never rejoined as P1's standby: %s\n%s", s.Describe(), sim.FormatTimeline(s.Timeline()))
-			}
-			s.RunFor(10 * time.Minute)
-			isolate(s, 1, 3) // the lone holder is cut off
-			cut := s.Now()
-			took := s.RunWhile(cut+healBound(2), func() bool { e, ok := p0.Live(workloadID); return !ok || e != 3 })
-			if v := s.Violation(); v != nil {
-				t.Fatalf("%s at %v\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
-			}
-			if took < 0 {
-				t.Fatalf("P0 not Live at epoch 3 within %v of P1's cut: %s\n%s", healBound(2), s.Describe(), sim.FormatTimeline(s.Timeline()))
-			}
-			if _, ok := s.Running(1, workloadID); ok {
-				t.Fatalf("P1 still runs the workload after P0 took over\n%s", sim.FormatTimeline(s.Timeline()))
-			}
-			t.Logf("standby again %v after P0 was back; P0 Live at epoch 3 %v after P1's cut", rejoined-live2, took-cut)
+	acrossSeeds(t, 10, 2, 2, 3, func(t *testing.T, s *sim.Sim) {
+		s.RunUntil(5 * time.Minute)
+		isolate(s, 0, 3) // P0 cut off: P1 takes over epoch 2
+		p1 := s.Node(1).(*sim.LeaseNode)
+		live2 := s.RunWhile(time.Hour, func() bool { e, ok := p1.Live(workloadID); return !ok || e != 2 })
+		if live2 < 0 {
+			t.Fatalf("P1 never Live at epoch 2\n%s", sim.FormatTimeline(s.Timeline()))
+		}
+		reconnect(s, 0, 3) // P0 healthy again: fenced, then P1's standby
+		p0 := s.Node(0).(*sim.LeaseNode)
+		rejoined := s.RunWhile(live2+time.Hour, func() bool {
+			w, ok := p0.Machine().Workload(workloadID)
+			return !ok || w.State != lease.StateStandby || w.Epoch != 2
 		})
-	}
+		if rejoined < 0 {
+			t.Fatalf("P0 never rejoined as P1's standby: %s\n%s", s.Describe(), sim.FormatTimeline(s.Timeline()))
+		}
+		s.RunFor(10 * time.Minute)
+		isolate(s, 1, 3) // the lone holder is cut off
+		cut := s.Now()
+		took := s.RunWhile(cut+healBound(2), func() bool { e, ok := p0.Live(workloadID); return !ok || e != 3 })
+		if v := s.Violation(); v != nil {
+			t.Fatalf("%s at %v\n%s", v.Msg, v.At, sim.FormatTimeline(v.Timeline))
+		}
+		if took < 0 {
+			t.Fatalf("P0 not Live at epoch 3 within %v of P1's cut: %s\n%s", healBound(2), s.Describe(), sim.FormatTimeline(s.Timeline()))
+		}
+		if _, ok := s.Running(1, workloadID); ok {
+			t.Fatalf("P1 still runs the workload after P0 took over\n%s", sim.FormatTimeline(s.Timeline()))
+		}
+		t.Logf("standby again %v after P0 was back; P0 Live at epoch 3 %v after P1's cut", rejoined-live2, took-cut)
+	})
 }

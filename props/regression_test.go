@@ -1,6 +1,7 @@
 package props_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -268,5 +269,18 @@ func TestFailedCommitStillFences(t *testing.T) {
 	}
 	if _, running := s.Running(0, workloadID); running {
 		t.Fatalf("P0 still runs the workload\n%s", sim.FormatTimeline(s.Timeline()))
+	}
+}
+
+// acrossSeeds runs a fixed schedule as one subtest per simulator seed 1 to
+// seeds, each in a new scriptedWorld of k providers and M=m of n relays:
+// the schedule is fixed, the seed varies timings (provisioning, stops,
+// delivery), so one failing seed names a schedule that breaks.
+func acrossSeeds(t *testing.T, seeds uint64, k, m, n int, schedule func(t *testing.T, s *sim.Sim)) {
+	t.Helper()
+	for seed := uint64(1); seed <= seeds; seed++ {
+		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
+			schedule(t, scriptedWorld(t, k, m, n, seed))
+		})
 	}
 }

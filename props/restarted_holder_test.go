@@ -1,7 +1,6 @@
 package props_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -21,23 +20,20 @@ import (
 // stopping when P1 took over epoch 2 (two writers in 8 of these 10 seeds on
 // the code before the rule). Now P0 has stopped before P1 starts.
 func TestRestartedHolderOwnOldBeats(t *testing.T) {
-	for seed := uint64(1); seed <= 10; seed++ {
-		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
-			s := scriptedWorld(t, 2, 4, 4, seed)
-			s.Node(0).(interface{ ArmCrashBeforeCommit(time.Duration) }).ArmCrashBeforeCommit(160 * time.Second)
-			s.RunUntil(150 * time.Second)
-			s.RunWhile(s.Now()+3000*time.Second, func() bool { _, ok := s.Node(0).Live(workloadID); return !ok })
-			if _, ok := s.Node(0).Live(workloadID); !ok {
-				t.Fatalf("P0 is not Live again after its restart: %s\n%s", s.Describe(), sim.FormatTimeline(s.Timeline()))
-			}
-			s.Partition(0, 1)
-			s.RunFor(121 * time.Second)
-			isolate(s, 0, 4)
-			s.RunFor(30 * time.Minute)
-			if e, ok := holding(s, 1); !ok || e != 2 {
-				t.Fatalf("P1 holds at epoch %d (%v), want it to have taken over epoch 2: %s", e, ok, s.Describe())
-			}
-			wantOneWriter(t, s)
-		})
-	}
+	acrossSeeds(t, 10, 2, 4, 4, func(t *testing.T, s *sim.Sim) {
+		s.Node(0).(interface{ ArmCrashBeforeCommit(time.Duration) }).ArmCrashBeforeCommit(160 * time.Second)
+		s.RunUntil(150 * time.Second)
+		s.RunWhile(s.Now()+3000*time.Second, func() bool { _, ok := s.Node(0).Live(workloadID); return !ok })
+		if _, ok := s.Node(0).Live(workloadID); !ok {
+			t.Fatalf("P0 is not Live again after its restart: %s\n%s", s.Describe(), sim.FormatTimeline(s.Timeline()))
+		}
+		s.Partition(0, 1)
+		s.RunFor(121 * time.Second)
+		isolate(s, 0, 4)
+		s.RunFor(30 * time.Minute)
+		if e, ok := holding(s, 1); !ok || e != 2 {
+			t.Fatalf("P1 holds at epoch %d (%v), want it to have taken over epoch 2: %s", e, ok, s.Describe())
+		}
+		wantOneWriter(t, s)
+	})
 }

@@ -1,7 +1,6 @@
 package props_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -26,44 +25,41 @@ func holding(s *sim.Sim, p sim.ProviderID) (uint64, bool) {
 // self-fence (two writers in 20 of 20 seeds); it now waits takeover_after
 // after P1's last beat.
 func TestRetakeBesideAReusedLowerEpoch(t *testing.T) {
-	for seed := uint64(1); seed <= 20; seed++ {
-		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
-			s := scriptedWorld(t, 3, 2, 3, seed)
-			s.RunUntil(100 * time.Second)
-			isolate(s, 1, 3)
-			s.Partition(0, 0)
-			s.Partition(0, 1)
-			s.RunWhile(s.Now()+3000*time.Second, func() bool { e, ok := holding(s, 2); return !ok || e != 2 })
-			s.CrashProvider(0, true)
-			s.Partition(2, 0)
-			s.Partition(2, 1)
-			s.RunWhile(s.Now()+3000*time.Second, func() bool { _, ok := holding(s, 2); return ok })
-			reconnect(s, 2, 3)
-			s.RunWhile(s.Now()+3000*time.Second, func() bool { e, ok := holding(s, 2); return !ok || e != 3 })
-			s.RunFor(20 * time.Minute)
-			s.Partition(2, 0)
-			s.Partition(2, 1)
-			s.RunWhile(s.Now()+3000*time.Second, func() bool { _, ok := holding(s, 2); return ok })
-			s.RunFor(30 * time.Second)
-			for r := sim.RelayID(0); r < 3; r++ {
-				s.CrashRelay(r, true)
-				s.After(5*time.Second, func() { s.RestartRelay(r) })
-			}
-			s.RunFor(10 * time.Second)
-			reconnect(s, 1, 3)
-			s.RunWhile(s.Now()+3000*time.Second, func() bool { _, ok := holding(s, 1); return !ok })
-			e1, _ := holding(s, 1)
-			s.RunFor(60 * time.Second)
-			reconnect(s, 2, 3)
-			s.RunFor(300 * time.Second)
-			isolate(s, 1, 3)
-			s.RunFor(1500 * time.Second)
-			if e1 != 2 {
-				t.Fatalf("P1 took over at epoch %d, want the reused epoch 2: %s", e1, s.Describe())
-			}
-			wantOneWriter(t, s)
-		})
-	}
+	acrossSeeds(t, 20, 3, 2, 3, func(t *testing.T, s *sim.Sim) {
+		s.RunUntil(100 * time.Second)
+		isolate(s, 1, 3)
+		s.Partition(0, 0)
+		s.Partition(0, 1)
+		s.RunWhile(s.Now()+3000*time.Second, func() bool { e, ok := holding(s, 2); return !ok || e != 2 })
+		s.CrashProvider(0, true)
+		s.Partition(2, 0)
+		s.Partition(2, 1)
+		s.RunWhile(s.Now()+3000*time.Second, func() bool { _, ok := holding(s, 2); return ok })
+		reconnect(s, 2, 3)
+		s.RunWhile(s.Now()+3000*time.Second, func() bool { e, ok := holding(s, 2); return !ok || e != 3 })
+		s.RunFor(20 * time.Minute)
+		s.Partition(2, 0)
+		s.Partition(2, 1)
+		s.RunWhile(s.Now()+3000*time.Second, func() bool { _, ok := holding(s, 2); return ok })
+		s.RunFor(30 * time.Second)
+		for r := sim.RelayID(0); r < 3; r++ {
+			s.CrashRelay(r, true)
+			s.After(5*time.Second, func() { s.RestartRelay(r) })
+		}
+		s.RunFor(10 * time.Second)
+		reconnect(s, 1, 3)
+		s.RunWhile(s.Now()+3000*time.Second, func() bool { _, ok := holding(s, 1); return !ok })
+		e1, _ := holding(s, 1)
+		s.RunFor(60 * time.Second)
+		reconnect(s, 2, 3)
+		s.RunFor(300 * time.Second)
+		isolate(s, 1, 3)
+		s.RunFor(1500 * time.Second)
+		if e1 != 2 {
+			t.Fatalf("P1 took over at epoch %d, want the reused epoch 2: %s", e1, s.Describe())
+		}
+		wantOneWriter(t, s)
+	})
 }
 
 // TestStandbyHearsAReusedEpochClaim is the fixed schedule of the rule
@@ -81,43 +77,40 @@ func TestRetakeBesideAReusedLowerEpoch(t *testing.T) {
 // claim of the known epoch by another provider holds S off as a holder's
 // heartbeat does.
 func TestStandbyHearsAReusedEpochClaim(t *testing.T) {
-	for seed := uint64(1); seed <= 10; seed++ {
-		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
-			s := scriptedWorld(t, 3, 2, 3, seed)
-			s.RunUntil(100 * time.Second)
-			isolate(s, 0, 3)
-			var h, sb sim.ProviderID
-			s.RunWhile(s.Now()+3000*time.Second, func() bool {
-				for _, p := range []sim.ProviderID{1, 2} {
-					if e, ok := holding(s, p); ok && e == 2 {
-						h, sb = p, 3-p
-						return false
-					}
+	acrossSeeds(t, 10, 3, 2, 3, func(t *testing.T, s *sim.Sim) {
+		s.RunUntil(100 * time.Second)
+		isolate(s, 0, 3)
+		var h, sb sim.ProviderID
+		s.RunWhile(s.Now()+3000*time.Second, func() bool {
+			for _, p := range []sim.ProviderID{1, 2} {
+				if e, ok := holding(s, p); ok && e == 2 {
+					h, sb = p, 3-p
+					return false
 				}
-				return true
-			})
-			if e, ok := holding(s, h); !ok || e != 2 {
-				t.Fatalf("nobody took over epoch 2: %s", s.Describe())
 			}
-			s.RunFor(2 * time.Minute)
-			s.CrashProvider(h, true)
-			isolate(s, sb, 3)
-			for r := sim.RelayID(0); r < 3; r++ {
-				s.CrashRelay(r, true)
-				s.After(5*time.Second, func() { s.RestartRelay(r) })
-			}
-			s.RunFor(10 * time.Second)
-			reconnect(s, 0, 3)
-			s.RunFor(60 * time.Second)
-			reconnect(s, sb, 3)
-			s.RunWhile(s.Now()+3000*time.Second, func() bool { _, ok := holding(s, 0); return !ok })
-			e0, _ := holding(s, 0)
-			isolate(s, 0, 3)
-			s.RunFor(30 * time.Minute)
-			if e0 != 2 {
-				t.Fatalf("P0 retook epoch %d, want the reused epoch 2: %s", e0, s.Describe())
-			}
-			wantOneWriter(t, s)
+			return true
 		})
-	}
+		if e, ok := holding(s, h); !ok || e != 2 {
+			t.Fatalf("nobody took over epoch 2: %s", s.Describe())
+		}
+		s.RunFor(2 * time.Minute)
+		s.CrashProvider(h, true)
+		isolate(s, sb, 3)
+		for r := sim.RelayID(0); r < 3; r++ {
+			s.CrashRelay(r, true)
+			s.After(5*time.Second, func() { s.RestartRelay(r) })
+		}
+		s.RunFor(10 * time.Second)
+		reconnect(s, 0, 3)
+		s.RunFor(60 * time.Second)
+		reconnect(s, sb, 3)
+		s.RunWhile(s.Now()+3000*time.Second, func() bool { _, ok := holding(s, 0); return !ok })
+		e0, _ := holding(s, 0)
+		isolate(s, 0, 3)
+		s.RunFor(30 * time.Minute)
+		if e0 != 2 {
+			t.Fatalf("P0 retook epoch %d, want the reused epoch 2: %s", e0, s.Describe())
+		}
+		wantOneWriter(t, s)
+	})
 }
