@@ -8,8 +8,9 @@
 // queue ordered by (simulated instant, sequence number) drives everything, and
 // every random choice comes from a seed, so a run is a pure function of its
 // configuration and the fault schedule applied to it. A provider's protocol
-// logic plugs in as a Node (the lease machine driven as the agent drives it,
-// or a model of the anchor's rule); invariant checkers run after every event.
+// logic plugs in as a Node (a LeaseNode: the lease machine through the
+// agent's own driver, package driver, over a simulated database; or a model
+// of the anchor's rule); invariant checkers run after every event.
 //
 // Durable workloads (a lease with a checkpoint policy): a LeaseNode's copy
 // is a counter that checkpoints to a file on the node's disk and, while its
