@@ -459,8 +459,8 @@ func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 // after 8,901 checks). Only a claim made within the last Stale counts:
 // relays keep claims for ever and serve them again on every subscription.
 func (m *Machine) heardReusedClaim(w *WorkloadSnapshot, pi int, c PromotionClaim, now time.Time) []Effect {
-	if (c.Epoch == w.Epoch && pi == w.holder) || w.State.Holding() || c.CreatedAt.IsZero() ||
-		c.CreatedAt.Before(now.Add(-m.cfg.Stale)) {
+	// An unknown (zero) CreatedAt is before any now - Stale: it never counts.
+	if (c.Epoch == w.Epoch && pi == w.holder) || w.State.Holding() || c.CreatedAt.Before(now.Add(-m.cfg.Stale)) {
 		return nil
 	}
 	ri, ok := m.RelayIndex(c.Relay)
