@@ -35,6 +35,8 @@ type childConfig struct {
 	DBPath string            `json:"db_path"`
 	LogDir string            `json:"log_dir"`
 	Spec   lease.Spec        `json:"spec"`
+	// TakeoverAfter, when set, replaces the demo configuration's.
+	TakeoverAfter time.Duration `json:"takeover_after"`
 }
 
 func TestMain(m *testing.M) {
@@ -75,6 +77,9 @@ func runChild(path string) error {
 	}
 	cfg := testAgentConfig(cc.Relays, cc.Key, "child")
 	cfg.DialAddrs = cc.Dial
+	if cc.TakeoverAfter > 0 {
+		cfg.Lease.TakeoverAfter = cc.TakeoverAfter
+	}
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
 	a, err := New(ctx, cfg, Deps{DB: db, Backend: proc, OnEvent: func(e Event) {
@@ -168,13 +173,22 @@ func processAlive(pid int) bool {
 // off from every relay, evicts itself and queues its revocation, and is
 // killed with SIGKILL before the revocation could leave. Its workload dies
 // with it. Restarted with its relays back, it stays fenced (no second
-// writer) and re-sends the persisted revocation, which the standby receives;
-// the standby ends Live at epoch 2.
+// writer) and re-sends the persisted revocation, which promotes the
+// standby: it ends Live at epoch 2.
+//
+// Both take over only after 2 minutes of silence, so the standby's
+// promotion can come from nothing but the revocation (and the primary's
+// retake of its own evicted epoch cannot come first), however slow the
+// machine. The cut waits until a heartbeat listing w1@1 has come back from
+// quorum: a revocation carries quorum_at_ms only then, and one without it
+// cannot promote anyone (lease.RevocationDeadline; the takeover rule
+// decides).
 func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 	t.Parallel()
 	rs, urls := startRelays(t, 3)
 	proxies, dial := cutProxies(t, rs, urls, 3)
 	lcfg := lease.DemoConfig(urls)
+	lcfg.TakeoverAfter = 2 * time.Minute
 	standby := startAgent(t, agentOpts{name: "standby", lcfg: lcfg})
 	primaryKey := nostr.GeneratePrivateKey()
 	primaryPub, _ := nostr.GetPublicKey(primaryKey)
@@ -193,7 +207,7 @@ func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 	// The pid as /proc names it ($$ is a pid in the workload's namespace).
 	spec.Command = []string{"sh", "-c", `read -r p _ </proc/self/stat; echo $p > "$0/pid-$PROVIDER_AGENT_EPOCH"; while :; do sleep 0.2; done`, pidDir}
 	standby.a.Track(context.Background(), spec)
-	cc := childConfig{Key: primaryKey, Relays: urls, Dial: dial, DBPath: filepath.Join(dir, "primary.db"), LogDir: filepath.Join(dir, "logs"), Spec: spec}
+	cc := childConfig{Key: primaryKey, Relays: urls, Dial: dial, DBPath: filepath.Join(dir, "primary.db"), LogDir: filepath.Join(dir, "logs"), Spec: spec, TakeoverAfter: lcfg.TakeoverAfter}
 
 	primary := startChild(t, cc)
 	primary.waitEvent(20*time.Second, "primary live@1", func(e Event) bool { return e.Kind == "state" && e.State == "live" && e.Epoch == 1 })
@@ -205,6 +219,17 @@ func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 		}
 		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil && pid > 0
+	})
+	// Three heartbeats listing w1@1 published at 1 s intervals: the first
+	// has come back from the local relays long before the third leaves.
+	waitFor(t, 10*time.Second, "three heartbeats listing w1@1", func() bool {
+		n := 0
+		for _, e := range primary.log.snapshot() {
+			if e.Kind == "heartbeat" && strings.Contains(e.Detail, "w1@1") {
+				n++
+			}
+		}
+		return n >= 3
 	})
 
 	for _, p := range proxies {
@@ -225,7 +250,6 @@ func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 		}
 	}
 	restarted := startChild(t, cc)
-	standby.waitState("w1", lease.StateLive, 2, 20*time.Second)
 	defer func() {
 		if t.Failed() {
 			restarted.log.dump(t, "restarted")
@@ -233,9 +257,14 @@ func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 		}
 	}()
 	// The persisted revocation leaves again after the restart (the receipt a
-	// killed flush had claimed is due after the courier's claim timeout). The
-	// standby may have taken over first, in which case it rightly ignores a
-	// revocation from a holder it no longer recognises.
+	// killed flush had claimed is due after the courier's claim timeout) and
+	// promotes the standby, long before either's takeover by silence.
+	standby.waitState("w1", lease.StateLive, 2, 40*time.Second)
+	if _, ok := standby.log.find(func(e Event) bool {
+		return e.Kind == "received" && strings.Contains(e.Detail, "revocation of epoch 1")
+	}); !ok {
+		t.Fatalf("standby Live@2 without having received the revocation of epoch 1")
+	}
 	restarted.waitEvent(20*time.Second, "revocation re-sent and acknowledged by quorum", func(e Event) bool {
 		return e.Kind == "revocation" && strings.Contains(e.Detail, "delivered")
 	})
