@@ -1078,3 +1078,26 @@ func TestReusedClaimHoldsOffTakeover(t *testing.T) {
 		t.Errorf("takeover after alice's own claim of epoch 1 at 300 s = %v, want %v (her silence alone)", took, want)
 	}
 }
+
+// TestFencedWorkloadExpires: a workload fenced by a claim that was then
+// withdrawn (no rival left to settle, no holder heard) waits in Fenced with
+// nothing but its expiry due, and Tick expires it at that expiry without
+// another input (the restored twin of props TestMachineProperties expired
+// it only once a restart ticked it: Tick slept on Fenced for ever).
+func TestFencedWorkloadExpires(t *testing.T) {
+	spec := warmSpec("w1", "alice", "bob")
+	spec.ExpiresAt = at(2 * time.Hour)
+	h := liveAlice(t, spec, 3600*s, nil)
+	h.m.ObserveClaim(at(3601*s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true, CreatedAt: at(3601 * s)})
+	h.wantState("w1", StateFenced)
+	h.m.ObserveClaim(at(3602*s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: false, CreatedAt: at(3602 * s)})
+	if got := rivals(h); len(got) != 0 {
+		t.Fatalf("after the withdrawal: rivals %v, want none", got)
+	}
+	for d := 3610 * s; d < 2*time.Hour; d += 10 * s {
+		h.tick(d)
+	}
+	h.wantState("w1", StateFenced)
+	h.tick(2 * time.Hour)
+	h.wantState("w1", StateExpired)
+}
