@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func roundTrip(t testing.TB, snap Snapshot) Snapshot {
@@ -235,6 +236,28 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 	if got := m2.Outstanding(); render(got) != "read-claims w1 epoch=2 at=+5m13s" {
 		t.Fatalf("Outstanding() = %v", render(got))
+	}
+	// Every provider's relay-indexed times lie in one array, one slice
+	// after the other (one allocation however many providers: a driver
+	// saves a snapshot every few seconds).
+	var base *time.Time
+	off := 0
+	for _, p := range snap.Providers {
+		for _, ts := range [][]time.Time{p.Seen, p.Created, p.Unlisted, p.Stretch, p.Complete} {
+			if len(ts) == 0 {
+				continue
+			}
+			if base == nil {
+				base = unsafe.SliceData(ts)
+			}
+			if got, want := unsafe.SliceData(ts), (*time.Time)(unsafe.Add(unsafe.Pointer(base), off*int(unsafe.Sizeof(time.Time{})))); got != want || cap(ts) != len(ts) {
+				t.Fatalf("provider %s: times at %p (cap %d), want at %p in the snapshot's one array (cap %d)", p.ID, got, cap(ts), want, len(ts))
+			}
+			off += len(ts)
+		}
+	}
+	if off == 0 {
+		t.Fatalf("snapshot without relay-indexed times")
 	}
 	bad := rt
 	bad.Version = 99

@@ -680,6 +680,13 @@ func TestRestoreRefusesInconsistentSnapshots(t *testing.T) {
 		}
 		return out
 	}
+	holders := func(n int) []EpochHolder {
+		out := make([]EpochHolder, n)
+		for i := range out {
+			out[i] = EpochHolder{Epoch: uint64(i + 1), Holder: key("alice"), From: at(s)}
+		}
+		return out
+	}
 	marks := func(n int) []ClaimMark {
 		out := make([]ClaimMark, n)
 		for i := range out {
@@ -718,6 +725,18 @@ func TestRestoreRefusesInconsistentSnapshots(t *testing.T) {
 		{"syncing to resume live", func(_ *ProviderSnapshot, w *WorkloadSnapshot) { w.State, w.Resume = StateSyncing, StateLive }, true},
 		{"syncing to resume suspect", func(_ *ProviderSnapshot, w *WorkloadSnapshot) { w.State, w.Resume = StateSyncing, StateSuspect }, true},
 		{"syncing to resume standby", func(_ *ProviderSnapshot, w *WorkloadSnapshot) { w.State, w.Resume = StateSyncing, StateStandby }, false},
+		{"a restore running while provisioning under a policy", func(_ *ProviderSnapshot, w *WorkloadSnapshot) {
+			w.State, w.Restore, w.Spec.Checkpoint = StateProvisioning, RestoreRunning, &CheckpointPolicy{}
+		}, true},
+		{"a restore running with no policy", func(_ *ProviderSnapshot, w *WorkloadSnapshot) {
+			w.State, w.Restore = StateProvisioning, RestoreRunning
+		}, false},
+		{"a restore waiting in standby", func(_ *ProviderSnapshot, w *WorkloadSnapshot) {
+			w.Restore, w.Spec.Checkpoint = RestoreWaiting, &CheckpointPolicy{}
+		}, false},
+		{"a restore done in standby", func(_ *ProviderSnapshot, w *WorkloadSnapshot) { w.Restore = RestoreDone }, true},
+		{"as many epoch holders as kept", func(_ *ProviderSnapshot, w *WorkloadSnapshot) { w.Holders = holders(maxHolders) }, true},
+		{"more epoch holders than kept", func(_ *ProviderSnapshot, w *WorkloadSnapshot) { w.Holders = holders(maxHolders + 1) }, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			snap := roundTrip(t, base)

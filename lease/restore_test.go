@@ -2,6 +2,8 @@ package lease
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +45,8 @@ func TestGrantRestoresBeforeStart(t *testing.T) {
 	h.beat("alice", 1*s, 10*s, 1*s, []WorkloadEpoch{{"w1", 1}})
 	h.wantState("w1", StateProvisioning) // quorum, but nothing started yet
 	h.wantEffects("Restored(stale attempt)", h.m.Restored(at(11*s), RestoreResult{Workload: "w1", Epoch: 1, Attempt: 2, OK: true}))
+	h.wantEffects("Restored(another epoch)", h.m.Restored(at(11*s), RestoreResult{Workload: "w1", Epoch: 2, Attempt: 1, OK: true}))
+	h.wantEffects("Restored(an untracked workload)", h.m.Restored(at(11*s), RestoreResult{Workload: "w9", Epoch: 1, Attempt: 1, OK: true}))
 	effs = h.m.Restored(at(11*s), RestoreResult{Workload: "w1", Epoch: 1, Attempt: 1, OK: true, From: "record e1"})
 	h.wantEffects("Restored(OK)", effs, `restore-report w1 epoch=1 phase=restored reason="restored record e1"`, "start w1 epoch=1")
 	h.wantEffects("Restored(again)", h.m.Restored(at(11*s), RestoreResult{Workload: "w1", Epoch: 1, Attempt: 1, OK: true}))
@@ -290,6 +294,12 @@ func TestCheckpointPolicyValidate(t *testing.T) {
 		{CheckpointPolicy{Restore: "maybe"}, `checkpoint.restore = "maybe"`},
 		{CheckpointPolicy{RestoreTimeout: time.Millisecond}, "checkpoint.restore_timeout = 1ms"},
 		{CheckpointPolicy{Servers: make([]string, 17)}, "checkpoint: 17 servers, want 0 to 16"},
+		// No servers of its own: the holder's configured ones, whose number
+		// the grant cannot know, so any min_servers is taken.
+		{CheckpointPolicy{MinServers: 2}, ""},
+		{CheckpointPolicy{RestoreTimeout: time.Second}, ""},
+		{CheckpointPolicy{RestoreTimeout: time.Hour}, ""},
+		{CheckpointPolicy{RestoreTimeout: time.Hour + 1}, "checkpoint.restore_timeout = 1h0m0.000000001s"},
 	} {
 		err := tt.p.Validate()
 		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
@@ -348,5 +358,67 @@ func TestSelectCheckpointsRequiredDoesNotGoBack(t *testing.T) {
 	usable, _ = SelectCheckpoints(req, key("carol"), 30*s, cands[:2])
 	if len(usable) != 0 {
 		t.Errorf("required without a base record: usable = %s, want none", ids(usable))
+	}
+}
+
+// TestValidateCheckpointServersEdges: the limits of a server list are
+// inclusive (16 servers, a URL of 256 bytes), and "required" asks for at
+// least one server, not for none.
+func TestValidateCheckpointServersEdges(t *testing.T) {
+	servers := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("https://s%d.test", i))
+		}
+		return out
+	}
+	long := func(n int) string { // an https URL of exactly n bytes
+		u := "https://a.test/"
+		return u + strings.Repeat("p", n-len(u))
+	}
+	for _, tt := range []struct {
+		name     string
+		servers  []string
+		required bool
+		want     string
+	}{
+		{"16 servers", servers(MaxCheckpointServers), false, ""},
+		{"17 servers", servers(MaxCheckpointServers + 1), false, "17 servers, want 0 to 16"},
+		{"none, not required", nil, false, ""},
+		{"none, required", nil, true, "0 servers, want 1 to 16"},
+		{"one, required", servers(1), true, ""},
+		{"16, required", servers(MaxCheckpointServers), true, ""},
+		{"a URL of 256 bytes", []string{long(MaxServerURLBytes)}, true, ""},
+		{"a URL of 257 bytes", []string{long(MaxServerURLBytes + 1)}, true, "is 257 bytes, max 256"},
+	} {
+		err := ValidateCheckpointServers(tt.servers, tt.required)
+		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%s: ValidateCheckpointServers = %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+// TestNoteHolder: the holders a provider records per epoch (checkpoint
+// records are checked against them) follow a reused epoch to its new
+// holder, keep when an epoch began for the holder already known, and keep
+// the newest maxHolders epochs.
+func TestNoteHolder(t *testing.T) {
+	h := newHarness(t, "bob", nil)
+	h.track(0, warmSpec("w1", "alice", "bob", "carol"))
+	w := h.m.byID["w1"]
+	h.m.noteHolder(w, 1, key("alice"), at(5*s))
+	if want := []EpochHolder{{1, key("alice"), at(0)}}; !slices.Equal(w.Holders, want) {
+		t.Fatalf("alice heard again at epoch 1: holders %v, want %v (from the grant)", w.Holders, want)
+	}
+	h.m.noteHolder(w, 1, key("carol"), at(9*s))
+	if want := []EpochHolder{{1, key("carol"), at(9 * s)}}; !slices.Equal(w.Holders, want) {
+		t.Fatalf("carol heard holding epoch 1: holders %v, want %v", w.Holders, want)
+	}
+	for e := uint64(2); e <= maxHolders+1; e++ {
+		h.m.noteHolder(w, e, key("alice"), at(time.Duration(e)*100*s))
+	}
+	if len(w.Holders) != maxHolders || w.Holders[0].Epoch != 2 || w.Holders[maxHolders-1].Epoch != maxHolders+1 {
+		t.Fatalf("after epochs 1 to %d: %d holders, epochs %d to %d; want %d, epochs 2 to %d", maxHolders+1,
+			len(w.Holders), w.Holders[0].Epoch, w.Holders[len(w.Holders)-1].Epoch, maxHolders, maxHolders+1)
 	}
 }
