@@ -315,7 +315,11 @@ func TestStandbyAlive(t *testing.T) {
 	if h.m.StandbyAlive("w1") {
 		t.Fatalf("Stale after the standbys' last heartbeats: StandbyAlive = true, want false")
 	}
-	if h.m.StandbyAlive("nope") {
-		t.Fatalf("StandbyAlive(untracked) = true")
+	if h.m.StandbyAlive("nope") || h.m.Successor("nope") != "" {
+		t.Fatalf("untracked: StandbyAlive = %v, Successor = %q, want false, none", h.m.StandbyAlive("nope"), h.m.Successor("nope"))
+	}
+	solo := liveAlice(t, warmSpec("w1", "alice"), 100*s, nil)
+	if solo.m.StandbyAlive("w1") || solo.m.Successor("w1") != "" {
+		t.Fatalf("a lease with no standby: StandbyAlive = %v, Successor = %q, want false, none", solo.m.StandbyAlive("w1"), solo.m.Successor("w1"))
 	}
 }
