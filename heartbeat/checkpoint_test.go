@@ -255,6 +255,20 @@ func TestIngestCheckpointSignerRule(t *testing.T) {
 	if _, err := in.Ingest(ctx, now, big); ReasonOf(err) != ReasonTooLarge {
 		t.Errorf("Ingest(9 KiB record) = %v, want too_large", err)
 	}
+	// The size limit is inclusive: a record of exactly the maximum passes
+	// it (and is refused only by the next check, the finished workload).
+	exact := mutate(t, ckptBuild(t, primary, late), primary, padContentTo(MaxCheckpointContentBytes))
+	if _, err := in.Ingest(ctx, now, exact); ReasonOf(err) != ReasonUnknownWorkload {
+		t.Errorf("Ingest(record of exactly %d bytes) = %v, want unknown_workload (past the size check)", MaxCheckpointContentBytes, err)
+	}
+}
+
+// padContentTo pads a record's content to exactly n bytes.
+func padContentTo(n int) func(ev *nostr.Event) {
+	return func(ev *nostr.Event) {
+		setField("pad", "")(ev)
+		setField("pad", strings.Repeat("x", n-len(ev.Content)))(ev)
+	}
 }
 
 // ckptSeeds are the fuzz seeds: the content and tags of valid records.
@@ -326,17 +340,11 @@ func TestCheckpointRecordBoundsAreInclusive(t *testing.T) {
 		t.Errorf("BuildCheckpointRecord(created_at in year 10000) = %v, want out of range", err)
 	}
 	valid := ckptBuild(t, k, ckptRecord(k))
-	padTo := func(n int) func(ev *nostr.Event) { // content of exactly n bytes
-		return func(ev *nostr.Event) {
-			setField("pad", "")(ev)
-			setField("pad", strings.Repeat("x", n-len(ev.Content)))(ev)
-		}
-	}
 	for _, tc := range []struct {
 		name   string
 		change func(ev *nostr.Event)
 	}{
-		{"content of the maximum size", padTo(MaxCheckpointContentBytes)},
+		{"content of the maximum size", padContentTo(MaxCheckpointContentBytes)},
 		{"created_at 0 (taken_at 0 s)", func(ev *nostr.Event) { setField("taken_at_ms", 1)(ev); ev.CreatedAt = 0 }},
 		{"created_at in year 9999", func(ev *nostr.Event) { ev.CreatedAt = maxUnix }},
 		{"epoch 1", func(ev *nostr.Event) { setField("epoch", 1)(ev); setTag("d", CheckpointDTag("wl-1", 1))(ev) }},
@@ -353,7 +361,7 @@ func TestCheckpointRecordBoundsAreInclusive(t *testing.T) {
 			t.Errorf("DecodeCheckpointRecord(%s) = %v, want accepted", tc.name, err)
 		}
 	}
-	if _, err := DecodeCheckpointRecord(mutate(t, valid, k, padTo(MaxCheckpointContentBytes+1))); ReasonOf(err) != ReasonTooLarge {
+	if _, err := DecodeCheckpointRecord(mutate(t, valid, k, padContentTo(MaxCheckpointContentBytes+1))); ReasonOf(err) != ReasonTooLarge {
 		t.Errorf("DecodeCheckpointRecord(content of the maximum size + 1) = %v, want too_large", err)
 	}
 	for _, tc := range []struct {

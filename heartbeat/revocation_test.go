@@ -31,8 +31,15 @@ func TestRevocationQuorumAt(t *testing.T) {
 			t.Errorf("DecodeRevocation(quorum_at %v).QuorumAt = %v", q, r.QuorumAt)
 		}
 	}
-	if _, err := BuildRevocation(p, RevocationParams{WorkloadID: "w", At: t0, Epoch: 1, QuorumAt: t0.Add(time.Second)}); err == nil {
-		t.Errorf("BuildRevocation(quorum_at after At) = nil error, want one")
+	// Neither after the revocation nor at or before 1970: quorum_at_ms 0
+	// is what DecodeRevocation refuses, so it is never written.
+	for _, q := range []time.Time{t0.Add(time.Second), time.UnixMilli(0), time.UnixMilli(-1)} {
+		if _, err := BuildRevocation(p, RevocationParams{WorkloadID: "w", At: t0, Epoch: 1, QuorumAt: q}); err == nil {
+			t.Errorf("BuildRevocation(quorum_at %v) = nil error, want one", q)
+		}
+	}
+	if _, err := BuildRevocation(p, RevocationParams{WorkloadID: "w", Standbys: []string{s1.PublicKey()}, At: t0, Epoch: 1, QuorumAt: time.UnixMilli(1)}); err != nil {
+		t.Errorf("BuildRevocation(quorum_at 1 ms after 1970) = %v, want it built", err)
 	}
 	ev := build(t0)
 	for _, bad := range []string{`"quorum_at_ms":0`, `"quorum_at_ms":` + itoa(t0.UnixMilli()+1000)} {
