@@ -33,6 +33,13 @@ func TestEmptyStepsWithAPayloadOrAReleaseCommit(t *testing.T) {
 	if err := st.Commit(context.Background()); err != nil || w.store.Commits != commits || len(w.done) != 1 {
 		t.Fatalf("empty step: err %v, commits %d (before %d), tokens %v; want no commit, token 1 finished", err, w.store.Commits, commits, w.done)
 	}
+	// With the metadata saved, a payload alone still commits.
+	extras = nil
+	st = w.d.Begin(t0)
+	st.Extra("command 1b")
+	if err := st.Commit(context.Background()); err != nil || w.store.Commits != commits+1 || len(extras) != 1 || extras[0] != "command 1b" {
+		t.Fatalf("step with only a payload, metadata saved: err %v, commits %d (before %d), payloads %v; want command 1b committed", err, w.store.Commits, commits, extras)
+	}
 	if err := w.grant(0, spec("w1", other, self)); err != nil { // a standby: no effect to perform
 		t.Fatal(err)
 	}

@@ -163,9 +163,7 @@ func BuildUploader(cfg Config, deps Deps) (Uploader, error) {
 	if len(cfg.Servers) == 0 {
 		return nil, fmt.Errorf("build uploader: uploader.servers is empty: %w", ErrBadConfig)
 	}
-	if deps.Metrics == nil {
-		deps.Metrics = deps.Metrics.orNop()
-	}
+	deps.Metrics = deps.Metrics.orNop() // one set for both layers when none is given
 	inner, err := NewBlossomUploader(cfg, deps)
 	if err != nil {
 		return nil, fmt.Errorf("build uploader: %w", err)
