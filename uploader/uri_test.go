@@ -85,6 +85,10 @@ func TestBlossomURIRoundTrip(t *testing.T) {
 	if got, want := mixed.ServerURLs(), []string{"https://cdn.example.com", "http://cdn.example.com", "http://b.example"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("ServerURLs = %v, want %v", got, want)
 	}
+	mixed.Servers = []string{"http://b.example/", "cdn.example.com"} // every hint after one with a scheme too
+	if got, want := mixed.ServerURLs(), []string{"http://b.example", "https://cdn.example.com", "http://cdn.example.com"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ServerURLs(scheme first) = %v, want %v", got, want)
+	}
 }
 
 func TestParseBlossomURIRejects(t *testing.T) {
