@@ -164,12 +164,18 @@ func (sa *scaleAgent) count(st lease.State) int { return sa.a.stateCounts()[st] 
 // publishNotAccepted counts the agent's publishes a relay did not accept,
 // by outcome. A muted ephemeral heartbeat (the relay had no subscriber to
 // hand it to at that moment) is neither an acceptance nor a refusal
-// (relay.OutcomeMuted), so it is not counted.
+// (relay.OutcomeMuted), so it is not counted. Nor is a beat answered
+// "replaced: have newer event": the relay stores a newer beat of ours (the
+// emulated strfry runs on khatru, which handles each message of a
+// connection in its own goroutine, so on a loaded machine two beats
+// written back to back can be stored out of order; seen under -race with
+// four tests of a package at a time).
 func (sa *scaleAgent) publishNotAccepted(t testing.TB) (total float64, byOutcome map[string]float64) {
 	t.Helper()
 	byOutcome = publishOutcomes(t, sa.reg)
 	delete(byOutcome, string(relay.OutcomeAccepted))
 	delete(byOutcome, string(relay.OutcomeMuted))
+	delete(byOutcome, string(relay.OutcomeRejected)+"/"+relay.PrefixReplaced)
 	for _, n := range byOutcome {
 		total += n
 	}
