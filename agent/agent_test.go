@@ -219,9 +219,16 @@ func (ta *testAgent) waitState(id string, want lease.State, epoch uint64, limit 
 // its successor's claim by revocation needs (lease.RevocationDeadline).
 func (ta *testAgent) waitListedOnQuorum(id string, limit time.Duration) {
 	ta.t.Helper()
-	m := ta.a.cfg.Lease.M
-	waitFor(ta.t, limit, fmt.Sprintf("%s: a heartbeat listing %s accepted by %d relays", ta.a.me.name, id, m), func() bool {
-		_, ok := ta.log.find(func(e Event) bool {
+	waitListedOnQuorum(ta.t, ta.a.me.name, ta.log, id, ta.a.cfg.Lease, limit)
+}
+
+// waitListedOnQuorum is testAgent.waitListedOnQuorum for any agent's
+// timeline (a child process's too), with the agent's lease configuration.
+func waitListedOnQuorum(t testing.TB, who string, log *eventLog, id string, lcfg lease.Config, limit time.Duration) {
+	t.Helper()
+	m := lcfg.M
+	waitFor(t, limit, fmt.Sprintf("%s: a heartbeat listing %s accepted by %d relays", who, id, m), func() bool {
+		_, ok := log.find(func(e Event) bool {
 			var n, of int
 			var listing string
 			if e.Kind != "heartbeat" {
@@ -234,7 +241,7 @@ func (ta *testAgent) waitListedOnQuorum(id string, limit time.Duration) {
 		})
 		return ok
 	})
-	time.Sleep(ta.a.cfg.Lease.HeartbeatInterval)
+	time.Sleep(lcfg.HeartbeatInterval)
 }
 
 func warmSpec(id, primary, standby string, relays []string) lease.Spec {
