@@ -1064,7 +1064,7 @@ func TestReservedOldBeatDoesNotExtendQuorum(t *testing.T) {
 // ago (relays serve claims again on every subscription) changes nothing.
 func TestReusedClaimHoldsOffTakeover(t *testing.T) {
 	cfg := testConfig()
-	run := func(t *testing.T, claimer string, claimAt, createdAt time.Duration) time.Duration {
+	run := func(t *testing.T, claimer string, claimAt time.Duration, createdAt time.Time) time.Duration {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob", "carol"))
 		h.hb(0, "alice", all3, []WorkloadEpoch{{"w1", 1}})
@@ -1075,7 +1075,7 @@ func TestReusedClaimHoldsOffTakeover(t *testing.T) {
 			if d == claimAt {
 				for r := range 3 {
 					h.m.ObserveClaim(at(d), PromotionClaim{Workload: "w1", Claimer: key(claimer), Epoch: 1, Active: true,
-						Relay: fmt.Sprintf("wss://r%d.test", r), CreatedAt: at(createdAt)})
+						Relay: fmt.Sprintf("wss://r%d.test", r), CreatedAt: createdAt})
 				}
 			}
 			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
@@ -1085,16 +1085,21 @@ func TestReusedClaimHoldsOffTakeover(t *testing.T) {
 		t.Fatal("bob never took over")
 		return 0
 	}
-	if took, want := run(t, "carol", 300*s, 299*s), 300*s+cfg.TakeoverAfter; took != want {
+	if took, want := run(t, "carol", 300*s, at(299*s)), 300*s+cfg.TakeoverAfter; took != want {
 		t.Errorf("takeover after carol's claim of epoch 1 at 300 s = %v, want %v (her claim + takeover_after)", took, want)
 	}
-	if took, want := run(t, "carol", 300*s, 300*s-cfg.Stale-s), cfg.TakeoverAfter; took != want {
+	if took, want := run(t, "carol", 300*s, at(300*s-cfg.Stale-s)), cfg.TakeoverAfter; took != want {
 		t.Errorf("takeover after an old claim served again at 300 s = %v, want %v (alice's silence alone)", took, want)
 	}
 	// The holder's own claim of its epoch is how it got the epoch, not a
 	// reuse: served again (a new subscription), it holds nothing off.
-	if took, want := run(t, "alice", 300*s, 299*s), cfg.TakeoverAfter; took != want {
+	if took, want := run(t, "alice", 300*s, at(299*s)), cfg.TakeoverAfter; took != want {
 		t.Errorf("takeover after alice's own claim of epoch 1 at 300 s = %v, want %v (her silence alone)", took, want)
+	}
+	// A claim whose creation time is unknown (zero) may be of any age: it
+	// holds nothing off either.
+	if took, want := run(t, "carol", 300*s, time.Time{}), cfg.TakeoverAfter; took != want {
+		t.Errorf("takeover after a claim with no created_at served at 300 s = %v, want %v (alice's silence alone)", took, want)
 	}
 }
 
