@@ -113,7 +113,6 @@ func (s *Step) RespawnDone(r lease.RespawnResult) {
 	s.add(s.d.m.RespawnDone(s.now, r))
 }
 
-// ClaimPublished feeds the outcome of a PublishClaim.
 // Restored feeds a RestoreCheckpoint's outcome.
 func (s *Step) Restored(r lease.RestoreResult) {
 	s.d.dirty.add(r.Workload)
@@ -138,13 +137,22 @@ func (s *Step) SetDraining(on bool) {
 	}
 }
 
+// ClaimPublished feeds the outcome of a PublishClaim.
 func (s *Step) ClaimPublished(a lease.ClaimAck) {
 	s.d.dirty.add(a.Workload)
 	s.add(s.d.m.ClaimPublished(s.now, a))
 }
 
-// RelaySynced reports a relay's EOSE after a restart (rule 10).
+// RelaySynced reports a relay's EOSE on a new connection or after a
+// RelayGap: its live stream is watched from now on, and after a restart it
+// counts toward relay sync (rule 10).
 func (s *Step) RelaySynced(relay string) { s.add(s.d.m.RelaySynced(s.now, relay)) }
+
+// RelayGap reports that the relay's live stream may miss events from now
+// on (a connection ended or made anew, a subscription closed or sent
+// again): it shows no silence until the relay's next RelaySynced. It
+// changes nothing that is persisted.
+func (s *Step) RelayGap(relay string) { s.d.m.RelayGap(s.now, relay) }
 
 // SetClockSuspect feeds the caller's verdict on its clock.
 func (s *Step) SetClockSuspect(suspect bool, why string) {

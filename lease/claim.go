@@ -51,42 +51,26 @@ func (w *WorkloadSnapshot) activeRival(e uint64) bool {
 	return false
 }
 
-// takeoverDue is rule 8's takeover trigger: on at least N-M+1 relays on which
-// this standby's own heartbeats come back, the holder has made no Live claim
-// of the workload (listed at the current epoch, or any heartbeat for a peer
-// that lists none) for TakeoverAfter (plus rank*ClaimRetryBase, so that
-// standbys try in rank order). Silence is counted only while this standby
-// watched: from the latest of the holder's last claim on the relay, the
-// start of watching the holder, and the start of the standby's own unbroken
-// stretch of heartbeats on that relay, so that the standby's own outage (a
-// partition, a crash) never passes for the holder's silence.
+// takeoverDue is rule 8's takeover trigger: this standby can show, on at
+// least N-M+1 relays, that the holder made no Live claim of the workload
+// (listed at the current epoch, or any heartbeat for a peer that lists
+// none) for TakeoverAfter (plus rank*ClaimRetryBase, so that standbys try
+// in rank order), counted from the latest of the holder's last claim on the
+// relay and the start of watching the holder, over one stretch of time in
+// which this standby watched each of those relays' live streams
+// (silenceShown): its own outage, restart, or a delivery it may have
+// missed never passes for the holder's silence.
 func (m *Machine) takeoverDue(w *WorkloadSnapshot, now time.Time) bool {
-	self := &m.provs[m.selfIdx]
 	holder := &m.provs[w.holder]
 	wait := m.cfg.TakeoverAfter + time.Duration(w.rank)*m.cfg.ClaimRetryBase
-	count := 0
-	var earliest time.Time
-	for r := range m.relays {
-		silentAt := maxTime(maxTime(w.ClaimAt[r], holder.Unlisted[r]), w.WatchFrom).Add(wait)
-		if r == 0 || silentAt.Before(earliest) {
-			earliest = silentAt
-		}
-		seen := self.Seen[r]
-		if seen.IsZero() || now.Sub(seen) > m.watchGap() {
-			continue // not watching this relay right now
-		}
-		if watched := self.Stretch[r].Add(wait); watched.After(silentAt) {
-			silentAt = watched
-		}
-		if !now.Before(silentAt) {
-			count++
-		}
-	}
-	// Claim times and stretches only grow until follow or a transition
-	// wakes the workload, so no relay can turn silent before earliest:
-	// Tick may sleep the workload until then.
-	w.wakeHint = earliest
-	return count >= m.cfg.ReadQuorum()
+	shown, due := m.silenceShown(now, wait, func(r int) time.Time {
+		return maxTime(maxTime(w.ClaimAt[r], holder.Unlisted[r]), w.WatchFrom)
+	})
+	// Claim times and stream starts only grow until follow or a
+	// transition wakes the workload, so the takeover cannot fall due
+	// before due: Tick may sleep the workload until then.
+	w.wakeHint = due
+	return shown
 }
 
 func (m *Machine) tickStandby(w *WorkloadSnapshot, now time.Time, out *[]Effect) {
@@ -243,26 +227,17 @@ func (m *Machine) revocationExpired(w *WorkloadSnapshot, now time.Time) bool {
 }
 
 // retakeDue is the retake rule (TriggerRetake): a provider that evicted
-// itself takes the workload back through the claim step once, on at least
-// N-M+1 relays on which its own heartbeats come back, it has watched for
-// TakeoverAfter since the eviction (and since the start of its unbroken
-// stretch there, and since the last heartbeat there of a provider holding
-// the workload at a lower epoch: heardLowerHolder) without the workload
-// leaving Evicted: any claim or
-// heartbeat of a higher epoch fences it for good, and a standby that had
-// claimed the next epoch would have been seen on one of those relays by
-// quorum intersection. Standbys that claim at the same time meet it in the
-// claim step.
-func (m *Machine) retakeDue(w *WorkloadSnapshot, now time.Time, self *ProviderSnapshot) bool {
-	count := 0
-	for r := range m.relays {
-		seen := self.Seen[r]
-		if seen.IsZero() || now.Sub(seen) > m.watchGap() {
-			continue
-		}
-		if !now.Before(maxTime(maxTime(w.Since, self.Stretch[r]), w.ClaimAt[r]).Add(m.cfg.TakeoverAfter)) {
-			count++
-		}
-	}
-	return count >= m.cfg.ReadQuorum()
+// itself takes the workload back through the claim step once it can show,
+// on at least N-M+1 relays, TakeoverAfter of watching since the eviction
+// (and since the last heartbeat there of a provider holding the workload at
+// a lower epoch: heardLowerHolder) without the workload leaving Evicted
+// (silenceShown): any claim or heartbeat of a higher epoch fences it for
+// good, and a standby that had claimed the next epoch would have been seen
+// on one of those relays by quorum intersection. Standbys that claim at the
+// same time meet it in the claim step.
+func (m *Machine) retakeDue(w *WorkloadSnapshot, now time.Time) bool {
+	shown, _ := m.silenceShown(now, m.cfg.TakeoverAfter, func(r int) time.Time {
+		return maxTime(w.Since, w.ClaimAt[r])
+	})
+	return shown
 }

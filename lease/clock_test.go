@@ -119,6 +119,7 @@ func TestRetakeAfterSelfFencing(t *testing.T) {
 		h, ev := evicted(t)
 		cfg := h.m.Config()
 		back := ev + 60*s // alice's heartbeats reach the relays again
+		h.reconnect(back)
 		var took time.Duration
 		for d := back; d <= back+2*cfg.TakeoverAfter && took == 0; d += s {
 			if (d-back)%(60*s) == 0 {
@@ -128,7 +129,7 @@ func TestRetakeAfterSelfFencing(t *testing.T) {
 				took = d
 			}
 		}
-		if want := back + cfg.TakeoverAfter; took != want {
+		if want := shownAt(back, back+cfg.TakeoverAfter); took != want {
 			t.Fatalf("retake claim at %v, want %v (back on the relays + takeover_after)", took, want)
 		}
 		h.m.ClaimPublished(at(took+s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})

@@ -45,7 +45,7 @@ type Config struct {
 	ProvisionTimeout time.Duration
 	// TakeoverAfter is how long a standby must see no Live claim by the
 	// holder before it may claim the workload (rule 8). It must exceed
-	// T1+T2+Stale+MaxSkew+RelayDelay. Default 720 s.
+	// T1+T2+Stale+MaxSkew+RelayDelay+1s (TakeoverFloor). Default 720 s.
 	TakeoverAfter time.Duration
 	// RelayDelay bounds delivery through a relay that is up. The claim step
 	// waits this long after M relays accepted a claim. Default 10 s.
@@ -104,6 +104,17 @@ func DefaultConfig() Config {
 // its workload: T1 + T2 + Stale + MaxSkew.
 func (c Config) SelfFencingTime() time.Duration {
 	return c.T1 + c.T2 + c.Stale + c.MaxSkew
+}
+
+// TakeoverFloor is the least TakeoverAfter can be (it must exceed it):
+// the holder's self-fencing time plus RelayDelay and one second. A holder
+// counts its own heartbeat for quorum as seen at most RelayDelay plus one
+// second (created_at rounds down) after its created_at, on its own clock,
+// and that clock is at most MaxSkew/2 ahead of true time, the standby's
+// at most MaxSkew/2 behind; the margin above the floor is what pauses,
+// ticks, drift and the eviction's stop may use (docs/reliability.md).
+func (c Config) TakeoverFloor() time.Duration {
+	return c.SelfFencingTime() + c.RelayDelay + time.Second
 }
 
 // ReadQuorum is N-M+1: the number of relays a claimer must read, and on which
@@ -196,9 +207,9 @@ func (c Config) Validate() error {
 	if c.ProvisionTimeout > c.T1+c.T2 {
 		return bad("lease.provision_timeout", c.ProvisionTimeout, "must be <= t1+t2 (%s)", c.T1+c.T2)
 	}
-	if limit := c.SelfFencingTime() + c.RelayDelay; c.TakeoverAfter <= limit {
+	if limit := c.TakeoverFloor(); c.TakeoverAfter <= limit {
 		return bad("lease.takeover_after", c.TakeoverAfter,
-			"must exceed the holder's self-fencing time plus relay delay, t1+t2+stale+max_skew+relay_delay (%s)", limit)
+			"must exceed the holder's self-fencing time plus relay delay and one second, t1+t2+stale+max_skew+relay_delay+1s (%s)", limit)
 	}
 	if c.RestartMax < c.RestartInitial {
 		return bad("lease.restart_backoff_max", c.RestartMax, "must be >= lease.restart_backoff_initial (%s)", c.RestartInitial)

@@ -49,8 +49,8 @@ func TestConfigValidate(t *testing.T) {
 		{"heartbeat interval", func(c *Config) { c.HeartbeatInterval = 0 }, "heartbeat.interval = 0s: must be > 0"},
 		{"stale below two heartbeats", func(c *Config) { c.Stale = 119 * time.Second }, "heartbeat.interval = 1m0s: must be at most half of lease.stale (1m59s)"},
 		{"provision above t1+t2", func(c *Config) { c.ProvisionTimeout = 421 * time.Second }, "lease.provision_timeout = 7m1s: must be <= t1+t2 (7m0s)"},
-		{"takeover at fencing time", func(c *Config) { c.TakeoverAfter = 640 * time.Second }, "lease.takeover_after = 10m40s: must exceed the holder's self-fencing time plus relay delay, t1+t2+stale+max_skew+relay_delay (10m40s)"},
-		{"takeover just above", func(c *Config) { c.TakeoverAfter = 641 * time.Second }, ""},
+		{"takeover at the floor", func(c *Config) { c.TakeoverAfter = 641 * time.Second }, "lease.takeover_after = 10m41s: must exceed the holder's self-fencing time plus relay delay and one second, t1+t2+stale+max_skew+relay_delay+1s (10m41s)"},
+		{"takeover just above", func(c *Config) { c.TakeoverAfter = 641*time.Second + time.Millisecond }, ""},
 		{"restart max below initial", func(c *Config) { c.RestartMax = time.Second }, "lease.restart_backoff_max = 1s: must be >= lease.restart_backoff_initial (5s)"},
 		{"claim max below base", func(c *Config) { c.ClaimRetryMax = time.Second }, "lease.claim_retry_max = 1s: must be >= lease.claim_retry_base (15s)"},
 		// Each limit is inclusive: the value at the edge is valid.
@@ -243,7 +243,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	var base *time.Time
 	off := 0
 	for _, p := range snap.Providers {
-		for _, ts := range [][]time.Time{p.Seen, p.Created, p.Unlisted, p.Stretch, p.Complete} {
+		for _, ts := range [][]time.Time{p.Seen, p.Created, p.Unlisted, p.Complete} {
 			if len(ts) == 0 {
 				continue
 			}

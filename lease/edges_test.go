@@ -60,44 +60,125 @@ func TestTakeoverCountsTheRelaysItWatches(t *testing.T) {
 	t.Run("watching two relays of three", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
-		if got := takeoverAt(h, []int{2, 3}, nil, 2*ta); got != ta {
-			t.Fatalf("takeover at %v, want %v (takeover_after of silence on the two relays watched)", got, ta)
+		if got, want := takeoverAt(h, []int{2, 3}, nil, 2*ta), shownAt(0, ta); got != want {
+			t.Fatalf("takeover at %v, want %v (takeover_after of silence on the two relays watched)", got, want)
 		}
 	})
 	t.Run("the holder still listed on one relay", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
 		got := takeoverAt(h, all3, map[int]time.Duration{1: 290 * s, 2: 290 * s, 3: 600 * s}, 600*s+2*ta)
-		if want := 290*s + ta; got != want {
+		if want := shownAt(0, 290*s+ta); got != want {
 			t.Fatalf("takeover at %v, want %v (silent on two relays since 290 s)", got, want)
 		}
 	})
-	t.Run("own heartbeats exactly the watch gap apart keep the stretch", func(t *testing.T) {
+	t.Run("silence is shown up to the last own beat less the relay delay", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
-		gap := h.m.watchGap()
+		rd := h.m.Config().RelayDelay
+		// Own beats at 0 s and then only at ta+rd-1s and ta+rd: the first
+		// shows silence up to ta-1s, the second up to ta exactly.
+		h.hb(0, "bob", all3, []WorkloadEpoch{})
+		h.hb(ta+rd-s, "bob", all3, []WorkloadEpoch{})
+		if effs := h.tick(ta + rd - s); hasEffect[PublishClaim](effs) {
+			t.Fatalf("Tick(ta+rd-1s) = %v, want no claim (silence shown only up to ta-1s)", render(effs))
+		}
+		if effs := h.tick(ta + 5*time.Minute); hasEffect[PublishClaim](effs) {
+			t.Fatalf("Tick(ta+5min) = %v, want no claim (no own beat since ta+rd-1s shows more)", render(effs))
+		}
+		h.hb(ta+5*time.Minute, "bob", all3, []WorkloadEpoch{})
+		h.wantEffects("Tick(after an own beat created at ta+5min)", h.tick(ta+5*time.Minute), "entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
+	})
+	t.Run("a relay gap restarts the silence there", func(t *testing.T) {
+		h := newHarness(t, "bob", nil)
+		h.track(0, warmSpec("w1", "alice", "bob"))
+		gapAt := 600 * s
 		var took time.Duration
-		for d := time.Duration(0); d <= 2*ta && took == 0; d += s {
-			if d == 0 || (d >= gap && (d-gap)%(60*s) == 0) {
+		for d := time.Duration(0); d <= 3*ta && took == 0; d += s {
+			if d == gapAt {
+				h.m.RelayGap(at(d), "wss://r1.test")
+			}
+			if d == gapAt+17*s {
+				h.m.RelaySynced(at(d), "wss://r1.test")
+			}
+			if d%(60*s) == 0 {
 				h.hb(d, "bob", all3, []WorkloadEpoch{})
 			}
 			if hasEffect[PublishClaim](h.tick(d)) {
 				took = d
 			}
 		}
-		if took != ta {
-			t.Fatalf("takeover at %v, want %v (own beats at 0 s and %v are one stretch)", took, ta, gap)
+		// Silence on r2 and r3 from 0: shown up to ta by the own beat at
+		// 780 s, due at ta plus the proof lag. That is enough, so the gap
+		// on r1 changes nothing; cut r2 too and it would.
+		if want := shownAt(0, ta); took != want {
+			t.Fatalf("takeover at %v, want %v", took, want)
+		}
+		h = newHarness(t, "bob", nil)
+		h.track(0, warmSpec("w1", "alice", "bob"))
+		took = 0
+		for d := time.Duration(0); d <= 3*ta && took == 0; d += s {
+			if d == gapAt {
+				h.m.RelayGap(at(d), "wss://r1.test")
+				h.m.RelayGap(at(d), "wss://r2.test")
+			}
+			if d == gapAt+17*s {
+				h.m.RelaySynced(at(d), "wss://r1.test")
+			}
+			if d%(60*s) == 0 {
+				h.hb(d, "bob", all3, []WorkloadEpoch{})
+			}
+			if hasEffect[PublishClaim](h.tick(d)) {
+				took = d
+			}
+		}
+		// r2 stays unwatched; r1 watched again from 617 s: silence shown
+		// on r1 and r3 up to 617 s + ta by the own beat at 1380 s, due at
+		// 617 s + ta + the proof lag.
+		if want := shownAt(0, gapAt+17*s+ta); took != want {
+			t.Fatalf("takeover after gaps on r1 (synced again 17 s later) and r2 (not) at %v, want %v", took, want)
 		}
 	})
-	t.Run("own heartbeat seen exactly the watch gap ago", func(t *testing.T) {
+	t.Run("own beats served before the stream's sync show nothing", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
-		gap := h.m.watchGap()
-		for d := time.Duration(0); d < ta-gap; d += 60 * s {
-			h.hb(d, "bob", all3, []WorkloadEpoch{})
+		for _, r := range h.m.Relays() {
+			h.m.RelayGap(at(0), r)
 		}
-		h.hb(ta-gap, "bob", all3, []WorkloadEpoch{})
-		h.wantEffects("Tick(takeover_after, own beat the watch gap ago)", h.tick(ta), "entered w1 standby -> promoting epoch=1", "claim w1 epoch=2")
+		for d := time.Duration(0); d <= 2*ta; d += 60 * s {
+			h.hb(d, "bob", all3, []WorkloadEpoch{}) // catch-up of a stream never synced
+			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
+				t.Fatalf("Tick(%v) = %v, want no claim: no relay is watched", d, render(effs))
+			}
+		}
+	})
+	t.Run("one stretch of time in common", func(t *testing.T) {
+		// r1 shows silence over [0, 800 s] only (its stream then breaks
+		// for good), r2 over [700 s, ...): each is longer than ta, but
+		// no stretch of ta lies in both, and r3 carries alice's beats.
+		h := newHarness(t, "bob", nil)
+		h.track(0, warmSpec("w1", "alice", "bob"))
+		var took time.Duration
+		for d := time.Duration(0); d <= 3*ta && took == 0; d += s {
+			if d%(10*s) == 0 {
+				h.hb(d, "alice", []int{3}, []WorkloadEpoch{{"w1", 1}})
+				if d <= 700*s {
+					h.hb(d, "alice", []int{2}, []WorkloadEpoch{{"w1", 1}})
+				}
+			}
+			if d == 810*s {
+				h.m.RelayGap(at(d), "wss://r1.test")
+			}
+			if d%(60*s) == 0 {
+				h.hb(d, "bob", all3, []WorkloadEpoch{})
+			}
+			if hasEffect[PublishClaim](h.tick(d)) {
+				took = d
+			}
+		}
+		if took != 0 {
+			t.Fatalf("takeover at %v, want none: r1 and r2 show silence over no common stretch of ta", took)
+		}
 	})
 }
 
@@ -133,6 +214,7 @@ func TestRetakeCountsTheRelaysItWatches(t *testing.T) {
 	t.Run("watching two relays of three", func(t *testing.T) {
 		h, ev := evictedAlice(t)
 		back := ev + 60*s
+		h.reconnect(back)
 		var took time.Duration
 		for d := back; d <= back+2*ta && took == 0; d += s {
 			if (d-back)%(60*s) == 0 {
@@ -142,20 +224,31 @@ func TestRetakeCountsTheRelaysItWatches(t *testing.T) {
 				took = d
 			}
 		}
-		if want := back + ta; took != want {
+		if want := shownAt(back, back+ta); took != want {
 			t.Fatalf("retake claim at %v, want %v", took, want)
 		}
 	})
-	t.Run("own heartbeat seen exactly the watch gap ago", func(t *testing.T) {
+	t.Run("a relay gap restarts the watch", func(t *testing.T) {
 		h, ev := evictedAlice(t)
 		back := ev + 60*s
-		gap := h.m.watchGap()
-		for d := back; d < back+ta-gap; d += 60 * s {
-			h.hb(d, "alice", all3, []WorkloadEpoch{})
+		h.reconnect(back)
+		var took time.Duration
+		for d := back; d <= back+3*ta && took == 0; d += s {
+			if d == back+300*s {
+				h.m.RelayGap(at(d), "wss://r2.test")
+			}
+			if d == back+310*s {
+				h.m.RelaySynced(at(d), "wss://r2.test")
+			}
+			if (d-back)%(60*s) == 0 {
+				h.hb(d, "alice", []int{2, 3}, []WorkloadEpoch{})
+			}
+			if hasEffect[PublishClaim](h.tick(d)) {
+				took = d
+			}
 		}
-		h.hb(back+ta-gap, "alice", all3, []WorkloadEpoch{})
-		if effs := h.tick(back + ta); !hasEffect[PublishClaim](effs) {
-			t.Fatalf("Tick(back+takeover_after, own beat the watch gap ago) = %v, want the retake claim", render(effs))
+		if want := shownAt(back, back+310*s+ta); took != want { // r2 watched again from back+310s
+			t.Fatalf("retake claim at %v, want %v (the own beat that shows silence on r2 from back+310s)", took, want)
 		}
 	})
 }
@@ -168,6 +261,7 @@ func TestRetakeClaimRetriesUnlessTheClockIsSuspect(t *testing.T) {
 		h, ev := evictedAlice(t)
 		cfg := h.m.Config()
 		back := ev + 60*s
+		h.reconnect(back)
 		var took time.Duration
 		for d := back; d <= back+2*cfg.TakeoverAfter && took == 0; d += s {
 			if (d-back)%(60*s) == 0 {
@@ -704,7 +798,6 @@ func TestRestoreRefusesInconsistentSnapshots(t *testing.T) {
 		{"seen of the wrong size", func(p *ProviderSnapshot, _ *WorkloadSnapshot) { p.Seen = p.Seen[:2] }, false},
 		{"created of the wrong size", func(p *ProviderSnapshot, _ *WorkloadSnapshot) { p.Created = p.Created[:2] }, false},
 		{"unlisted of the wrong size", func(p *ProviderSnapshot, _ *WorkloadSnapshot) { p.Unlisted = p.Unlisted[:2] }, false},
-		{"stretch of the wrong size", func(p *ProviderSnapshot, _ *WorkloadSnapshot) { p.Stretch = p.Stretch[:2] }, false},
 		{"complete of the wrong size", func(p *ProviderSnapshot, _ *WorkloadSnapshot) { p.Complete = make([]time.Time, 2) }, false},
 		{"an unknown state", func(_ *ProviderSnapshot, w *WorkloadSnapshot) { w.State = "bogus" }, false},
 		{"a standby with a claim phase", func(_ *ProviderSnapshot, w *WorkloadSnapshot) { w.Phase = PhasePublishing }, false},
@@ -804,12 +897,13 @@ func TestTakeoverClaimStopsWhenTheHolderSpeaks(t *testing.T) {
 	h := newHarness(t, "bob", nil)
 	h.track(0, warmSpec("w1", "alice", "bob"))
 	ta := h.m.Config().TakeoverAfter
-	if got := takeoverAt(h, all3, nil, 2*ta); got != ta {
-		t.Fatalf("takeover at %v, want %v", got, ta)
+	took := takeoverAt(h, all3, nil, 2*ta)
+	if want := shownAt(0, ta); took != want {
+		t.Fatalf("takeover at %v, want %v", took, want)
 	}
-	h.wantEffects("ClaimPublished(too few)", h.m.ClaimPublished(at(ta+s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 1}), "withdraw w1 epoch=2")
-	h.hb(ta+2*s, "alice", all3, []WorkloadEpoch{{"w1", 1}})
-	h.wantEffects("Tick(backoff over, the holder spoke)", h.tick(ta+s+h.m.Config().ClaimBackoff(1, 0)), "entered w1 promoting -> standby epoch=1")
+	h.wantEffects("ClaimPublished(too few)", h.m.ClaimPublished(at(took+s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 1}), "withdraw w1 epoch=2")
+	h.hb(took+2*s, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+	h.wantEffects("Tick(backoff over, the holder spoke)", h.tick(took+s+h.m.Config().ClaimBackoff(1, 0)), "entered w1 promoting -> standby epoch=1")
 }
 
 // TestNoRetakeWhileTheClockIsSuspectOrUnsynced: an evicted former holder
@@ -825,6 +919,9 @@ func TestNoRetakeWhileTheClockIsSuspectOrUnsynced(t *testing.T) {
 			restoreJSON(t, h, ev+s)
 		}
 		back := ev + 60*s
+		if why == "clock suspect" {
+			h.reconnect(back) // (a restored machine watches nothing before its sync)
+		}
 		for d := back; d <= back+2*ta; d += s {
 			if (d-back)%(60*s) == 0 {
 				h.hb(d, "alice", all3, []WorkloadEpoch{})
@@ -958,6 +1055,7 @@ func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 	t.Run("retake timed from the lower holder's last beat", func(t *testing.T) {
 		h, ev := evicted(t)
 		back := ev + 60*s
+		h.reconnect(back)
 		last := back + 2*ta // bob's last beat
 		var took time.Duration
 		for d := back; d <= last+2*ta && took == 0; d += s {
@@ -971,7 +1069,7 @@ func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 				took = d
 			}
 		}
-		if want := last + ta; took != want {
+		if want := shownAt(back, last+ta); took != want {
 			t.Fatalf("retake claim at %v, want %v (bob's last beat at epoch 2 + takeover_after)", took, want)
 		}
 		if ws, _ := h.m.Workload("w1"); ws.Epoch != 3 || ws.Target != 4 {
@@ -983,6 +1081,7 @@ func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 		t.Helper()
 		h, ev := evicted(t)
 		back := ev + 60*s
+		h.reconnect(back)
 		for d := back; d <= back+2*ta; d += s {
 			if (d-back)%(60*s) == 0 {
 				h.hb(d, "alice", all3, []WorkloadEpoch{})
@@ -1034,7 +1133,9 @@ func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 // TestReservedOldBeatDoesNotExtendQuorum: a beat a relay serves again long
 // after it was made (to a provider that restarted and subscribed anew)
 // counts for quorum as seen at most 1 s (created_at's rounding) +
-// MaxSkew + RelayDelay after its creation, not at its late arrival: other providers counted silence from
+// RelayDelay after its creation (its own beat: one clock; another
+// provider's beat, whose created_at is on its own clock, MaxSkew more), not
+// at its late arrival: other providers counted silence from
 // its first delivery (props TestTakeoverNeverEarly, seed
 // 13798835503039173375: a restored holder kept quorum 145 s longer than
 // its standby could know, and ran beside the new holder). A timely beat
@@ -1047,8 +1148,18 @@ func TestReservedOldBeatDoesNotExtendQuorum(t *testing.T) {
 		h.m.ObserveHeartbeat(at(205*s), Heartbeat{Provider: key("alice"), Relay: fmt.Sprintf("wss://r%d.test", r),
 			CreatedAt: created, ReceivedAt: at(205 * s), Listed: true})
 	}
-	if got, want := h.m.QuorumUntil(key("alice")), created.Add(time.Second+cfg.MaxSkew+cfg.RelayDelay+cfg.Stale); !got.Equal(want) {
-		t.Fatalf("QuorumUntil after a beat created at 60 s re-served at 205 s = %v, want %v (creation + its rounding + max_skew + relay_delay + stale)", got, want)
+	if got, want := h.m.QuorumUntil(key("alice")), created.Add(time.Second+cfg.RelayDelay+cfg.Stale); !got.Equal(want) {
+		t.Fatalf("QuorumUntil after an own beat created at 60 s re-served at 205 s = %v, want %v (creation + its rounding + relay_delay + stale)", got, want)
+	}
+	// Bob's view of alice: her created_at is on her clock, max_skew more.
+	hb := newHarness(t, "bob", nil)
+	hb.track(0, warmSpec("w1", "alice", "bob"))
+	for r := range 3 {
+		hb.m.ObserveHeartbeat(at(205*s), Heartbeat{Provider: key("alice"), Relay: fmt.Sprintf("wss://r%d.test", r),
+			CreatedAt: created, ReceivedAt: at(205 * s), Listed: true})
+	}
+	if got, want := hb.m.QuorumUntil(key("alice")), created.Add(time.Second+cfg.MaxSkew+cfg.RelayDelay+cfg.Stale); !got.Equal(want) {
+		t.Fatalf("bob's QuorumUntil of alice after her beat created at 60 s re-served at 205 s = %v, want %v (creation + its rounding + max_skew + relay_delay + stale)", got, want)
 	}
 	h.hb(300*s, "alice", all3, []WorkloadEpoch{})
 	if got, want := h.m.QuorumUntil(key("alice")), at(300*s).Add(cfg.Stale); !got.Equal(want) {
@@ -1085,20 +1196,20 @@ func TestReusedClaimHoldsOffTakeover(t *testing.T) {
 		t.Fatal("bob never took over")
 		return 0
 	}
-	if took, want := run(t, "carol", 300*s, at(299*s)), 300*s+cfg.TakeoverAfter; took != want {
+	if took, want := run(t, "carol", 300*s, at(299*s)), shownAt(0, 300*s+cfg.TakeoverAfter); took != want {
 		t.Errorf("takeover after carol's claim of epoch 1 at 300 s = %v, want %v (her claim + takeover_after)", took, want)
 	}
-	if took, want := run(t, "carol", 300*s, at(300*s-cfg.Stale-s)), cfg.TakeoverAfter; took != want {
+	if took, want := run(t, "carol", 300*s, at(300*s-cfg.Stale-s)), shownAt(0, cfg.TakeoverAfter); took != want {
 		t.Errorf("takeover after an old claim served again at 300 s = %v, want %v (alice's silence alone)", took, want)
 	}
 	// The holder's own claim of its epoch is how it got the epoch, not a
 	// reuse: served again (a new subscription), it holds nothing off.
-	if took, want := run(t, "alice", 300*s, at(299*s)), cfg.TakeoverAfter; took != want {
+	if took, want := run(t, "alice", 300*s, at(299*s)), shownAt(0, cfg.TakeoverAfter); took != want {
 		t.Errorf("takeover after alice's own claim of epoch 1 at 300 s = %v, want %v (her silence alone)", took, want)
 	}
 	// A claim whose creation time is unknown (zero) may be of any age: it
 	// holds nothing off either.
-	if took, want := run(t, "carol", 300*s, time.Time{}), cfg.TakeoverAfter; took != want {
+	if took, want := run(t, "carol", 300*s, time.Time{}), shownAt(0, cfg.TakeoverAfter); took != want {
 		t.Errorf("takeover after a claim with no created_at served at 300 s = %v, want %v (alice's silence alone)", took, want)
 	}
 }

@@ -92,7 +92,43 @@ func newHarness(t *testing.T, self string, mod func(*Config)) *harness {
 	if err != nil {
 		t.Fatalf("New(%v) = %v", self, err)
 	}
-	return &harness{t: t, m: m}
+	h := &harness{t: t, m: m}
+	h.syncAll(0)
+	return h
+}
+
+// shownAt is when a standby or an evicted holder that publishes its own
+// heartbeat every 60 s from first (on the relays it watches), ticked every
+// second, takes over or retakes once it has watched silence until due
+// (the start of the silence + the wait): at due plus the proof lag
+// (HeartbeatInterval + 2*RelayDelay), or later if its first own beat
+// created at or after due + RelayDelay (which shows silence until due)
+// comes later.
+func shownAt(first, due time.Duration) time.Duration {
+	cfg := testConfig()
+	need := due + cfg.RelayDelay
+	beat := first
+	if need > first {
+		beat = first + (need-first+60*s-1)/(60*s)*(60*s)
+	}
+	return max(beat, due+cfg.HeartbeatInterval+2*cfg.RelayDelay)
+}
+
+// reconnect reports every relay's stream as ended and made anew at d
+// (RelayGap, then its EOSE): a provider cut off from every relay, back.
+func (h *harness) reconnect(d time.Duration) {
+	for _, r := range h.m.Relays() {
+		h.m.RelayGap(at(d), r)
+	}
+	h.syncAll(d)
+}
+
+// syncAll reports every relay's EOSE at d: the machine watches their live
+// streams from then on (as the agent's relays do once connected).
+func (h *harness) syncAll(d time.Duration) {
+	for _, r := range h.m.Relays() {
+		h.m.RelaySynced(at(d), r)
+	}
 }
 
 func warmSpec(id, primary string, standbys ...string) Spec {

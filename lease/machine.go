@@ -30,6 +30,10 @@ type Machine struct {
 	// inputs that could bring a deadline forward reset it (touch).
 	wake []int64
 
+	// watch is, per relay, the evidence that this provider hears the
+	// relay's live stream (see relayWatch). Volatile: not persisted.
+	watch []relayWatch
+
 	now          time.Time
 	awaitingSync bool
 	synced       []bool
@@ -58,6 +62,7 @@ func New(cfg Config, self string) (*Machine, error) {
 		relayIdx: make(map[string]int, cfg.N),
 		provIdx:  make(map[string]int),
 		byID:     make(map[string]*WorkloadSnapshot),
+		watch:    make([]relayWatch, cfg.N),
 	}
 	for i, r := range cfg.Relays {
 		n, _ := NormalizeRelayURL(r) // validated above
@@ -196,7 +201,6 @@ func (m *Machine) provider(id string) int {
 		Seen:     make([]time.Time, n),
 		Created:  make([]time.Time, n),
 		Unlisted: make([]time.Time, n),
-		Stretch:  make([]time.Time, n),
 	})
 	i := len(m.provs) - 1
 	m.provIdx[id] = i

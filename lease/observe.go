@@ -46,6 +46,7 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 		return nil
 	}
 	p := &m.provs[pi]
+	arrived := recv
 	switch {
 	case created.Before(p.Created[ri]):
 		return nil // re-served older beat (rule 3)
@@ -75,6 +76,9 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 		if b.add(hb.Shard, shards) {
 			m.seen(p, ri, recv, created)
 		}
+	}
+	if pi == m.selfIdx {
+		m.heardOwnBeat(ri, arrived, created)
 	}
 	if !hb.Listed {
 		if recv.After(p.Unlisted[ri]) {
@@ -149,23 +153,27 @@ func (m *Machine) seen(p *ProviderSnapshot, ri int, recv, created time.Time) {
 	if created.After(p.Complete[ri]) {
 		p.Complete[ri] = created
 	}
-	// A beat counts for quorum as seen no later than its creation plus the
-	// allowed skew and relay delay (and the second created_at rounds
-	// down): a relay re-serving an old beat (to a
-	// provider that restarted and subscribed again) must not extend
-	// quorum past what any other provider saw when it was new. A holder
-	// restarted 130 s after its last beat otherwise kept quorum for
-	// another stale from its old beats while its standby counted silence
-	// from their first delivery (props TestTakeoverNeverEarly, 19,225th
-	// check of seed 13798835503039173375: two writers for 4 s).
+	// A beat counts for quorum as seen no later than its creation plus
+	// the relay delay (and the second created_at rounds down), plus the
+	// allowed skew for another provider's beat, whose created_at is on
+	// its clock: a relay re-serving an old beat (to a provider that
+	// restarted and subscribed again), or delivering one late, must not
+	// extend quorum past what any other provider saw when it was new. A
+	// holder restarted 130 s after its last beat otherwise kept quorum
+	// for another stale from its old beats while its standby counted
+	// silence from their first delivery (props TestTakeoverNeverEarly,
+	// 19,225th check of seed 13798835503039173375: two writers for 4 s).
+	// Its own beats are on its own clock: no skew, which the margin of
+	// Config.Validate counts on.
+	lim := created.Add(time.Second + m.cfg.RelayDelay)
+	if p != &m.provs[m.selfIdx] {
+		lim = lim.Add(m.cfg.MaxSkew)
+	}
 	seenAt := recv
-	if lim := created.Add(time.Second + m.cfg.MaxSkew + m.cfg.RelayDelay); seenAt.After(lim) {
+	if seenAt.After(lim) {
 		seenAt = lim
 	}
 	if seenAt.After(p.Seen[ri]) {
-		if p.Seen[ri].IsZero() || recv.Sub(p.Seen[ri]) > m.watchGap() {
-			p.Stretch[ri] = recv // a gap: this relay was not watched meanwhile
-		}
 		p.Seen[ri] = seenAt
 	}
 	m.updateQuorum(p)
@@ -202,14 +210,6 @@ func (b *beat) add(i, shards int) bool {
 	b.got[w] |= bit
 	b.n++
 	return b.n == shards
-}
-
-// watchGap is the longest gap between two counting heartbeats of one
-// provider on one relay that still counts as one unbroken stretch: one
-// heartbeat interval plus the relay delay. A longer gap means a heartbeat
-// went missing, so the provider may not have been watching that relay.
-func (m *Machine) watchGap() time.Duration {
-	return m.cfg.HeartbeatInterval + m.cfg.RelayDelay
 }
 
 // relayFast finds a relay by its normalised or configured spelling with a

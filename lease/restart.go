@@ -3,23 +3,28 @@ package lease
 import "time"
 
 // RelaySynced reports that a relay delivered EOSE for this provider's
-// subscriptions after a restart (rule 10). The driver first feeds every event
-// the relay returned (claims, heartbeats, revocations), so that a higher
-// epoch fences before the sync completes. Once M relays synced, Syncing
+// subscriptions on a connection (every connection, and after every
+// RelayGap): the driver first feeds every event the relay returned (claims,
+// heartbeats, revocations), so that a higher epoch fences before the sync
+// completes. From now on the relay's live stream is watched (relayWatch)
+// until the next RelayGap.
+//
+// After a restart (rule 10): once M relays synced, Syncing
 // workloads resume the state they had and are started again (idempotent),
 // Provisioning ones (restored before they reached quorum) are started again,
 // an AttemptRespawn issued before the restart and not yet reported is
 // issued again (idempotent), and respawns that fell due during the sync are
 // issued by the next Tick.
 func (m *Machine) RelaySynced(now time.Time, relay string) []Effect {
-	if !m.awaitingSync {
-		return nil
-	}
 	ri, ok := m.RelayIndex(relay)
 	if !ok {
 		return nil
 	}
-	m.clock(now)
+	now = m.clock(now)
+	m.startWatch(ri, now)
+	if !m.awaitingSync {
+		return nil
+	}
 	m.synced[ri] = true
 	n := 0
 	for _, s := range m.synced {

@@ -346,7 +346,7 @@ func TestRule8_TakeoverOnlyAfterSilenceSeenWhileHealthy(t *testing.T) {
 				took = d
 			}
 		}
-		if want := 600*s + cfg.TakeoverAfter; took != want {
+		if want := shownAt(0, 600*s+cfg.TakeoverAfter); took != want {
 			t.Fatalf("takeover at %v, want %v (last claim + takeover_after)", took, want)
 		}
 	})
@@ -364,12 +364,22 @@ func TestRule8_TakeoverOnlyAfterSilenceSeenWhileHealthy(t *testing.T) {
 		}
 	})
 	t.Run("the standby's own outage is not the holder's silence", func(t *testing.T) {
-		// bob is cut off from 100 s to 900 s; alice claims until 700 s and
-		// then starts self-fencing. bob must count silence only from 900 s.
+		// bob is cut off from 100 s to 900 s (its driver reports each
+		// relay's gap, and its EOSE once back); alice claims until 700 s
+		// and then starts self-fencing. bob must count silence only from
+		// 900 s.
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
 		var took time.Duration
 		for d := time.Duration(0); d <= 3600*s && took == 0; d += s {
+			switch d {
+			case 100 * s:
+				for _, r := range h.m.Relays() {
+					h.m.RelayGap(at(d), r)
+				}
+			case 900 * s:
+				h.syncAll(d)
+			}
 			if d%(60*s) == 0 && d <= 700*s && d >= 120*s {
 				h.hb(d, "alice", all3, []WorkloadEpoch{{"w1", 1}})
 			}
@@ -380,7 +390,7 @@ func TestRule8_TakeoverOnlyAfterSilenceSeenWhileHealthy(t *testing.T) {
 				took = d
 			}
 		}
-		if want := 900*s + cfg.TakeoverAfter; took != want {
+		if want := shownAt(900*s, 900*s+cfg.TakeoverAfter); took != want {
 			t.Fatalf("takeover at %v, want %v (back online + takeover_after)", took, want)
 		}
 	})

@@ -135,15 +135,14 @@ type WorkloadSnapshot struct {
 
 // ProviderSnapshot is one provider's relay table: per relay (Snapshot.Relays
 // order) the local time of its last counting heartbeat, the created_at of
-// the last accepted one, the local time of the last counting one that listed
-// no workloads (a Paygress peer), and the start of the current unbroken
-// stretch of counting heartbeats (no gap above HeartbeatInterval+RelayDelay).
+// the last accepted one, and the local time of the last counting one that
+// listed no workloads (a Paygress peer). (Snapshots written before the
+// relay watch replaced them also hold "stretch": ignored.)
 type ProviderSnapshot struct {
 	ID       string      `json:"id"`
 	Seen     []time.Time `json:"seen"`
 	Created  []time.Time `json:"created"`
 	Unlisted []time.Time `json:"unlisted"`
-	Stretch  []time.Time `json:"stretch"`
 	// QuorumUntil is when this provider loses quorum unless more heartbeats
 	// arrive: the M-th most recent Seen plus Stale. Zero: never had quorum.
 	QuorumUntil time.Time `json:"quorum_until,omitzero"`
@@ -195,7 +194,6 @@ func (p *ProviderSnapshot) copy() ProviderSnapshot {
 	c.Seen = append([]time.Time(nil), p.Seen...)
 	c.Created = append([]time.Time(nil), p.Created...)
 	c.Unlisted = append([]time.Time(nil), p.Unlisted...)
-	c.Stretch = append([]time.Time(nil), p.Stretch...)
 	c.Complete = append([]time.Time(nil), p.Complete...)
 	c.beats = nil
 	return c
@@ -236,7 +234,7 @@ func (m *Machine) MetaSnapshot() Snapshot {
 	n := 0
 	for i := range m.provs {
 		p := &m.provs[i]
-		n += len(p.Seen) + len(p.Created) + len(p.Unlisted) + len(p.Stretch) + len(p.Complete)
+		n += len(p.Seen) + len(p.Created) + len(p.Unlisted) + len(p.Complete)
 	}
 	buf := make([]time.Time, 0, n)
 	take := func(src []time.Time) []time.Time {
@@ -251,7 +249,7 @@ func (m *Machine) MetaSnapshot() Snapshot {
 		p := &m.provs[i]
 		c := *p
 		c.Seen, c.Created, c.Unlisted = take(p.Seen), take(p.Created), take(p.Unlisted)
-		c.Stretch, c.Complete = take(p.Stretch), take(p.Complete)
+		c.Complete = take(p.Complete)
 		c.beats = nil
 		s.Providers[i] = c
 	}
@@ -312,10 +310,7 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 		if !IsHexPubkey(p.ID) {
 			return bad("provider %q is not a hex pubkey", p.ID)
 		}
-		if p.Stretch == nil { // written before stretches were kept
-			p.Stretch = append([]time.Time(nil), p.Seen...)
-		}
-		if len(p.Seen) != n || len(p.Created) != n || len(p.Unlisted) != n || len(p.Stretch) != n ||
+		if len(p.Seen) != n || len(p.Created) != n || len(p.Unlisted) != n ||
 			(p.Complete != nil && len(p.Complete) != n) {
 			return bad("provider %s relay table has wrong size", p.ID)
 		}
@@ -323,7 +318,6 @@ func Restore(now time.Time, cfg Config, snap Snapshot) (*Machine, []Effect, erro
 		c := p.copy()
 		for j := range c.Seen {
 			c.Seen[j], c.Created[j], c.Unlisted[j] = c.Seen[j].UTC(), c.Created[j].UTC(), c.Unlisted[j].UTC()
-			c.Stretch[j] = c.Stretch[j].UTC()
 		}
 		for j := range c.Complete {
 			c.Complete[j] = c.Complete[j].UTC()

@@ -68,11 +68,12 @@ func (a Assumptions) ClaimRetention(cfg lease.Config) time.Duration {
 }
 
 // Margin is the slack between the holder's self-fencing and a standby's
-// takeover: TakeoverAfter - (T1+T2+Stale+MaxSkew) - RelayDelay. lease's
-// Config.Validate insists it is positive; ticks, drift and pauses must fit
-// in it.
+// takeover: TakeoverAfter - (T1+T2+Stale+MaxSkew+RelayDelay+1s), the
+// amount by which it exceeds lease.Config.TakeoverFloor. lease's
+// Config.Validate insists it is positive; ticks, drift, pauses and the
+// eviction's stop must fit in it.
 func Margin(cfg lease.Config) time.Duration {
-	return cfg.TakeoverAfter - cfg.SelfFencingTime() - cfg.RelayDelay
+	return cfg.TakeoverAfter - cfg.TakeoverFloor()
 }
 
 // AssumptionsFor states the bounds for a lease configuration: offsets within
@@ -130,7 +131,7 @@ func (a Assumptions) Validate(cfg lease.Config) error {
 	// eats the margin with the pause.
 	end := max(a.AgentDeathGrace, a.StopGrace)
 	if used := a.MaxPause + end + a.TickInterval + a.DriftAllowance(cfg); used > Margin(cfg) {
-		return fmt.Errorf("assumptions: pause %v + max(agent death grace %v, stop grace %v) + tick %v + drift %v = %v, must fit the margin takeover_after-(t1+t2+stale+max_skew+relay_delay) = %v",
+		return fmt.Errorf("assumptions: pause %v + max(agent death grace %v, stop grace %v) + tick %v + drift %v = %v, must fit the margin takeover_after-(t1+t2+stale+max_skew+relay_delay+1s) = %v",
 			a.MaxPause, a.AgentDeathGrace, a.StopGrace, a.TickInterval, a.DriftAllowance(cfg), used, Margin(cfg))
 	}
 	return nil
@@ -146,7 +147,8 @@ func (a Assumptions) Validate(cfg lease.Config) error {
 //	+ (k-2)*ClaimRetryBase              stagger: the healthy standby's worst rank
 //	+ propagation:
 //	    RelayDelay                      the primary's last heartbeat reaches the standby
-//	    HeartbeatInterval + RelayDelay  the standby's own heartbeat shows it healthy
+//	    HeartbeatInterval + 2*RelayDelay the standby's own heartbeat shows the silence
+//	                                    (the proof lag, lease/watch.go)
 //	    2*RelayDelay                    M relays accept the claim (publish and OK legs)
 //	    RelayDelay                      the claim step's wait
 //	    readTimeout                     the read (unhealthy relays time out)
@@ -155,8 +157,8 @@ func (a Assumptions) Validate(cfg lease.Config) error {
 // stretched by the drift bound.
 func LivenessBound(cfg lease.Config, k int, a Assumptions, readTimeout time.Duration) time.Duration {
 	stagger := time.Duration(max(k-2, 0)) * cfg.ClaimRetryBase
-	propagation := cfg.RelayDelay + cfg.HeartbeatInterval + cfg.RelayDelay + 2*cfg.RelayDelay + cfg.RelayDelay +
-		readTimeout + 3*a.TickInterval
+	proofLag := cfg.HeartbeatInterval + 2*cfg.RelayDelay
+	propagation := cfg.RelayDelay + proofLag + 2*cfg.RelayDelay + cfg.RelayDelay + readTimeout + 3*a.TickInterval
 	b := cfg.TakeoverAfter + stagger + propagation
 	return b + time.Duration(int64(b)/1e6*a.MaxDriftPPM)
 }

@@ -83,6 +83,12 @@ type faultSpace struct {
 	// crash or pause a provider); and cut a provider off a random subset
 	// of the relays at once.
 	Targeted bool
+	// HiddenBeats adds the hiddenBeat action (hidden_beat_test.go): the
+	// holder regains quorum by one heartbeat on one relay, and every other
+	// provider misses that beat there (a short cut, an agent restart, a
+	// lost message ending its connection) while the relay crashes, with or
+	// without its storage.
+	HiddenBeats bool
 	// CheckTakeoverBound also checks the takeover rule directly
 	// (sim.AddTakeoverBound): no claim by takeover within TakeoverAfter,
 	// less the drift allowance, of a heartbeat of the followed epoch
@@ -427,6 +433,12 @@ func (w *world) actions() map[string]func(*rapid.T) {
 		}
 		a["lateRevocation"] = func(t *rapid.T) {
 			w.lateRevocation(t)
+			w.wait(t)
+		}
+	}
+	if fs.HiddenBeats {
+		a["hiddenBeat"] = func(t *rapid.T) {
+			w.hiddenBeat(t)
 			w.wait(t)
 		}
 	}

@@ -70,6 +70,7 @@ func withinBounds() faultSpace {
 		MaxOffset:      assumed.MaxClockOffset,
 		MaxDriftPPM:    assumed.MaxDriftPPM,
 		MaxAdvance:     10 * time.Minute,
+		HiddenBeats:    true,
 		Partitions:     true,
 		RelayCrashes:   true,
 		Wipes:          true,

@@ -18,7 +18,10 @@ package props
 //	    alone cannot restore quorum);
 //	(e) a machine restored from a JSON snapshot at any step (and synced with
 //	    every relay at once, rule 10's only difference) produces exactly the
-//	    same effects and state as the original for all later inputs; Restore
+//	    same effects and state as the original for all later inputs, once
+//	    the original's relay streams ended and came back at the same
+//	    instant (a restart ends every connection; the relay watch is
+//	    volatile); Restore
 //	    itself stops every workload not held here (a stop the crash may
 //	    have lost) and the sync may re-issue an issued AttemptRespawn;
 //	(f) AttemptRespawn is emitted only when due (At <= now), for the
@@ -185,6 +188,9 @@ func (w *machineWorld) step(t *rapid.T, what string, isTick bool, in func(*lease
 		}
 		if got, want := w.restored.Snapshot(), w.m.Snapshot(); !reflect.DeepEqual(got, want) {
 			t.Fatalf("(e) %s: restored machine state = %+v, want %+v", what, got, want)
+		}
+		if got, want := w.restored.Watching(), w.m.Watching(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("(e) %s: restored machine's relay watch = %+v, want %+v", what, got, want)
 		}
 	}
 	w.check(t, what, isTick, before, effs)
@@ -452,7 +458,27 @@ func (w *machineWorld) actions() map[string]func(*rapid.T) {
 			r := w.relay(t)
 			w.step(t, "relay synced", false, func(m *lease.Machine) []lease.Effect { return m.RelaySynced(now, r) })
 		},
+		"relay gap": func(t *rapid.T) {
+			now := w.now
+			r := w.relay(t)
+			w.step(t, "relay gap", false, func(m *lease.Machine) []lease.Effect { m.RelayGap(now, r); return nil })
+		},
 		"restore": func(t *rapid.T) {
+			// A restart ends every connection: the original's streams
+			// end and come back at the same instant (its watch is
+			// volatile, as the restored machine's is), so that the
+			// twins can be compared.
+			for _, rl := range machineRelays() {
+				for _, m := range []*lease.Machine{w.m, w.restored} {
+					if m == nil {
+						continue
+					}
+					m.RelayGap(w.m.Now(), rl)
+					if effs := m.RelaySynced(w.m.Now(), rl); len(effs) > 0 && m == w.m {
+						t.Fatalf("(e) the original's RelaySynced = %v, want nothing (it never restarted)", effs)
+					}
+				}
+			}
 			src := w.m
 			if w.restored != nil {
 				src = w.restored
@@ -514,6 +540,9 @@ func (w *machineWorld) actions() map[string]func(*rapid.T) {
 			}
 			if got, want := r.Snapshot(), w.m.Snapshot(); !reflect.DeepEqual(got, want) {
 				t.Fatalf("(e) restored+synced state = %+v, want %+v", got, want)
+			}
+			if got, want := r.Watching(), w.m.Watching(); !reflect.DeepEqual(got, want) {
+				t.Fatalf("(e) restored+synced relay watch = %+v, want %+v", got, want)
 			}
 			w.restored = r
 		},

@@ -197,7 +197,8 @@ func (n *AnchorNode) Receive(env Env, now time.Time, r RelayID, ev *Event) {
 func (n *AnchorNode) firstStandby() int { return int(n.st.primary) + 1 }
 
 // EOSE implements Node.
-func (n *AnchorNode) EOSE(Env, time.Time, RelayID) {}
+func (n *AnchorNode) Connected(Env, time.Time, RelayID) {}
+func (n *AnchorNode) EOSE(Env, time.Time, RelayID)      {}
 
 // PublishResult implements Node.
 func (n *AnchorNode) PublishResult(Env, time.Time, RelayID, EventID, bool) {}

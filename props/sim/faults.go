@@ -200,7 +200,7 @@ func (s *Sim) Resume(p ProviderID) {
 
 // LinkFaults degrade one provider-relay link.
 type LinkFaults struct {
-	LossPct int           // each message lost with this probability (percent)
+	LossPct int           // each message lost with this probability (percent), ending its connection
 	DupPct  int           // each event delivered twice with this probability
 	Reorder bool          // no FIFO order on the link
 	Extra   time.Duration // added to every leg (exceeds LegDelay when > 0)

@@ -19,6 +19,7 @@ func (n *fixedNode) CheckpointJournal() []CheckpointNote { return n.journal }
 func (n *fixedNode) Boot(Env, time.Time)                                          {}
 func (n *fixedNode) Tick(Env, time.Time)                                          {}
 func (n *fixedNode) Receive(Env, time.Time, RelayID, *Event)                      {}
+func (n *fixedNode) Connected(Env, time.Time, RelayID)                            {}
 func (n *fixedNode) EOSE(Env, time.Time, RelayID)                                 {}
 func (n *fixedNode) PublishResult(Env, time.Time, RelayID, EventID, bool)         {}
 func (n *fixedNode) QueryResult(Env, time.Time, RelayID, QueryID, []*Event, bool) {}

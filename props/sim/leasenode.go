@@ -647,6 +647,17 @@ func claimInput(r RelayID, ev *Event) (lease.PromotionClaim, bool) {
 	return c, true
 }
 
+// Connected implements Node: the relay's stream is new, so what came
+// before it may be missing (RelayGap) until its EOSE.
+func (n *LeaseNode) Connected(env Env, now time.Time, r RelayID) {
+	if !n.enter(env, now) {
+		return
+	}
+	s := n.d.Begin(now)
+	s.RelayGap(RelayURL(r))
+	n.commit(s)
+}
+
 // EOSE implements Node.
 func (n *LeaseNode) EOSE(env Env, now time.Time, r RelayID) {
 	if !n.enter(env, now) {

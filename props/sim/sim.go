@@ -167,6 +167,12 @@ type Node interface {
 	Tick(env Env, now time.Time)
 	// Receive delivers an event from a relay subscription.
 	Receive(env Env, now time.Time, r RelayID, ev *Event)
+	// Connected reports that a (re)connection to r is up and the node's
+	// subscription went out on it: r's stored events and then EOSE follow.
+	// A connection's end is never reported: the node learns of it only by
+	// the next Connected (a silent network cut goes unnoticed until the
+	// driver makes a new connection).
+	Connected(env Env, now time.Time, r RelayID)
 	// EOSE reports that a (re)subscription to r delivered all stored events.
 	EOSE(env Env, now time.Time, r RelayID)
 	// PublishResult reports whether r accepted event id (OK true) or not
@@ -732,6 +738,8 @@ func (s *Sim) maybeConnect(p ProviderID, r RelayID) {
 		}
 		l.connected = true
 		l.gen++
+		pr := s.provs[p]
+		s.deliver(pr, pr.incarnation, func(now time.Time) { pr.node.Connected(envFor(s, pr), now, r) })
 		s.syncSubscription(p, r)
 	})
 }
@@ -772,15 +780,27 @@ func (s *Sim) legDelay(l *link, extra time.Duration) time.Duration {
 	return d + l.extra + extra
 }
 
+// lost reports whether a message on link l is lost (LinkFaults.LossPct).
+// A connection delivers every message or ends (TCP retransmits; a relay
+// drops a subscriber it cannot serve rather than skip events to it: the
+// delivery assumption), so a lost message ends the connection: what was in
+// flight on it is lost with it, and the provider connects again (a new
+// stream, Node.Connected) after the reconnect delay.
+func (s *Sim) lost(p ProviderID, r RelayID, l *link) bool {
+	if l.lossPct == 0 || s.rng.IntN(100) >= l.lossPct {
+		return false
+	}
+	s.disconnect(p, r)
+	s.maybeConnect(p, r)
+	return true
+}
+
 // sendDown schedules fn on p after a relay-to-provider leg on link (p, r),
 // subject to loss, duplication and FIFO order. author (or -1) selects any
 // path-specific extra delay. dupable events may be delivered twice.
 func (s *Sim) sendDown(p ProviderID, r RelayID, author ProviderID, fn func(*provider, uint64), dupable bool) {
 	l := s.links[p][r]
-	if !l.connected {
-		return
-	}
-	if l.lossPct > 0 && s.rng.IntN(100) < l.lossPct {
+	if !l.connected || s.lost(p, r, l) {
 		return
 	}
 	pr := s.provs[p]
@@ -818,8 +838,8 @@ func (s *Sim) sendUp(p ProviderID, r RelayID, fn func(), dupable bool) bool {
 	if !l.connected {
 		return false
 	}
-	if l.lossPct > 0 && s.rng.IntN(100) < l.lossPct {
-		return true // lost on the wire; the sender cannot tell
+	if s.lost(p, r, l) {
+		return true // lost with its connection; the sender cannot tell yet
 	}
 	gen := l.gen
 	at := s.now + s.legDelay(l, 0)
