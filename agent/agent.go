@@ -249,6 +249,7 @@ type input struct {
 	clock     *clockReport
 	cursorTok agentdb.Token // cursor token of the event (hasTok: set)
 	hasTok    bool
+	arrival   uint64 // the event's arrival number (arrivals), 0: none
 }
 
 // Agent is one running provider agent.
@@ -345,6 +346,7 @@ type uploads struct {
 type loopState struct {
 	turns  loopTurns
 	quorum quorumWatch
+	marks  []arrivalMark // applyMarks' buffer
 }
 
 // beatState is what this provider's heartbeats list and what it published.
@@ -383,7 +385,10 @@ type inputFeed struct {
 	// in raw, so that a backlog of events to verify never delays them.
 	received chan relay.Received
 	routed   atomic.Int64 // events routeLoop holds for ingest
-	raw      chan relay.Received
+	raw      chan arrival
+	// arrivals orders what the relays' streams show (gaps, syncs, our own
+	// heartbeats) with the events verified meanwhile (arrivals.go).
+	arrivals *arrivals
 	// hold (tests only) makes the machine loop leave inputs in their
 	// channel, ingested but not applied, while it keeps ticking and saving.
 	hold atomic.Bool
@@ -449,7 +454,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		up:   uploads{uploader: deps.Uploader, interval: deps.UploadInterval},
 		in: inputFeed{
 			inputs: make(chan input, 1024), beats: make(chan input, 1024),
-			raw: make(chan relay.Received, 256), received: make(chan relay.Received, 256),
+			raw: make(chan arrival, 256), received: make(chan relay.Received, 256), arrivals: newArrivals(),
 		},
 		out:    outbound{restoredDone: make(chan struct{}), revReports: revocationReports{seen: map[string]bool{}}},
 		loop:   loopState{quorum: quorumWatch{synced: map[string]bool{}}},

@@ -239,7 +239,7 @@ func TestConfigValidateHeartbeatTTL(t *testing.T) {
 	base.Lease.Relays = []string{"ws://127.0.0.1:1", "ws://127.0.0.1:2", "ws://127.0.0.1:3"}
 	long := base.Lease
 	long.Stale, long.HeartbeatInterval = 400*time.Second, 60*time.Second
-	long.TakeoverAfter = long.T1 + long.T2 + long.Stale + long.MaxSkew + long.RelayDelay + time.Second
+	long.TakeoverAfter = long.T1 + long.T2 + long.Stale + long.MaxSkew + long.RelayDelay + 2*time.Second
 	tests := []struct {
 		name  string
 		lease lease.Config

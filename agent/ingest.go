@@ -28,14 +28,14 @@ const routeQueueBytes = 32 << 20
 // heartbeats and the OKs of our publishes) never wait behind events being
 // verified.
 func (a *Agent) routeLoop(ctx context.Context) error {
-	var queue fifo.Queue[relay.Received]
+	var queue fifo.Queue[arrival]
 	var bytes int
 	for {
 		in := a.in.received
 		if bytes >= routeQueueBytes {
 			in = nil // full: let the relays wait
 		}
-		var out chan<- relay.Received
+		var out chan<- arrival
 		next, ok := queue.Front()
 		if ok {
 			out = a.in.raw
@@ -44,9 +44,20 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case re := <-in:
-			if re.Event == nil {
-				// One pruned meanwhile is too old to count.
+			switch {
+			case re.Gap:
+				a.in.arrivals.mark(arrivalMark{kind: markGap, relay: re.Relay})
+				continue
+			case re.EOSE:
+				a.in.arrivals.mark(arrivalMark{kind: markSynced, relay: re.Relay})
+				continue
+			case re.Event == nil:
+				// One pruned meanwhile is too old to count. It counts for
+				// quorum at once; what it shows of the relay's stream
+				// waits for the events that came before it (arrivals).
 				if hb, ok := a.beat.own.input(a.me.self, re.ID, re.Relay, arrivedAt(re, a.now())); ok {
+					hb.Unordered = true
+					a.in.arrivals.mark(arrivalMark{kind: markOwnBeat, relay: re.Relay, created: hb.CreatedAt, received: hb.ReceivedAt})
 					select {
 					case a.in.beats <- input{hb: &hb}:
 					case <-ctx.Done():
@@ -55,15 +66,22 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 				}
 				continue
 			}
-			queue.Push(re)
+			queue.Push(arrival{re: re, seq: a.in.arrivals.event()})
 			bytes += eventBytes(re.Event)
 			a.in.routed.Store(int64(queue.Len()))
 		case out <- next:
 			queue.Pop()
-			bytes -= eventBytes(next.Event)
+			bytes -= eventBytes(next.re.Event)
 			a.in.routed.Store(int64(queue.Len()))
 		}
 	}
+}
+
+// arrival is one event routeLoop queued for ingest, with its arrival
+// number (arrivals).
+type arrival struct {
+	re  relay.Received
+	seq uint64
 }
 
 // arrivedAt is when re came from its relay (a heartbeat counts from its
@@ -90,12 +108,13 @@ func eventBytes(ev *nostr.Event) int {
 // ingestLoop verifies and decodes relay events and feeds machine inputs.
 func (a *Agent) ingestLoop(ctx context.Context) error {
 	for {
-		var re relay.Received
+		var ar arrival
 		select {
 		case <-ctx.Done():
 			return nil
-		case re = <-a.in.raw:
+		case ar = <-a.in.raw:
 		}
+		re := ar.re
 		now := a.now()
 		// The event holds the cursor back from before it is verified (so a
 		// later event finished meanwhile cannot carry the cursor past it),
@@ -114,8 +133,10 @@ func (a *Agent) ingestLoop(ctx context.Context) error {
 			if tracked {
 				a.data.cursor.Done(tok)
 			}
+			a.in.arrivals.Done(ar.seq)
 			continue
 		}
+		in.arrival = ar.seq
 		if tracked {
 			a.data.cursor.Accept(tok)
 		}

@@ -88,7 +88,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			}
 			now := a.now()
 			s := a.d.Begin(now)
-			a.syncRelays(s)
+			a.applyMarks(s)
 			s.Tick()
 			a.timedCommit(func() error { return s.Commit(ctx) })
 			a.loop.turns.lastStep.Store(now.UnixNano())
@@ -158,6 +158,7 @@ drain:
 		}
 		a.feed(s, in)
 	}
+	a.applyMarks(s)
 	// Errors are logged and counted by commitEvents; a held step is
 	// retried, its cursor tokens finished only once persisted.
 	a.timedCommit(func() error { return s.Commit(ctx) })
@@ -206,11 +207,18 @@ func (a *Agent) ResetStepMax() { a.loop.turns.stepMax.Store(0) }
 
 // feed applies one input to the driver's step s.
 func (a *Agent) feed(s *driver.Step, in input) {
+	defer a.in.arrivals.Done(in.arrival)
 	if in.hasTok {
 		s.Token(driver.Token(in.cursorTok))
 	}
 	switch {
 	case in.hb != nil:
+		if in.hb.Provider == a.me.self {
+			// What it shows of its relay's stream comes in arrival
+			// order (applyMarks); one served by ingest (a catch-up
+			// copy, not known by id) shows nothing.
+			in.hb.Unordered = true
+		}
 		s.Heartbeat(*in.hb)
 		if in.hb.Provider != a.me.self {
 			for _, we := range in.hb.Workloads {
@@ -289,20 +297,26 @@ type relayClaim struct {
 	relay string
 }
 
-// syncRelays reports relays that delivered EOSE (rule 10), once the events
-// they delivered before it have been fed.
-func (a *Agent) syncRelays(s *driver.Step) {
-	if !a.machine().AwaitingSync() || len(a.in.received) > 0 || a.in.routed.Load() > 0 || len(a.in.raw) > 0 || len(a.in.inputs) > 0 || len(a.in.beats) > 0 {
-		return
-	}
-	for _, r := range a.pool.Status() {
-		if r.EOSE && !a.loop.quorum.synced[r.URL] {
-			a.loop.quorum.synced[r.URL] = true
-			s.RelaySynced(r.URL)
+// applyMarks feeds what the relays' streams showed (arrivals), each once
+// every event that came before it has been fed: a gap, a sync (EOSE: the
+// relay's stream is watched from now, and after a restart it counts toward
+// rule 10's sync), our own heartbeat (the stream shows silence up to it).
+func (a *Agent) applyMarks(s *driver.Step) {
+	a.loop.marks = a.in.arrivals.released(a.loop.marks[:0])
+	for _, m := range a.loop.marks {
+		switch m.kind {
+		case markGap:
+			s.RelayGap(m.relay)
+		case markSynced:
+			syncing := a.machine().AwaitingSync()
+			s.RelaySynced(m.relay)
+			a.loop.quorum.synced[m.relay] = true
+			if syncing && !a.machine().AwaitingSync() {
+				a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.loop.quorum.synced))
+			}
+		case markOwnBeat:
+			s.RelayShown(m.relay, m.created, m.received)
 		}
-	}
-	if !a.machine().AwaitingSync() {
-		a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.loop.quorum.synced))
 	}
 }
 

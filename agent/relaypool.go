@@ -17,8 +17,8 @@ import (
 // tests may substitute their own.
 type RelayPool interface {
 	// Run connects to every relay, keeps the subscription alive and sends
-	// every received event to out until ctx ends; it returns after closing
-	// every socket.
+	// every received event, EOSE and Gap marker (relay.Received) to out
+	// until ctx ends; it returns after closing every socket.
 	Run(ctx context.Context, out chan<- relay.Received) error
 	// Publish sends ev to every connected relay and waits for their OKs
 	// until ctx ends.
@@ -54,14 +54,11 @@ type relayPool struct {
 	p *relay.Pool
 
 	mu sync.Mutex
-	// passed holds the relays whose EOSE marker Run has passed: every event
-	// the relay delivered before its EOSE is then in Run's out channel.
-	// relay sets Status.EOSESeen before its marker (and the events
-	// ahead of it in Received's buffer) reach Run, so EOSE alone would let
-	// the agent count a relay as synced (rule 10) while stored events it
-	// served sit unread. It is not reset on a reconnect: after one, a
-	// relay's EOSE can read true before the new connection's marker passed;
-	// the sync a restored machine waits for (syncRelays) is the first.
+	// passed holds the relays whose EOSE marker Run has passed, for
+	// Status's EOSE (relay sets its own EOSESeen before the marker, and
+	// the events ahead of it, reach Run). It is not reset on a reconnect.
+	// The machine orders the markers with the events itself (arrivals,
+	// applyMarks) and reads none of this.
 	passed map[string]bool
 }
 
@@ -97,9 +94,8 @@ func (r *relayPool) Run(ctx context.Context, out chan<- relay.Received) error {
 				r.mu.Lock()
 				r.passed[rec.Relay] = true
 				r.mu.Unlock()
-				continue
 			}
-			if rec.Event == nil && rec.ID == "" {
+			if rec.Event == nil && rec.ID == "" && !rec.EOSE && !rec.Gap {
 				continue
 			}
 			select {

@@ -154,6 +154,13 @@ func (s *Step) RelaySynced(relay string) { s.add(s.d.m.RelaySynced(s.now, relay)
 // changes nothing that is persisted.
 func (s *Step) RelayGap(relay string) { s.d.m.RelayGap(s.now, relay) }
 
+// RelayShown reports that every event the relay delivered before this
+// provider's own heartbeat (created, received), fed earlier as unordered,
+// has been fed. It changes nothing that is persisted.
+func (s *Step) RelayShown(relay string, created, received time.Time) {
+	s.d.m.RelayShown(s.now, relay, created, received)
+}
+
 // SetClockSuspect feeds the caller's verdict on its clock.
 func (s *Step) SetClockSuspect(suspect bool, why string) {
 	s.add(s.d.m.SetClockSuspect(s.now, suspect, why))

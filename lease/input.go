@@ -40,6 +40,12 @@ type Heartbeat struct {
 	// relay, so a relay that dropped part of a holder's list never passes
 	// for one on which the holder claims everything.
 	Shard, Shards int
+	// Unordered marks this provider's own heartbeat fed ahead of events
+	// that reached the driver from the same relay before it (it verifies
+	// those concurrently, and feeds its own beats at once for quorum): it
+	// shows no silence on the relay (lease/watch.go) until the driver
+	// reports, with RelayShown, that everything before it has been fed.
+	Unordered bool
 }
 
 // MaxShards bounds Heartbeat.Shards.

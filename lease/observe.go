@@ -77,7 +77,7 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 			m.seen(p, ri, recv, created)
 		}
 	}
-	if pi == m.selfIdx {
+	if pi == m.selfIdx && !hb.Unordered {
 		m.heardOwnBeat(ri, arrived, created)
 	}
 	if !hb.Listed {

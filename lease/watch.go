@@ -64,6 +64,19 @@ func (m *Machine) heardOwnBeat(ri int, recv, created time.Time) {
 	}
 }
 
+// RelayShown reports that every event relay delivered to this provider
+// before its own heartbeat created at created, received at received (fed
+// earlier with Heartbeat.Unordered), has been fed: the relay's stream now
+// shows silence up to it, as if the heartbeat had come in order.
+func (m *Machine) RelayShown(now time.Time, relay string, created, received time.Time) {
+	ri, ok := m.RelayIndex(relay)
+	if !ok {
+		return
+	}
+	m.clock(now)
+	m.heardOwnBeat(ri, received.UTC(), created.UTC())
+}
+
 // Watching reports, per relay in relay-index order, whether this provider
 // watches its live stream, and up to when the stream shows silence (zero
 // when it shows none yet), for status and tests.

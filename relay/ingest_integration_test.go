@@ -78,7 +78,7 @@ func TestPoolThroughHeartbeatIngest(t *testing.T) {
 	for !done() {
 		select {
 		case r := <-h.pool.Received():
-			if r.EOSE {
+			if r.EOSE || r.Gap {
 				continue
 			}
 			got, err := in.Ingest(context.Background(), time.Now(), r.Event)

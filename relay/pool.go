@@ -80,6 +80,14 @@ type Received struct {
 	// EOSE reports that the relay has sent all its stored events for the
 	// current subscription (after each (re)subscription).
 	EOSE bool
+	// Gap reports that the relay's live stream to this pool may have
+	// missed, or may miss, events from here on: a connection began (its
+	// stored events, and later its EOSE, follow) or ended, a REQ was
+	// closed by the relay or had to be sent again, or the subscription's
+	// REQs were replaced without overlap. Until the next EOSE marker the
+	// stream is not complete. A change of REQs that could overlap (the
+	// new ones caught up before the old ones closed) is no gap.
+	Gap bool
 }
 
 // Pool supervises one connection per relay. Its methods are safe for

@@ -58,6 +58,10 @@ type harness struct {
 	pool *relay.Pool
 	reg  *prometheus.Registry
 	seen []relay.Received // received but not yet matched
+	// gaps are the Gap markers received so far, in order (next skips
+	// them unless its predicate asks for gaps: nextGap).
+	gaps     []relay.Received
+	gapsRead int // gaps returned by nextGap
 }
 
 func newPool(t *testing.T, cfg relay.Config, opts relay.Options) *harness {
@@ -75,6 +79,27 @@ func newPool(t *testing.T, cfg relay.Config, opts relay.Options) *harness {
 // next returns the next Received matching pred, failing after wait.
 func (h *harness) next(pred func(relay.Received) bool) relay.Received {
 	h.t.Helper()
+	return h.nextOf(pred, false)
+}
+
+// nextGap returns the next Gap marker of relayURL not returned before,
+// whether next already passed it or it is still to come.
+func (h *harness) nextGap(relayURL string) relay.Received {
+	h.t.Helper()
+	for h.gapsRead < len(h.gaps) {
+		g := h.gaps[h.gapsRead]
+		h.gapsRead++
+		if g.Relay == relayURL {
+			return g
+		}
+	}
+	g := h.nextOf(func(r relay.Received) bool { return r.Gap && r.Relay == relayURL }, true)
+	h.gapsRead = len(h.gaps)
+	return g
+}
+
+func (h *harness) nextOf(pred func(relay.Received) bool, gaps bool) relay.Received {
+	h.t.Helper()
 	for i, r := range h.seen {
 		if pred(r) {
 			h.seen = append(h.seen[:i], h.seen[i+1:]...)
@@ -88,6 +113,12 @@ func (h *harness) next(pred func(relay.Received) bool) relay.Received {
 		case r, ok := <-h.pool.Received():
 			if !ok {
 				h.t.Fatalf("Received() closed, want more")
+			}
+			if r.Gap {
+				h.gaps = append(h.gaps, r)
+				if !gaps {
+					continue
+				}
 			}
 			if pred(r) {
 				return r

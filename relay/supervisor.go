@@ -502,9 +502,14 @@ type session struct {
 	subs         []*mainSub
 	byID         map[string]*mainSub
 	eoseReported bool
-	authOK       chan nostr.OKEnvelope
-	authID       string
-	retry        *time.Timer
+	// retiring are REQs replaced by others (subscribeAll) that stay open
+	// until their replacements caught up, so that no live event falls
+	// between them (relays handle a connection's REQ and CLOSE in any
+	// order: khatru runs each message in a goroutine of its own).
+	retiring []*mainSub
+	authOK   chan nostr.OKEnvelope
+	authID   string
+	retry    *time.Timer
 
 	page      *pageSub   // the catch-up page in flight (one at a time)
 	pageQueue []*mainSub // subs waiting to page
@@ -544,6 +549,15 @@ func (ss *session) isLive(id string) bool {
 	return ss.live[id]
 }
 
+// gap tells the pool's reader that the live stream may miss events from
+// here on (Received.Gap), in order with the events around it.
+func (ss *session) gap(ctx context.Context) error {
+	if !ss.s.p.deliver(ctx, Received{Relay: ss.s.url, At: ss.s.p.opts.Now(), Gap: true}) {
+		return ctx.Err()
+	}
+	return nil
+}
+
 func (ss *session) serve(ctx context.Context) error {
 	frames := make(chan frame, 64)
 	readErr := make(chan error, 1)
@@ -569,6 +583,11 @@ func (ss *session) serve(ctx context.Context) error {
 		}
 	}()
 
+	// A new connection: what the relay accepted before its REQs are
+	// caught up may be missing (lease's relay watch starts at the EOSE).
+	if err := ss.gap(ctx); err != nil {
+		return err
+	}
 	if err := ss.subscribeAll(); err != nil {
 		return err
 	}
@@ -825,7 +844,37 @@ func (ss *session) handle(ctx context.Context, f frame) error {
 func (ss *session) caughtUp(ctx context.Context, sub *mainSub) error {
 	sub.eose = true
 	ss.setLive(sub.id, true)
+	if err := ss.retire(false); err != nil {
+		return err
+	}
 	return ss.maybeEOSE(ctx)
+}
+
+// retire closes the REQs that subscribeAll replaced, once every REQ of the
+// subscription caught up (or at once with now: the relay's budget wants
+// the room, and then the stream may have a gap, which the caller reports).
+func (ss *session) retire(now bool) error {
+	if len(ss.retiring) == 0 {
+		return nil
+	}
+	if !now {
+		for _, sub := range ss.subs {
+			if sub.state != subPermanent && !sub.eose {
+				return nil
+			}
+		}
+	}
+	for _, sub := range ss.retiring {
+		delete(ss.byID, sub.id)
+		ss.setLive(sub.id, false)
+		if sub.state == subActive {
+			if err := ss.c.write(nostr.CloseEnvelope(sub.id)); err != nil {
+				return err
+			}
+		}
+	}
+	ss.retiring = nil
+	return nil
 }
 
 // nextPage starts the catch-up page of the first queued sub, unless one is
@@ -944,21 +993,17 @@ func (ss *session) subscribeAll() error {
 		fresh = append(fresh, sub)
 	}
 	ss.subs = next
-	closeOld := func() error {
-		for _, sub := range old {
-			delete(ss.byID, sub.id)
-			ss.setLive(sub.id, false)
-			if sub.state == subActive {
-				if err := ss.c.write(nostr.CloseEnvelope(sub.id)); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+	for _, sub := range old {
+		ss.retiring = append(ss.retiring, sub)
 	}
-	overlap := len(next)+len(old) <= ss.s.p.cfg.mainBudget(ss.s.limits())
-	if !overlap {
-		if err := closeOld(); err != nil {
+	// The replaced REQs stay open until the new ones caught up (retire),
+	// when the relay's budget has room for both; otherwise they close
+	// first, and the stream has a gap.
+	if len(next)+len(ss.retiring) > ss.s.p.cfg.mainBudget(ss.s.limits()) {
+		if err := ss.gap(ss.c.ctx); err != nil {
+			return err
+		}
+		if err := ss.retire(true); err != nil {
 			return err
 		}
 	}
@@ -970,8 +1015,8 @@ func (ss *session) subscribeAll() error {
 			return err
 		}
 	}
-	if overlap {
-		if err := closeOld(); err != nil {
+	if len(fresh) == 0 {
+		if err := ss.retire(false); err != nil {
 			return err
 		}
 	}
@@ -996,6 +1041,11 @@ func (ss *session) subscribeAll() error {
 // paged through).
 func (ss *session) send(sub *mainSub) error {
 	if sub.id != "" {
+		// Sent again (after a CLOSED, or a REQ that raced the AUTH):
+		// events between the two REQs may be missing.
+		if err := ss.gap(ss.c.ctx); err != nil {
+			return err
+		}
 		delete(ss.byID, sub.id)
 		ss.setLive(sub.id, false)
 		if ss.page != nil && ss.page.parent == sub {
@@ -1020,6 +1070,11 @@ func (ss *session) send(sub *mainSub) error {
 }
 
 func (ss *session) handleClosed(sub *mainSub, reason string) error {
+	// The relay ended one REQ: its live events stop until it is sent
+	// again (a gap whatever comes next).
+	if err := ss.gap(ss.c.ctx); err != nil {
+		return err
+	}
 	prefix := reasonPrefix(reason)
 	permanent := permanentClosed(prefix)
 	if prefix == PrefixAuthRequired {

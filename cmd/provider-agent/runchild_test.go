@@ -186,6 +186,21 @@ func workloadIn(st agent.Status, id string) (agent.WorkloadStatus, bool) {
 // settings of that section, or other sections.
 func fastConfig(t *testing.T, dir, dataDir, listen string, relays []string, quorum int, issuers ...string) string {
 	t.Helper()
+	return timedConfig(t, demoTimings, dir, dataDir, listen, relays, quorum, issuers...)
+}
+
+// leaseTimings are the [lease] and [heartbeat] timings of a test config.
+type leaseTimings struct {
+	T1, T2, Stale, MaxSkew, RelayDelay, ProvisionTimeout, TakeoverAfter, Heartbeat time.Duration
+}
+
+// demoTimings are the demo's (lease.DemoConfig).
+var demoTimings = leaseTimings{T1: 2 * time.Second, T2: 3 * time.Second, Stale: 3 * time.Second, MaxSkew: time.Second,
+	RelayDelay: time.Second, ProvisionTimeout: 5 * time.Second, TakeoverAfter: 12 * time.Second, Heartbeat: time.Second}
+
+// timedConfig is fastConfig with other lease timings.
+func timedConfig(t *testing.T, lt leaseTimings, dir, dataDir, listen string, relays []string, quorum int, issuers ...string) string {
+	t.Helper()
 	q := func(ss []string) string {
 		out := make([]string, len(ss))
 		for i, s := range ss {
@@ -202,13 +217,13 @@ publish_timeout = "2s"
 [lease]
 relays = %s
 quorum = %d
-t1 = "2s"
-t2 = "3s"
-stale = "3s"
-max_skew = "1s"
-relay_delay = "1s"
-provision_timeout = "5s"
-takeover_after = "12s"
+t1 = %q
+t2 = %q
+stale = %q
+max_skew = %q
+relay_delay = %q
+provision_timeout = %q
+takeover_after = %q
 restart_backoff_initial = "500ms"
 restart_backoff_max = "2s"
 claim_retry_base = "1s"
@@ -216,7 +231,7 @@ claim_retry_max = "4s"
 claim_timeout = "5s"
 
 [heartbeat]
-interval = "1s"
+interval = %q
 
 [courier]
 backoff_initial = "200ms"
@@ -224,7 +239,8 @@ backoff_cap = "1s"
 
 [backend]
 workload_dir = %q
-`, dataDir, listen, q(issuers), q(relays), quorum, workloadDir(t))
+`, dataDir, listen, q(issuers), q(relays), quorum, lt.T1, lt.T2, lt.Stale, lt.MaxSkew, lt.RelayDelay, lt.ProvisionTimeout,
+		lt.TakeoverAfter, lt.Heartbeat, workloadDir(t))
 	path := filepath.Join(dir, filepath.Base(dataDir)+".toml")
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)

@@ -3,13 +3,15 @@
 // closes the listener and every connection through it, so the agent sees
 // its connection drop and its reconnects refused while others still reach
 // the relay directly; Restore opens the path again on the same address.
+// Hold instead stalls the path without closing anything (a network that
+// drops packets while TCP retransmits them): what either side sends waits,
+// in order, until Release.
 package cutproxy
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -25,6 +27,9 @@ type Proxy struct {
 	conns map[net.Conn]struct{}
 	cut   bool
 	wg    sync.WaitGroup
+	// held is open while the path is held (Hold): forwarding waits for it
+	// to close; nil when not held.
+	held chan struct{}
 }
 
 // ErrClosed is returned by Restore after Close.
@@ -87,6 +92,38 @@ func (p *Proxy) Restore() error {
 	return nil
 }
 
+// Hold stalls every connection, open or new, without closing any: bytes
+// either side sends wait, in order, until Release.
+func (p *Proxy) Hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = make(chan struct{})
+	}
+}
+
+// Release ends Hold: what waited is forwarded, in order.
+func (p *Proxy) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+}
+
+// gate returns a channel to wait on before forwarding: closed unless held.
+func (p *Proxy) gate() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held != nil {
+		return p.held
+	}
+	return closedGate
+}
+
+var closedGate = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // Close cuts the path for good and waits for every forwarding goroutine.
 func (p *Proxy) Close() {
 	p.Cut()
@@ -137,7 +174,19 @@ func (p *Proxy) forward(c net.Conn) {
 	defer p.forget(up)
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				<-p.gate()
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
 		_ = dst.Close()
 		_ = src.Close()
 		done <- struct{}{}

@@ -87,3 +87,31 @@ func TestCutAndRestore(t *testing.T) {
 		t.Fatalf("Restore after Close = %v, want ErrClosed", err)
 	}
 }
+
+// Hold stalls the path without closing it; Release forwards what waited.
+func TestHoldAndRelease(t *testing.T) {
+	p, err := New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p.Hold()
+	if _, err := c.Write([]byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	buf := make([]byte, 4)
+	if n, err := c.Read(buf); err == nil {
+		t.Fatalf("read %q through a held path, want nothing", buf[:n])
+	}
+	p.Release()
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "held" {
+		t.Fatalf("after Release read %q, %v, want the held bytes", buf, err)
+	}
+}
