@@ -209,8 +209,8 @@ func DecodeCheckpointRecord(ev *nostr.Event) (*CheckpointRecord, error) {
 		return nil, reject(ReasonDecode, "created_at %d out of range", ev.CreatedAt)
 	}
 	var in checkpointIn
-	if err := json.Unmarshal([]byte(ev.Content), &in); err != nil {
-		return nil, rejectErr(ReasonDecode, err, "checkpoint content")
+	if rej := unmarshalContent("checkpoint", ev.Content, &in); rej != nil {
+		return nil, rej
 	}
 	r, rej := checkpointFields(in, int64(ev.CreatedAt))
 	if rej != nil {

@@ -357,6 +357,9 @@ func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
 		return nil, reject(ReasonDecode, "created_at %d out of range", ev.CreatedAt)
 	}
 
+	if err := checkContent(ev.Content); err != nil {
+		return nil, rejectErr(ReasonDecode, err, "heartbeat content")
+	}
 	in, err := decodeHeartbeatContent([]byte(ev.Content))
 	if err != nil {
 		return nil, rejectErr(ReasonDecode, err, "heartbeat content")

@@ -189,8 +189,8 @@ func DecodeLeaseGrant(ev *nostr.Event) (*LeaseGrant, error) {
 		return nil, reject(ReasonDecode, "created_at %d out of range", ev.CreatedAt)
 	}
 	var in leaseIn
-	if err := json.Unmarshal([]byte(ev.Content), &in); err != nil {
-		return nil, rejectErr(ReasonDecode, err, "lease grant content")
+	if rej := unmarshalContent("lease grant", ev.Content, &in); rej != nil {
+		return nil, rej
 	}
 	g, err := validateLease(in, int64(ev.CreatedAt))
 	if err != nil {

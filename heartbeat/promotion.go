@@ -185,8 +185,8 @@ func DecodePromotion(ev *nostr.Event) (*Promotion, error) {
 		return nil, reject(ReasonDecode, "created_at %d out of range", ev.CreatedAt)
 	}
 	var in promotionIn
-	if err := json.Unmarshal([]byte(ev.Content), &in); err != nil {
-		return nil, rejectErr(ReasonDecode, err, "promotion content")
+	if rej := unmarshalContent("promotion", ev.Content, &in); rej != nil {
+		return nil, rej
 	}
 	switch {
 	case in.WorkloadID == nil:

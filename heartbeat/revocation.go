@@ -210,8 +210,8 @@ func DecodeRevocation(ev *nostr.Event) (*Revocation, error) {
 		return nil, reject(ReasonDecode, "created_at %d out of range", ev.CreatedAt)
 	}
 	var in revocationIn
-	if err := json.Unmarshal([]byte(ev.Content), &in); err != nil {
-		return nil, rejectErr(ReasonDecode, err, "revocation content")
+	if rej := unmarshalContent("revocation", ev.Content, &in); rej != nil {
+		return nil, rej
 	}
 	switch {
 	case in.WorkloadID == nil:
