@@ -123,6 +123,9 @@ func (s *jsonScanner) number() error {
 	switch {
 	case s.pos < len(s.data) && s.data[s.pos] == '0':
 		s.pos++
+		if s.pos < len(s.data) && s.data[s.pos] >= '0' && s.data[s.pos] <= '9' {
+			return s.syntax("number with a leading zero")
+		}
 	case s.pos < len(s.data) && s.data[s.pos] >= '1' && s.data[s.pos] <= '9':
 		s.digits()
 	default:
