@@ -101,6 +101,18 @@ func TestNIPExamples(t *testing.T) {
 			}
 		}
 	}
+	// The NIP states the keys and the context its examples are judged in.
+	for _, name := range KeyNames {
+		k := keys[name]
+		if !bytes.Contains(doc, []byte("| "+name+" | `"+k.Secret+"` | `"+k.Public+"` |")) {
+			t.Errorf("%s: the key table has no row for %s with secret %s and public key %s", NIPPath, name, k.Secret, k.Public)
+		}
+	}
+	for _, s := range []string{itoa(Now), itoa(Created), itoa(GrantCreated), WorkloadID} {
+		if !bytes.Contains(doc, []byte(s)) {
+			t.Errorf("%s does not state the examples' %s", NIPPath, s)
+		}
+	}
 	if examples < 9 {
 		t.Errorf("%d example events in the NIP, want one per kind and form (9)", examples)
 	}
