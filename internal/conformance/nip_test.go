@@ -101,6 +101,20 @@ func TestNIPExamples(t *testing.T) {
 			}
 		}
 	}
+	// Every field an example's content carries is named in the NIP's text.
+	for name, ev := range events {
+		content, _ := ev["content"].(string)
+		var v any
+		if err := json.Unmarshal([]byte(content), &v); err != nil {
+			t.Errorf("%s: content: %v", name, err)
+			continue
+		}
+		for _, field := range fieldNames(v) {
+			if !bytes.Contains(doc, []byte("`"+field+"`")) && !bytes.Contains(doc, []byte(`"`+field+`"`)) {
+				t.Errorf("%s: example %s has the field %s, which the text never names: describe it in its kind's table", NIPPath, name, field)
+			}
+		}
+	}
 	// The NIP states the keys and the context its examples are judged in.
 	for _, name := range KeyNames {
 		k := keys[name]
@@ -129,4 +143,21 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 		return false
 	}
 	return reflect.DeepEqual(va, vb)
+}
+
+// fieldNames returns the names of every object member in v, at any depth.
+func fieldNames(v any) []string {
+	var names []string
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			names = append(names, k)
+			names = append(names, fieldNames(e)...)
+		}
+	case []any:
+		for _, e := range v {
+			names = append(names, fieldNames(e)...)
+		}
+	}
+	return names
 }
