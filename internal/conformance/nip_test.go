@@ -17,6 +17,7 @@ import (
 // vector it names; a content block is that example's content. A JSON block
 // without a marker fails: the NIP's JSON is all checked.
 func TestNIPExamples(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	doc, err := os.ReadFile(filepath.Join(root, NIPPath))
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 // accepted in the NIP's example context and read as the NIP's example of
 // it is read. A machine without node fails the test (it is not skipped).
 func TestNodeImplementation(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	dir := filepath.Join(root, "internal", "conformance", "node")
 	node, err := exec.LookPath("node")
