@@ -53,7 +53,7 @@ Example:
       --trusted-issuer 439d1a7929d556be949a608b9d8cab87da6cce18287a7d27e85b8f15746fd60f \
       --workload web-1=d29fe18d2ed00fb8882df58cf2f052ec691bd7bbc944bc392dca16e26d93d01d,c5c7639593430ac79446f08b56c540a2150108ce6ab2cf03fb1ee6975b266214 \
       < events.json
-  nak event -k 38384 ... | provider-agent check-event --json`
+  provider-agent check-event --json --stale 5m --file beats.jsonl   # one event per line, JSON out`
 
 // maxCheckInput bounds what check-event reads.
 const maxCheckInput = 64 << 20

@@ -342,7 +342,7 @@ func (g *generator) commonCases(f *fileBuilder, base *nostr.Event, signer Key) {
 	stranger := g.keys["stranger"]
 	g.add(f, vcase{name: "bad-sig", about: "The signature's last hex digit changed.", want: heartbeat.ReasonBadSig,
 		ev: g.tamper(base, func(ev *nostr.Event) { ev.Sig = flipHex(ev.Sig) })})
-	g.add(f, vcase{name: "sig-by-another-key", about: "The pubkey and id of the example, signed with the stranger's key: a forgery.",
+	g.add(f, vcase{name: "sig-by-another-key", about: "The example's pubkey and id, signed with the stranger's key: a forgery (of the issuer, for a lease grant).",
 		want: heartbeat.ReasonBadSig, ev: g.tamper(base, func(ev *nostr.Event) {
 			id, _ := hex.DecodeString(ev.ID)
 			sig, err := schnorr.Sign(stranger.sk, id)
