@@ -122,10 +122,7 @@ func (s *jsonScanner) number() error {
 	}
 	switch {
 	case s.pos < len(s.data) && s.data[s.pos] == '0':
-		s.pos++
-		if s.pos < len(s.data) && s.data[s.pos] >= '0' && s.data[s.pos] <= '9' {
-			return s.syntax("number with a leading zero")
-		}
+		s.pos++ // a digit after it is refused by the caller
 	case s.pos < len(s.data) && s.data[s.pos] >= '1' && s.data[s.pos] <= '9':
 		s.digits()
 	default:
@@ -175,7 +172,7 @@ func (s *jsonScanner) str() (escaped bool, err error) {
 		escaped = true
 		s.pos++
 		if s.pos >= len(s.data) {
-			break
+			return false, s.syntax("unterminated string")
 		}
 		switch s.data[s.pos] {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
