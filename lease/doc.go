@@ -91,14 +91,80 @@
 // promotion claim whose claimer still claims or holds that epoch and has
 // not yet been Live at it for one HeartbeatInterval plus RelayDelay. The
 // claim read is the only evidence of a claimer nobody has heard with
-// quorum yet; afterwards its heartbeats are (a takeover or retake watches
-// N-M+1 relays for TakeoverAfter and hears any holder that had quorum
-// meanwhile, and any holder that had none fenced itself), and a claim by
-// revocation reads before any other claim of the epoch can exist
-// (RevocationDeadline). A revocation heard later says nothing about who
-// runs the workload now, so it starts nothing: a successor that heard it
-// late once claimed the epoch a takeover had already won, read relays that
-// had lost the winner's claim, and ran beside it for good.
+// quorum yet; afterwards its heartbeats are, on the live streams of the
+// relays (a takeover or retake shows TakeoverAfter of silence on the live
+// streams of N-M+1 relays, so it would have heard any holder that had
+// quorum meanwhile: see "The takeover argument"; storage is no evidence),
+// and a claim by revocation reads before any other claim of the epoch can
+// exist (RevocationDeadline). A revocation heard later says nothing about
+// who runs the workload now, so it starts nothing: a successor that heard
+// it late once claimed the epoch a takeover had already won, read relays
+// that had lost the winner's claim, and ran beside it for good.
+//
+// # The takeover argument
+//
+// Assumptions, named where a step uses them:
+//
+//	A1 clocks    each within ±MaxSkew/2 of true time, at most 1000 ppm off
+//	             in rate, never stepped
+//	A2 delivery  per connection, a relay hands each event it accepted to
+//	             every subscription that matches it; it never skips one on
+//	             a subscription it keeps (it ends the subscription, CLOSED,
+//	             or the connection instead); events it accepted at least
+//	             RelayDelay apart arrive in the order it accepted them; on
+//	             a link that is not cut, within RelayDelay. What a relay
+//	             serves from storage (a new subscription's catch-up) is no
+//	             part of it, nor what it accepted before the subscription
+//	             was caught up.
+//	A3 storage   as in "Relay storage" above
+//	A4 driver    reports a RelayGap before it feeds anything of a new
+//	             connection or of a REQ sent again, and every gap it knows
+//	             of (a CLOSED, a REQ closed before its replacement caught
+//	             up); feeds what a stream delivered in its order (an own
+//	             heartbeat fed ahead is Unordered until RelayShown)
+//	A5 margin    pauses, ticks, drift and the eviction's stop fit in
+//	             TakeoverAfter - TakeoverFloor (props.Assumptions)
+//
+// The steps, for a standby S that claims by takeover against holder H:
+//
+//  1. S's relay watch (watch.go): S claims only if, on a set R of N-M+1
+//     relays, each r in R has a live stream watched since w_r (RelaySynced,
+//     no RelayGap since), H's last heartbeat listing the workload came on
+//     it at h_r, and an own heartbeat created at or after c + RelayDelay
+//     came on it, for one instant c >= max(w_r, h_r) + TakeoverAfter.
+//  2. By A2 and A4, each r in R accepted no heartbeat of H listing the
+//     workload in (max(w_r, h_r), c]: r accepted S's own heartbeat after
+//     its creation, so at least RelayDelay after any such beat, which
+//     would have come before it on the same unbroken stream.
+//  3. H has quorum at t only with counting heartbeats seen on M relays in
+//     [t - Stale, t], and it counts its own heartbeat as seen at most
+//     1 s + RelayDelay after its created_at, on its own clock (A1: one
+//     clock, no steps). Any M relays include one of R (|R| = N-M+1), so H
+//     had no quorum from max(w_r, h_r) + Stale + RelayDelay + 1 s (plus
+//     MaxSkew for the two clocks, A1) until c.
+//  4. H therefore evicts itself T1+T2 after it lost quorum, by its clock,
+//     and cannot regain Live without a claim step; by Config.Validate
+//     (TakeoverAfter > T1+T2+Stale+MaxSkew+RelayDelay+1s: TakeoverFloor)
+//     and A5 its copy stopped before c.
+//  5. S claims at or after c + RelayDelay and starts only after the claim
+//     step (rule 8), whose reads meet every other claim of the epoch by
+//     quorum intersection and A3.
+//
+// The retake is the same with H any provider holding a higher epoch (its
+// claims and heartbeats), from the eviction on. The cost in liveness: a
+// takeover comes proofLag (HeartbeatInterval + 2*RelayDelay, 80 s with the
+// defaults) after TakeoverAfter of silence, and a relay's silence counts
+// only from its stream's last start: a standby whose connections break
+// more often than every TakeoverAfter on more than M-1 relays, or whose
+// own heartbeats do not come back, never takes over.
+//
+// Two holders of one epoch (possible only when a relay lost a protected
+// claim, outside A3) resolve by lease rank once each hears the other's
+// heartbeats; with 2M > N their quorum relays overlap, so they do while
+// both have quorum. The steps above use only the intersection of M and
+// N-M+1 relays, which holds for every M, so Config.Validate does not ask
+// for 2M > N; the agent says at start when a lease's quorum has no such
+// second line of defence.
 //
 // # States
 //
@@ -187,6 +253,13 @@
 //     EpochUnknown and its created_at: the machine alone decides whether it
 //     counts (an active claim of the next epoch when made after the current
 //     holder began, allowing MaxSkew) or is an old event to ignore.
+//   - Relay streams (watch.go): call RelayGap when a relay's live stream
+//     may have missed events (a connection ended or begins, before
+//     anything of the new one is fed; a CLOSED; a REQ sent again) and
+//     RelaySynced at each EOSE after it. Feed a relay's events in the
+//     order it delivered them; an own heartbeat fed ahead of events that
+//     came before it (for quorum) carries Heartbeat.Unordered, and
+//     RelayShown reports it once those were fed.
 //   - Heartbeats this provider publishes list Held(): the (workload, epoch)
 //     pairs it holds.
 //   - After a restart: Restore and perform its effects (they begin with a
@@ -194,8 +267,10 @@
 //     a stop persisted before the crash may never have been performed), then
 //     re-issue Outstanding() (claim-step requests; no AttemptRespawn before
 //     relay sync), subscribe, feed what each relay returns, and call
-//     RelaySynced on each relay's EOSE. Performing Restore's stops before
-//     the outbox sends anything keeps rule 7 across the crash. The sync's
+//     RelaySynced on each relay's EOSE (on every connection, and after
+//     every RelayGap: the takeover argument's A4). Performing Restore's
+//     stops before the outbox sends anything keeps rule 7 across the
+//     crash. The sync's
 //     last RelaySynced resumes Syncing workloads and starts Provisioning
 //     ones again (StartWorkload), and re-issues any AttemptRespawn whose
 //     RespawnDone the restart lost.
@@ -218,20 +293,21 @@
 // # Quorum and takeover bookkeeping
 //
 // Each provider named by a lease has a relay table: per relay, the local time
-// of its last counting heartbeat, the created_at of the last accepted one
-// (replays and older re-served events never count), and the start of its
-// current unbroken stretch of heartbeats (no gap above HeartbeatInterval +
-// RelayDelay). Quorum is a function of that table (QuorumUntil, updated in
-// O(N) per heartbeat), so Tick never scans observations. A standby counts the
-// holder's silence on a relay only from the latest of the holder's last claim
-// there and the start of its own unbroken stretch there, so that its own
-// outage or restart never passes for the holder's silence. The holder a
-// standby follows can be a guess (adoptSettled follows a rival whose claim
-// stood for the settle time; its withdrawal may have been lost): a heartbeat
-// of another provider listing the workload at the followed epoch makes that
-// provider the holder at once, so silence is only ever counted of the
-// provider heard holding the epoch. Tick lets Live,
-// Standby and Respawning workloads sleep until their next possible deadline
-// (for Respawning: the respawn's due time, eviction, expiry); any input that
-// could bring a deadline forward wakes them.
+// of its last counting heartbeat and the created_at of the last accepted one
+// (replays and older re-served events never count). Quorum is a function of
+// that table (QuorumUntil, updated in O(N) per heartbeat), so Tick never
+// scans observations. The machine also keeps, per relay and never persisted,
+// its watch of the relay's live stream (watch.go): when the stream began and
+// up to when it shows silence. A standby counts the holder's silence on a
+// relay only from the latest of the holder's last claim there, the start of
+// following the holder and the stream's start, and only up to what the
+// stream shows, so that its own outage, restart or a missed delivery never
+// passes for the holder's silence. The holder a standby follows can be a
+// guess (adoptSettled follows a rival whose claim stood for the settle time;
+// its withdrawal may have been lost): a heartbeat of another provider
+// listing the workload at the followed epoch makes that provider the holder
+// at once, so silence is only ever counted of the provider heard holding the
+// epoch. Tick lets Live, Standby and Respawning workloads sleep until their
+// next possible deadline (for Respawning: the respawn's due time, eviction,
+// expiry); any input that could bring a deadline forward wakes them.
 package lease

@@ -26,7 +26,13 @@ type Assumptions struct {
 	MaxDriftPPM int64
 	// MaxDelay bounds publish-to-delivery through a relay that is up, on a
 	// link that is not cut: lease.Config.RelayDelay. The claim step waits
-	// this long after M relays accepted a claim.
+	// this long after M relays accepted a claim. It is the timely part of
+	// the delivery assumption, whose other parts the simulator holds every
+	// world to: a relay never skips an event on a subscription it keeps (a
+	// lost message ends the connection, sim.LinkFaults), events accepted
+	// at least MaxDelay apart arrive in order on a connection (reordering
+	// is within a leg's delay), and a node hears of every new connection
+	// before anything it brings (sim.Node.Connected: lease's RelayGap).
 	MaxDelay time.Duration
 	// MaxPause bounds how long a provider's agent may stall while its
 	// workload keeps running: a GC pause, a frozen VM, or an agent crash and

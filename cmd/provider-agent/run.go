@@ -112,6 +112,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				"to anyone who can reach it; firewall the port or listen on 127.0.0.1", "listen", cfg.Agent.Listen)
 		}
 	}
+	if q, n := cfg.Lease.Quorum, len(cfg.Lease.Relays); 2*q <= n {
+		logger.Warn("lease.quorum is at most half of lease.relays: the single-writer rule holds, but two holders of one epoch "+
+			"(possible only when relays lose a claim outside the storage assumption) may keep their quorums on different relays "+
+			"and run until one loses it; a quorum above half lets them resolve (docs/reliability.md, \"Two holders of one epoch\")",
+			"quorum", q, "relays", n)
+	}
 	if err := os.MkdirAll(cfg.Agent.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}

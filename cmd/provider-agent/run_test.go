@@ -121,3 +121,24 @@ func TestAgentConfigMapsSettings(t *testing.T) {
 		t.Errorf("AgentConfig().Validate() = %v, want nil", err)
 	}
 }
+
+// TestRunWarnsOfAQuorumAtMostHalf: a quorum of at most half the relays is
+// allowed (the single-writer rule needs only M of N against N-M+1), with a
+// WARN that two holders of one epoch might not resolve; above half, none.
+func TestRunWarnsOfAQuorumAtMostHalf(t *testing.T) {
+	for _, tt := range []struct {
+		quorum string
+		warn   bool
+	}{{"1", true}, {"2", false}} {
+		dir := t.TempDir()
+		var out, errb bytes.Buffer
+		// No key file: run stops after its start checks, with exit 1.
+		args := []string{"run", "--data-dir", dir, "--quorum", tt.quorum,
+			"--relay", "ws://127.0.0.1:1", "--relay", "ws://127.0.0.1:2", "--relay", "ws://127.0.0.1:3"}
+		code := runMain(context.Background(), args, &out, &errb)
+		got := strings.Contains(errb.String(), "lease.quorum is at most half of lease.relays")
+		if code != 1 || got != tt.warn {
+			t.Fatalf("run --quorum %s of 3 relays = exit %d, warned %v (%q), want exit 1, warned %v", tt.quorum, code, got, errb.String(), tt.warn)
+		}
+	}
+}
