@@ -435,7 +435,7 @@ func (m *Machine) ObserveClaim(now time.Time, c PromotionClaim) []Effect {
 		}
 		found = true
 		if r.Epoch == c.Epoch {
-			return nil
+			return out // already a rival (out may hold the fence above)
 		}
 		w.Rivals[i] = RivalClaim{Claimer: c.Claimer, Epoch: c.Epoch, SeenAt: now}
 	}

@@ -144,3 +144,35 @@ func TestSilenceShownNeedsOneCommonStretch(t *testing.T) {
 }
 
 func relayURL(r int) string { return testRelays(3)[r-1] }
+
+// TestEvictedFencedByAClaimAlreadyARival: an evicted former holder that
+// recorded a claim of the next epoch as a rival while it tried to retake,
+// and went back to evicted (its clock turned suspect in the backoff), is
+// fenced when it hears that claim again, and says so (EnteredState): the
+// claim is fenced on, not dropped as a rival already known (props
+// TestMachineProperties, seed 13132000583938696460, after 1,847 checks).
+func TestEvictedFencedByAClaimAlreadyARival(t *testing.T) {
+	h, ev := evictedAlice(t)
+	back := ev + 60*s
+	h.reconnect(back)
+	var took time.Duration
+	for d := back; d <= back+3*h.m.Config().TakeoverAfter && took == 0; d += s {
+		if (d-back)%(60*s) == 0 {
+			h.hb(d, "alice", all3, []WorkloadEpoch{})
+		}
+		if hasEffect[PublishClaim](h.tick(d)) {
+			took = d
+		}
+	}
+	if took == 0 {
+		t.Fatal("alice never retook")
+	}
+	claim := PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true, Relay: relayURL(1), CreatedAt: at(took)}
+	h.m.ObserveClaim(at(took+s), claim)
+	h.wantEffects("ClaimPublished(too few)", h.m.ClaimPublished(at(took+2*s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 1}), "withdraw w1 epoch=2")
+	h.m.SetClockSuspect(at(took+3*s), true, "skew")
+	h.wantEffects("Tick(backoff over, clock suspect)", h.tick(took+2*s+h.m.Config().ClaimBackoff(1, h.m.byID["w1"].rank)),
+		"entered w1 promoting -> evicted epoch=1")
+	h.wantEffects("ObserveClaim(the same claim again)", h.m.ObserveClaim(at(took+10*time.Minute), claim),
+		"entered w1 evicted -> fenced epoch=1")
+}
