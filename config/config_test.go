@@ -162,7 +162,7 @@ func TestValidate(t *testing.T) {
 		{"zero stale", func(c *Config) { c.Lease.Stale = 0 }, "lease.stale = 0s: must be > 0"},
 		{"zero skew ok", func(c *Config) { c.Lease.MaxSkew = 0 }, ""},
 		{"takeover too short", func(c *Config) { c.Lease.TakeoverAfter = 640 * time.Second },
-			"lease.takeover_after = 10m40s: must exceed the holder's self-fencing time plus relay delay, t1+t2+stale+max_skew+relay_delay (10m40s)"},
+			"lease.takeover_after = 10m40s: must exceed the holder's self-fencing time plus relay delay and one second, t1+t2+stale+max_skew+relay_delay+1s (10m41s)"},
 		{"provision above t1+t2", func(c *Config) { c.Lease.ProvisionTimeout = 421 * time.Second }, "lease.provision_timeout = 7m1s: must be <= t1+t2 (7m0s)"},
 		{"claim retry max below base", func(c *Config) { c.Lease.ClaimRetryMax = time.Second }, "lease.claim_retry_max = 1s"},
 		{"claim timeout", func(c *Config) { c.Lease.ClaimTimeout = 0 }, "lease.claim_timeout = 0s: must be > 0"},
