@@ -220,6 +220,8 @@ type Deps struct {
 	// OnEvent receives timeline events (the demo prints them). It is called
 	// from the agent's goroutines and must not block.
 	OnEvent func(Event)
+	// Version names the running build on /status ("" leaves it out).
+	Version string
 }
 
 // Event is one notable thing the agent did or saw, for a human timeline.
@@ -286,6 +288,7 @@ type self struct {
 	self    string
 	name    string
 	onEvent func(Event)
+	version string // the build, for /status
 }
 
 // observable is the agent's own metrics, their registry and its status
@@ -447,7 +450,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg: cfg, logger: deps.Logger, now: deps.Now, pool: deps.Pool,
-		me:   self{keys: keys, self: keys.PublicKey(), onEvent: deps.OnEvent},
+		me:   self{keys: keys, self: keys.PublicKey(), onEvent: deps.OnEvent, version: deps.Version},
 		obs:  observable{reg: deps.Registerer, gatherer: deps.Gatherer},
 		data: dataState{db: deps.DB},
 		work: workloads{backend: deps.Backend},
@@ -797,6 +800,7 @@ func (a *Agent) Status() Status {
 		}
 	}
 	s.Relays = a.pool.Status()
+	s.Version = a.me.version
 	synced := 0
 	for _, r := range s.Relays {
 		if r.Connected && r.EOSE {

@@ -20,6 +20,9 @@ import (
 type Status struct {
 	// Provider is this agent's public key (npub).
 	Provider string `json:"provider"`
+	// Version is the running build ("v1.2.3 (commit …, go1.26.8)"); empty
+	// when read from the database.
+	Version string `json:"version,omitempty"`
 	// Source says where the document came from: "agent" (the running
 	// agent's endpoint) or "database" (read from the SQLite file while the
 	// agent is down).

@@ -402,7 +402,7 @@ func Load(path string) (Config, error) {
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("config: read %s: %w", path, err)
+		return Config{}, &parseError{msg: fmt.Sprintf("config: read %s: %v", path, err), err: err}
 	}
 	c, err := Parse(data)
 	if err != nil {

@@ -455,3 +455,38 @@ func TestSystemdUnits(t *testing.T) {
 		t.Fatalf("systemd-analyze verify %v: %v\n%s", names, err, out)
 	}
 }
+
+// TestUnitsStopOnConfigErrorsAndNameTheirDocs: a configuration error (exit
+// 78, EX_CONFIG, cmd/provider-agent's exitConfig) is not restarted for
+// ever, and every Documentation= of the units is a file of docs/ (which
+// the package installs under /usr/share/doc/provider-agent/docs).
+func TestUnitsStopOnConfigErrorsAndNameTheirDocs(t *testing.T) {
+	for _, unit := range []string{"provider-agent.service", "provider-agent-podman.service"} {
+		var docs []string
+		prevent := ""
+		for _, l := range unitLines(t, filepath.Join("systemd", unit)) {
+			if v, ok := strings.CutPrefix(l, "Documentation="); ok {
+				docs = append(docs, strings.Fields(v)...)
+			}
+			if v, ok := strings.CutPrefix(l, "RestartPreventExitStatus="); ok {
+				prevent = v
+			}
+		}
+		if !slices.Contains(strings.Fields(prevent), "78") {
+			t.Errorf("%s: RestartPreventExitStatus=%q, want 78 (a config error: restarting cannot fix it)", unit, prevent)
+		}
+		if len(docs) < 2 {
+			t.Errorf("%s: Documentation= names %v, want the deployment docs and the runbooks", unit, docs)
+		}
+		for _, d := range docs {
+			rel, ok := strings.CutPrefix(d, "file:/usr/share/doc/provider-agent/")
+			if !ok {
+				t.Errorf("%s: Documentation=%s, want a file the package installs under /usr/share/doc/provider-agent/", unit, d)
+				continue
+			}
+			if _, err := os.Stat(filepath.Join("..", rel)); err != nil {
+				t.Errorf("%s: Documentation=%s: %v", unit, d, err)
+			}
+		}
+	}
+}

@@ -60,3 +60,32 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	return m, nil
 }
+
+// PublishOutcomes are relay_publish_total's outcome values (OutcomeNotAwaited
+// is not counted).
+var PublishOutcomes = []Outcome{OutcomeAccepted, OutcomeRejected, OutcomeMuted, OutcomeTimedOut, OutcomeRateLimited, OutcomeFailed}
+
+// DroppedReasons are relay_frames_dropped_total's reason values.
+var DroppedReasons = []string{"unparsable", "unexpected_ok", "no_subscription", "stale_subscription"}
+
+// exportRelay creates relay u's series of every counter at 0, each bounded
+// label at every value: a counter is then a 0 series from the first scrape,
+// and increase() and the alerts see its first event (a series born at 1
+// reads as no increase).
+func (m *metrics) exportRelay(u string) {
+	m.connected.WithLabelValues(u).Set(0)
+	m.reconnect.WithLabelValues(u)
+	m.received.WithLabelValues(u)
+	m.pages.WithLabelValues(u)
+	for _, p := range []string{"true", "false"} {
+		m.closed.WithLabelValues(u, p)
+	}
+	for _, r := range DroppedReasons {
+		m.dropped.WithLabelValues(u, r)
+	}
+	for _, o := range PublishOutcomes {
+		for _, r := range ReasonLabels {
+			m.publish.WithLabelValues(u, string(o), r)
+		}
+	}
+}

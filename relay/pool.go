@@ -162,7 +162,7 @@ func New(cfg Config, opts Options) (*Pool, error) {
 		s := newSupervisor(p, u)
 		p.sups = append(p.sups, s)
 		p.byURL[u] = s
-		m.connected.WithLabelValues(u).Set(0)
+		m.exportRelay(u)
 	}
 	for _, s := range p.sups {
 		p.wg.Add(1)

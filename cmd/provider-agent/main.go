@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"provideragent/backend"
+	"provideragent/config"
 )
 
 // command is one subcommand of provider-agent.
@@ -72,6 +73,9 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		return exitCode(runVersion(ctx, args[1:], stdout, stderr), stderr)
+	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "provider-agent: unknown command %q (run 'provider-agent --help' for the list)\n", args[0])
@@ -80,14 +84,24 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitCode(c.run(ctx, args[1:], stdout, stderr), stderr)
 }
 
+// exitConfig is the exit status of an invalid configuration (a config
+// file that is missing or does not parse, a bad key, environment variable
+// or flag value): sysexits.h's EX_CONFIG. Restarting cannot fix it, so the
+// systemd units name it in RestartPreventExitStatus= instead of
+// restarting every RestartSec for ever.
+const exitConfig = 78
+
 func exitCode(err error, stderr io.Writer) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	fmt.Fprintf(stderr, "provider-agent: %v\n", err)
 	var ue *usageError
-	if errors.As(err, &ue) {
+	switch {
+	case errors.As(err, &ue):
 		return 2
+	case errors.Is(err, config.ErrInvalid):
+		return exitConfig
 	}
 	return 1
 }
@@ -108,7 +122,8 @@ Commands:`)
 		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, `
-Run 'provider-agent <command> --help' for a command's flags and an example.`)
+Run 'provider-agent <command> --help' for a command's flags and an example;
+'provider-agent --version' prints the build.`)
 }
 
 // newFlagSet returns a FlagSet that prints usage (with the given text and an

@@ -19,10 +19,17 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"provideragent/agent"
+	"provideragent/courier"
+	"provideragent/heartbeat"
+	"provideragent/internal/buildinfo"
 	"provideragent/internal/devblossom"
 	"provideragent/internal/relaytest"
+	"provideragent/internal/sqlitedb"
+	"provideragent/relay"
+	"provideragent/uploader"
 )
 
 // metricDoc is one documented metric: the metric tables in docs/ are
@@ -108,6 +115,8 @@ var documentedMetrics = []metricDoc{
 		help: "workload rows the periodic save wrote (changed by inputs without an effect; a step writes its own)"},
 	{section: "agent", name: "agent_clock_offset_seconds", typ: "gauge",
 		help: "the relays' clock minus this node's (median of the relays' HTTP `Date` at the last clock check); positive: this clock is slow"},
+	{section: "agent", name: "provider_agent_build_info", typ: "gauge", labels: []string{"version", "revision", "goversion", "tags"},
+		help: "always 1; its labels name the running build (`provider-agent version`): module version, commit (12 hex digits, `+dirty` for a modified work tree), Go version, build tags"},
 	{section: "agent", name: "agent_clock_suspect", typ: "gauge",
 		help: "1 while this node's clock is outside the bound (max(max_skew/2, 2 s)) of the relays': no takeover, and held workloads with a standby are fenced"},
 
@@ -130,11 +139,16 @@ var documentedMetrics = []metricDoc{
 	{section: "relay", name: "relay_messages_received_total", typ: "counter", labels: []string{"relay"},
 		help: "frames received"},
 	{section: "relay", name: "relay_publish_total", typ: "counter", labels: []string{"relay", "outcome", "reason"},
-		help: "publish outcomes (`accepted`, `rejected`, `rate_limited`, `muted`, `timed_out`, `failed`) by reason: the relay's prefix class, `none`, `other`, or a local cause (`not_connected`, `connection_lost`, `no_ok`, `too_large`, `encode`, `pool_closed`)"},
+		values: map[string][]string{"outcome": publishOutcomes(), "reason": relay.ReasonLabels},
+		help:   "publish outcomes by reason: the relay's prefix class, `none` (no reason given), `other` (no known prefix), or a local cause; every pair is exported at 0 from the start (120 series per relay), so `increase()` sees a relay's first refusal"},
 	{section: "relay", name: "relay_subscription_closed_total", typ: "counter", labels: []string{"relay", "permanent"},
-		help: "CLOSED frames for our subscriptions, by whether the reason is permanent (`true`, `false`)"},
+		values: map[string][]string{"permanent": {"true", "false"}},
+		help:   "CLOSED frames for our subscriptions, by whether the reason is permanent (`true`, `false`)"},
 	{section: "relay", name: "relay_frames_dropped_total", typ: "counter", labels: []string{"relay", "reason"},
-		help: "frames ignored (`unparsable`, `unexpected_ok`, `no_subscription`, `stale_subscription`)"},
+		values: map[string][]string{"reason": relay.DroppedReasons},
+		help:   "frames ignored: unparsable, an OK for no publish of ours, an event for no subscription of ours or for a replaced one"},
+	{section: "relay", name: "relay_catchup_pages_total", typ: "counter", labels: []string{"relay"},
+		help: "pages read because a filter returned the relay's limit of stored events (subscription catch-up after a reconnect, and queries)"},
 
 	{section: "courier", name: "courier_flush_attempt_total", typ: "counter",
 		help: "deliveries attempted"},
@@ -161,6 +175,15 @@ var documentedMetrics = []metricDoc{
 		help: "in-call retries of partial uploads by the retry decorator"},
 	{section: "uploader", name: "uploader_bytes_uploaded_total", typ: "counter",
 		help: "bytes of tiles the servers accepted, summed over servers"},
+}
+
+// publishOutcomes are relay_publish_total's outcome values.
+func publishOutcomes() []string {
+	out := make([]string, len(relay.PublishOutcomes))
+	for i, o := range relay.PublishOutcomes {
+		out[i] = string(o)
+	}
+	return out
 }
 
 // undocumentedPrefixes are the Go client's own collectors.
@@ -492,4 +515,108 @@ func TestDocMetricTables(t *testing.T) {
 			t.Errorf("no file of the docs has a generated metrics block for %q (<!-- metrics:%s ... --> ... <!-- /metrics:%s -->)", s, s, s)
 		}
 	}
+	// Every metric a component of the agent registers is in a table, and
+	// every row is a registered metric: a metric that only appears after
+	// an event (relay_catchup_pages_total did) cannot escape the tables.
+	registered := registeredMetrics(t)
+	for name, typ := range registered {
+		i := slices.IndexFunc(documentedMetrics, func(d metricDoc) bool { return d.name == name })
+		switch {
+		case i < 0:
+			t.Errorf("%s (%s) is registered but in no metric table: add it to documentedMetrics and run -update-docs", name, typ)
+		case typ != "" && documentedMetrics[i].typ != typ:
+			t.Errorf("%s is registered as a %s, documented as a %s", name, typ, documentedMetrics[i].typ)
+		}
+	}
+	for _, d := range documentedMetrics {
+		if _, ok := registered[d.name]; !ok {
+			t.Errorf("%s is documented but no component registers it", d.name)
+		}
+	}
 }
+
+// describing records the name of every metric of every collector
+// registered through it (a vector without a series yet included, which
+// Gather would leave out).
+type describing struct {
+	prometheus.Registerer
+	names map[string]string
+}
+
+var descName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (d *describing) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc, 16)
+	go func() { c.Describe(ch); close(ch) }()
+	for desc := range ch {
+		if m := descName.FindStringSubmatch(desc.String()); m != nil {
+			d.names[m[1]] = ""
+		}
+	}
+	return d.Registerer.Register(c)
+}
+
+func (d *describing) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := d.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// registeredMetrics registers, on one registry, what run registers (the
+// agent's, the wire layer's, a relay pool's, the courier's, the
+// uploader's metrics and the build info) and returns every metric name
+// with its type ("" for a vector with no series yet); the Go client's own
+// collectors are left out.
+func registeredMetrics(t *testing.T) map[string]string {
+	t.Helper()
+	r := prometheus.NewRegistry()
+	reg := &describing{Registerer: r, names: map[string]string{}}
+	if err := agent.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := heartbeat.NewIngestor(heartbeat.DefaultConfig(), openPolicy{}, reg, nil); err != nil {
+		t.Fatal(err)
+	}
+	rcfg := relay.DefaultConfig()
+	rcfg.URLs = []string{"ws://127.0.0.1:1"}
+	pool, err := relay.New(rcfg, relay.Options{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	db, err := sqlitedb.Open(context.Background(), filepath.Join(t.TempDir(), "metrics.db"), sqlitedb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c, err := courier.Open(context.Background(), db, courier.DefaultConfig(), courier.Deps{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := uploader.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if err := buildinfo.Register(reg, buildinfo.Read()); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := r.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := reg.names
+	for _, mf := range mfs {
+		out[mf.GetName()] = strings.ToLower(mf.GetType().String())
+	}
+	return out
+}
+
+// openPolicy is a heartbeat.SignerPolicy that allows everything (only its
+// metrics are used).
+type openPolicy struct{}
+
+func (openPolicy) CurrentPrimary(string) (string, bool) { return "", false }
+func (openPolicy) IsMember(string, string) bool         { return true }
+func (openPolicy) AllowedIssuer(string) bool            { return true }

@@ -20,6 +20,7 @@ import (
 	"provideragent/agent"
 	"provideragent/backend"
 	"provideragent/config"
+	"provideragent/internal/buildinfo"
 	"provideragent/internal/sdnotify"
 	"provideragent/internal/sqlitedb"
 	"provideragent/uploader"
@@ -129,6 +130,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer held.Close()
 	secret := held.secret
+	build := buildinfo.Read()
+	logger.Info("provider-agent starting", "version", build.Version, "commit", build.Commit(), "go", build.GoVersion, "tags", build.Tags,
+		"data_dir", cfg.Agent.DataDir)
 	db, err := sqlitedb.Open(ctx, cfg.DBPath(), sqlitedb.Options{})
 	if err != nil {
 		return diagnoseDB(cfg.DBPath(), err)
@@ -141,6 +145,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := buildinfo.Register(reg, build); err != nil {
+		_ = proc.Close(context.Background())
+		return err
+	}
 	up, ckpt, err := buildUploader(ctx, cfg, db, secret, reg, logger)
 	if err != nil {
 		_ = proc.Close(context.Background())
@@ -148,7 +156,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	a, err := agent.New(ctx, cfg.AgentConfig(secret), agent.Deps{
 		DB: db, Logger: logger, Backend: proc, Registerer: reg, Gatherer: reg, Uploader: up,
-		Listener: ln, UploadInterval: uploadInterval, Checkpoints: ckpt,
+		Listener: ln, UploadInterval: uploadInterval, Checkpoints: ckpt, Version: build.String(),
 	})
 	if err != nil {
 		_ = proc.Close(context.Background())
@@ -258,7 +266,7 @@ func buildUploader(ctx context.Context, cfg config.Config, db *sql.DB, secret st
 func newLogger(l config.LogSection, w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(l.Level)); err != nil {
-		return nil, fmt.Errorf("log.level = %q: want debug, info, warn or error", l.Level)
+		return nil, fmt.Errorf("log.level = %q: want debug, info, warn or error: %w", l.Level, config.ErrInvalid)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(l.Format) {
@@ -267,5 +275,5 @@ func newLogger(l config.LogSection, w io.Writer) (*slog.Logger, error) {
 	case "text", "":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("log.format = %q: want text or json", l.Format)
+	return nil, fmt.Errorf("log.format = %q: want text or json: %w", l.Format, config.ErrInvalid)
 }

@@ -243,6 +243,15 @@ func TestMissingCommandShowsItsReason(t *testing.T) {
 	if !strings.Contains(live.stdout, "source: agent") || !strings.Contains(live.stdout, "broken: failed: exit 127 (command not found)") {
 		t.Errorf("status (live) = %q, want the reason line", live.stdout)
 	}
+	// The build, as 'provider-agent version' prints it, on /status, in
+	// status and in the start log.
+	version := strings.TrimPrefix(strings.TrimSpace(must(t, nil, "version").stdout), "provider-agent ")
+	if st.Version != version || !strings.Contains(live.stdout, "version "+version) {
+		t.Errorf("/status version = %q, status = %q; want %q", st.Version, live.stdout, version)
+	}
+	if !strings.Contains(a.stderr.String(), `msg="provider-agent starting" version=`) {
+		t.Errorf("run's log has no start line with the version:\n%s", a.stderr.String())
+	}
 	a.stop(t)
 	db := must(t, nil, "status", "--config", cfg)
 	if !strings.Contains(db.stdout, "broken: failed: exit 127 (command not found)") || !strings.Contains(db.stdout, "no-such-tool-4711") {

@@ -165,6 +165,9 @@ func printStatus(w io.Writer, st agent.Status) {
 		who = "(unknown: agent down)"
 	}
 	fmt.Fprintf(w, "provider %s (source: %s, synced: %v)\n", who, st.Source, st.Synced)
+	if st.Version != "" {
+		fmt.Fprintf(w, "version %s\n", st.Version)
+	}
 	if st.ContainmentWarning != "" {
 		fmt.Fprintf(w, "WARNING: workloads are not fully contained (%s): %s\n", st.Containment, st.ContainmentWarning)
 	}
