@@ -61,13 +61,29 @@ func ExitReason(logPath string) string {
 			if strings.HasPrefix(out, logMarker) {
 				break // the previous run's end: this run printed nothing
 			}
-			if out != "" {
+			if out != "" && !uninformative(out) {
 				return what + ": " + oneLine(out, 300)
 			}
 		}
 		return what
 	}
 	return ""
+}
+
+// uninformativeLines are podman's words for a failure whose cause is on a
+// line before them: "Error: ... container create failed (no logs from
+// conmon): ..." follows the OCI runtime's own line ("error setting rlimit
+// type 7: operation not permitted"), which is the reason to show.
+var uninformativeLines = []string{"no logs from conmon"}
+
+// uninformative reports whether a line of output names no cause of its own.
+func uninformative(line string) bool {
+	for _, u := range uninformativeLines {
+		if strings.Contains(line, u) {
+			return true
+		}
+	}
+	return false
 }
 
 // oneLine folds white space and truncates s to n bytes.

@@ -26,6 +26,13 @@ func TestExitReason(t *testing.T) {
 		{"respawn started", "boom\n=== provider-agent: w ended: exit 1\n=== provider-agent: start w epoch 2 at 2026-11-23T09:00:00Z: [\"sh\" \"-c\" \"x\"]\n",
 			"exit 1: boom"},
 		{"empty", "", ""},
+		{"podman: the OCI runtime's line, not conmon's", "=== provider-agent: start c epoch 1 at 2026-11-28T09:00:00Z: image localhost/bb:1 [\"sleep\" \"9\"]\n" +
+			"error setting rlimit type 7: operation not permitted\n" +
+			"Error: OCI runtime error: crun: container create failed (no logs from conmon): conmon bytes \"\": readObjectStart: expect { or n, but found \x00\n" +
+			"=== provider-agent: c ended: exit 126\n",
+			"exit 126 (command not executable): error setting rlimit type 7: operation not permitted"},
+		{"only conmon's line", "Error: container create failed (no logs from conmon)\n=== provider-agent: c ended: exit 126\n",
+			"exit 126 (command not executable)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 func init() {
 	register(command{
 		name:    "doctor",
-		summary: "check a node before it joins a fleet: config, key, data dir, relays, clock, containment, isolation, Blossom, disk",
+		summary: "check a node before it joins a fleet: config, key, data dir, relays, clock, containment, isolation, podman, Blossom, disk",
 		run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runDoctor(ctx, args, stdout, doctorEnv{now: time.Now, environ: os.Environ()})
 		},
@@ -39,11 +39,16 @@ and prints one line per check:
   isolation    as which users workloads would run (a uid of their own, or
                backend.workload_user); fails when no workload could start
                (isolation needs root) or with backend.isolation = none
+  podman       with backend.kind = podman: the podman binary, its OCI runtime
+               and one throwaway container run with backend.podman_run_args
+               and the backend's own options (its image, one static program
+               that exits 0, is imported and removed again)
   blossom      per uploader.servers entry: reachable (HEAD /upload)
   disk         free space where the data dir is, at least --min-free-mib
 
 It publishes one ephemeral event (kind 20385, which no relay stores and the
-agent never reads) to test writes, and changes no file. It exits 0 only when
+agent never reads) to test writes, and changes no file (the podman check's
+image and container are removed again). It exits 0 only when
 every check passes, 1 otherwise (a check that does not apply, such as
 blossom without servers, is "skip" and passes). Run it as the user the agent
 runs as: containment, isolation and file access depend on it.

@@ -36,7 +36,7 @@ func doctorChecks(ctx context.Context, flags *config.Flags, opts doctorOptions, 
 	cfg, err := flags.Resolve(env.environ)
 	if err != nil {
 		out := []checkResult{{Check: "config", Target: source, Status: checkFail, Detail: err.Error()}}
-		for _, c := range []string{"key file", "data dir", "relay", "clock", "containment", "isolation", "blossom", "disk"} {
+		for _, c := range []string{"key file", "data dir", "relay", "clock", "containment", "isolation", "podman", "blossom", "disk"} {
 			out = append(out, checkResult{Check: c, Status: checkSkip, Detail: "not checked: the config is invalid"})
 		}
 		return out
@@ -49,15 +49,17 @@ func doctorChecks(ctx context.Context, flags *config.Flags, opts doctorOptions, 
 	nctx, cancel := context.WithTimeout(ctx, opts.timeout)
 	defer cancel()
 	var relays, blossom []checkResult
-	var clock checkResult
+	var clock, podman checkResult
 	var wg sync.WaitGroup
 	wg.Go(func() { relays = checkRelays(nctx, cfg, secret, opts, env.now) })
 	wg.Go(func() { clock = checkClock(nctx, cfg, env.now) })
 	wg.Go(func() { blossom = checkBlossom(nctx, cfg) })
+	// Not bound by --timeout: a first podman run may take its time.
+	wg.Go(func() { podman = checkPodman(ctx, cfg) })
 	containment, isolation := checkContainment(cfg), checkIsolation(cfg)
 	wg.Wait()
 	out = append(out, relays...)
-	out = append(out, clock, containment, isolation)
+	out = append(out, clock, containment, isolation, podman)
 	out = append(out, blossom...)
 	return append(out, checkDisk(cfg, opts.minFreeMiB))
 }
@@ -419,6 +421,40 @@ func checkIsolation(cfg config.Config) checkResult {
 	default:
 		// The warning says that no workload starts, why, and the fix.
 		r.Detail = iso.Warning
+	}
+	return r
+}
+
+// checkPodman checks, with backend.kind = podman, the podman backend as
+// run will use it: the podman binary, its OCI runtime, and one throwaway
+// container run with backend.podman_run_args and the backend's own
+// options (backend.ProbePodman).
+func checkPodman(ctx context.Context, cfg config.Config) checkResult {
+	r := checkResult{Check: "podman", Status: checkFail}
+	if cfg.Backend.Kind != "podman" {
+		r.Status, r.Detail = checkSkip, "backend.kind = "+cfg.Backend.Kind+": no containers"
+		return r
+	}
+	pr, err := backend.ProbePodman(ctx, cfg.PodmanConfig())
+	r.Target = pr.Podman
+	if r.Target == "" {
+		r.Target = cfg.Backend.Podman
+	}
+	switch {
+	case errors.Is(err, backend.ErrPodmanProbe):
+		r.Detail = fmt.Sprintf("podman %s, runtime %s: %v: every container would fail so (set backend.podman_run_args: "+
+			"on hosts with low nofile/nproc limits or hybrid cgroups, [\"--runtime\", \"runc\", \"--ulimit\", \"nofile=1024:1024\", \"--ulimit\", \"nproc=4096:4096\"])",
+			pr.Version, pr.Runtime, err)
+	case err != nil:
+		r.Detail = err.Error()
+	default:
+		who := "the image's user"
+		if pr.User != "" {
+			who = "uid:gid " + pr.User
+		}
+		r.Status = checkOK
+		r.Detail = fmt.Sprintf("podman %s, runtime %s; a throwaway container ran with podman_run_args %q as %s in %v",
+			pr.Version, pr.Runtime, cfg.Backend.PodmanRunArgs, who, pr.Took.Round(time.Millisecond))
 	}
 	return r
 }
