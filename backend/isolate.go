@@ -320,8 +320,12 @@ func (w *workdirs) open(dir, label string) error {
 	w.root = filepath.Join(dir, label)
 	if w.isolate {
 		if err := reachable(w.root); err != nil {
-			return fmt.Errorf("backend: workload_dir %s: %w: workload users could not reach their directories; "+
-				"pick a directory whose parents others may search (chmod o+x), such as /var/lib/provider-agent/workloads", dir, err)
+			var closed *closedDirError
+			if errors.As(err, &closed) {
+				return fmt.Errorf("backend: workload_dir %s: %w: workload users could not reach their directories; "+
+					"run 'chmod o+x %s', or pick a workload_dir whose parents others may search", dir, err, closed.path)
+			}
+			return fmt.Errorf("backend: workload_dir %s: %w", dir, err)
 		}
 	}
 	ents, err := os.ReadDir(w.root)
@@ -514,6 +518,15 @@ func mkdirAllSearchable(dir string) error {
 	return nil
 }
 
+// closedDirError is a directory on the way to the workload dir that
+// others may not search.
+type closedDirError struct {
+	path string
+	mode os.FileMode
+}
+
+func (e *closedDirError) Error() string { return fmt.Sprintf("%s has mode %04o", e.path, e.mode) }
+
 // reachable checks that a user other than the owner may search dir and
 // every directory above it (those that do not exist yet are made so).
 func reachable(dir string) error {
@@ -530,7 +543,7 @@ func reachable(dir string) error {
 			return err
 		}
 		if st.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("%s has mode %04o", p, st.Mode().Perm())
+			return &closedDirError{path: p, mode: st.Mode().Perm()}
 		}
 		if p == "/" || p == filepath.Dir(p) {
 			return nil

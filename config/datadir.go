@@ -3,7 +3,9 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 )
 
 // ErrDataDirMode means the data dir grants some permission to group or
@@ -25,6 +27,45 @@ func CheckDataDirMode(path string) error {
 	if perm := st.Mode().Perm(); perm&0o077 != 0 {
 		return fmt.Errorf("data dir %s: mode %04o lets group or others into it (the database, the key file, workload logs); run 'chmod 700 %s': %w",
 			path, perm, path, ErrDataDirMode)
+	}
+	return nil
+}
+
+// MakeDataDir creates the data dir at path mode 0700 when it is missing,
+// and its missing parents mode 0755 whatever the umask: a parent also
+// holds what others must reach (backend.workload_dir's default,
+// /var/lib/provider-agent/workloads, lies beside the data dir, and
+// workload users must search its parent). Directories that exist are
+// left as they are.
+func MakeDataDir(path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for p := abs; ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, p)
+		if p == filepath.Dir(p) {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		mode := os.FileMode(0o755)
+		if i == 0 {
+			mode = 0o700
+		}
+		if err := os.Mkdir(missing[i], mode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		} else if err == nil {
+			if err := os.Chmod(missing[i], mode); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -109,7 +109,8 @@ func (a *agentFiles) dbPath() (string, error) {
 }
 
 // openDB opens the database at dbPath with sqlitedb's settings. With create
-// it makes the file's directory (0700) and the file when missing; without,
+// it makes the file's directory (0700, its missing parents 0755, as run
+// does) and the file when missing; without,
 // a missing file is an error naming the path and how to pick another.
 func (a *agentFiles) openDB(ctx context.Context, create bool) (*sql.DB, string, error) {
 	path, err := a.dbPath()
@@ -117,7 +118,7 @@ func (a *agentFiles) openDB(ctx context.Context, create bool) (*sql.DB, string, 
 		return nil, "", err
 	}
 	if create {
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		if err := config.MakeDataDir(filepath.Dir(path)); err != nil {
 			return nil, path, fmt.Errorf("create database directory: %w", err)
 		}
 	} else if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {

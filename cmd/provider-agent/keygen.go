@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 
 	"provideragent/config"
@@ -23,7 +22,8 @@ const keygenUsage = `Usage: provider-agent keygen --out FILE
 
 Creates a new secp256k1 identity key for the agent and writes the secret as
 64 hex characters to FILE with mode 0600, creating FILE's directory (mode
-0700) when missing. It refuses to overwrite an existing file. It prints the
+0700) when missing, and its missing parents mode 0755 (workload users must
+reach backend.workload_dir, which lies beside the data dir by default). It refuses to overwrite an existing file. It prints the
 public key as npub and as hex (give these to lease issuers and to the other
 providers); the secret is never printed.
 
@@ -40,8 +40,9 @@ func runKeygen(_ context.Context, args []string, stdout, _ io.Writer) error {
 	if *out == "" {
 		return usagef("keygen: --out FILE is required")
 	}
-	// A fresh data dir: create it (mode 0700), as run would.
-	if err := os.MkdirAll(filepath.Dir(*out), 0o700); err != nil {
+	// A fresh data dir: create it (mode 0700) as run would, and its
+	// missing parents 0755 (the workloads' directories go beside it).
+	if err := config.MakeDataDir(filepath.Dir(*out)); err != nil {
 		return fmt.Errorf("keygen: create directory: %w", err)
 	}
 	pub, err := config.GenerateKeyFile(*out)

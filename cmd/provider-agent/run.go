@@ -119,7 +119,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			"and run until one loses it; a quorum above half lets them resolve (docs/reliability.md, \"Two holders of one epoch\")",
 			"quorum", q, "relays", n)
 	}
-	if err := os.MkdirAll(cfg.Agent.DataDir, 0o700); err != nil {
+	if err := config.MakeDataDir(cfg.Agent.DataDir); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
 	// One agent per data dir, for the whole run (released when run returns,

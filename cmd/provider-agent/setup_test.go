@@ -25,13 +25,16 @@ import (
 // fresh checkout: keygen creates the key's directory, mode 0700.
 func TestKeygenCreatesTheDirectory(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "data")
+	// Two missing levels, as /var/lib/provider-agent/data on a fresh host:
+	// the parent must stay searchable for the workload dir beside it.
+	parent := filepath.Join(t.TempDir(), "provider-agent")
+	dir := filepath.Join(parent, "data")
 	key := filepath.Join(dir, "identity.key")
 	r := must(t, nil, "keygen", "--out", key)
 	if !strings.Contains(r.stdout, "npub1") {
 		t.Errorf("keygen stdout = %q, want the npub", r.stdout)
 	}
-	for path, want := range map[string]os.FileMode{dir: 0o700, key: 0o600} {
+	for path, want := range map[string]os.FileMode{parent: 0o755, dir: 0o700, key: 0o600} {
 		st, err := os.Stat(path)
 		if err != nil {
 			t.Fatalf("after keygen: %v", err)
