@@ -98,7 +98,7 @@ type Podman struct {
 	logger   *slog.Logger
 	holders  *Process
 	instance string // names this backend's containers
-	envDir   string // private: the containers' env files
+	envDir   string // private: the containers' env files, and podman's working directory
 
 	mu     sync.Mutex
 	ctrs   map[string]*container
@@ -351,6 +351,10 @@ func (p *Podman) launch(ctx context.Context, c *container, spec StartSpec, im im
 	fmt.Fprintf(f, logMarker+"start %s epoch %d at %s: image %s %q\n",
 		spec.WorkloadID, spec.Epoch, p.holders.cfg.Now().UTC().Format(time.RFC3339), im.Ref, argv)
 	cmd := exec.Command(p.cfg.Podman, args...)
+	// A directory of the backend's own, not the agent's: podman and conmon
+	// leave files in their working directory (an empty "oom" after an OOM
+	// kill).
+	cmd.Dir = p.envDir
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group: a terminal's ^C to the agent stops nothing.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -396,8 +400,9 @@ func (p *Podman) wait(c *container) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, p.cfg.Podman, "inspect", "--format", "{{.State.OOMKilled}}", c.name).Output(); err == nil &&
-		strings.TrimSpace(string(out)) == "true" {
+	inspect := exec.CommandContext(ctx, p.cfg.Podman, "inspect", "--format", "{{.State.OOMKilled}}", c.name)
+	inspect.Dir = p.envDir
+	if out, err := inspect.Output(); err == nil && strings.TrimSpace(string(out)) == "true" {
 		note += " (out of memory)"
 	}
 	// Whatever the container left in the namespace goes with it; a stuck
@@ -409,7 +414,9 @@ func (p *Podman) wait(c *container) {
 		p.holders.killHolder(c.id)
 		<-c.holder
 	}
-	if out, err := exec.CommandContext(ctx, p.cfg.Podman, "rm", "--force", "--time", "0", c.name).CombinedOutput(); err != nil {
+	rm := exec.CommandContext(ctx, p.cfg.Podman, "rm", "--force", "--time", "0", c.name)
+	rm.Dir = p.envDir
+	if out, err := rm.CombinedOutput(); err != nil {
 		p.logger.Warn("could not remove a container (the next start removes it)", "workload", c.id, "container", c.name,
 			"err", err, "output", strings.TrimSpace(string(out)))
 	}

@@ -106,6 +106,28 @@ func TestPodmanRunsAnImage(t *testing.T) {
 	}
 }
 
+// TestPodmanRunsInItsOwnDirectory: podman run works in the backend's own
+// directory, not the agent's working directory, where podman and conmon
+// would leave files (an empty "oom" after an OOM kill).
+func TestPodmanRunsInItsOwnDirectory(t *testing.T) {
+	t.Parallel()
+	p := newPodmanTest(t, time.Second)
+	if err := p.Start(context.Background(), bbSpec("cwd", 1, imagespec.Image{}, "sleep 30")); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	pid := p.ctrs["cwd"].cmd.Process.Pid
+	p.mu.Unlock()
+	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+	agentCwd, _ := os.Getwd()
+	if err != nil || cwd != p.envDir || cwd == agentCwd {
+		t.Errorf("podman run's working directory = %q (%v), want the backend's own %s", cwd, err, p.envDir)
+	}
+	if err := p.Stop(context.Background(), "cwd", "test"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPodmanStop: Stop ends a container that ignores SIGTERM with SIGKILL
 // after the grace, and one that handles it with its own status; both are
 // reported stopped and leave no container.

@@ -86,6 +86,24 @@ func (a *agentFiles) config() (config.Config, error) {
 	return a.loaded.cfg, a.loaded.err
 }
 
+// leaseGiven reports whether the lease's relays or quorum were chosen on
+// the command line or in the environment: a config file (--config,
+// $PROVIDER_AGENT_CONFIG), --relay or --quorum, $PROVIDER_AGENT_LEASE_RELAYS
+// or $PROVIDER_AGENT_LEASE_QUORUM.
+func (a *agentFiles) leaseGiven() bool {
+	for _, f := range []string{"config", "relay", "quorum"} {
+		if _, ok := a.set(f); ok {
+			return true
+		}
+	}
+	for _, e := range []string{"PROVIDER_AGENT_CONFIG", "PROVIDER_AGENT_LEASE_RELAYS", "PROVIDER_AGENT_LEASE_QUORUM"} {
+		if os.Getenv(e) != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // dbPath is the database file: --db, else the config's DBPath when --config
 // or --data-dir is on the command line, else $PROVIDER_AGENT_DB, else the
 // config's DBPath (config file, environment, defaults).

@@ -130,6 +130,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer held.Close()
 	secret := held.secret
+	if err := writeLeaseSettings(cfg, flags.Path(os.Environ())); err != nil {
+		return err
+	}
 	build := buildinfo.Read()
 	logger.Info("provider-agent starting", "version", build.Version, "commit", build.Commit(), "go", build.GoVersion, "tags", build.Tags,
 		"data_dir", cfg.Agent.DataDir)

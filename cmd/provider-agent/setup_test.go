@@ -65,7 +65,8 @@ func TestGrantWithStandbyWithoutPublishWarns(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	self := newKey(t, filepath.Join(dir, "identity.key"))
 	standby, _ := nostr.GetPublicKey(nostr.GeneratePrivateKey())
-	r := must(t, nil, "workloads", "grant", "--data-dir", dir, "--id", "web-1", "--command", "sleep 100", "--standby", standby)
+	lease := []string{"--relay", "ws://127.0.0.1:1", "--quorum", "1"}
+	r := must(t, nil, append([]string{"workloads", "grant", "--data-dir", dir, "--id", "web-1", "--command", "sleep 100", "--standby", standby}, lease...)...)
 	for _, want := range []string{"warning", "--publish", "agent.trusted_issuers", npubOf(t, self)} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("grant --standby without --publish: stderr %q lacks %q", r.stderr, want)
@@ -75,7 +76,7 @@ func TestGrantWithStandbyWithoutPublishWarns(t *testing.T) {
 		t.Errorf("grant did not create the database: %v", err)
 	}
 	// Without standbys there is nothing to warn about.
-	r = must(t, nil, "workloads", "grant", "--data-dir", dir, "--id", "solo", "--command", "sleep 100")
+	r = must(t, nil, append([]string{"workloads", "grant", "--data-dir", dir, "--id", "solo", "--command", "sleep 100"}, lease...)...)
 	if strings.Contains(r.stderr, "warning") {
 		t.Errorf("grant without standbys: stderr %q, want no warning", r.stderr)
 	}
@@ -298,7 +299,7 @@ func TestReadOnlyDataDirReportsTheCause(t *testing.T) {
 	dir := filepath.Join(base, "data")
 	newKey(t, filepath.Join(dir, "identity.key"))
 	primary, _ := nostr.GetPublicKey(nostr.GeneratePrivateKey())
-	must(t, nil, "workloads", "grant", "--data-dir", dir, "--id", "w1", "--primary", primary, "--command", "sleep 100")
+	must(t, nil, "workloads", "grant", "--data-dir", dir, "--id", "w1", "--primary", primary, "--command", "sleep 100", "--relay", "ws://127.0.0.1:1", "--quorum", "1")
 	// What an earlier run leaves: the lock file and the log dir.
 	if err := os.WriteFile(filepath.Join(dir, lockFileName), nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -343,7 +344,7 @@ func TestReadOnlyDataDirReportsTheCause(t *testing.T) {
 	// problem, not "no such file" or SQLite's "readonly database" alone.
 	for _, args := range [][]string{
 		{"run", "--data-dir", dir, "--relay", "ws://127.0.0.1:1", "--quorum", "1", "--listen", ""},
-		{"workloads", "grant", "--data-dir", dir, "--id", "w2", "--primary", primary, "--command", "sleep 100"},
+		{"workloads", "grant", "--data-dir", dir, "--id", "w2", "--primary", primary, "--command", "sleep 100", "--relay", "ws://127.0.0.1:1", "--quorum", "1"},
 		{"status", "--data-dir", dir, "--url", "http://127.0.0.1:1/status"},
 		{"courier", "list", "--data-dir", dir},
 	} {

@@ -64,6 +64,15 @@ before or after the subcommand's arguments.
 Keys are hex or npub; --primary defaults to this agent's own key. grant
 creates the database (and the data dir, mode 0700) when missing.
 
+A grant names the relays and quorum it is judged over, which must be those
+the agent runs with (it refuses any other: lease relay set mismatch). They
+come from --config (the agent's file), --relay and --quorum, or
+PROVIDER_AGENT_LEASE_*; with none of these, from <data_dir>/lease-settings.json,
+which run writes at start. With none of these and no run yet on the data
+dir, grant refuses and says so. A grant that names other relays than the
+running agent's is refused; than those of an agent that is not running,
+warned about.
+
 How standbys learn a workload: a grant is local to this agent's database
 until it is published. --publish signs it with this agent's key file (the
 issuer) and publishes it (kind 38388) to the configured relays; every
@@ -252,6 +261,14 @@ func runWorkloadsGrant(ctx context.Context, files *agentFiles, args []string, st
 	spec, err := grantSpec(cfg, id, primary, standbys, command, im, replication, restart, maxAttempts, epoch)
 	if err != nil {
 		return err
+	}
+	// The relays and quorum the agent runs with, not the built-in ones.
+	if err := grantLease(&cfg, sub.leaseGiven(), stderr); err != nil {
+		return err
+	}
+	spec.Relays, spec.Quorum = cfg.Lease.Relays, cfg.Lease.Quorum
+	if err := spec.Validate(); err != nil {
+		return fmt.Errorf("workloads grant: %w", err)
 	}
 	if durable || len(ckptServers) > 0 || ckptMin != 0 || restoreMode != "" || restoreTimeout != 0 {
 		spec.Checkpoint = &lease.CheckpointPolicy{Servers: ckptServers, MinServers: ckptMin,

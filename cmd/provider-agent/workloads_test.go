@@ -12,6 +12,7 @@ import (
 
 	"github.com/nbd-wtf/go-nostr"
 
+	"provideragent/agent"
 	"provideragent/heartbeat"
 	"provideragent/internal/relaytest"
 )
@@ -31,7 +32,7 @@ func TestWorkloadsGrantListRelease(t *testing.T) {
 	primary, _ := nostr.GetPublicKey(nostr.GeneratePrivateKey())
 	standby, _ := nostr.GetPublicKey(nostr.GeneratePrivateKey())
 	code, out, errs := run(t, "workloads", "grant", "--data-dir", dir, "--id", "web-1", "--primary", primary,
-		"--standby", standby, "--command", "sleep 100")
+		"--standby", standby, "--command", "sleep 100", "--relay", "ws://127.0.0.1:1", "--quorum", "1")
 	if code != 0 || !strings.Contains(out, "queued grant") {
 		t.Fatalf("workloads grant = exit %d %q %q, want a queued grant", code, out, errs)
 	}
@@ -132,5 +133,42 @@ func TestWorkloadsGrantPublishThroughDialAddrs(t *testing.T) {
 	code, out, errs := run(t, "workloads", "grant", "--config", cfgFile, "--id", "pub-2", "--command", "sleep 100", "--publish")
 	if code != 0 || !strings.Contains(out, "accepted by 2 of 2 relays") {
 		t.Fatalf("workloads grant --publish through dial_addrs = exit %d %q %q, want 2 of 2 accepted", code, out, errs)
+	}
+}
+
+// TestGrantChecksTheAgentsLease: a local grant names the relays and quorum
+// the agent runs with. Without --config on a data dir no agent ran on, it
+// is refused, saying what to pass; once run recorded its settings, a grant
+// with --data-dir alone takes them (and the agent runs it); one that names
+// other relays is refused while the agent runs, and warned about when it
+// does not.
+func TestGrantChecksTheAgentsLease(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "data")
+	newKey(t, filepath.Join(dir, "identity.key"))
+	grant := func(id string, extra ...string) cliResult {
+		return cli(t, nil, append([]string{"workloads", "grant", "--data-dir", dir, "--id", id, "--command", "sleep 7412", "--restart", "never"}, extra...)...)
+	}
+	if r := grant("early"); r.code != 1 || !strings.Contains(r.stderr, "--config") || !strings.Contains(r.stderr, "no agent has run on "+dir) {
+		t.Fatalf("grant --data-dir before any run = exit %d %q, want exit 1 asking for --config", r.code, r.stderr)
+	}
+	relay := relaytest.Start(t).URL()
+	a := startRun(t, "--data-dir", dir, "--relay", relay, "--quorum", "1", "--listen", "127.0.0.1:0")
+	r := grant("w1")
+	if r.code != 0 || !strings.Contains(r.stderr, "relays and quorum of the agent that last ran on "+dir) {
+		t.Fatalf("grant --data-dir beside a running agent = exit %d %q, want the agent's relays", r.code, r.stderr)
+	}
+	a.waitStatus(t, "w1 running", 60*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, "w1")
+		return ok && w.Running
+	})
+	other := []string{"--relay", "ws://127.0.0.1:1", "--quorum", "1"}
+	if r := grant("w2", other...); r.code != 1 || !strings.Contains(r.stderr, "runs now and would refuse it") {
+		t.Errorf("grant with other relays while the agent runs = exit %d %q, want a refusal", r.code, r.stderr)
+	}
+	a.stop(t)
+	if r := grant("w3", other...); r.code != 0 || !strings.Contains(r.stderr, "warning") {
+		t.Errorf("grant with other relays while no agent runs = exit %d %q, want a warning", r.code, r.stderr)
 	}
 }
