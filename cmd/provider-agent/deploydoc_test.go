@@ -305,4 +305,3 @@ func sleepUID(t *testing.T, cmdline string) int {
 	t.Fatalf("no process %q", cmdline)
 	return -1
 }
-

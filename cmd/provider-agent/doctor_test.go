@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"provideragent/backend"
-	"provideragent/config"
 	"provideragent/backend/backendtest"
+	"provideragent/config"
 	"provideragent/internal/devblossom"
 	"provideragent/internal/relaytest"
 )
