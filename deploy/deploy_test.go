@@ -188,7 +188,13 @@ func readYAML(t *testing.T, path string, v any, strict bool) {
 	}
 }
 
+// shippedRunbooks is where the shipped rules' runbook_url point: the
+// runbooks as the Debian package installs them.
+const shippedRunbooks = "file:///usr/share/doc/provider-agent/docs/runbooks.md"
+
 var (
+	inhibitFile    = filepath.Join("prometheus", "alertmanager-inhibit.yml")
+	runbooksFile   = filepath.Join("..", "docs", "runbooks.md")
 	alertsFile     = filepath.Join("prometheus", "alerts.yml")
 	alertTestsFile = filepath.Join("prometheus", "alerts_test.yml")
 	dashboardFile  = filepath.Join("prometheus", "grafana-dashboard.json")
@@ -214,16 +220,24 @@ func TestAlertRules(t *testing.T) {
 			if s := r.Labels["severity"]; s != "critical" && s != "warning" {
 				t.Errorf("%s severity = %q, want critical or warning", r.Alert, s)
 			}
-			if len(r.Annotations["summary"]) < 60 {
-				t.Errorf("%s summary = %q, want one that says what to do", r.Alert, r.Annotations["summary"])
+			if r.Annotations["summary"] == "" || len(r.Annotations["description"]) < 60 {
+				t.Errorf("%s summary = %q, description = %q; want a summary and a description that says what to do",
+					r.Alert, r.Annotations["summary"], r.Annotations["description"])
+			}
+			want := shippedRunbooks + "#" + strings.ToLower(r.Alert)
+			if r.Annotations["runbook_url"] != want {
+				t.Errorf("%s runbook_url = %q, want %q (its section of docs/runbooks.md)", r.Alert, r.Annotations["runbook_url"], want)
+			}
+			if !strings.Contains(r.Expr, `job="provider-agent"`) {
+				t.Errorf("%s expr %q does not select job=\"provider-agent\" (the generator's selector)", r.Alert, r.Expr)
 			}
 			if bad := undocumented(r.Expr, docs); len(bad) > 0 {
 				t.Errorf("%s reads %v, not documented metrics of the agent (docs/*.md tables)", r.Alert, bad)
 			}
 		}
 	}
-	if n < 11 {
-		t.Errorf("%s has %d alerting rules, want the eleven docs/deployment.md lists", alertsFile, n)
+	if n < 14 {
+		t.Errorf("%s has %d alerting rules, want the fourteen docs/deployment.md lists", alertsFile, n)
 	}
 }
 
@@ -486,6 +500,103 @@ func TestUnitsStopOnConfigErrorsAndNameTheirDocs(t *testing.T) {
 			}
 			if _, err := os.Stat(filepath.Join("..", rel)); err != nil {
 				t.Errorf("%s: Documentation=%s: %v", unit, d, err)
+			}
+		}
+	}
+}
+
+// alertNames lists the alerting rules of alerts.yml.
+func alertNames(t *testing.T) []string {
+	t.Helper()
+	var rf ruleFile
+	readYAML(t, alertsFile, &rf, true)
+	var out []string
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				out = append(out, r.Alert)
+			}
+		}
+	}
+	return out
+}
+
+// TestRunbooks: docs/runbooks.md has one section per alert (the anchor its
+// runbook_url names), each saying what the alert means, what to check and
+// what to do, and no section for an alert that does not exist.
+func TestRunbooks(t *testing.T) {
+	raw, err := os.ReadFile(runbooksFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]string{}
+	parts := regexp.MustCompile(`(?m)^## `).Split(string(raw), -1)
+	for _, p := range parts[1:] {
+		title, body, _ := strings.Cut(p, "\n")
+		sections[strings.TrimSpace(title)] = body
+	}
+	alerts := alertNames(t)
+	for _, a := range alerts {
+		body, ok := sections[a]
+		if !ok {
+			t.Errorf("%s: no section \"## %s\" in docs/runbooks.md (its runbook_url's anchor)", a, a)
+			continue
+		}
+		for _, part := range []string{"**Means**", "**Check**", "**Do**"} {
+			if !strings.Contains(body, part) {
+				t.Errorf("docs/runbooks.md section %s has no %s part", a, part)
+			}
+		}
+	}
+	for title := range sections {
+		if !slices.Contains(alerts, title) {
+			t.Errorf("docs/runbooks.md has a section %q, which is no alert of %s", title, alertsFile)
+		}
+	}
+}
+
+// TestInhibitRules: the example inhibit rules parse and name only alerts
+// that exist, and every source is a critical alert.
+func TestInhibitRules(t *testing.T) {
+	var f struct {
+		InhibitRules []struct {
+			SourceMatchers []string `yaml:"source_matchers"`
+			TargetMatchers []string `yaml:"target_matchers"`
+			Equal          []string `yaml:"equal"`
+		} `yaml:"inhibit_rules"`
+	}
+	readYAML(t, inhibitFile, &f, true)
+	if len(f.InhibitRules) == 0 {
+		t.Fatalf("%s has no inhibit_rules", inhibitFile)
+	}
+	alerts := alertNames(t)
+	matcher := regexp.MustCompile(`^alertname(=~|!~|=|!=)"([^"]*)"$`)
+	for i, r := range f.InhibitRules {
+		if !slices.Equal(r.Equal, []string{"job", "instance"}) {
+			t.Errorf("inhibit rule %d: equal %v, want [job instance] (the same node)", i, r.Equal)
+		}
+		for _, m := range append(append([]string{}, r.SourceMatchers...), r.TargetMatchers...) {
+			mm := matcher.FindStringSubmatch(m)
+			if mm == nil {
+				t.Errorf("inhibit rule %d: matcher %q, want one on alertname", i, m)
+				continue
+			}
+			re := regexp.MustCompile("^(?:" + mm[2] + ")$")
+			n := 0
+			for _, a := range alerts {
+				if re.MatchString(a) {
+					n++
+				}
+			}
+			if n == 0 {
+				t.Errorf("inhibit rule %d: matcher %q matches no alert of %s", i, m, alertsFile)
+			}
+			if strings.HasPrefix(mm[1], "=") && strings.Contains(mm[2], "|") {
+				for _, alt := range strings.Split(mm[2], "|") {
+					if !slices.Contains(alerts, alt) && !strings.ContainsAny(alt, ".*+") {
+						t.Errorf("inhibit rule %d: %q names %s, which is no alert", i, m, alt)
+					}
+				}
 			}
 		}
 	}
