@@ -284,7 +284,22 @@ func (p *Podman) Start(ctx context.Context, spec StartSpec) error {
 
 // launch starts c's supervisor and podman run.
 func (p *Podman) launch(ctx context.Context, c *container, spec StartSpec, im imagespec.Image, argv []string) (*exec.Cmd, <-chan struct{}, *os.File, error) {
-	if err := p.holders.start(ctx, StartSpec{WorkloadID: spec.WorkloadID, Epoch: spec.Epoch}, true); err != nil {
+	// With a log cap, podman run's output (the container's, through the
+	// passthrough log driver) goes through a pipe that the supervisor
+	// copies to the log, rotated; without, to the file itself.
+	var logR, logW *os.File
+	if p.holders.cfg.Log.MaxBytes > 0 {
+		var err error
+		if logR, logW, err = os.Pipe(); err != nil {
+			return nil, nil, nil, fmt.Errorf("start %s: log pipe: %w", spec.WorkloadID, err)
+		}
+		defer logW.Close()
+	}
+	err := p.holders.start(ctx, StartSpec{WorkloadID: spec.WorkloadID, Epoch: spec.Epoch}, true, logR)
+	if logR != nil {
+		logR.Close() // the supervisor's copy is the only read end
+	}
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	// The namespace is named by this descriptor (a duplicate of the one
@@ -340,6 +355,10 @@ func (p *Podman) launch(ctx context.Context, c *container, spec StartSpec, im im
 		m := strconv.FormatInt(im.MemoryMB, 10) + "m"
 		args = append(args, "--memory", m, "--memory-swap", m)
 	}
+	if n := p.holders.cfg.Dirs.MaxBytes; n > 0 {
+		// No file of the container outgrows its directory bound.
+		args = append(args, "--ulimit", fmt.Sprintf("fsize=%d:%d", n, n))
+	}
 	args = append(args, im.Ref)
 	args = append(args, argv...)
 
@@ -350,12 +369,16 @@ func (p *Podman) launch(ctx context.Context, c *container, spec StartSpec, im im
 	defer f.Close()
 	fmt.Fprintf(f, logMarker+"start %s epoch %d at %s: image %s %q\n",
 		spec.WorkloadID, spec.Epoch, p.holders.cfg.Now().UTC().Format(time.RFC3339), im.Ref, argv)
+	out := f
+	if logW != nil {
+		out = logW
+	}
 	cmd := exec.Command(p.cfg.Podman, args...)
 	// A directory of the backend's own, not the agent's: podman and conmon
 	// leave files in their working directory (an empty "oom" after an OOM
 	// kill).
 	cmd.Dir = p.envDir
-	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group: a terminal's ^C to the agent stops nothing.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -397,6 +420,9 @@ func (p *Podman) wait(c *container) {
 	note := ""
 	if killedPodman {
 		note = " (podman run did not end with its container: killed)"
+	}
+	if n := p.holders.overLimitNote(c.id); n != "" {
+		note += " (" + n + ")"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -58,6 +58,14 @@ type ProcessConfig struct {
 	// temporary directory, removed by Close.
 	WorkloadDir string
 
+	// Log caps each workload's log (LogDir): rotated at Log.MaxBytes,
+	// Log.Keep parts kept. Zero: DefaultLogLimit is not applied; the
+	// workload writes to the file itself, without a cap.
+	Log LogLimit
+	// Dirs bounds each workload's home and checkpoint directories (see
+	// DirLimit). Zero: no bound.
+	Dirs DirLimit
+
 	// cgroupVersion, when not 0, restricts cgroups to that version (tests
 	// of the v1 freezer on a host that has both).
 	cgroupVersion int
@@ -65,10 +73,11 @@ type ProcessConfig struct {
 
 // DefaultProcessConfig returns the defaults: a 10 s grace period, output
 // discarded, containment auto, each workload isolated as a uid of its own
-// in a temporary workload dir.
+// in a temporary workload dir, logs and directories bounded
+// (DefaultLogLimit, DefaultDirLimit).
 func DefaultProcessConfig() ProcessConfig {
 	return ProcessConfig{StopGrace: 10 * time.Second, Containment: ContainAuto, Isolation: IsolateUser,
-		WorkloadUIDs: DefaultWorkloadUIDs}
+		WorkloadUIDs: DefaultWorkloadUIDs, Log: DefaultLogLimit, Dirs: DefaultDirLimit}
 }
 
 // Validate checks the config, naming the bad field.
@@ -77,6 +86,12 @@ func (c ProcessConfig) Validate() error {
 		return fmt.Errorf("backend: stop_grace = %s: must be > 0", c.StopGrace)
 	}
 	if err := c.Isolation.Validate(); err != nil {
+		return err
+	}
+	if err := c.Log.Validate(); err != nil {
+		return err
+	}
+	if err := c.Dirs.Validate(); err != nil {
 		return err
 	}
 	if c.WorkloadUIDs != (UIDRange{}) {
@@ -131,6 +146,9 @@ type Process struct {
 	quit    chan struct{}
 	qdone   chan struct{}
 	closer  sync.Once
+
+	diskDone  chan struct{}     // closed when watchDisk returned (nil: no watchdog)
+	overLimit map[string]string // workload -> why its last run was killed over its disk limit
 }
 
 type proc struct {
@@ -145,6 +163,7 @@ type proc struct {
 	hold   bool         // a holding shim (Podman): no command, no log lines
 	ns     *os.File     // a holding shim's PID namespace (/proc/<pid>/ns/pid)
 	wd     workdir      // its directories and uid
+	logIn  *os.File     // a holding shim's: podman run's output, to copy to the log
 
 	// guarded by Process.mu
 	epoch    uint64
@@ -154,6 +173,7 @@ type proc struct {
 	stopping bool
 	reason   string
 	killer   *time.Timer
+	diskNote string // set when the disk watchdog killed it
 }
 
 var _ Backend = (*Process)(nil)
@@ -261,12 +281,20 @@ func NewProcess(cfg ProcessConfig, logger *slog.Logger) (*Process, error) {
 		quit:       make(chan struct{}),
 		qdone:      make(chan struct{}),
 		marker:     marker,
+		overLimit:  map[string]string{},
 	}
 	if cfg.LogDir == "" && cfg.Output != nil {
 		b.out = &lockedWriter{w: cfg.Output}
 	}
 	go b.dispatch()
 	go b.readStatuses()
+	if cfg.Dirs.on() {
+		if b.cfg.Dirs.Interval <= 0 {
+			b.cfg.Dirs.Interval = DefaultDirLimit.Interval
+		}
+		b.diskDone = make(chan struct{})
+		go b.watchDisk()
+	}
 	return b, nil
 }
 
@@ -349,11 +377,12 @@ func (b *Process) Start(ctx context.Context, spec StartSpec) error {
 		return fmt.Errorf("start %s: the workload names a container image (%s), and backend.kind = process runs commands; "+
 			"run it with backend.kind = podman: %w", spec.WorkloadID, spec.Command[min(1, len(spec.Command)-1)], ErrBadSpec)
 	}
-	return b.start(ctx, spec, false)
+	return b.start(ctx, spec, false, nil)
 }
 
-// start starts spec's workload, or with hold a holding shim for it.
-func (b *Process) start(ctx context.Context, spec StartSpec, hold bool) error {
+// start starts spec's workload, or with hold a holding shim for it, which
+// copies logIn (podman run's output; nil: none) to the workload's log.
+func (b *Process) start(ctx context.Context, spec StartSpec, hold bool, logIn *os.File) error {
 	if b.iso.refuse != nil {
 		return fmt.Errorf("start %s: %w", spec.WorkloadID, b.iso.refuse)
 	}
@@ -387,7 +416,7 @@ func (b *Process) start(ctx context.Context, spec StartSpec, hold bool) error {
 		b.mu.Unlock()
 		return err
 	}
-	p := &proc{id: spec.WorkloadID, epoch: spec.Epoch, hold: hold, started: make(chan struct{}), done: make(chan struct{})}
+	p := &proc{id: spec.WorkloadID, epoch: spec.Epoch, hold: hold, logIn: logIn, started: make(chan struct{}), done: make(chan struct{})}
 	p.token, p.status = b.statuses.register(&b.tokens)
 	b.procs[spec.WorkloadID] = p
 	b.mu.Unlock()
@@ -443,6 +472,11 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 		return fail(err)
 	}
 	p.wd = wd
+	if b.cfg.Dirs.on() {
+		if _, _, over := dirUsage(dirsOf(wd), b.cfg.Dirs); over != "" {
+			return fail(fmt.Errorf("%s: %w", over, ErrDiskLimit))
+		}
+	}
 	var path string
 	if !p.hold {
 		// Resolved here, against the agent's PATH, as exec.Command would,
@@ -492,14 +526,23 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 		defer cgDir.Close()
 	}
 	scfg := shimConfig{agent: os.Getpid(), grace: b.cfg.StopGrace, token: p.token, join: join, uid: -1, gid: -1, hold: p.hold}
+	if p.log != "" && b.cfg.Log.MaxBytes > 0 && (!p.hold || p.logIn != nil) {
+		scfg.logMax, scfg.logKeep, scfg.logPath = b.cfg.Log.MaxBytes, b.cfg.Log.Keep, p.log
+	}
+	if !p.hold {
+		scfg.fsize = b.cfg.Dirs.MaxBytes
+	}
 	if b.dirs.isolate && !p.hold {
 		scfg.uid, scfg.gid = int64(wd.uid), int64(wd.gid)
 	}
 	if group != nil {
 		scfg.cgroup = group.dir
 	}
-	// The shim reads its settings from this one and removes it.
+	// The shim reads its settings from these and removes them.
 	env = append(env, scfg.env())
+	if le := scfg.logEnv(); le != "" {
+		env = append(env, le)
+	}
 
 	hsR, hsW, err := os.Pipe()
 	if err != nil {
@@ -515,12 +558,16 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 	if dir == "" {
 		dir = wd.home
 	}
+	extra := []*os.File{b.lifeR, hsW, b.statusW}
+	if scfg.logMax > 0 && p.logIn != nil {
+		extra = append(extra, p.logIn) // fd shimLogFd
+	}
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
 		Args:        args,
 		Env:         env,
 		Dir:         dir,
-		ExtraFiles:  []*os.File{b.lifeR, hsW, b.statusW},
+		ExtraFiles:  extra,
 		SysProcAttr: attr,
 	}
 	if p.log != "" {
@@ -654,7 +701,11 @@ func (b *Process) wait(p *proc) {
 	}
 	b.mu.Unlock()
 	if p.log != "" && !p.hold {
-		appendLog(p.log, fmt.Sprintf(logMarker+"%s ended: %s\n", p.id, e))
+		note := ""
+		if n := b.overLimitNote(p.id); n != "" {
+			note = " (" + n + ")"
+		} // a holding shim's note is the container's end line's (Podman.wait)
+		appendLog(p.log, fmt.Sprintf(logMarker+"%s ended: %s%s\n", p.id, e, note))
 	}
 	if p.ns != nil {
 		_ = p.ns.Close()
@@ -840,6 +891,9 @@ func (b *Process) Close(ctx context.Context) error {
 	b.closer.Do(func() {
 		close(b.quit)
 		<-b.qdone
+		if b.diskDone != nil {
+			<-b.diskDone
+		}
 		// Every shim is gone: nothing reads the lifeline any more, and
 		// nothing else holds the status pipe's write end.
 		_ = b.lifeW.Close()

@@ -38,9 +38,13 @@ import (
 // the shim removes it itself on its way out.
 //
 // The protocol between the backend and the shim:
-//   - environment shimEnv = "v3,<agent pid>,<stop grace in ns>,<token>,
-//     <join: 0 or 1>,<uid or -1>,<gid or -1>,<hold: 0 or 1>,<the
-//     workload's cgroup directory or empty>"; the shim joins that cgroup
+//   - environment shimEnv = "v4,<agent pid>,<stop grace in ns>,<token>,
+//     <join: 0 or 1>,<uid or -1>,<gid or -1>,<hold: 0 or 1>,<log max
+//     bytes>,<log keep>,<fsize bytes>,<the workload's cgroup directory or
+//     empty>", and shimLogEnv = the log's path; with a log max the
+//     workload's output goes through a pipe the shim copies to the log,
+//     rotated (a holding shim copies fd 6, podman run's output); with an
+//     fsize the workload's RLIMIT_FSIZE is set to it; the shim joins that cgroup
 //     first when join is 1, and removes the variable from the workload's
 //     environment; with a uid it starts the workload as that uid and gid,
 //     without supplementary groups and with no_new_privs (no setuid
@@ -66,10 +70,15 @@ import (
 //     is left in its namespace and exits.
 const (
 	shimEnv        = "PROVIDER_AGENT_SHIM"
+	shimLogEnv     = "PROVIDER_AGENT_SHIM_LOG"
 	shimArgv0      = "provider-agent-shim"
 	shimLifelineFd = 3
 	shimStartFd    = 4
 	shimStatusFd   = 5
+	// shimLogFd, for a holding shim with a log cap: the read end of the
+	// pipe podman run's output (the container's, through the passthrough
+	// log driver) goes to.
+	shimLogFd = 6
 )
 
 // shimHooked is set when this binary called RunShimIfRequested: only then
@@ -103,6 +112,14 @@ type shimConfig struct {
 	gid    int64
 	hold   bool   // start nothing: hold the PID namespace for a container
 	cgroup string // the workload's cgroup directory; "" for none
+	// The workload's output: copied from a pipe to logPath, rotated at
+	// logMax bytes keeping logKeep parts (0: the workload writes to the
+	// shim's stdout itself). A holding shim copies fd shimLogFd.
+	logMax  int64
+	logKeep int
+	// fsize is the workload's RLIMIT_FSIZE in bytes (0: unchanged).
+	fsize   int64
+	logPath string
 }
 
 func flag01(b bool) int {
@@ -113,14 +130,23 @@ func flag01(b bool) int {
 }
 
 func (c shimConfig) env() string {
-	return fmt.Sprintf("%s=v3,%d,%d,%d,%d,%d,%d,%d,%s", shimEnv, c.agent, int64(c.grace), c.token, flag01(c.join),
-		c.uid, c.gid, flag01(c.hold), c.cgroup)
+	return fmt.Sprintf("%s=v4,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%s", shimEnv, c.agent, int64(c.grace), c.token, flag01(c.join),
+		c.uid, c.gid, flag01(c.hold), c.logMax, c.logKeep, c.fsize, c.cgroup)
+}
+
+// logEnv is the log path's variable ("" when the shim copies no log).
+func (c shimConfig) logEnv() string {
+	if c.logPath == "" {
+		return ""
+	}
+	return shimLogEnv + "=" + c.logPath
 }
 
 func parseShimConfig(v string) (shimConfig, error) {
-	bad := fmt.Errorf("%s = %q: want v3,<pid>,<grace ns>,<token>,<join 0|1>,<uid or -1>,<gid or -1>,<hold 0|1>,<cgroup dir or empty>", shimEnv, v)
-	f := strings.SplitN(v, ",", 9)
-	if len(f) != 9 || f[0] != "v3" || (f[4] != "0" && f[4] != "1") || (f[4] == "1" && f[8] == "") || (f[7] != "0" && f[7] != "1") {
+	bad := fmt.Errorf("%s = %q: want v4,<pid>,<grace ns>,<token>,<join 0|1>,<uid or -1>,<gid or -1>,<hold 0|1>,"+
+		"<log max bytes>,<log keep>,<fsize bytes>,<cgroup dir or empty>", shimEnv, v)
+	f := strings.SplitN(v, ",", 12)
+	if len(f) != 12 || f[0] != "v4" || (f[4] != "0" && f[4] != "1") || (f[4] == "1" && f[11] == "") || (f[7] != "0" && f[7] != "1") {
 		return shimConfig{}, bad
 	}
 	pid, err1 := strconv.Atoi(f[1])
@@ -128,12 +154,15 @@ func parseShimConfig(v string) (shimConfig, error) {
 	token, err3 := strconv.ParseUint(f[3], 10, 64)
 	uid, err4 := strconv.ParseInt(f[5], 10, 64)
 	gid, err5 := strconv.ParseInt(f[6], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil || pid <= 1 || grace <= 0 ||
-		uid < -1 || uid > 1<<32-2 || gid < -1 || gid > 1<<32-2 || (uid < 0) != (gid < 0) {
+	logMax, err6 := strconv.ParseInt(f[8], 10, 64)
+	logKeep, err7 := strconv.Atoi(f[9])
+	fsize, err8 := strconv.ParseInt(f[10], 10, 64)
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8); err != nil || pid <= 1 || grace <= 0 ||
+		uid < -1 || uid > 1<<32-2 || gid < -1 || gid > 1<<32-2 || (uid < 0) != (gid < 0) || logMax < 0 || logKeep < 0 || fsize < 0 {
 		return shimConfig{}, bad
 	}
 	return shimConfig{agent: pid, grace: time.Duration(grace), token: token, join: f[4] == "1",
-		uid: uid, gid: gid, hold: f[7] == "1", cgroup: f[8]}, nil
+		uid: uid, gid: gid, hold: f[7] == "1", logMax: logMax, logKeep: logKeep, fsize: fsize, cgroup: f[11]}, nil
 }
 
 // shimNote writes one line of the shim's own to its stderr (the workload's
@@ -145,6 +174,10 @@ func shimNote(format string, args ...any) {
 // runShim is the shim's main; it returns the shim's exit code.
 func runShim(v string, args []string) int {
 	cfg, err := parseShimConfig(v)
+	cfg.logPath = os.Getenv(shimLogEnv)
+	if cfg.logMax > 0 && cfg.logPath == "" {
+		err = fmt.Errorf("%s: a log max without %s", shimEnv, shimLogEnv)
+	}
 	if err != nil || (len(args) < 3 && !cfg.hold) || !isPipe(shimLifelineFd) || !isPipe(shimStartFd) || !isPipe(shimStatusFd) {
 		// Not started by a backend (someone set the variable by hand).
 		fmt.Fprintf(os.Stderr, "provider-agent: %s is set but this process was not started as a workload supervisor (%v)\n", shimEnv, err)
@@ -199,15 +232,29 @@ func runShim(v string, args []string) int {
 			started("error set not dumpable: " + err.Error())
 			return 1
 		}
+		var logDone chan struct{}
+		if cfg.logMax > 0 && isPipe(shimLogFd) {
+			syscall.CloseOnExec(shimLogFd)
+			l, err := openRotatingLog(cfg.logPath, cfg.logMax, cfg.logKeep, true)
+			if err != nil {
+				started("error open log: " + err.Error())
+				return 1
+			}
+			logDone = make(chan struct{})
+			go copyLog(l, os.NewFile(shimLogFd, "podman-output"), logDone)
+		}
 		started("ok " + strconv.Itoa(t.self))
 		debug.FreeOSMemory()
 		ws := superviseHold(cfg, sigs, lifeline)
+		if logDone != nil {
+			drainLog(logDone, 2*time.Second)
+		}
 		_, _ = syscall.Write(shimStatusFd, []byte(fmt.Sprintf("%d %d\n", cfg.token, uint32(ws))))
 		return ws.ExitStatus()
 	}
 	env := make([]string, 0, len(os.Environ()))
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, shimEnv+"=") {
+		if !strings.HasPrefix(kv, shimEnv+"=") && !strings.HasPrefix(kv, shimLogEnv+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -223,11 +270,44 @@ func runShim(v string, args []string) int {
 			return 1
 		}
 	}
+	files := []uintptr{0, 1, 2}
+	var logDone chan struct{}
+	var logW *os.File
+	if cfg.logMax > 0 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			started("error log pipe: " + err.Error())
+			return 1
+		}
+		l, err := openRotatingLog(cfg.logPath, cfg.logMax, cfg.logKeep, true)
+		if err != nil {
+			started("error open log: " + err.Error())
+			return 1
+		}
+		files, logW = []uintptr{0, w.Fd(), w.Fd()}, w
+		logDone = make(chan struct{})
+		go copyLog(l, r, logDone)
+	}
+	if cfg.fsize > 0 {
+		// No file of the workload grows past it (the directory cap's
+		// per-file bound; the backend's watchdog bounds them together).
+		// The shim's own writes stay within the log cap; SIGXFSZ is
+		// ignored, here and so in the workload, which gets EFBIG.
+		signal.Ignore(syscall.SIGXFSZ)
+		lim := max(cfg.fsize, cfg.logMax)
+		if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(lim), Max: uint64(lim)}); err != nil {
+			started("error set RLIMIT_FSIZE: " + err.Error())
+			return 1
+		}
+	}
 	main, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   env,
-		Files: []uintptr{0, 1, 2},
+		Files: files,
 		Sys:   sys,
 	})
+	if logW != nil {
+		logW.Close() // the workload's copy is the only write end left
+	}
 	if err != nil {
 		started("error " + (&os.PathError{Op: "fork/exec", Path: path, Err: err}).Error())
 		return 127
@@ -235,6 +315,10 @@ func runShim(v string, args []string) int {
 	started("ok " + strconv.Itoa(t.agentPid(main)))
 	debug.FreeOSMemory()
 	ws := superviseShim(cfg, t, main, sigs, lifeline)
+	if logDone != nil {
+		// Everything the tree wrote is in the log before its end line.
+		drainLog(logDone, 2*time.Second)
+	}
 	// The exact status for the backend, then the shell's code for it.
 	_, _ = syscall.Write(shimStatusFd, []byte(fmt.Sprintf("%d %d\n", cfg.token, uint32(ws))))
 	if ws.Signaled() {

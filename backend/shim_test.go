@@ -172,15 +172,17 @@ func TestParseShimConfig(t *testing.T) {
 		{agent: 1234, grace: time.Second, token: 8, uid: -1, gid: -1, cgroup: "/sys/fs/cgroup/a,b/w1-x"},
 		{agent: 1234, grace: time.Second, token: 9, join: true, uid: 1900000000, gid: 1900000000, cgroup: "/sys/fs/cgroup/a,b/w2-x"},
 		{agent: 1234, grace: time.Second, token: 10, uid: -1, gid: -1, hold: true},
+		{agent: 1234, grace: time.Second, token: 11, uid: -1, gid: -1, logMax: 16 << 20, logKeep: 2, fsize: 1 << 30},
 	} {
 		if got, err := parseShimConfig(good.env()[len(shimEnv)+1:]); err != nil || got != good {
 			t.Errorf("parseShimConfig(%q) = %+v, %v, want %+v", good.env(), got, err, good)
 		}
 	}
-	for _, bad := range []string{"", "1", "v1,1234,5", "v2,1234,5,1,0,", "v3,1234,5,1,0,-1,-1,0", "v3,x,5,1,0,-1,-1,0,",
-		"v3,1234,0,1,0,-1,-1,0,", "v3,1,5,1,0,-1,-1,0,", "v3,1234,5,-1,0,-1,-1,0,", "v3,1234,5,1,2,-1,-1,0,",
-		"v3,1234,5,1,1,-1,-1,0,", "v3,1234,5,1,0,-2,-1,0,", "v3,1234,5,1,0,5,-1,0,", "v3,1234,5,1,0,-1,-1,2,",
-		"v3,1234,5,1,0,4294967295,4294967295,0,"} {
+	for _, bad := range []string{"", "1", "v1,1234,5", "v2,1234,5,1,0,", "v3,1234,5,1,0,-1,-1,0,", "v4,1234,5,1,0,-1,-1,0,0,0,0",
+		"v4,x,5,1,0,-1,-1,0,0,0,0,", "v4,1234,0,1,0,-1,-1,0,0,0,0,", "v4,1,5,1,0,-1,-1,0,0,0,0,", "v4,1234,5,-1,0,-1,-1,0,0,0,0,",
+		"v4,1234,5,1,2,-1,-1,0,0,0,0,", "v4,1234,5,1,1,-1,-1,0,0,0,0,", "v4,1234,5,1,0,-2,-1,0,0,0,0,", "v4,1234,5,1,0,5,-1,0,0,0,0,",
+		"v4,1234,5,1,0,-1,-1,2,0,0,0,", "v4,1234,5,1,0,4294967295,4294967295,0,0,0,0,", "v4,1234,5,1,0,-1,-1,0,-1,0,0,",
+		"v4,1234,5,1,0,-1,-1,0,0,-1,0,", "v4,1234,5,1,0,-1,-1,0,0,0,-1,"} {
 		if _, err := parseShimConfig(bad); err == nil {
 			t.Errorf("parseShimConfig(%q) = nil error, want one", bad)
 		}

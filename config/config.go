@@ -183,6 +183,22 @@ type BackendSection struct {
 	// PodmanRunArgs are added to every podman run (for example
 	// ["--runtime", "runc"]). Default none.
 	PodmanRunArgs []string `toml:"podman_run_args"`
+	// LogMaxMiB is the size at which a workload's log is rotated; 0 turns
+	// the cap off. Default 16.
+	LogMaxMiB int64 `toml:"log_max_mib"`
+	// LogKeep is how many rotated parts of a workload's log are kept
+	// besides the current one (<id>.log.1 ... .<keep>). Default 2.
+	LogKeep int `toml:"log_keep"`
+	// WorkloadDirMaxMiB bounds a workload's home and checkpoint
+	// directories together; a workload over it is killed (and no file of
+	// it outgrows it: RLIMIT_FSIZE). 0: no bound. Default 1024.
+	WorkloadDirMaxMiB int64 `toml:"workload_dir_max_mib"`
+	// WorkloadDirMaxFiles bounds the entries there; 0: no bound. Default
+	// 100000.
+	WorkloadDirMaxFiles int64 `toml:"workload_dir_max_files"`
+	// DiskCheckInterval is how often the directories of running
+	// workloads are measured. Default 1s.
+	DiskCheckInterval time.Duration `toml:"disk_check_interval"`
 }
 
 // CourierSection is the [courier] section: the durable outbox.
@@ -280,7 +296,10 @@ func Default() Config {
 		Backend: BackendSection{Kind: "process", StopGrace: backend.DefaultProcessConfig().StopGrace,
 			Containment: string(backend.DefaultProcessConfig().Containment),
 			Isolation:   string(backend.DefaultProcessConfig().Isolation), WorkloadUIDs: backend.DefaultWorkloadUIDs.String(),
-			Podman: "podman", PodmanRunArgs: []string{}},
+			Podman: "podman", PodmanRunArgs: []string{},
+			LogMaxMiB: backend.DefaultLogLimit.MaxBytes >> 20, LogKeep: backend.DefaultLogLimit.Keep,
+			WorkloadDirMaxMiB: backend.DefaultDirLimit.MaxBytes >> 20, WorkloadDirMaxFiles: backend.DefaultDirLimit.MaxFiles,
+			DiskCheckInterval: backend.DefaultDirLimit.Interval},
 		Courier: CourierSection{
 			MaxAttempts:    ad.Courier.MaxAttempts,
 			BackoffInitial: ad.Courier.InitialBackoff,
@@ -355,6 +374,9 @@ func (c Config) ProcessConfig() backend.ProcessConfig {
 		pc.WorkloadUIDs = r
 	}
 	pc.WorkloadDir = c.BackendWorkloadDir()
+	pc.Log = backend.LogLimit{MaxBytes: c.Backend.LogMaxMiB << 20, Keep: c.Backend.LogKeep}
+	pc.Dirs = backend.DirLimit{MaxBytes: c.Backend.WorkloadDirMaxMiB << 20, MaxFiles: c.Backend.WorkloadDirMaxFiles,
+		Interval: c.Backend.DiskCheckInterval}
 	return pc
 }
 

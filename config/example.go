@@ -129,6 +129,18 @@ workload_dir = ""
 # (e.g. ["--runtime", "runc"]).
 podman = "podman"
 podman_run_args = []
+# Disk limits per workload (docs/operations.md, "Disk limits"). Its log
+# (stdout and stderr) is rotated at log_max_mib, log_keep rotated parts kept
+# (<id>.log.1 the newest): at most log_max_mib x (log_keep + 1) per
+# workload; 0 turns the cap off. Its home and checkpoint directories are
+# measured every disk_check_interval: a workload over workload_dir_max_mib
+# or workload_dir_max_files is killed (the restart policy applies), and no
+# file of it grows past workload_dir_max_mib; 0 turns a bound off.
+log_max_mib = 16
+log_keep = 2
+workload_dir_max_mib = 1024
+workload_dir_max_files = 100000
+disk_check_interval = "1s"
 
 [courier]
 # Durable outbox for revocations (promotion claims are published by the

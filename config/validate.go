@@ -150,6 +150,18 @@ func (c *Config) checkBackend() error {
 		return invalid("backend.containment", b.Containment,
 			"want auto or pidns with backend.kind = podman: a container lives in its supervisor's PID namespace, which is what kills it with the agent")
 	}
+	switch {
+	case b.LogMaxMiB < 0 || b.LogMaxMiB > 1<<20:
+		return invalid("backend.log_max_mib", b.LogMaxMiB, "want 0 (no cap) to 1048576")
+	case b.LogKeep < 0 || b.LogKeep > 100:
+		return invalid("backend.log_keep", b.LogKeep, "want 0 to 100")
+	case b.WorkloadDirMaxMiB < 0 || b.WorkloadDirMaxMiB > 1<<30:
+		return invalid("backend.workload_dir_max_mib", b.WorkloadDirMaxMiB, "want 0 (no bound) to 1073741824")
+	case b.WorkloadDirMaxFiles < 0:
+		return invalid("backend.workload_dir_max_files", b.WorkloadDirMaxFiles, "want 0 (no bound) or more")
+	case b.DiskCheckInterval <= 0 && (b.WorkloadDirMaxMiB > 0 || b.WorkloadDirMaxFiles > 0):
+		return invalid("backend.disk_check_interval", b.DiskCheckInterval, "want a positive duration")
+	}
 	if b.Isolation == "" || backend.IsolationMode(b.Isolation).Validate() != nil {
 		return invalid("backend.isolation", b.Isolation, "want user or none")
 	}
