@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"provideragent/internal/mkdirs"
 )
 
 // A workload's command comes from a lease grant, that is from someone
@@ -489,34 +491,7 @@ func mkdirOwned(dir string, mode os.FileMode, uid, gid int) error {
 // the umask (a unit's UMask=0077 would leave them 0700, which no workload
 // user can pass); directories that exist are left as they are (reachable
 // checked them at start).
-func mkdirAllSearchable(dir string) error {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return err
-	}
-	var missing []string
-	for p := abs; ; p = filepath.Dir(p) {
-		if _, err := os.Lstat(p); err == nil {
-			break
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		missing = append(missing, p)
-		if p == filepath.Dir(p) {
-			break
-		}
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		if err := os.Mkdir(missing[i], 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		} else if err == nil {
-			if err := os.Chmod(missing[i], 0o711); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
+func mkdirAllSearchable(dir string) error { return mkdirs.Make(dir, 0o711, 0o711) }
 
 // closedDirError is a directory on the way to the workload dir that
 // others may not search.

@@ -3,9 +3,9 @@ package config
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
+
+	"provideragent/internal/mkdirs"
 )
 
 // ErrDataDirMode means the data dir grants some permission to group or
@@ -37,35 +37,4 @@ func CheckDataDirMode(path string) error {
 // /var/lib/provider-agent/workloads, lies beside the data dir, and
 // workload users must search its parent). Directories that exist are
 // left as they are.
-func MakeDataDir(path string) error {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return err
-	}
-	var missing []string
-	for p := abs; ; p = filepath.Dir(p) {
-		if _, err := os.Lstat(p); err == nil {
-			break
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		missing = append(missing, p)
-		if p == filepath.Dir(p) {
-			break
-		}
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		mode := os.FileMode(0o755)
-		if i == 0 {
-			mode = 0o700
-		}
-		if err := os.Mkdir(missing[i], mode); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		} else if err == nil {
-			if err := os.Chmod(missing[i], mode); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
+func MakeDataDir(path string) error { return mkdirs.Make(path, 0o755, 0o700) }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"provideragent/agent"
-	"provideragent/internal/relaytest"
 )
 
 // TestRestoredBackupDoesNotRunTheOldEpoch is "Backup and restore" of
@@ -24,16 +23,8 @@ import (
 // 1) and stands by for the new holder, which keeps it live.
 func TestRestoredBackupDoesNotRunTheOldEpoch(t *testing.T) {
 	t.Parallel()
-	tmp := t.TempDir()
-	var relays []string
-	for range 3 {
-		relays = append(relays, relaytest.Start(t).URL())
-	}
-	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
-	pubA := newKey(t, filepath.Join(dirA, "identity.key"))
-	pubB := newKey(t, filepath.Join(dirB, "identity.key"))
-	cfgA := fastConfig(t, tmp, dirA, "127.0.0.1:0", relays, 2)
-	cfgB := fastConfig(t, tmp, dirB, "127.0.0.1:0", relays, 2, npubOf(t, pubA))
+	p := newPair(t)
+	tmp, dirA, pubB, cfgA, cfgB := p.tmp, p.dirA, p.pubB, p.cfgA, p.cfgB
 	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "web-1", "--command", "sleep 7414",
 		"--standby", npubOf(t, pubB), "--publish")
 	a := startRun(t, "--config", cfgA)

@@ -14,7 +14,6 @@ import (
 	"provideragent/agent"
 	"provideragent/backend"
 	"provideragent/backend/backendtest"
-	"provideragent/internal/relaytest"
 )
 
 // podmanSection is the [backend] section of a podman agent: fastConfig's
@@ -67,16 +66,8 @@ func TestRunPodmanFailover(t *testing.T) {
 	t.Parallel()
 	image := backendtest.Busybox(t)
 	const grace = 2 * time.Second
-	tmp := t.TempDir()
-	var relays []string
-	for range 3 {
-		relays = append(relays, relaytest.Start(t).URL())
-	}
-	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
-	pubA := newKey(t, filepath.Join(dirA, "identity.key"))
-	pubB := newKey(t, filepath.Join(dirB, "identity.key"))
-	cfgA := fastConfig(t, tmp, dirA, "127.0.0.1:0", relays, 2)
-	cfgB := fastConfig(t, tmp, dirB, "127.0.0.1:0", relays, 2, npubOf(t, pubA))
+	p := newPair(t)
+	dirA, dirB, pubB, cfgA, cfgB := p.dirA, p.dirB, p.pubB, p.cfgA, p.cfgB
 	appendTo(t, cfgA, podmanSection(t, grace)) // fastConfig ends in [backend]
 	appendTo(t, cfgB, podmanSection(t, grace))
 	t.Cleanup(func() {

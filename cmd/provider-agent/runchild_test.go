@@ -18,6 +18,7 @@ import (
 	"provideragent/agent"
 	"provideragent/config"
 	"provideragent/identity"
+	"provideragent/internal/relaytest"
 )
 
 // runChild is `provider-agent run` in a child process.
@@ -167,6 +168,29 @@ func waitPrimaryAndStandby(t *testing.T, primary, standby *runChild, id string, 
 		w, ok := workloadIn(st, id)
 		return ok && w.State == "standby"
 	})
+}
+
+// pair is a primary and a standby on three local relays of the test's,
+// with fastConfig's settings (quorum 2; the standby trusts the primary as
+// an issuer of grants), not started.
+type pair struct {
+	tmp, dirA, dirB, pubA, pubB, cfgA, cfgB string
+	relays                                  []string
+}
+
+// newPair makes a pair's relays, keys and configs.
+func newPair(t *testing.T) pair {
+	t.Helper()
+	p := pair{tmp: t.TempDir()}
+	for range 3 {
+		p.relays = append(p.relays, relaytest.Start(t).URL())
+	}
+	p.dirA, p.dirB = filepath.Join(p.tmp, "primary"), filepath.Join(p.tmp, "standby")
+	p.pubA = newKey(t, filepath.Join(p.dirA, "identity.key"))
+	p.pubB = newKey(t, filepath.Join(p.dirB, "identity.key"))
+	p.cfgA = fastConfig(t, p.tmp, p.dirA, "127.0.0.1:0", p.relays, 2)
+	p.cfgB = fastConfig(t, p.tmp, p.dirB, "127.0.0.1:0", p.relays, 2, npubOf(t, p.pubA))
+	return p
 }
 
 // workloadIn returns workload id of st.

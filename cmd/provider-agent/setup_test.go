@@ -365,16 +365,8 @@ func TestReadOnlyDataDirReportsTheCause(t *testing.T) {
 // says it has a standby again; the test logs how long after the failover.
 func TestStatusAfterFailover(t *testing.T) {
 	t.Parallel()
-	tmp := t.TempDir()
-	var relays []string
-	for range 3 {
-		relays = append(relays, relaytest.Start(t).URL())
-	}
-	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
-	pubA := newKey(t, filepath.Join(dirA, "identity.key"))
-	pubB := newKey(t, filepath.Join(dirB, "identity.key"))
-	cfgA := fastConfig(t, tmp, dirA, "127.0.0.1:0", relays, 2)
-	cfgB := fastConfig(t, tmp, dirB, "127.0.0.1:0", relays, 2, npubOf(t, pubA))
+	p := newPair(t)
+	pubA, pubB, cfgA, cfgB := p.pubA, p.pubB, p.cfgA, p.cfgB
 	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "web-1", "--command", "sleep 1000",
 		"--standby", npubOf(t, pubB), "--publish")
 
