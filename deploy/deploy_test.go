@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"provideragent/internal/unitfile"
 )
 
 // requiredEnv, when set, makes the tests that run promtool or
@@ -378,29 +380,14 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
-// unitLines returns a unit file's settings, comments and blank lines left
-// out, continuation lines joined.
+// unitLines returns a unit file's settings (internal/unitfile).
 func unitLines(t *testing.T, path string) []string {
 	t.Helper()
-	raw, err := os.ReadFile(path)
+	lines, err := unitfile.Settings(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	cont := ""
-	for _, l := range strings.Split(string(raw), "\n") {
-		l = strings.TrimSpace(l)
-		if cont == "" && (l == "" || strings.HasPrefix(l, "#")) {
-			continue
-		}
-		if s, ok := strings.CutSuffix(l, "\\"); ok {
-			cont += s + " "
-			continue
-		}
-		out = append(out, cont+l)
-		cont = ""
-	}
-	return out
+	return lines
 }
 
 // TestPodmanUnitDiffersOnlyInExecStart keeps the two units one sandbox:

@@ -17,6 +17,7 @@ import (
 
 	"provideragent/agent"
 	"provideragent/internal/relaytest"
+	"provideragent/internal/unitfile"
 )
 
 // installBlock returns the commands of docs/deployment.md's "Install,
@@ -253,29 +254,14 @@ func startUnit(t *testing.T, root, unit string, moved *strings.Replacer, env []s
 	return cmd
 }
 
-// unitLines returns a unit file's settings (continuation lines joined,
-// comments left out).
+// unitLines returns a unit file's settings (internal/unitfile).
 func unitLines(t *testing.T, path string) []string {
 	t.Helper()
-	raw, err := os.ReadFile(path)
+	lines, err := unitfile.Settings(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	cont := ""
-	for _, l := range strings.Split(string(raw), "\n") {
-		l = strings.TrimSpace(l)
-		if cont == "" && (l == "" || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "[")) {
-			continue
-		}
-		if s, ok := strings.CutSuffix(l, "\\"); ok {
-			cont += s + " "
-			continue
-		}
-		out = append(out, cont+l)
-		cont = ""
-	}
-	return out
+	return lines
 }
 
 // sleepUID returns the uid of the process whose command line is cmdline
