@@ -67,6 +67,16 @@ backend.kind = podman runs the OCI image a grant names (workloads grant
 --image) with podman, inside the PID namespace of such a supervisor, so
 that a container dies with the agent too (kill -9 included).
 
+Each workload's disk use is bounded: its log is rotated at
+backend.log_max_mib (16) keeping backend.log_keep (2) parts, and a workload
+whose home and checkpoint directories pass backend.workload_dir_max_mib
+(1024) is killed (docs/operations.md, "Disk limits").
+
+run logs the build at start (provider-agent version) and records the
+relays and quorum it runs with in <data_dir>/lease-settings.json for
+'workloads grant'. An invalid configuration exits 78 (the systemd units
+do not restart it), other failures to start exit 1.
+
 Settings come from the TOML config file, then PROVIDER_AGENT_<SECTION>_<KEY>
 environment variables, then these flags. The identity key file must not be
 readable by group or others (chmod 600); create one with 'provider-agent keygen'.
