@@ -239,6 +239,14 @@ func (r *Restorer) try(ctx context.Context, req RestoreRequest) (RestoreOutcome,
 			}
 		}
 	}
+	if ev := req.Evidence; ev.Ahead(usable) && !strings.Contains(req.Hint, ev.Manifest) {
+		// The holder's heartbeats named a newer checkpoint than any
+		// record the relays served (they lost it, or never had it): its
+		// manifest is on the lease's servers, named by its hash.
+		order = append(order, candidate{ref: uploader.BlossomRef{SHA256: ev.Manifest},
+			what:  fmt.Sprintf("epoch %d seq %d, named by its holder's heartbeats (manifest %s)", ev.Epoch, ev.Seq, short(ev.Manifest)),
+			label: "evidence"})
+	}
 	fresh := 0
 	for _, u := range usable {
 		rec := u.Ref.(*heartbeat.CheckpointRecord)

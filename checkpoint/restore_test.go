@@ -491,3 +491,63 @@ func TestRestoreSeed(t *testing.T) {
 	}
 	placed(t, req2, later)
 }
+
+// TestRestoreFollowsTheEvidence: the relays lost the holder's newest
+// record (only an older one survives), but its heartbeats named that
+// checkpoint (req.Evidence): a required restore refuses the older record
+// as behind_evidence and places the named one, fetched by its manifest's
+// hash from the lease's servers; with the named blobs gone from the
+// servers too it fails rather than go back, and a best-effort restore
+// falls back to the older record.
+func TestRestoreFollowsTheEvidence(t *testing.T) {
+	needRoot(t)
+	w := newWorld(t)
+	b := &blobs{dir: t.TempDir()}
+	old, newest := []byte("counter=100 ........"), []byte("counter=250 (newest) ........")
+	sha1, size1, m1 := b.put(t, "wl-ev", old)
+	sha2, _, m2 := b.put(t, "wl-ev", newest)
+	b.start(t)
+	ev1 := w.record(w.a, ckpt("wl-ev", 1, 4, sha1, size1, m1, b.url, w.grantAt, w.grantAt.Add(time.Minute)), w.grantAt.Add(time.Minute))
+	req := w.request("wl-ev")
+	req.Servers = []string{b.url}
+	req.Evidence = lease.CheckpointEvidence{Epoch: 1, Seq: 9, Manifest: sha2}
+	out := restore(t, w.restorer(), req)
+	if !out.Result.OK || out.Record != nil || !strings.Contains(out.Result.From, "named by its holder's heartbeats") {
+		t.Fatalf("Restore = %+v (record %v), want the checkpoint the evidence names", out.Result, out.Record)
+	}
+	if !refusedFor(out, ev1.ID, lease.RefuseBehindEvidence) {
+		t.Errorf("the older record was not refused as behind_evidence: %+v", out.Refused)
+	}
+	placed(t, req, newest)
+
+	inOld := map[string]bool{}
+	for _, tl := range m1.Tiles {
+		inOld[tl.SHA256] = true
+	}
+	for _, tl := range m2.Tiles {
+		if !inOld[tl.SHA256] { // (tiles are shared by content)
+			if err := os.Remove(filepath.Join(b.dir, tl.SHA256)); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	req = w.request("wl-ev")
+	req.Servers = []string{b.url}
+	req.Evidence = lease.CheckpointEvidence{Epoch: 1, Seq: 9, Manifest: sha2}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	out = w.restorer().Restore(ctx, req)
+	cancel()
+	if out.Result.OK || out.Result.Fresh {
+		t.Fatalf("required Restore with the named checkpoint gone = %+v, want a failure, not an older one", out.Result)
+	}
+	req = w.request("wl-ev")
+	req.Servers = []string{b.url}
+	req.Mode = lease.RestoreBestEffort
+	req.Evidence = lease.CheckpointEvidence{Epoch: 1, Seq: 9, Manifest: sha2}
+	out = restore(t, w.restorer(), req)
+	if !out.Result.OK || out.Record == nil || out.Record.EventID != ev1.ID {
+		t.Fatalf("best-effort Restore with the named checkpoint gone = %+v, want the older record", out.Result)
+	}
+	placed(t, req, old)
+}

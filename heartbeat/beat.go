@@ -120,7 +120,10 @@ func BuildBeat(k *identity.Keys, p HeartbeatParams) (Beat, error) {
 		}
 		b.Stored = append(b.Stored, ev)
 	}
-	eph, err := beatEvent(k, p, ts, exp, parts[0], 0, len(parts), true)
+	// The ephemeral copy leaves out the checkpoint marks: the stored
+	// events carry them (a standby hears those live too), and a beat of
+	// many durable workloads would double its bytes for nothing.
+	eph, err := beatEvent(k, p, ts, exp, withoutMarks(parts[0]), 0, len(parts), true)
 	if err != nil {
 		return Beat{}, err
 	}
@@ -148,11 +151,17 @@ func signedSize(ev *nostr.Event) int {
 // once more inside the content string). Ids of printable ASCII without the
 // characters JSON encoders escape are sized without encoding anything.
 func entrySize(we WorkloadEpoch) (event, content int, err error) {
-	if plainID(we.ID) {
+	if plainID(we.ID) && (we.Checkpoint.IsZero() || isHex64(we.Checkpoint.Manifest)) {
 		// {"id":"<id>","epoch":<n>}: its 6 quotes are escaped once more
-		// in the event.
+		// in the event; a checkpoint mark ,"ckpt":{"seq":<n>,"sha256":"<hex>"}
+		// adds 8 more.
 		raw := len(`{"id":"","epoch":}`) + len(we.ID) + decimalLen(we.Epoch)
-		return raw + 6 + 1, raw + 1, nil
+		quotes := 6
+		if c := we.Checkpoint; !c.IsZero() {
+			raw += len(`,"ckpt":{"seq":,"sha256":""}`) + decimalLen(c.Seq) + len(c.Manifest)
+			quotes += 8
+		}
+		return raw + quotes + 1, raw + 1, nil
 	}
 	raw, err := json.Marshal(we)
 	if err != nil {
@@ -169,4 +178,26 @@ func decimalLen(v uint64) int {
 		n++
 	}
 	return n
+}
+
+// withoutMarks returns list with every checkpoint mark dropped (list
+// itself when it has none).
+func withoutMarks(list []WorkloadEpoch) []WorkloadEpoch {
+	var out []WorkloadEpoch
+	for i, we := range list {
+		if we.Checkpoint.IsZero() {
+			if out != nil {
+				out = append(out, we)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]WorkloadEpoch, 0, len(list)), list[:i]...)
+		}
+		out = append(out, WorkloadEpoch{ID: we.ID, Epoch: we.Epoch})
+	}
+	if out == nil {
+		return list
+	}
+	return out
 }

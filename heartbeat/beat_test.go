@@ -5,7 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/lease"
 )
 
 // TestBuildBeatFitsRelays: a held list of 3,000 workloads with 40-character
@@ -101,6 +107,8 @@ func TestEntrySizeMatchesEncoding(t *testing.T) {
 		{ID: "a", Epoch: 1}, {ID: "workload-0000000000000000000000000000001", Epoch: 9},
 		{ID: "x", Epoch: 10}, {ID: "y", Epoch: 18446744073709551615}, {ID: `q"uote`, Epoch: 2},
 		{ID: `back\slash`, Epoch: 3}, {ID: "<tag>&", Epoch: 4}, {ID: "~!#$%^*()_+=-{}[]|:;',.?/`", Epoch: 5},
+		{ID: "durable", Epoch: 7, Checkpoint: lease.CheckpointMark{Seq: 1, Manifest: strings.Repeat("ab", 32)}},
+		{ID: `q"d`, Epoch: 7, Checkpoint: lease.CheckpointMark{Seq: 18446744073709551615, Manifest: strings.Repeat("0f", 32)}},
 	} {
 		raw, _ := json.Marshal(we)
 		quoted, _ := json.Marshal(string(raw))
@@ -108,6 +116,54 @@ func TestEntrySizeMatchesEncoding(t *testing.T) {
 		gotEvent, gotContent, err := entrySize(we)
 		if err != nil || gotEvent != wantEvent || gotContent != wantContent {
 			t.Errorf("entrySize(%q) = %d, %d, %v, want %d, %d", we.ID, gotEvent, gotContent, err, wantEvent, wantContent)
+		}
+	}
+}
+
+// TestBeatCarriesCheckpointMarksStoredOnly: a held durable workload's
+// checkpoint mark rides in the stored events (and comes back out of the
+// decoder as it went in); the ephemeral copy leaves it out.
+func TestBeatCarriesCheckpointMarksStoredOnly(t *testing.T) {
+	k := testKeys(t, "p")
+	mark := lease.CheckpointMark{Seq: 42, Manifest: strings.Repeat("c3", 32)}
+	p := HeartbeatParams{At: time.Unix(1_800_000_000, 0), Workloads: []WorkloadEpoch{
+		{ID: "plain", Epoch: 1}, {ID: "durable", Epoch: 3, Checkpoint: mark},
+	}}
+	b, err := BuildBeat(k, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ev   *nostr.Event
+		want lease.CheckpointMark
+	}{{b.Stored[0], mark}, {b.Ephemeral, lease.CheckpointMark{}}} {
+		h, err := DecodeHeartbeat(tc.ev)
+		if err != nil {
+			t.Fatalf("DecodeHeartbeat(kind %d) = %v", tc.ev.Kind, err)
+		}
+		if got := h.Workloads[1].Checkpoint; got != tc.want {
+			t.Fatalf("kind %d lists durable with mark %+v, want %+v", tc.ev.Kind, got, tc.want)
+		}
+	}
+}
+
+// TestHeartbeatCheckpointMarkRefused: a mark without a seq or a sha256,
+// with seq 0, or with a sha256 that is not 64 lower-case hex digits makes
+// the heartbeat a decode error, in both decoders.
+func TestHeartbeatCheckpointMarkRefused(t *testing.T) {
+	base, err := BuildHeartbeat(testKeys(t, "p"), HeartbeatParams{At: t0, Workloads: []WorkloadEpoch{{ID: "w1", Epoch: 1}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ck := range []string{`{"seq":1}`, `{"sha256":"` + strings.Repeat("a", 64) + `"}`, `{"seq":0,"sha256":"` + strings.Repeat("a", 64) + `"}`,
+		`{"seq":1,"sha256":"` + strings.Repeat("A", 64) + `"}`, `{"seq":1,"sha256":"abc"}`} {
+		ev := *base
+		ev.Content = strings.Replace(base.Content, `{"id":"w1","epoch":1}`, `{"id":"w1","epoch":1,"ckpt":`+ck+`}`, 1)
+		if ev.Content == base.Content {
+			t.Fatalf("no held entry to rewrite in %s", base.Content)
+		}
+		if _, err := DecodeHeartbeat(&ev); ReasonOf(err) != ReasonDecode {
+			t.Errorf("DecodeHeartbeat(ckpt %s) = %v, want a decode refusal", ck, err)
 		}
 	}
 }

@@ -141,6 +141,14 @@ func decodeWorkload(l *jlexer.Lexer, w *workload1) {
 		key := l.UnsafeFieldName(false)
 		l.WantColon()
 		switch {
+		case key == "ckpt":
+			if l.IsNull() {
+				l.Skip()
+				w.Ckpt = nil
+			} else {
+				w.Ckpt = &ckptIn{}
+				decodeCkpt(l, w.Ckpt)
+			}
 		case key != "id" && key != "epoch":
 			l.SkipRecursive()
 		case l.IsNull():
@@ -156,6 +164,33 @@ func decodeWorkload(l *jlexer.Lexer, w *workload1) {
 		default:
 			v := l.Uint64()
 			w.Epoch = &v
+		}
+		l.WantComma()
+	}
+	l.Delim('}')
+}
+
+func decodeCkpt(l *jlexer.Lexer, c *ckptIn) {
+	l.Delim('{')
+	for !l.IsDelim('}') {
+		key := l.UnsafeFieldName(false)
+		l.WantColon()
+		switch {
+		case key != "seq" && key != "sha256":
+			l.SkipRecursive()
+		case l.IsNull():
+			l.Skip()
+			if key == "seq" {
+				c.Seq = nil
+			} else {
+				c.SHA256 = nil
+			}
+		case key == "seq":
+			v := l.Uint64()
+			c.Seq = &v
+		default:
+			v := l.String()
+			c.SHA256 = &v
 		}
 		l.WantComma()
 	}

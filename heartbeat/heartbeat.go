@@ -168,6 +168,13 @@ func (l workloadList) MarshalJSON() ([]byte, error) {
 		b = append(b, we.ID...)
 		b = append(b, `","epoch":`...)
 		b = strconv.AppendUint(b, we.Epoch, 10)
+		if c := we.Checkpoint; !c.IsZero() {
+			b = append(b, `,"ckpt":{"seq":`...)
+			b = strconv.AppendUint(b, c.Seq, 10)
+			b = append(b, `,"sha256":"`...)
+			b = append(b, c.Manifest...)
+			b = append(b, `"}`...)
+		}
 		b = append(b, '}')
 	}
 	return append(b, ']'), nil
@@ -207,6 +214,13 @@ type capacityIn struct {
 type workload1 struct {
 	ID    *string `json:"id"`
 	Epoch *uint64 `json:"epoch"`
+	Ckpt  *ckptIn `json:"ckpt"`
+}
+
+// ckptIn is a held entry's checkpoint mark (ours, optional).
+type ckptIn struct {
+	Seq    *uint64 `json:"seq"`
+	SHA256 *string `json:"sha256"`
 }
 
 // BuildHeartbeat builds and signs a heartbeat: the stored kind 38384, or the
@@ -455,7 +469,14 @@ func DecodeHeartbeat(ev *nostr.Event) (*Heartbeat, error) {
 			if w.ID == nil || w.Epoch == nil {
 				return nil, reject(ReasonDecode, "heartbeat content: workloads[%d] lacks id or epoch", i)
 			}
-			h.Workloads = append(h.Workloads, WorkloadEpoch{ID: *w.ID, Epoch: *w.Epoch})
+			we := WorkloadEpoch{ID: *w.ID, Epoch: *w.Epoch}
+			if c := w.Ckpt; c != nil {
+				if c.Seq == nil || c.SHA256 == nil {
+					return nil, reject(ReasonDecode, "heartbeat content: workloads[%d].ckpt lacks seq or sha256", i)
+				}
+				we.Checkpoint = lease.CheckpointMark{Seq: *c.Seq, Manifest: *c.SHA256}
+			}
+			h.Workloads = append(h.Workloads, we)
 		}
 		if err := validateWorkloads(h.Workloads); err != nil {
 			return nil, rejectErr(ReasonDecode, err, "heartbeat content")
@@ -472,6 +493,9 @@ func validateWorkloads(ws []WorkloadEpoch) error {
 		}
 		if w.Epoch == 0 {
 			return fmt.Errorf("workloads[%d]: epoch 0, epochs start at 1", i)
+		}
+		if c := w.Checkpoint; c != (lease.CheckpointMark{}) && (c.Seq == 0 || !isHex64(c.Manifest)) {
+			return fmt.Errorf("workloads[%d]: ckpt must have a seq from 1 and a sha256 of 64 lower-case hex digits", i)
 		}
 		if _, dup := seen[w.ID]; dup {
 			return fmt.Errorf("workloads[%d]: duplicate workload id", i)

@@ -160,7 +160,7 @@ func BenchmarkObserve(b *testing.B) {
 			lists := make([][]WorkloadEpoch, benchProviders)
 			for p := range lists {
 				if listed > 0 {
-					lists[p] = []WorkloadEpoch{{fmt.Sprintf("w%d", p), 1}, {fmt.Sprintf("w%d", p+benchProviders), 1}}[:listed]
+					lists[p] = []WorkloadEpoch{{ID: fmt.Sprintf("w%d", p), Epoch: 1}, {ID: fmt.Sprintf("w%d", p+benchProviders), Epoch: 1}}[:listed]
 				}
 			}
 			now := t0.Add(time.Hour)

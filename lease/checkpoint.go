@@ -38,7 +38,46 @@ const (
 	// record older than a record of an epoch whose holder is not known
 	// here (see SelectCheckpoints).
 	RefuseBehindUnknownEpoch = "behind_unknown_epoch"
+	// RefuseBehindEvidence: a required restore does not go back to a
+	// record older than the newest checkpoint a holder's heartbeat named
+	// (RestoreCheckpoint.Evidence).
+	RefuseBehindEvidence = "behind_evidence"
 )
+
+// CheckpointEvidence is the newest checkpoint a holder's heartbeats named
+// (WorkloadEpoch.Checkpoint), with its epoch. Heartbeats are signed by the
+// holder and travel with its quorum: a standby hears them on the live
+// streams of the relays whatever the relays keep, so the evidence outlives
+// a record that relays lost.
+type CheckpointEvidence struct {
+	Epoch    uint64 `json:"epoch"`
+	Seq      uint64 `json:"seq"`
+	Manifest string `json:"sha256"`
+}
+
+// IsZero reports whether there is no evidence.
+func (e CheckpointEvidence) IsZero() bool { return e.Epoch == 0 }
+
+// newer reports whether e names a later checkpoint than o.
+func (e CheckpointEvidence) newer(o CheckpointEvidence) bool {
+	return e.Epoch > o.Epoch || (e.Epoch == o.Epoch && e.Seq > o.Seq)
+}
+
+// Ahead reports whether e names a later checkpoint than every record in
+// usable (SelectCheckpoints' result): the driver then restores the
+// manifest e names directly (its blobs are on the lease's servers), since
+// the relays lost or never served its record.
+func (e CheckpointEvidence) Ahead(usable []CheckpointCandidate) bool {
+	if e.IsZero() || e.Manifest == "" {
+		return false
+	}
+	for _, c := range usable {
+		if c.Epoch > e.Epoch || (c.Epoch == e.Epoch && c.Seq >= e.Seq) {
+			return false
+		}
+	}
+	return true
+}
 
 // CheckpointRefusal is a record SelectCheckpoints refused, and why.
 type CheckpointRefusal struct {
@@ -64,6 +103,11 @@ type CheckpointRefusal struct {
 //     after the From of the holder of epoch+1 in req.Holders): a record of
 //     epoch e published after epoch e+1 started comes from a holder that
 //     was fenced by then, and is ignored.
+//
+// A required restore also refuses, as behind_evidence, records older than
+// req.Evidence, the newest checkpoint a holder's heartbeat named; when no
+// usable record reaches it, the driver restores the manifest it names
+// (CheckpointEvidence.Ahead).
 //
 // A provider that missed whole epochs (cut off or down while others held
 // the workload) does not know their holders and refuses their records
@@ -121,6 +165,18 @@ func SelectCheckpoints(req RestoreCheckpoint, self string, maxSkew time.Duration
 	slices.SortStableFunc(usable, func(a, b CheckpointCandidate) int {
 		return -cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.Seq, b.Seq), a.CreatedAt.Compare(b.CreatedAt))
 	})
+	if ev := req.Evidence; req.Mode == RestoreRequired && !ev.IsZero() {
+		kept := usable[:0]
+		for _, c := range usable {
+			if c.Epoch < ev.Epoch || (c.Epoch == ev.Epoch && c.Seq < ev.Seq) {
+				refuse(c, RefuseBehindEvidence, "record of epoch %d seq %d, behind epoch %d seq %d that its holder's heartbeat named: a required restore does not go back",
+					c.Epoch, c.Seq, ev.Epoch, ev.Seq)
+				continue
+			}
+			kept = append(kept, c)
+		}
+		usable = kept
+	}
 	if req.Mode == RestoreRequired && unknownEpoch > 0 {
 		kept := usable[:0]
 		for _, c := range usable {

@@ -16,7 +16,7 @@ func TestClockSuspect(t *testing.T) {
 	t.Run("holder evicts its warm-standby workloads, keeps the others", func(t *testing.T) {
 		h := liveAlice(t, warmSpec("w1", "alice", "bob"), 600*s, nil)
 		h.track(600*s, warmSpec("solo", "alice"))
-		h.beat("alice", 600*s, 700*s, 60*s, []WorkloadEpoch{{"w1", 1}, {"solo", 1}})
+		h.beat("alice", 600*s, 700*s, 60*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}, {ID: "solo", Epoch: 1}})
 		h.wantState("solo", StateLive)
 		h.wantEffects("SetClockSuspect", h.m.SetClockSuspect(at(701*s), true, "1h0m0s ahead of the relays"))
 		effs := h.tick(702 * s)
@@ -31,7 +31,7 @@ func TestClockSuspect(t *testing.T) {
 	t.Run("standby never takes over while suspect, and does once trusted again", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
-		h.hb(0, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+		h.hb(0, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 		h.m.SetClockSuspect(at(s), true, "5m0s behind the relays")
 		var took time.Duration
 		for d := time.Duration(0); d <= 2*3600*s && took == 0; d += s {
@@ -52,7 +52,7 @@ func TestClockSuspect(t *testing.T) {
 	t.Run("a takeover claim in progress is withdrawn", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
-		h.hb(0, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+		h.hb(0, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 		var took time.Duration
 		for d := time.Duration(0); d <= 3600*s && took == 0; d += s {
 			if d%(60*s) == 0 {
@@ -144,7 +144,7 @@ func TestRetakeAfterSelfFencing(t *testing.T) {
 		for d := ev + 60*s; d <= ev+3*cfg.TakeoverAfter; d += s {
 			if d%(60*s) == 0 {
 				h.hb(d, "alice", all3, []WorkloadEpoch{})
-				h.hb(d, "bob", all3, []WorkloadEpoch{{"w1", 2}})
+				h.hb(d, "bob", all3, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 			}
 			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
 				t.Fatalf("Tick(%v) = %v, want no claim while bob holds epoch 2", d, render(effs))
@@ -194,7 +194,7 @@ func TestRetakeAfterSelfFencing(t *testing.T) {
 	t.Run("another provider holds its own epoch: fenced, no retake", func(t *testing.T) {
 		h, ev := evicted(t)
 		cfg := h.m.Config()
-		effs := h.hb(ev+20*s, "bob", []int{1}, []WorkloadEpoch{{"w1", 1}})
+		effs := h.hb(ev+20*s, "bob", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 		h.wantEffects("ObserveHeartbeat(bob lists w1@1)", effs, "entered w1 evicted -> fenced epoch=1", "entered w1 fenced -> standby epoch=1")
 		if ws, _ := h.m.Workload("w1"); ws.Holder != key("bob") || ws.Epoch != 1 {
 			t.Fatalf("Workload(w1) holder, epoch = %v, %d, want bob, 1", keyName(ws.Holder), ws.Epoch)
@@ -202,7 +202,7 @@ func TestRetakeAfterSelfFencing(t *testing.T) {
 		for d := ev + 60*s; d <= ev+3*cfg.TakeoverAfter; d += s {
 			if d%(60*s) == 0 {
 				h.hb(d, "alice", all3, []WorkloadEpoch{})
-				h.hb(d, "bob", all3, []WorkloadEpoch{{"w1", 1}})
+				h.hb(d, "bob", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 			}
 			if effs := h.tick(d); hasEffect[PublishClaim](effs) {
 				t.Fatalf("Tick(%v) = %v, want no claim of an epoch another provider holds", d, render(effs))

@@ -207,8 +207,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	h.track(0, warmSpec("w2", "bob", "carol"))
 	h.track(0, warmSpec("w3", "carol", "bob"))
 	for d := time.Duration(0); d <= 300*s; d += 60 * s {
-		h.hb(d, "alice", all3, []WorkloadEpoch{{"w1", 1}})
-		h.hb(d, "bob", all3, []WorkloadEpoch{{"w2", 1}})
+		h.hb(d, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
+		h.hb(d, "bob", all3, []WorkloadEpoch{{ID: "w2", Epoch: 1}})
 		h.tick(d)
 	}
 	h.hb(300*s, "carol", []int{1}, nil)
@@ -269,13 +269,13 @@ func TestSnapshotRoundTrip(t *testing.T) {
 func FuzzRestore(f *testing.F) {
 	h := newHarness(&testing.T{}, "bob", nil)
 	h.m.Track(at(0), warmSpec("w1", "alice", "bob"))
-	h.m.ObserveHeartbeat(at(10*s), Heartbeat{Provider: key("alice"), Relay: "wss://r1.test", CreatedAt: at(10 * s), Listed: true, Workloads: []WorkloadEpoch{{"w1", 1}}})
+	h.m.ObserveHeartbeat(at(10*s), Heartbeat{Provider: key("alice"), Relay: "wss://r1.test", CreatedAt: at(10 * s), Listed: true, Workloads: []WorkloadEpoch{{ID: "w1", Epoch: 1}}})
 	b, _ := json.Marshal(h.m.Snapshot())
 	f.Add(b)
 	// a holder whose respawn was issued and not yet reported
 	ha := newHarness(&testing.T{}, "alice", nil)
 	ha.m.Track(at(0), warmSpec("w1", "alice", "bob"))
-	ha.m.ObserveHeartbeat(at(10*s), Heartbeat{Provider: key("alice"), Relay: "wss://r1.test", CreatedAt: at(10 * s), Listed: true, Workloads: []WorkloadEpoch{{"w1", 1}}})
+	ha.m.ObserveHeartbeat(at(10*s), Heartbeat{Provider: key("alice"), Relay: "wss://r1.test", CreatedAt: at(10 * s), Listed: true, Workloads: []WorkloadEpoch{{ID: "w1", Epoch: 1}}})
 	ha.m.ProcessExited(at(20*s), ProcessExit{Workload: "w1", Epoch: 1})
 	ha.m.Tick(at(30 * s))
 	b, _ = json.Marshal(ha.m.Snapshot())
@@ -294,7 +294,7 @@ func FuzzRestore(f *testing.F) {
 		}
 		// a restored machine must survive any input without panicking.
 		m.Tick(at(time.Hour))
-		m.ObserveHeartbeat(at(time.Hour), Heartbeat{Provider: key("alice"), Relay: "wss://r2.test", CreatedAt: at(time.Hour), Listed: true, Workloads: []WorkloadEpoch{{"w1", 7}}})
+		m.ObserveHeartbeat(at(time.Hour), Heartbeat{Provider: key("alice"), Relay: "wss://r2.test", CreatedAt: at(time.Hour), Listed: true, Workloads: []WorkloadEpoch{{ID: "w1", Epoch: 7}}})
 		m.RelaySynced(at(time.Hour), "wss://r1.test")
 		m.Outstanding()
 		m.RelaySynced(at(time.Hour), "wss://r2.test")

@@ -37,7 +37,7 @@ func takeoverAt(h *harness, ownRelays []int, aliceUntil map[int]time.Duration, l
 	for d := time.Duration(0); d <= limit; d += s {
 		for r, until := range aliceUntil {
 			if d%(10*s) == 0 && d <= until {
-				h.hb(d, "alice", []int{r}, []WorkloadEpoch{{"w1", 1}})
+				h.hb(d, "alice", []int{r}, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 			}
 		}
 		if d%(60*s) == 0 {
@@ -161,9 +161,9 @@ func TestTakeoverCountsTheRelaysItWatches(t *testing.T) {
 		var took time.Duration
 		for d := time.Duration(0); d <= 3*ta && took == 0; d += s {
 			if d%(10*s) == 0 {
-				h.hb(d, "alice", []int{3}, []WorkloadEpoch{{"w1", 1}})
+				h.hb(d, "alice", []int{3}, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 				if d <= 700*s {
-					h.hb(d, "alice", []int{2}, []WorkloadEpoch{{"w1", 1}})
+					h.hb(d, "alice", []int{2}, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 				}
 			}
 			if d == 810*s {
@@ -413,15 +413,15 @@ func TestHeartbeatListingsEachCount(t *testing.T) {
 	h.track(0, warmSpec("w1", "alice", "bob", "carol"))
 	h.track(0, warmSpec("w2", "alice", "bob"))
 	h.track(0, warmSpec("w9", "mallory", "bob"))
-	h.hb(10*s, "carol", []int{1}, []WorkloadEpoch{{"nope", 1}, {"w1", 2}})
+	h.hb(10*s, "carol", []int{1}, []WorkloadEpoch{{ID: "nope", Epoch: 1}, {ID: "w1", Epoch: 2}})
 	if ws, _ := h.m.Workload("w1"); ws.Holder != key("carol") || ws.Epoch != 2 {
 		t.Fatalf("after carol listed an untracked workload, then w1 at 2: w1 held by %s at %d, want carol at 2", keyName(ws.Holder), ws.Epoch)
 	}
-	h.hb(11*s, "mallory", []int{1}, []WorkloadEpoch{{"w2", 5}})
+	h.hb(11*s, "mallory", []int{1}, []WorkloadEpoch{{ID: "w2", Epoch: 5}})
 	if ws, _ := h.m.Workload("w2"); ws.Holder != key("alice") || ws.Epoch != 1 {
 		t.Fatalf("after mallory (not named by w2's lease) listed w2 at 5: held by %s at %d, want alice at 1", keyName(ws.Holder), ws.Epoch)
 	}
-	h.hb(12*s, "alice", []int{1}, []WorkloadEpoch{{"w2", MaxEpoch}})
+	h.hb(12*s, "alice", []int{1}, []WorkloadEpoch{{ID: "w2", Epoch: MaxEpoch}})
 	if ws, _ := h.m.Workload("w2"); ws.Epoch != MaxEpoch {
 		t.Fatalf("after alice listed w2 at MaxEpoch: epoch %d, want %d", ws.Epoch, uint64(MaxEpoch))
 	}
@@ -498,11 +498,11 @@ func TestRivalClaimsStandUntilWithdrawn(t *testing.T) {
 	want("carol withdraws epoch 2", "dave@3")
 	h.m.ObserveClaim(at(14*s), PromotionClaim{Workload: "w1", Claimer: key("carol"), Epoch: 2, Active: true, CreatedAt: at(11 * s)})
 	want("carol's older active claim re-served", "dave@3")
-	h.hb(15*s, "carol", []int{1}, []WorkloadEpoch{{"w1", 2}})
+	h.hb(15*s, "carol", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 	want("carol heard holding epoch 2", "dave@3")
 	claim(16*s, "bob", 4, true)
 	want("bob's own claim echoed", "dave@3")
-	h.hb(17*s, "dave", []int{1}, []WorkloadEpoch{{"w1", 3}})
+	h.hb(17*s, "dave", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: 3}})
 	want("dave heard holding epoch 3")
 }
 
@@ -518,7 +518,7 @@ func TestClaimsAtTheEpochBound(t *testing.T) {
 
 	sb := newHarness(t, "bob", nil)
 	sb.track(0, warmSpec("w1", "alice", "bob", "carol"))
-	sb.hb(10*s, "alice", []int{1}, []WorkloadEpoch{{"w1", MaxEpoch}})
+	sb.hb(10*s, "alice", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: MaxEpoch}})
 	sb.m.ObserveClaim(at(20*s), PromotionClaim{Workload: "w1", Claimer: key("carol"), Epoch: EpochUnknown, Active: true, CreatedAt: at(20 * s)})
 	if got := rivals(sb); len(got) != 0 {
 		t.Fatalf("announcement while following epoch MaxEpoch: rivals %v, want none", got)
@@ -745,7 +745,7 @@ func TestRelaySyncResumesEveryWorkload(t *testing.T) {
 	h := newHarness(t, "alice", nil)
 	h.track(0, warmSpec("w1", "alice", "bob"))
 	h.track(0, warmSpec("w2", "alice", "bob"))
-	h.beat("alice", 0, 300*s, 60*s, []WorkloadEpoch{{"w1", 1}, {"w2", 1}})
+	h.beat("alice", 0, 300*s, 60*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}, {ID: "w2", Epoch: 1}})
 	h.wantState("w2", StateLive)
 	snap := roundTrip(t, h.m.Snapshot())
 	snap.Workloads[0].State = StateProvisioning // w1 restored before it reached quorum
@@ -764,7 +764,7 @@ func TestRelaySyncResumesEveryWorkload(t *testing.T) {
 func TestRestoreRefusesInconsistentSnapshots(t *testing.T) {
 	h := newHarness(t, "bob", nil)
 	h.track(0, warmSpec("w1", "alice", "bob", "carol"))
-	h.hb(10*s, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+	h.hb(10*s, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 	h.hb(10*s, "bob", all3, []WorkloadEpoch{})
 	base := h.m.Snapshot()
 	rivals := func(n int) []RivalClaim {
@@ -902,7 +902,7 @@ func TestTakeoverClaimStopsWhenTheHolderSpeaks(t *testing.T) {
 		t.Fatalf("takeover at %v, want %v", took, want)
 	}
 	h.wantEffects("ClaimPublished(too few)", h.m.ClaimPublished(at(took+s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 1}), "withdraw w1 epoch=2")
-	h.hb(took+2*s, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+	h.hb(took+2*s, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 	h.wantEffects("Tick(backoff over, the holder spoke)", h.tick(took+s+h.m.Config().ClaimBackoff(1, 0)), "entered w1 promoting -> standby epoch=1")
 }
 
@@ -943,7 +943,7 @@ func TestRemoveKeepsTheOthers(t *testing.T) {
 	if !h.m.Remove("w1") {
 		t.Fatal("Remove(w1) = false")
 	}
-	h.beat("alice", 0, 60*s, 60*s, []WorkloadEpoch{{"w2", 1}, {"w3", 1}})
+	h.beat("alice", 0, 60*s, 60*s, []WorkloadEpoch{{ID: "w2", Epoch: 1}, {ID: "w3", Epoch: 1}})
 	h.wantState("w2", StateLive)
 	h.wantState("w3", StateLive)
 	if got := h.m.IDs(); !slices.Equal(got, []string{"w2", "w3"}) {
@@ -1019,7 +1019,7 @@ func TestTickResetsTheRespawnCountOnTime(t *testing.T) {
 	beats := func(from, to time.Duration) {
 		for d := from; d <= to; d += s {
 			if d%(60*s) == 0 {
-				h.hb(d, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+				h.hb(d, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 			}
 			h.tick(d)
 		}
@@ -1062,7 +1062,7 @@ func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 			if (d-back)%(60*s) == 0 {
 				h.hb(d, "alice", all3, []WorkloadEpoch{})
 				if d <= last {
-					h.hb(d, "bob", all3, []WorkloadEpoch{{"w1", 2}})
+					h.hb(d, "bob", all3, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 				}
 			}
 			if hasEffect[PublishClaim](h.tick(d)) {
@@ -1095,7 +1095,7 @@ func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 	}
 	t.Run("a retake claim in flight withdraws", func(t *testing.T) {
 		h, took := retakeClaim(t)
-		effs := h.hb(took+s, "bob", []int{1}, []WorkloadEpoch{{"w1", 2}})
+		effs := h.hb(took+s, "bob", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 		if !hasEffect[WithdrawClaim](effs) {
 			t.Fatalf("ObserveHeartbeat(bob lists w1@2 during alice's retake claim) = %v, want the claim withdrawn", render(effs))
 		}
@@ -1104,7 +1104,7 @@ func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 	t.Run("a retake claim being read withdraws", func(t *testing.T) {
 		h, took := retakeClaim(t)
 		h.m.ClaimPublished(at(took+s), ClaimAck{Workload: "w1", Epoch: 4, Accepted: 3})
-		effs := h.hb(took+2*s, "bob", []int{1}, []WorkloadEpoch{{"w1", 2}})
+		effs := h.hb(took+2*s, "bob", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 		h.wantEffects("ObserveHeartbeat(bob lists w1@2 while alice reads claims)", effs, "withdraw w1 epoch=4", "entered w1 promoting -> evicted epoch=3")
 	})
 	// A retake whose publish fell short waits in its backoff; its next
@@ -1117,7 +1117,7 @@ func TestNoRetakeBesideALowerEpochHolder(t *testing.T) {
 			t.Fatalf("ClaimPublished(1 of 3) = %v, want a withdrawal and a backoff", render(effs))
 		}
 		bob := took + 2*s
-		effs := h.hb(bob, "bob", all3, []WorkloadEpoch{{"w1", 2}})
+		effs := h.hb(bob, "bob", all3, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 		h.wantEffects("ObserveHeartbeat(bob lists w1@2 in alice's backoff)", effs, "entered w1 promoting -> evicted epoch=3")
 		for d := bob + s; d < bob+ta; d += s {
 			if d%(60*s) == 0 {
@@ -1178,7 +1178,7 @@ func TestReusedClaimHoldsOffTakeover(t *testing.T) {
 	run := func(t *testing.T, claimer string, claimAt time.Duration, createdAt time.Time) time.Duration {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob", "carol"))
-		h.hb(0, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+		h.hb(0, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 		for d := time.Duration(0); d <= 3600*s; d += s {
 			if d%(60*s) == 0 {
 				h.hb(d, "bob", all3, []WorkloadEpoch{})

@@ -53,7 +53,7 @@ func TestHugeEpochsAndRivalsAreBounded(t *testing.T) {
 	h := newHarness(t, "bob", nil)
 	h.track(0, warmSpec("w1", "alice", "bob", "carol"))
 	h.wantEffects("ObserveClaim(huge)", h.m.ObserveClaim(at(s), PromotionClaim{Workload: "w1", Claimer: key("carol"), Epoch: MaxEpoch + 1, Active: true}))
-	h.wantEffects("ObserveHeartbeat(huge)", h.hb(s, "carol", all3, []WorkloadEpoch{{"w1", ^uint64(0)}}))
+	h.wantEffects("ObserveHeartbeat(huge)", h.hb(s, "carol", all3, []WorkloadEpoch{{ID: "w1", Epoch: ^uint64(0)}}))
 	for e := uint64(2); e < 100; e++ {
 		h.m.ObserveClaim(at(2*s), PromotionClaim{Workload: "w1", Claimer: key("carol"), Epoch: e, Active: true})
 	}
@@ -66,7 +66,7 @@ func TestObserveSteadyStateDoesNotAllocate(t *testing.T) {
 	h := newHarness(t, "alice", nil)
 	h.track(0, warmSpec("w1", "alice", "bob"))
 	h.track(0, warmSpec("w2", "bob", "alice"))
-	list := []WorkloadEpoch{{"w2", 1}}
+	list := []WorkloadEpoch{{ID: "w2", Epoch: 1}}
 	bob, alice := key("bob"), key("alice")
 	d := time.Duration(0)
 	allocs := testing.AllocsPerRun(1000, func() {

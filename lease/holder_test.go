@@ -27,7 +27,7 @@ func TestSilenceCountsOnlyTheProviderHeardHolding(t *testing.T) {
 			h.hb(d, "dave", all3, []WorkloadEpoch{}) // dave stays healthy on every relay
 		}
 		if d%(60*s) == 0 && d >= carolFrom && d <= carolUntil {
-			h.hb(d, "carol", all3, []WorkloadEpoch{{"w1", 2}})
+			h.hb(d, "carol", all3, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 		}
 		if effs := h.tick(d); hasEffect[PublishClaim](effs) {
 			took = d
@@ -64,7 +64,7 @@ func TestHeardHolderAbortsATakeoverClaim(t *testing.T) {
 		t.Fatalf("no takeover of bob's silent epoch 2 within 3 h")
 	}
 	h.wantState("w1", StatePromoting)
-	effs := h.hb(took+2*s, "carol", []int{1}, []WorkloadEpoch{{"w1", 2}})
+	effs := h.hb(took+2*s, "carol", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 	h.wantEffects("ObserveHeartbeat(carol lists w1@2)", effs, "withdraw w1 epoch=3", "entered w1 promoting -> standby epoch=2")
 	if ws, _ := h.m.Workload("w1"); ws.Holder != key("carol") {
 		t.Fatalf("Workload(w1).Holder = %v, want carol", keyName(ws.Holder))

@@ -7,7 +7,23 @@ import "time"
 type WorkloadEpoch struct {
 	ID    string `json:"id"`
 	Epoch uint64 `json:"epoch"`
+	// Checkpoint is, for a durable workload, the newest checkpoint its
+	// holder published at Epoch (on K servers, its record on M relays);
+	// zero: none yet, or not durable. A heartbeat that lists it is the
+	// evidence a required restore never goes behind (RestoreCheckpoint
+	// .Evidence).
+	Checkpoint CheckpointMark `json:"ckpt,omitzero"`
 }
+
+// CheckpointMark names one published checkpoint of an epoch: its record's
+// seq and its manifest blob's sha256 (lower-case hex).
+type CheckpointMark struct {
+	Seq      uint64 `json:"seq"`
+	Manifest string `json:"sha256"`
+}
+
+// IsZero reports whether the mark names no checkpoint.
+func (c CheckpointMark) IsZero() bool { return c.Seq == 0 }
 
 // Heartbeat is one heartbeat event as delivered by one relay, after the
 // driver verified its signature (heartbeat/ does that).

@@ -113,6 +113,11 @@ func (m *Machine) ObserveHeartbeat(now time.Time, hb Heartbeat) []Effect {
 		case we.Epoch < w.Epoch && !w.State.Holding():
 			m.heardLowerHolder(w, ri, recv, &out)
 		}
+		if we.Epoch == w.Epoch && pi == w.holder && !we.Checkpoint.IsZero() && w.Spec.Checkpoint != nil {
+			if ev := (CheckpointEvidence{Epoch: we.Epoch, Seq: we.Checkpoint.Seq, Manifest: we.Checkpoint.Manifest}); ev.newer(w.Evidence) {
+				w.Evidence = ev
+			}
+		}
 	}
 	return out
 }

@@ -105,7 +105,7 @@ func TestRestoreReissuesStopForUnheldWorkloads(t *testing.T) {
 		h.track(0, warmSpec("w1", "alice", "bob"))
 		h.track(0, warmSpec("w2", "bob", "alice"))
 		h.track(0, warmSpec("w3", "alice", "carol"))
-		h.beat("alice", 0, 120*s, 60*s, []WorkloadEpoch{{"w1", 1}, {"w3", 1}})
+		h.beat("alice", 0, 120*s, 60*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}, {ID: "w3", Epoch: 1}})
 		h.m.ObserveClaim(at(121*s), PromotionClaim{Workload: "w3", Claimer: key("carol"), Epoch: 2, Active: true})
 		h.wantEffects("Restore", restoreJSON(t, h, 130*s),
 			`stop w2 epoch=1 reason="restart: not held here (standby)"`,
@@ -130,12 +130,12 @@ func TestRespawnEmittedOnlyWhenDue(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, "alice", nil)
-			list := []WorkloadEpoch{{"w1", 1}}
+			list := []WorkloadEpoch{{ID: "w1", Epoch: 1}}
 			h.track(0, warmSpec("w1", "alice", "bob"))
 			for i := 0; i < tt.others; i++ {
 				id := fmt.Sprintf("o%d", i)
 				h.track(0, warmSpec(id, "alice", "bob"))
-				list = append(list, WorkloadEpoch{id, 1})
+				list = append(list, WorkloadEpoch{ID: id, Epoch: 1})
 			}
 			h.beat("alice", 0, 300*s, 60*s, list)
 			cfg := h.m.Config()
@@ -205,7 +205,7 @@ func TestRespawnNotBeforeRelaySync(t *testing.T) {
 			h.wantEffects("Outstanding(after Restore)", h.m.Outstanding())
 			// Time passes while awaiting sync; heartbeats keep quorum.
 			for d := tt.restoreAt; d < tt.syncAt; d += 10 * s {
-				if effs := append(h.hb(d, "alice", all3, []WorkloadEpoch{{"w1", 1}}), h.tick(d)...); hasEffect[AttemptRespawn](effs) {
+				if effs := append(h.hb(d, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}}), h.tick(d)...); hasEffect[AttemptRespawn](effs) {
 					t.Fatalf("Tick(+%v) while awaiting sync = %v, want no respawn", d, render(effs))
 				}
 			}
@@ -252,7 +252,7 @@ func TestNoRespawnAfterEviction(t *testing.T) {
 			return h.m.ObserveClaim(at(evictAt-s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: true})
 		}, StateFenced, StateStandby},
 		{"fenced by a heartbeat before due (it rejoins as bob's standby)", evictAt - 2*s, false, func(h *harness) []Effect {
-			return h.hb(evictAt-s, "bob", all3, []WorkloadEpoch{{"w1", 2}})
+			return h.hb(evictAt-s, "bob", all3, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 		}, StateStandby, ""},
 		{"issued, then evicted: the late report is refused", evictAt - 20*s, true, func(h *harness) []Effect { return h.tick(evictAt) }, StateEvicted, ""},
 	}
@@ -308,6 +308,6 @@ func TestRestoredProvisioningStartsAfterSync(t *testing.T) {
 	h.m = m
 	h.wantEffects("RelaySynced(r1)", h.m.RelaySynced(at(3*s), "wss://r1.test"))
 	h.wantEffects("RelaySynced(r2)", h.m.RelaySynced(at(3*s), "wss://r2.test"), "start w1 epoch=1")
-	h.hb(4*s, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+	h.hb(4*s, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 	h.wantEffects("Tick(quorum)", h.tick(4*s), "entered w1 provisioning -> live epoch=1")
 }

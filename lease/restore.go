@@ -168,6 +168,9 @@ type RestoreCheckpoint struct {
 	GrantAt time.Time
 	Hint    string
 	Seed    string
+	// Evidence is the newest checkpoint the holders' heartbeats named
+	// (zero: none): a required restore never starts from an older one.
+	Evidence CheckpointEvidence
 }
 
 // RestoreReport announces how the state of a new epoch was (or was not)
@@ -233,7 +236,7 @@ func (m *Machine) restoreRequest(w *WorkloadSnapshot) RestoreCheckpoint {
 	return RestoreCheckpoint{
 		ID: w.Spec.ID, Epoch: w.Epoch, Attempt: w.RestoreAttempt, Mode: p.Mode(), Timeout: p.Timeout(),
 		Holders: append([]EpochHolder(nil), w.Holders...), GrantAt: w.Spec.CreatedAt,
-		Hint: w.RestoreHint, Seed: w.Spec.StateURI,
+		Hint: w.RestoreHint, Seed: w.Spec.StateURI, Evidence: w.Evidence,
 	}
 }
 

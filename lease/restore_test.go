@@ -42,7 +42,7 @@ func TestGrantRestoresBeforeStart(t *testing.T) {
 		r.Holders[0] != (EpochHolder{Epoch: 1, Holder: key("alice"), From: at(0)}) {
 		t.Fatalf("RestoreCheckpoint = %+v, want seed, grant time and alice as holder of epoch 1", r)
 	}
-	h.beat("alice", 1*s, 10*s, 1*s, []WorkloadEpoch{{"w1", 1}})
+	h.beat("alice", 1*s, 10*s, 1*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 	h.wantState("w1", StateProvisioning) // quorum, but nothing started yet
 	h.wantEffects("Restored(stale attempt)", h.m.Restored(at(11*s), RestoreResult{Workload: "w1", Epoch: 1, Attempt: 2, OK: true}))
 	h.wantEffects("Restored(another epoch)", h.m.Restored(at(11*s), RestoreResult{Workload: "w1", Epoch: 2, Attempt: 1, OK: true}))
@@ -82,14 +82,16 @@ func TestRestoreOutcomes(t *testing.T) {
 
 // Under required a failed or unanswered attempt is retried after half a
 // RestoreTimeout; the workload stays Provisioning (holding its epoch, in
-// its heartbeats) until ProvisionTimeout, then fails with the reason and
-// hands over to the next standby.
+// its heartbeats) until ProvisionTimeout, then is evicted (not failed: a
+// Blossom outage must not end the workload for good) and handed over to
+// the next standby, and this provider retakes it after takeover_after of
+// nobody claiming it, restoring again at the next epoch.
 func TestRequiredRestoreRetriesUntilProvisionTimeout(t *testing.T) {
 	h := newHarness(t, "alice", nil)
 	h.track(0, durableSpec(RestoreRequired, "alice", "bob"))
-	h.beat("alice", 1*s, 19*s, 1*s, []WorkloadEpoch{{"w1", 1}})
+	h.beat("alice", 1*s, 19*s, 1*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 	// No answer within the 20 s timeout: a failure; next attempt 10 s on.
-	effs := h.hb(20*s, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+	effs := h.hb(20*s, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 	effs = append(effs, h.tick(20*s)...)
 	h.wantEffects("Tick(timeout)", effs, `restore-report w1 epoch=1 phase=waiting reason="restore required: attempt 1 failed, next at +30s: no answer within restore_timeout 20s"`)
 	h.wantEffects("Tick(waiting)", h.tick(29*s))
@@ -99,15 +101,37 @@ func TestRequiredRestoreRetriesUntilProvisionTimeout(t *testing.T) {
 		t.Fatalf("Held while restoring = %v, want w1 (it holds its epoch)", held)
 	}
 	cfg := h.m.Config()
-	h.beat("alice", 31*s, cfg.ProvisionTimeout-s, 10*s, []WorkloadEpoch{{"w1", 1}})
+	h.beat("alice", 31*s, cfg.ProvisionTimeout-s, 10*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 	effs = h.tick(cfg.ProvisionTimeout)
-	if !hasEffect[Failed](effs) || !hasEffect[PublishRevocation](effs) || h.state("w1") != StateFailed {
-		t.Fatalf("Tick(provision timeout) = %v, want failed and revoked", render(effs))
+	if hasEffect[Failed](effs) || !hasEffect[StopWorkload](effs) || !hasEffect[PublishRevocation](effs) || h.state("w1") != StateEvicted {
+		t.Fatalf("Tick(provision timeout) = %v, want evicted (not failed), stopped and revoked", render(effs))
 	}
 	for _, e := range effs {
-		if f, ok := e.(Failed); ok && !strings.Contains(f.Reason, "restore required: no checkpoint restored within provision_timeout") {
-			t.Fatalf("Failed reason = %q, want it to say the restore did not succeed", f.Reason)
+		if r, ok := e.(PublishRevocation); ok && !strings.Contains(r.Reason, "restore required: no checkpoint restored within provision_timeout") {
+			t.Fatalf("revocation reason = %q, want it to say the restore did not succeed", r.Reason)
 		}
+	}
+	if ws, _ := h.m.Workload("w1"); !strings.Contains(ws.RestoreWhy, "handed on") {
+		t.Fatalf("RestoreWhy = %q, want it to say the workload was handed on", ws.RestoreWhy)
+	}
+	// Nobody claims: alice takes it back at epoch 2 and restores again.
+	back := cfg.ProvisionTimeout
+	var took time.Duration
+	for d := back; d <= back+2*cfg.TakeoverAfter && took == 0; d += s {
+		if (d-back)%(60*s) == 0 {
+			h.hb(d, "alice", all3, []WorkloadEpoch{})
+		}
+		if hasEffect[PublishClaim](h.tick(d)) {
+			took = d
+		}
+	}
+	if took == 0 {
+		t.Fatalf("alice never took the workload back after the restore timed out")
+	}
+	h.m.ClaimPublished(at(took+s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
+	effs = h.m.ClaimsRead(at(took+s+cfg.RelayDelay), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3})
+	if !hasEffect[RestoreCheckpoint](effs) || hasEffect[StartWorkload](effs) {
+		t.Fatalf("ClaimsRead(retake won) = %v, want a new restore, no start yet", render(effs))
 	}
 }
 

@@ -107,7 +107,7 @@ func TestRevocationDeadline(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
 		for d := time.Duration(0); d <= q; d += 30 * s {
-			h.hb(d, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+			h.hb(d, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 			h.hb(d, "bob", all3, []WorkloadEpoch{})
 		}
 		h.m.ObserveRevocation(at(q+slack+s), revokeAt(q))
@@ -150,13 +150,13 @@ func TestRevocationCarriesTheHoldersLastQuorum(t *testing.T) {
 	t.Run("last quorum while holding", func(t *testing.T) {
 		h := newHarness(t, "alice", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
-		h.beat("alice", 0, 300*s, 60*s, []WorkloadEpoch{{"w1", 1}})
+		h.beat("alice", 0, 300*s, 60*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 		// Only relay 1 still carries alice's beats: quorum (M=2) was last
 		// had with the beat at 300 s.
 		var got time.Time
 		found := false
 		for d := 360 * s; d <= 300*s+cfg.Stale+cfg.T1+cfg.T2+time.Minute && !found; d += 60 * s {
-			h.hb(d, "alice", []int{1}, []WorkloadEpoch{{"w1", 1}})
+			h.hb(d, "alice", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 			got, found = quorumAtOf(h.tick(d))
 		}
 		if !found || !got.Equal(at(300*s)) {
@@ -169,7 +169,7 @@ func TestRevocationCarriesTheHoldersLastQuorum(t *testing.T) {
 		var got time.Time
 		found := false
 		for d := 60 * s; d <= cfg.ProvisionTimeout+time.Minute && !found; d += 60 * s {
-			h.hb(d, "alice", []int{1}, []WorkloadEpoch{{"w1", 1}})
+			h.hb(d, "alice", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 			got, found = quorumAtOf(h.tick(d))
 		}
 		if !found || !got.IsZero() {
@@ -192,29 +192,29 @@ func TestSameEpochHoldersResolve(t *testing.T) {
 		if got := render(claimStep(h, 11*s, 2)); got != "read-claims w1 epoch=2 at=+21s\nentered w1 promoting -> provisioning epoch=2\nstart w1 epoch=2\nannounce w1 epoch=2" {
 			t.Fatalf("claim step of %s = %s", self, got)
 		}
-		h.beat(self, 30*s, 90*s, 60*s, []WorkloadEpoch{{"w1", 2}})
+		h.beat(self, 30*s, 90*s, 60*s, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 		h.wantState("w1", StateLive)
 		return h
 	}
 	t.Run("the lower rank fences", func(t *testing.T) {
 		h := holding(t, "carol")
-		h.wantEffects("heartbeat of bob at epoch 2", h.hb(100*s, "bob", []int{1}, []WorkloadEpoch{{"w1", 2}}),
+		h.wantEffects("heartbeat of bob at epoch 2", h.hb(100*s, "bob", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: 2}}),
 			"entered w1 live -> fenced epoch=2",
 			`stop w1 epoch=2 reason="epoch 2 also held by bob, which the lease ranks first"`,
 			"entered w1 fenced -> standby epoch=2")
 	})
 	t.Run("the higher rank keeps running", func(t *testing.T) {
 		h := holding(t, "bob")
-		h.wantEffects("heartbeat of carol at epoch 2", h.hb(100*s, "carol", all3, []WorkloadEpoch{{"w1", 2}}))
+		h.wantEffects("heartbeat of carol at epoch 2", h.hb(100*s, "carol", all3, []WorkloadEpoch{{ID: "w1", Epoch: 2}}))
 		h.wantEffects("Tick", h.tick(100*s))
 		h.wantState("w1", StateLive)
-		if got := h.m.Held(nil); len(got) != 1 || got[0] != (WorkloadEpoch{"w1", 2}) {
+		if got := h.m.Held(nil); len(got) != 1 || got[0] != (WorkloadEpoch{ID: "w1", Epoch: 2}) {
 			t.Fatalf("Held() = %v, want [{w1 2}]", got)
 		}
 	})
 	t.Run("the primary outranks every standby", func(t *testing.T) {
 		h := holding(t, "bob")
-		h.wantEffects("heartbeat of alice at epoch 2", h.hb(100*s, "alice", []int{2}, []WorkloadEpoch{{"w1", 2}}),
+		h.wantEffects("heartbeat of alice at epoch 2", h.hb(100*s, "alice", []int{2}, []WorkloadEpoch{{ID: "w1", Epoch: 2}}),
 			"entered w1 live -> fenced epoch=2",
 			`stop w1 epoch=2 reason="epoch 2 also held by alice, which the lease ranks first"`,
 			"entered w1 fenced -> standby epoch=2")
@@ -266,13 +266,13 @@ func TestFormerPrimaryRejoinsAsStandby(t *testing.T) {
 	}
 	// alice, healthy, hears bob hold epoch 2: fenced, then bob's standby.
 	alice := liveAlice(t, warmSpec("w1", "alice", "bob"), 60*s, nil)
-	alice.wantEffects("heartbeat of bob at epoch 2", alice.hb(70*s, "bob", all3, []WorkloadEpoch{{"w1", 2}}),
+	alice.wantEffects("heartbeat of bob at epoch 2", alice.hb(70*s, "bob", all3, []WorkloadEpoch{{ID: "w1", Epoch: 2}}),
 		"entered w1 live -> fenced epoch=1", `stop w1 epoch=1 reason="epoch 2 held by bob"`, "entered w1 fenced -> standby epoch=2")
 	// bob loses quorum while alice is alive: its revocation names her.
 	var rev PublishRevocation
 	for d := 20 * s; d <= 20*s+cfg.Stale+cfg.T1+cfg.T2+time.Minute; d += 10 * s {
 		if d <= 60*s {
-			bob.hb(d, "bob", all3, []WorkloadEpoch{{"w1", 2}})
+			bob.hb(d, "bob", all3, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 		}
 		bob.hb(d, "alice", all3, []WorkloadEpoch{})
 		for _, e := range bob.tick(d) {
@@ -310,7 +310,7 @@ func TestStandbyAlive(t *testing.T) {
 	if got := h.m.Successor("w1"); got != key("bob") {
 		t.Fatalf("bob and carol heard: Successor = %q, want bob (the first standby)", got)
 	}
-	h.hb(100*s+h.m.Config().Stale, "alice", all3, []WorkloadEpoch{{"w1", 1}}) // alice keeps quorum
+	h.hb(100*s+h.m.Config().Stale, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}}) // alice keeps quorum
 	h.tick(102*s + h.m.Config().Stale)
 	if h.m.StandbyAlive("w1") {
 		t.Fatalf("Stale after the standbys' last heartbeats: StandbyAlive = true, want false")

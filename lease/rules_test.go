@@ -16,7 +16,7 @@ func liveAlice(t *testing.T, spec Spec, last time.Duration, mod func(*Config)) *
 	t.Helper()
 	h := newHarness(t, "alice", mod)
 	h.track(0, spec)
-	h.beat("alice", 0, last, 60*s, []WorkloadEpoch{{"w1", spec.Epoch}})
+	h.beat("alice", 0, last, 60*s, []WorkloadEpoch{{ID: "w1", Epoch: spec.Epoch}})
 	h.wantState("w1", StateLive)
 	return h
 }
@@ -50,7 +50,7 @@ func TestRule1_QuorumRegainedRestartsDebounce(t *testing.T) {
 	// quorum comes back briefly: Live again, and a fresh loss is debounced
 	// from the new loss moment.
 	back := lost + cfg.T1 + 10*s
-	h.hb(back, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+	h.hb(back, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 	h.wantEffects("Tick(back)", h.tick(back), "entered w1 suspect -> live epoch=1")
 	lost2 := back + cfg.Stale
 	h.wantEffects("Tick(lost2+T1-1ns)", h.tick(lost2+cfg.T1-1))
@@ -74,7 +74,7 @@ func TestRule2_HealthyProviderNeverFlaps(t *testing.T) {
 			next := time.Duration(0)
 			for d := time.Duration(0); d < 4*time.Hour; d += s {
 				if d%(60*s) == 0 {
-					h.hb(d, "alice", tt.relays, []WorkloadEpoch{{"w1", 1}})
+					h.hb(d, "alice", tt.relays, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 				}
 				if d >= next {
 					next += tt.tickEvery
@@ -163,7 +163,7 @@ func TestRule4_SignerChecks(t *testing.T) {
 		h := liveAlice(t, spec, 300*s, nil)
 		effs := h.m.ObserveClaim(at(301*s), PromotionClaim{Workload: "w1", Claimer: key("mallory"), Epoch: 9, Active: true})
 		h.wantEffects("ObserveClaim(mallory)", effs)
-		effs = h.hb(301*s, "mallory", all3, []WorkloadEpoch{{"w1", 9}})
+		effs = h.hb(301*s, "mallory", all3, []WorkloadEpoch{{ID: "w1", Epoch: 9}})
 		h.wantEffects("ObserveHeartbeat(mallory)", effs)
 		h.wantState("w1", StateLive)
 	})
@@ -228,7 +228,7 @@ func TestRule5_RespawnBackoffCountedAndEndsInFailed(t *testing.T) {
 		h.m.RespawnDone(last.At, RespawnResult{Workload: "w1", Attempt: last.Attempt, OK: true})
 		h.wantState("w1", StateLive)
 		// healthy for RestartResetAfter: the next exit starts at attempt 1.
-		h.beat("alice", 460*s, 460*s+cfg.RestartResetAfter, 60*s, []WorkloadEpoch{{"w1", 1}})
+		h.beat("alice", 460*s, 460*s+cfg.RestartResetAfter, 60*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 		h.m.ProcessExited(at(460*s+cfg.RestartResetAfter), ProcessExit{Workload: "w1", Epoch: 1})
 		effs := h.tick(460*s + cfg.RestartResetAfter + cfg.RestartInitial)
 		if a := effs[0].(AttemptRespawn); a.Attempt != 1 {
@@ -287,7 +287,7 @@ func TestRule7_EvictionStopsBeforeRevocation(t *testing.T) {
 	h := newHarness(t, "alice", nil)
 	h.track(0, warmSpec("w1", "alice", "bob", "carol"))
 	// alice is healthy until 600 s; bob is never seen; carol is seen late.
-	h.beat("alice", 0, 600*s, 60*s, []WorkloadEpoch{{"w1", 1}})
+	h.beat("alice", 0, 600*s, 60*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 	cfg := h.m.Config()
 	lost := 600*s + cfg.Stale
 	h.hb(lost+cfg.T1+cfg.T2-60*s, "carol", []int{2}, []WorkloadEpoch{})
@@ -323,7 +323,7 @@ func TestRule8_HandoffByRevocation(t *testing.T) {
 	h.wantEffects("ClaimsRead(before At)", h.m.ClaimsRead(at(110*s), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3}))
 	h.wantEffects("ClaimsRead", h.m.ClaimsRead(at(111*s), ClaimRead{Workload: "w1", Epoch: 2, Relays: 2}),
 		"entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2", "announce w1 epoch=2")
-	if got := h.m.Held(nil); len(got) != 1 || got[0] != (WorkloadEpoch{"w1", 2}) {
+	if got := h.m.Held(nil); len(got) != 1 || got[0] != (WorkloadEpoch{ID: "w1", Epoch: 2}) {
 		t.Fatalf("Held() = %v, want [{w1 2}]", got)
 	}
 }
@@ -335,7 +335,7 @@ func TestRule8_TakeoverOnlyAfterSilenceSeenWhileHealthy(t *testing.T) {
 		h.track(0, warmSpec("w1", "alice", "bob"))
 		// alice claims w1 until 600 s; bob stays healthy throughout.
 		for d := time.Duration(0); d <= 600*s; d += 60 * s {
-			h.hb(d, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+			h.hb(d, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 		}
 		var took time.Duration
 		for d := time.Duration(0); d <= 3600*s && took == 0; d += s {
@@ -353,7 +353,7 @@ func TestRule8_TakeoverOnlyAfterSilenceSeenWhileHealthy(t *testing.T) {
 	t.Run("standby cut off from relays never takes over", func(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
-		h.hb(0, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+		h.hb(0, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 		for d := time.Duration(0); d <= 6*3600*s; d += 10 * s {
 			if d < 300*s && d%(60*s) == 0 {
 				h.hb(d, "bob", all3, []WorkloadEpoch{})
@@ -381,7 +381,7 @@ func TestRule8_TakeoverOnlyAfterSilenceSeenWhileHealthy(t *testing.T) {
 				h.syncAll(d)
 			}
 			if d%(60*s) == 0 && d <= 700*s && d >= 120*s {
-				h.hb(d, "alice", all3, []WorkloadEpoch{{"w1", 1}})
+				h.hb(d, "alice", all3, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 			}
 			if d%(60*s) == 0 && (d <= 100*s || d >= 900*s) {
 				h.hb(d, "bob", all3, []WorkloadEpoch{})
@@ -398,8 +398,8 @@ func TestRule8_TakeoverOnlyAfterSilenceSeenWhileHealthy(t *testing.T) {
 		h := newHarness(t, "bob", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
 		for d := time.Duration(0); d <= 6*3600*s; d += 60 * s {
-			h.hb(d, "alice", []int{1}, []WorkloadEpoch{{"w1", 1}}) // alice still claims on r1
-			h.hb(d, "bob", []int{1, 2}, []WorkloadEpoch{})         // bob healthy on r1 and r2 only
+			h.hb(d, "alice", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: 1}}) // alice still claims on r1
+			h.hb(d, "bob", []int{1, 2}, []WorkloadEpoch{})                    // bob healthy on r1 and r2 only
 			if effs := h.tick(d); len(effs) > 0 {
 				t.Fatalf("Tick(%v) = %v, want no takeover", d, render(effs))
 			}
@@ -451,7 +451,7 @@ func TestRule8_ConcurrentClaimersNeverBothStart(t *testing.T) {
 	bob.wantEffects("bob read", e1, "withdraw w1 epoch=2")
 	carol.wantEffects("carol read", e2, "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2", "announce w1 epoch=2")
 	// carol's heartbeat listing epoch 2 stops bob's retries.
-	effs := bob.hb(130*s, "carol", all3, []WorkloadEpoch{{"w1", 2}})
+	effs := bob.hb(130*s, "carol", all3, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 	bob.wantEffects("bob sees carol hold epoch 2", effs, "entered w1 promoting -> standby epoch=2")
 }
 
@@ -499,7 +499,7 @@ func TestRule9_HigherEpochFences(t *testing.T) {
 	})
 	t.Run("heartbeat listing a higher epoch", func(t *testing.T) {
 		h := liveAlice(t, warmSpec("w1", "alice", "bob"), 300*s, nil)
-		effs := h.hb(301*s, "bob", []int{2}, []WorkloadEpoch{{"w1", 2}})
+		effs := h.hb(301*s, "bob", []int{2}, []WorkloadEpoch{{ID: "w1", Epoch: 2}})
 		h.wantEffects("ObserveHeartbeat", effs, "entered w1 live -> fenced epoch=1", `stop w1 epoch=1 reason="epoch 2 held by bob"`,
 			"entered w1 fenced -> standby epoch=2")
 	})
@@ -508,7 +508,7 @@ func TestRule9_HigherEpochFences(t *testing.T) {
 		h.wantEffects("withdrawn", h.m.ObserveClaim(at(301*s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2}))
 		h.wantEffects("equal", h.m.ObserveClaim(at(301*s), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 1, Active: true}))
 		h.wantState("w1", StateLive)
-		if got := h.m.Held(nil); len(got) != 1 || got[0] != (WorkloadEpoch{"w1", 1}) {
+		if got := h.m.Held(nil); len(got) != 1 || got[0] != (WorkloadEpoch{ID: "w1", Epoch: 1}) {
 			t.Fatalf("Held() = %v, want [{w1 1}]", got)
 		}
 	})
@@ -549,7 +549,7 @@ func TestRule10_RestoredLiveWaitsForRelaySync(t *testing.T) {
 		h := liveAlice(t, warmSpec("w1", "alice"), 300*s, nil)
 		restoreJSON(t, h, 310*s)
 		cfg := h.m.Config()
-		h.beat("alice", 320*s, 310*s+cfg.ProvisionTimeout-s, 60*s, []WorkloadEpoch{{"w1", 1}})
+		h.beat("alice", 320*s, 310*s+cfg.ProvisionTimeout-s, 60*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
 		h.wantState("w1", StateSyncing)
 		effs := h.tick(310*s + cfg.ProvisionTimeout)
 		if h.state("w1") != StateFailed || !hasEffect[Failed](effs) {

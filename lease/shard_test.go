@@ -42,7 +42,7 @@ func TestShardedBeatCountsOnlyWhenComplete(t *testing.T) {
 	h := newHarness(t, "alice", nil)
 	h.track(0, warmSpec("w1", "alice", "bob"))
 	h.track(0, warmSpec("w2", "alice", "bob"))
-	beat := [][]WorkloadEpoch{{{"w1", 1}}, {{"w2", 1}}}
+	beat := [][]WorkloadEpoch{{{ID: "w1", Epoch: 1}}, {{ID: "w2", Epoch: 1}}}
 	h.sharded(0, "alice", 1, beat)
 	h.sharded(0, "alice", 2, beat, 1) // r2 never delivers shard 1
 	h.tick(0)
@@ -65,7 +65,7 @@ func TestShardClaimsPerWorkload(t *testing.T) {
 	h := newHarness(t, "bob", nil)
 	h.track(0, warmSpec("w1", "alice", "bob"))
 	h.track(0, warmSpec("w2", "alice", "bob"))
-	beat := [][]WorkloadEpoch{{{"w1", 1}}, {{"w2", 1}}}
+	beat := [][]WorkloadEpoch{{{ID: "w1", Epoch: 1}}, {{ID: "w2", Epoch: 1}}}
 	for _, r := range all3 {
 		h.sharded(10*s, "alice", r, beat, 1) // shard 1 (w2) lost everywhere
 	}
@@ -77,7 +77,7 @@ func TestShardClaimsPerWorkload(t *testing.T) {
 	// shard 1 of the same beat re-served two minutes later counts from the
 	// beat's first arrival.
 	h.m.ObserveHeartbeat(at(130*s), Heartbeat{Provider: key("alice"), Relay: relayN(1), CreatedAt: at(10 * s), ReceivedAt: at(130 * s),
-		Listed: true, Workloads: []WorkloadEpoch{{"w2", 1}}, Shard: 1, Shards: 2})
+		Listed: true, Workloads: []WorkloadEpoch{{ID: "w2", Epoch: 1}}, Shard: 1, Shards: 2})
 	w2, _ = h.m.Workload("w2")
 	if !w2.ClaimAt[0].Equal(at(10 * s)) {
 		t.Fatalf("ClaimAt(w2) on r1 after a late shard = %v, want the beat's first arrival %v", w2.ClaimAt[0], at(10*s))

@@ -122,6 +122,9 @@ type WorkloadSnapshot struct {
 	RestoreAttempt int          `json:"restore_attempt,omitempty"`
 	RestoreWhy     string       `json:"restore_why,omitempty"`
 	RestoreHint    string       `json:"restore_hint,omitempty"`
+	// Evidence is the newest checkpoint the heartbeats of the holders
+	// followed here named (see CheckpointEvidence).
+	Evidence CheckpointEvidence `json:"evidence,omitzero"`
 	// Holders are the epochs whose holder this provider knows (at most
 	// 16, the newest), for checking checkpoint records.
 	Holders []EpochHolder `json:"holders,omitempty"`

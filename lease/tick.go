@@ -163,12 +163,18 @@ func (m *Machine) tickHolder(w *WorkloadSnapshot, now time.Time, self *ProviderS
 			m.becomeLive(w, out)
 		case evictDue:
 			m.evict(w, lost, out)
+		case !now.Before(w.Since.Add(m.cfg.ProvisionTimeout)) && restoring:
+			// A required restore that found no usable checkpoint in time
+			// (every server down, records not yet back) is no reason to
+			// fail the workload for good: hand it on, as an eviction does,
+			// and come back by the retake rule. Each attempt stays bounded
+			// by provision_timeout (rule 11).
+			why := fmt.Sprintf("restore %s: no checkpoint restored within provision_timeout %v: %s", w.Spec.Checkpoint.Mode(), m.cfg.ProvisionTimeout, w.RestoreWhy)
+			m.enter(w, StateEvicted, out)
+			m.handOff(w, w.Epoch, why, out)
+			w.RestoreWhy = why + "; handed on, this provider may take it back after takeover_after"
 		case !now.Before(w.Since.Add(m.cfg.ProvisionTimeout)):
-			why := fmt.Sprintf("provision timeout: no relay quorum within %v", m.cfg.ProvisionTimeout)
-			if restoring {
-				why = fmt.Sprintf("restore %s: no checkpoint restored within provision_timeout %v: %s", w.Spec.Checkpoint.Mode(), m.cfg.ProvisionTimeout, w.RestoreWhy)
-			}
-			m.giveUp(w, why, out)
+			m.giveUp(w, fmt.Sprintf("provision timeout: no relay quorum within %v", m.cfg.ProvisionTimeout), out)
 		}
 	case StateLive:
 		if has {
