@@ -239,7 +239,7 @@ func (r *Restorer) try(ctx context.Context, req RestoreRequest) (RestoreOutcome,
 			}
 		}
 	}
-	if ev := req.Evidence; ev.Ahead(usable) && !strings.Contains(req.Hint, ev.Manifest) {
+	if ev := req.Evidence; ev.Ahead(usable, refused) && !strings.Contains(req.Hint, ev.Manifest) {
 		// The holder's heartbeats named a newer checkpoint than any
 		// record the relays served (they lost it, or never had it): its
 		// manifest is on the lease's servers, named by its hash.

@@ -44,6 +44,10 @@ const (
 	RefuseBehindEvidence = "behind_evidence"
 )
 
+// EvidenceRefusalID is the EventID of a refusal of req.Evidence itself
+// (SelectCheckpoints).
+const EvidenceRefusalID = "evidence"
+
 // CheckpointEvidence is the newest checkpoint a holder's heartbeats named
 // (WorkloadEpoch.Checkpoint), with its epoch. Heartbeats are signed by the
 // holder and travel with its quorum: a standby hears them on the live
@@ -64,12 +68,17 @@ func (e CheckpointEvidence) newer(o CheckpointEvidence) bool {
 }
 
 // Ahead reports whether e names a later checkpoint than every record in
-// usable (SelectCheckpoints' result): the driver then restores the
-// manifest e names directly (its blobs are on the lease's servers), since
-// the relays lost or never served its record.
-func (e CheckpointEvidence) Ahead(usable []CheckpointCandidate) bool {
+// usable (SelectCheckpoints' results), and was not refused itself: the
+// driver then restores the manifest e names directly (its blobs are on the
+// lease's servers), since the relays lost or never served its record.
+func (e CheckpointEvidence) Ahead(usable []CheckpointCandidate, refused []CheckpointRefusal) bool {
 	if e.IsZero() || e.Manifest == "" {
 		return false
+	}
+	for _, r := range refused {
+		if r.EventID == EvidenceRefusalID {
+			return false
+		}
 	}
 	for _, c := range usable {
 		if c.Epoch > e.Epoch || (c.Epoch == e.Epoch && c.Seq >= e.Seq) {
@@ -176,6 +185,10 @@ func SelectCheckpoints(req RestoreCheckpoint, self string, maxSkew time.Duration
 			kept = append(kept, c)
 		}
 		usable = kept
+	}
+	if ev := req.Evidence; req.Mode == RestoreRequired && unknownEpoch > 0 && !ev.IsZero() && ev.Epoch < unknownEpoch {
+		refused = append(refused, CheckpointRefusal{EventID: EvidenceRefusalID, Reason: RefuseBehindUnknownEpoch,
+			Detail: fmt.Sprintf("the heartbeats' epoch %d seq %d, behind a record of epoch %d whose holder is not known here: a required restore does not go back", ev.Epoch, ev.Seq, unknownEpoch)})
 	}
 	if req.Mode == RestoreRequired && unknownEpoch > 0 {
 		kept := usable[:0]

@@ -66,17 +66,17 @@ func TestSelectCheckpointsNeverBehindEvidence(t *testing.T) {
 	if len(usable) != 0 || len(refused) != 2 || refused[0].Reason != RefuseBehindEvidence || refused[1].Reason != RefuseBehindEvidence {
 		t.Fatalf("required: usable %v refused %v, want both behind_evidence", usable, refused)
 	}
-	if !req.Evidence.Ahead(usable) {
+	if !req.Evidence.Ahead(usable, refused) {
 		t.Fatalf("Ahead(none usable) = false, want true")
 	}
 	usable, _ = SelectCheckpoints(req, key("carol"), 30*s, append(old, c("b7", "bob", 2, 7)))
-	if len(usable) != 1 || usable[0].EventID != "b7" || req.Evidence.Ahead(usable) {
-		t.Fatalf("required with the named record: usable %v (ahead %v), want b7 and not ahead", usable, req.Evidence.Ahead(usable))
+	if len(usable) != 1 || usable[0].EventID != "b7" || req.Evidence.Ahead(usable, refused) {
+		t.Fatalf("required with the named record: usable %v (ahead %v), want b7 and not ahead", usable, req.Evidence.Ahead(usable, refused))
 	}
 	req.Mode = RestoreBestEffort
 	usable, refused = SelectCheckpoints(req, key("carol"), 30*s, old)
-	if len(usable) != 2 || len(refused) != 0 || !req.Evidence.Ahead(usable) {
-		t.Fatalf("best-effort: usable %v refused %v ahead %v, want both usable and the evidence ahead", usable, refused, req.Evidence.Ahead(usable))
+	if len(usable) != 2 || len(refused) != 0 || !req.Evidence.Ahead(usable, refused) {
+		t.Fatalf("best-effort: usable %v refused %v ahead %v, want both usable and the evidence ahead", usable, refused, req.Evidence.Ahead(usable, refused))
 	}
 }
 
@@ -91,5 +91,30 @@ func TestEvidenceSnapshotRoundTrip(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `"evidence":{"epoch":1,"seq":2,"sha256":"`+mark(2).Manifest+`"}`) {
 		t.Fatalf("snapshot %s lacks the evidence", b)
+	}
+}
+
+// TestEvidenceBehindAnUnknownEpochIsRefused: evidence older than a record
+// of an epoch whose holder is not known here is refused with the records
+// behind it, for a required restore: it must not bring back the state
+// those refused records would have (props'
+// TestSuccessorThatMissedAnEpochDoesNotGoBack restored the evidence of
+// epoch 1 beside a refused record of epoch 2, until this).
+func TestEvidenceBehindAnUnknownEpochIsRefused(t *testing.T) {
+	granted := at(0)
+	req := RestoreCheckpoint{ID: "w1", Epoch: 4, GrantAt: granted, Mode: RestoreRequired,
+		Holders:  []EpochHolder{{1, key("alice"), at(0)}, {3, key("carol"), at(3000 * s)}},
+		Evidence: CheckpointEvidence{Epoch: 1, Seq: 6, Manifest: mark(6).Manifest}}
+	cands := []CheckpointCandidate{{EventID: "b2", Signer: key("bob"), Workload: "w1", Epoch: 2, Seq: 1, CreatedAt: at(2000 * s), GrantAt: granted}}
+	usable, refused := SelectCheckpoints(req, key("dave"), 30*s, cands)
+	if len(usable) != 0 || req.Evidence.Ahead(usable, refused) {
+		t.Fatalf("usable %v, evidence ahead %v, want nothing to restore (refused %v)", usable, req.Evidence.Ahead(usable, refused), refused)
+	}
+	found := false
+	for _, r := range refused {
+		found = found || (r.EventID == EvidenceRefusalID && r.Reason == RefuseBehindUnknownEpoch)
+	}
+	if !found {
+		t.Fatalf("refused %v, want the evidence refused as behind_unknown_epoch", refused)
 	}
 }

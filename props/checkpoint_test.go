@@ -63,6 +63,7 @@ func TestCheckpointLineage(t *testing.T) {
 	fs.MidStepCrash = true
 	fs.ProcessExits = true
 	fs.Freezes = true
+	fs.BlobOutages = true
 	fs.Moves = true
 	fs.CheckpointForgeries = true
 	props.CheckCI(t, 30, func(rt *rapid.T) {
@@ -98,6 +99,7 @@ func TestPlannedMoveLosesNothing(t *testing.T) {
 	fs.MidStepCrash = true
 	fs.ProcessExits = true
 	fs.Freezes = true
+	fs.BlobOutages = true
 	fs.Moves = true
 	props.CheckCI(t, 40, func(rt *rapid.T) {
 		every := rapid.SampledFrom([]time.Duration{10 * time.Second, 30 * time.Second, 2 * time.Minute}).Draw(rt, "checkpointEvery")
@@ -123,6 +125,15 @@ func (w *world) addCheckpointActions(a map[string]func(*rapid.T)) {
 			t.Logf("t=%v R%d freezes for %v", w.s.Now(), r, d)
 			w.s.FreezeRelay(r)
 			w.s.After(d, func() { w.s.ThawRelay(r) })
+			w.wait(t)
+		}
+	}
+	if fs.BlobOutages {
+		a["blobOutage"] = func(t *rapid.T) {
+			d := drawDuration(t, "blobsDownFor", time.Second, 20*time.Minute)
+			t.Logf("t=%v every blob server is down for %v", w.s.Now(), d)
+			w.s.BlobsDown(true)
+			w.s.After(d, func() { w.s.BlobsDown(false) })
 			w.wait(t)
 		}
 	}

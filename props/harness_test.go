@@ -97,6 +97,9 @@ type faultSpace struct {
 	// Freezes lets relays freeze (take everything, answer nothing) for up
 	// to 10 min.
 	Freezes bool
+	// BlobOutages makes every blob server unreachable for up to 20 min
+	// (sim.BlobsDown): restores fail meanwhile, nothing stored is lost.
+	BlobOutages bool
 	// Moves lets the operator move the workload away from its Live holder
 	// (sim.Move), also with a strike soon after.
 	Moves bool

@@ -19,9 +19,11 @@ type LeaseCheckpoint struct {
 	Workload string
 	Epoch    uint64
 	Seq      uint64
-	Value    uint64
+	Value    uint64 // for checkers: a restore reads the blob
 	GrantAt  int64
 	Final    bool
+	// Manifest names the blob that holds the value (blobs.go).
+	Manifest string
 }
 
 // CheckpointD is the d tag of a workload's checkpoint records at an epoch
@@ -82,7 +84,8 @@ type CheckpointNote struct {
 	Workload string
 	Epoch    uint64
 	Value    uint64
-	Record   *Event
+	Record   *Event // the record restored, nil for a checkpoint named by heartbeats
+	Blob     string // the blob restored
 	Detail   string
 }
 
@@ -104,9 +107,12 @@ type ckptFile struct {
 	Epoch, Seq, Value uint64
 	// PubSeq is the Seq last published at Epoch; PubAt its created_at
 	// (records of one epoch have strictly rising created_at, as relays
-	// keep the newest per d tag).
-	PubSeq uint64
-	PubAt  int64
+	// keep the newest per d tag); PubManifest its blob, which the node's
+	// heartbeats name while it holds Epoch (the checkpoint mark: sent
+	// with the record, where the agent waits for M relays to accept it).
+	PubSeq      uint64
+	PubAt       int64
+	PubManifest string
 }
 
 // ckptCopy is a running copy of a workload this node started: a counter
@@ -286,15 +292,43 @@ func (n *LeaseNode) publishCheckpoint(w string, now time.Time) {
 	n.publishRecord(w, f, now, false)
 }
 
-// publishRecord publishes f as workload w's record to every relay.
+// publishRecord publishes f as workload w's record to every relay, once
+// its blob is on the servers (nil, publishing nothing, while they are
+// down: a later checkpoint tries again).
 func (n *LeaseNode) publishRecord(w string, f *ckptFile, now time.Time, final bool) *Event {
 	at := max(now.Unix(), f.PubAt+1)
+	manifest := blobID(n.self, w, f.Epoch, f.Seq)
+	if !n.env.PutBlob(manifest, w, f.Epoch, f.Value) { // the blobs first, then the record naming them
+		n.env.Logf("checkpoint %d of %s at epoch %d not published: the blob servers are down", f.Seq, w, f.Epoch)
+		return nil
+	}
 	ev := Event{Kind: KindCheckpoint, CreatedAt: at, D: CheckpointD(w, f.Epoch), Body: LeaseCheckpoint{
-		Workload: w, Epoch: f.Epoch, Seq: f.Seq, Value: f.Value, GrantAt: n.spec.CreatedAt.Unix(), Final: final,
+		Workload: w, Epoch: f.Epoch, Seq: f.Seq, Value: f.Value, GrantAt: n.spec.CreatedAt.Unix(), Final: final, Manifest: manifest,
 	}}
 	ev.ID = n.env.Publish(ev, nil)
-	f.PubSeq, f.PubAt = f.Seq, at
+	f.PubSeq, f.PubAt, f.PubManifest = f.Seq, at, manifest
 	return &ev
+}
+
+// blobID names the blob of one checkpoint (the manifest's hash: unique
+// per author, workload, epoch and seq, as content would make it).
+func blobID(author ProviderID, w string, epoch, seq uint64) string {
+	return fmt.Sprintf("blob-%d-%s-%d-%d", author, w, epoch, seq)
+}
+
+// marked adds to held, for the durable workload, the mark of the newest
+// checkpoint this node published at the epoch it holds (the agent's
+// withCheckpointMarks).
+func (n *LeaseNode) marked(held []lease.WorkloadEpoch) []lease.WorkloadEpoch {
+	if !n.durable() {
+		return held
+	}
+	for i, we := range held {
+		if f := n.disk.files[we.ID]; f != nil && f.Epoch == we.Epoch && f.PubSeq > 0 {
+			held[i].Checkpoint = lease.CheckpointMark{Seq: f.PubSeq, Manifest: f.PubManifest}
+		}
+	}
+	return held
 }
 
 // Restore asks every relay for the workload's checkpoint records (from its
@@ -380,6 +414,20 @@ func (n *LeaseNode) finishRestore(now time.Time, rd *restoreRead) {
 	switch {
 	case rd.read < need:
 		res.Reason = fmt.Sprintf("read %d of %d relays, need %d", rd.read, n.cfg.N, need)
+	case req.Evidence.Ahead(usable, refused):
+		// The holder's heartbeats named a checkpoint newer than every
+		// record read: fetch it by its manifest (best-effort falls back).
+		ev := req.Evidence
+		if v, ok := env.FetchBlob(ev.Manifest); ok {
+			n.place(req, v)
+			res.OK, res.From = true, ev.Manifest
+			n.note(CheckpointNote{What: NoteRestored, Workload: req.ID, Epoch: req.Epoch, Value: v, Blob: ev.Manifest})
+			env.Logf("restored epoch %d from the checkpoint its holder's heartbeats named (epoch %d seq %d): value %d", req.Epoch, ev.Epoch, ev.Seq, v)
+		} else if req.Mode == lease.RestoreRequired || len(usable) == 0 {
+			res.Reason = fmt.Sprintf("the blob servers do not serve %s (epoch %d seq %d, named by its holder's heartbeats)", ev.Manifest, ev.Epoch, ev.Seq)
+		} else {
+			n.restoreRecord(req, usable, &res)
+		}
 	case len(cands) == 0:
 		res.Fresh, res.Reason = true, fmt.Sprintf("no checkpoint record of %s on the %d relays read", req.ID, rd.read)
 	case len(usable) == 0:
@@ -390,20 +438,7 @@ func (n *LeaseNode) finishRestore(now time.Time, rd *restoreRead) {
 		slices.Sort(reasons)
 		res.Reason = fmt.Sprintf("%d records, none usable (%s)", len(cands), strings.Join(slices.Compact(reasons), ", "))
 	default:
-		ev := usable[0].Ref.(*Event)
-		b := ev.Body.(LeaseCheckpoint)
-		f := &ckptFile{Epoch: req.Epoch, Value: b.Value}
-		if old := n.disk.files[req.ID]; old != nil && old.Epoch == req.Epoch {
-			f.Seq, f.PubSeq, f.PubAt = old.Seq, old.PubSeq, old.PubAt // this epoch's records go on rising
-		}
-		n.disk.files[req.ID] = f
-		res.OK, res.From = true, eventID(ev.ID)
-		n.note(CheckpointNote{What: NoteRestored, Workload: req.ID, Epoch: req.Epoch, Value: b.Value, Record: ev})
-		hint := ""
-		if req.Hint != "" && req.Hint != stateURI(ev.ID) {
-			hint = fmt.Sprintf(" (the revocation named %s)", req.Hint)
-		}
-		env.Logf("restored epoch %d from %s's record of epoch %d seq %d: value %d%s", req.Epoch, n.name(ProviderKey(ev.Author)), b.Epoch, b.Seq, b.Value, hint)
+		n.restoreRecord(req, usable, &res)
 	}
 	if !res.OK {
 		env.Logf("restore attempt %d of epoch %d: fresh %v: %s", req.Attempt, req.Epoch, res.Fresh, res.Reason)
@@ -411,6 +446,36 @@ func (n *LeaseNode) finishRestore(now time.Time, rd *restoreRead) {
 	s := n.d.Begin(now)
 	s.Restored(res)
 	n.commit(s)
+}
+
+// restoreRecord places the value of the newest usable record, fetched
+// from the blob servers (res fails when they do not serve it).
+func (n *LeaseNode) restoreRecord(req lease.RestoreCheckpoint, usable []lease.CheckpointCandidate, res *lease.RestoreResult) {
+	env := n.env
+	ev := usable[0].Ref.(*Event)
+	b := ev.Body.(LeaseCheckpoint)
+	v, ok := env.FetchBlob(b.Manifest)
+	if !ok {
+		res.Reason = fmt.Sprintf("the blob servers do not serve %s (record of epoch %d seq %d)", b.Manifest, b.Epoch, b.Seq)
+		return
+	}
+	n.place(req, v)
+	res.OK, res.From = true, eventID(ev.ID)
+	n.note(CheckpointNote{What: NoteRestored, Workload: req.ID, Epoch: req.Epoch, Value: v, Record: ev, Blob: b.Manifest})
+	hint := ""
+	if req.Hint != "" && req.Hint != stateURI(ev.ID) {
+		hint = fmt.Sprintf(" (the revocation named %s)", req.Hint)
+	}
+	env.Logf("restored epoch %d from %s's record of epoch %d seq %d: value %d%s", req.Epoch, n.name(ProviderKey(ev.Author)), b.Epoch, b.Seq, v, hint)
+}
+
+// place writes a restored value as the checkpoint file of the new epoch.
+func (n *LeaseNode) place(req lease.RestoreCheckpoint, v uint64) {
+	f := &ckptFile{Epoch: req.Epoch, Value: v}
+	if old := n.disk.files[req.ID]; old != nil && old.Epoch == req.Epoch {
+		f.Seq, f.PubSeq, f.PubAt, f.PubManifest = old.Seq, old.PubSeq, old.PubAt, old.PubManifest // this epoch's records go on rising
+	}
+	n.disk.files[req.ID] = f
 }
 
 // eventID is the hex id of a simulated event, as lease inputs carry it.

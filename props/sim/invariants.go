@@ -127,6 +127,9 @@ func CheckpointLineage(w string) Checker {
 }
 
 func (s *Sim) lineageOf(p *provider, nt CheckpointNote) error {
+	if nt.Record == nil {
+		return s.blobLineageOf(p, nt)
+	}
 	ev := nt.Record
 	b, _ := ev.Body.(LeaseCheckpoint)
 	signer := fmt.Sprintf("P%d", ev.Author)
@@ -139,6 +142,25 @@ func (s *Sim) lineageOf(p *provider, nt CheckpointNote) error {
 		return fmt.Errorf("%s: a record of a later epoch, or of its own epoch by another provider", what)
 	case !ev.AuthorHeldLive:
 		return fmt.Errorf("%s: %s did not hold epoch %d Live when it published the record (at %v)", what, signer, b.Epoch, ev.SentAt)
+	}
+	return nil
+}
+
+// blobLineageOf checks a restore of a checkpoint named by heartbeats (no
+// record): the blob was put by a provider that held that epoch Live, of an
+// earlier epoch (or its own of the restored one).
+func (s *Sim) blobLineageOf(p *provider, nt CheckpointNote) error {
+	b, ok := s.blobs[nt.Blob]
+	what := fmt.Sprintf("%s restored workload %s at epoch %d from blob %s", p.name, nt.Workload, nt.Epoch, nt.Blob)
+	switch {
+	case !ok:
+		return fmt.Errorf("%s: no such blob was ever put", what)
+	case b.workload != nt.Workload || b.value != nt.Value:
+		return fmt.Errorf("%s: the blob holds %s's value %d, restored %d", what, b.workload, b.value, nt.Value)
+	case b.epoch > nt.Epoch || (b.epoch == nt.Epoch && b.author != p.id):
+		return fmt.Errorf("%s: a blob of a later epoch (%d), or of its own epoch by another provider", what, b.epoch)
+	case !b.heldLive:
+		return fmt.Errorf("%s: P%d did not hold epoch %d Live when it put the blob", what, b.author, b.epoch)
 	}
 	return nil
 }

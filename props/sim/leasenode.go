@@ -539,7 +539,7 @@ func (n *LeaseNode) Tick(env Env, now time.Time) {
 
 // beat publishes a heartbeat listing Held().
 func (n *LeaseNode) beat(now time.Time) {
-	held := n.d.Machine().Held(nil)
+	held := n.marked(n.d.Machine().Held(nil))
 	env := n.env
 	if n.shards <= 1 {
 		env.Publish(Event{Kind: KindHeartbeat, CreatedAt: now.Unix(), D: fmt.Sprint(now.Unix() / 60), Body: LeaseHeartbeat{Workloads: held}}, nil)

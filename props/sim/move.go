@@ -71,6 +71,10 @@ func (n *LeaseNode) Move(env Env, now time.Time, w string) {
 	f := n.disk.files[w]
 	rec := n.publishRecord(w, f, now, true)
 	mv := &moveOp{workload: w, epoch: epoch, value: value, rec: rec}
+	if rec == nil {
+		n.abortMove(mv, "the final checkpoint cannot be published: the blob servers are down")
+		return
+	}
 	n.moves[w] = mv
 	env.Logf("move of %s: copy stopped at value %d, final record %s published", w, value, eventID(rec.ID))
 	env.At(now.Add(MoveTimeout), timerMove{workload: w, rec: rec.ID})

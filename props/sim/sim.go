@@ -232,6 +232,10 @@ type Env interface {
 	// Report tells the world's report probes about a decision of the node
 	// (for checkers; it changes nothing).
 	Report(v any)
+	// PutBlob stores a checkpoint's content on the blob servers, and
+	// FetchBlob reads it back (blobs.go).
+	PutBlob(id, workload string, epoch, value uint64) bool
+	FetchBlob(id string) (value uint64, ok bool)
 }
 
 // Clock maps simulated time to a provider's local wall clock. The clock
@@ -423,6 +427,8 @@ type Sim struct {
 	deliveryProbes []DeliveryProbe
 	reportProbes   []ReportProbe
 	keep           *claimKeep // the storage assumption (KeepClaims), nil: none
+	blobs          map[string]blob
+	blobsDown      bool
 }
 
 // DeliveryProbe observes every event a relay hands to a provider's node
@@ -463,6 +469,7 @@ func New(cfg Config, nodes []Node, clocks []Clock) (*Sim, error) {
 		cfg:       cfg,
 		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		pathExtra: map[[3]int]time.Duration{},
+		blobs:     map[string]blob{},
 	}
 	for i := 0; i < cfg.Relays; i++ {
 		s.relays = append(s.relays, &relayState{up: true, store: map[storeKey]*Event{}, hbs: map[ProviderID]int{}})
