@@ -175,7 +175,7 @@ func TestDurableKill9AndMove(t *testing.T) {
 	a := startRun(t, "--config", cfgA)
 	b := startRun(t, "--config", cfgB)
 	waitPrimaryAndStandby(t, a, b, "ctr", 90*time.Second)
-	metricsA := strings.TrimSuffix(a.status, "/status") + "/metrics"
+	metricsA := a.metricsURL()
 	published := `agent_checkpoints_published_total{outcome="published"}`
 	for deadline := time.Now().Add(30 * time.Second); metricValue(t, metricsA, published) < 4; time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -199,7 +199,7 @@ func TestDurableKill9AndMove(t *testing.T) {
 	if first == 0 {
 		t.Errorf("the standby started fresh")
 	}
-	metricsB := strings.TrimSuffix(b.status, "/status") + "/metrics"
+	metricsB := b.metricsURL()
 	if got := metricValue(t, metricsB, `agent_checkpoint_restores_total{result="restored"}`); got < 1 {
 		t.Errorf("standby agent_checkpoint_restores_total{result=restored} = %v, want >= 1", got)
 	}

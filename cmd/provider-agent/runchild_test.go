@@ -117,6 +117,9 @@ func (r *runChild) kill(t *testing.T) {
 	r.exited = true
 }
 
+// metricsURL is the child's /metrics URL.
+func (r *runChild) metricsURL() string { return strings.TrimSuffix(r.status, "/status") + "/metrics" }
+
 // fetchStatus reads the agent's /status.
 func (r *runChild) fetchStatus() (agent.Status, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
