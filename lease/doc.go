@@ -46,7 +46,10 @@
 //	    restarted holder does not resume Live before M relays synced with no
 //	    higher epoch seen.
 //	11  No Provisioning forever: a workload that reaches no quorum within
-//	    ProvisionTimeout fails with a reason.
+//	    ProvisionTimeout fails with a reason; one whose required restore
+//	    has not placed a checkpoint by then is evicted instead (handed
+//	    on, and taken back by the retake rule): a Blossom outage is not
+//	    forever, and each attempt stays bounded.
 //
 // Why rule 6 evicts a holder with no standby alive: once it goes silent,
 // the other members of its lease may start the workload. A standby (the

@@ -124,6 +124,18 @@ func (g *generator) heartbeatFiles() {
 		about: "A workload id of 231 bytes, the most (every d tag and filter item built from it fits 255 bytes)."})
 	g.add(f, vcase{name: "workload-id-232-bytes", want: heartbeat.ReasonDecode, ev: g.mutate(stored, primary, g.editContent(`"id":"web-1"`, `"id":"`+long+`w"`)),
 		about: "A workload id of 232 bytes."})
+	mark := `{"id":"web-1","epoch":1,"ckpt":{"seq":17,"sha256":"` + strings.Repeat("5e", 32) + `"}}`
+	g.add(f, vcase{name: "checkpoint-mark", ev: g.mutate(stored, primary, g.editContent(`{"id":"web-1","epoch":1}`, mark)),
+		about: "A durable workload held Live with the mark of its newest published checkpoint (ckpt: its record's seq and its manifest's sha256): the evidence a successor's required restore never goes behind."})
+	g.add(f, vcase{name: "checkpoint-mark-seq-0", want: heartbeat.ReasonDecode,
+		ev:    g.mutate(stored, primary, g.editContent(`{"id":"web-1","epoch":1}`, strings.Replace(mark, `"seq":17`, `"seq":0`, 1))),
+		about: "A checkpoint mark with seq 0: seqs start at 1."})
+	g.add(f, vcase{name: "checkpoint-mark-sha256-short", want: heartbeat.ReasonDecode,
+		ev:    g.mutate(stored, primary, g.editContent(`{"id":"web-1","epoch":1}`, `{"id":"web-1","epoch":1,"ckpt":{"seq":17,"sha256":"5e5e"}}`)),
+		about: "A checkpoint mark whose sha256 is not 64 lower-case hex digits."})
+	g.add(f, vcase{name: "checkpoint-mark-no-seq", want: heartbeat.ReasonDecode,
+		ev:    g.mutate(stored, primary, g.editContent(`{"id":"web-1","epoch":1}`, strings.Replace(mark, `"seq":17,`, ``, 1))),
+		about: "A checkpoint mark without seq."})
 	g.add(f, vcase{name: "workload-listed-twice", want: heartbeat.ReasonDecode,
 		ev:    g.mutate(stored, primary, g.editContent(`{"id":"web-1","epoch":1}`, `{"id":"web-1","epoch":1},{"id":"web-1","epoch":2}`)),
 		about: "One workload listed twice."})
