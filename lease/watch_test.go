@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 )
@@ -81,18 +80,8 @@ func TestRestoredMachineWatchesNothing(t *testing.T) {
 	h := newHarness(t, "bob", nil)
 	h.track(0, warmSpec("w1", "alice", "bob"))
 	h.hb(60*s, "bob", all3, []WorkloadEpoch{})
-	b, err := json.Marshal(h.m.Snapshot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var snap Snapshot
-	if err := json.Unmarshal(b, &snap); err != nil {
-		t.Fatal(err)
-	}
-	m, _, err := Restore(at(61*s), h.m.Config(), snap)
-	if err != nil {
-		t.Fatal(err)
-	}
+	restoreJSON(t, h, 61*s)
+	m := h.m
 	for _, w := range m.Watching() {
 		if !w.Since.IsZero() || !w.ShownUntil.IsZero() {
 			t.Fatalf("restored Watching() = %+v, want nothing watched", m.Watching())

@@ -122,12 +122,7 @@ func TestHiddenBeatQuorumOfThree(t *testing.T) {
 // for an ephemeral event it never stores).
 func TestHiddenBeatAgentRestart(t *testing.T) {
 	acrossSeeds(t, 20, 2, 2, 3, func(t *testing.T, s *sim.Sim) {
-		s.Partition(1, 2)
-		shiftPhase(s, 1)
-		s.RunUntil(100 * time.Second)
-		s.Partition(0, 0)
-		s.Partition(0, 1)
-		s.RunUntil(590 * time.Second)
+		holderBackAt590(s)
 		s.Heal(0, 0)
 		if !runUntilStoredBeat(s, 0, 0, 2*time.Minute) {
 			t.Fatalf("P0's beat never reached R0\n%s", sim.FormatTimeline(s.Timeline()))
@@ -151,12 +146,7 @@ func TestHiddenBeatAgentRestart(t *testing.T) {
 // subscription reads it back.
 func TestHiddenBeatLostDelivery(t *testing.T) {
 	acrossSeeds(t, 20, 2, 2, 3, func(t *testing.T, s *sim.Sim) {
-		s.Partition(1, 2)
-		shiftPhase(s, 1)
-		s.RunUntil(100 * time.Second)
-		s.Partition(0, 0)
-		s.Partition(0, 1)
-		s.RunUntil(590 * time.Second)
+		holderBackAt590(s)
 		s.SetLinkFaults(1, 0, sim.LinkFaults{LossPct: 100})
 		s.Heal(0, 0)
 		if !runUntilStoredBeat(s, 0, 0, 2*time.Minute) {
@@ -180,12 +170,7 @@ func TestHiddenBeatLostDelivery(t *testing.T) {
 // once reconnected it watches R0 anew.
 func TestTakeoverDuringAnUnseenCut(t *testing.T) {
 	acrossSeeds(t, 20, 2, 2, 3, func(t *testing.T, s *sim.Sim) {
-		s.Partition(1, 2)
-		shiftPhase(s, 1)
-		s.RunUntil(100 * time.Second)
-		s.Partition(0, 0)
-		s.Partition(0, 1)
-		s.RunUntil(590 * time.Second)
+		holderBackAt590(s)
 		s.Heal(0, 0)
 		s.Partition(1, 0)
 		s.RunUntil(700 * time.Second)
@@ -222,6 +207,20 @@ func hideBeat(s *sim.Sim, h, sb sim.ProviderID, r sim.RelayID, at time.Duration,
 	s.RunFor(time.Second)
 	s.RestartRelay(r)
 	s.Heal(sb, r)
+}
+
+// holderBackAt590 is the variants' common start, after
+// TestOneWipeHidesAQuorumBeat: P1 watches R0 and R1 only, its beats 30 s
+// after P0's; P0 is cut off R0 and R1 at 100 s (it keeps R2 and loses
+// quorum); the world runs to 590 s, just before P0 is back on R0 for a
+// beat.
+func holderBackAt590(s *sim.Sim) {
+	s.Partition(1, 2)
+	shiftPhase(s, 1)
+	s.RunUntil(100 * time.Second)
+	s.Partition(0, 0)
+	s.Partition(0, 1)
+	s.RunUntil(590 * time.Second)
 }
 
 // shiftPhase restarts sb's agent at 65 s for 25 s, so that its heartbeats

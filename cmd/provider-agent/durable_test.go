@@ -133,6 +133,44 @@ func lastPublished(t *testing.T, relays []string, holder, workload string, epoch
 	return newest, n
 }
 
+// durablePair is two real agents on relays, a primary and its standby,
+// the counter workload granted durable by the primary (restore required,
+// the given checkpoint servers), its starts logged to starts.
+type durablePair struct {
+	a, b       *runChild
+	cfgA, cfgB string
+	pubA, pubB string
+	starts     string
+}
+
+// startDurablePair starts it and returns once the primary published four
+// checkpoints.
+func startDurablePair(t *testing.T, tmp string, relays []string, servers ...string) *durablePair {
+	t.Helper()
+	d := &durablePair{starts: filepath.Join(sharedDir(t), "starts")}
+	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
+	d.pubA = newKey(t, filepath.Join(dirA, "identity.key"))
+	d.pubB = newKey(t, filepath.Join(dirB, "identity.key"))
+	d.cfgA = fastConfig(t, tmp, dirA, "127.0.0.1:0", relays, 2)
+	d.cfgB = fastConfig(t, tmp, dirB, "127.0.0.1:0", relays, 2, npubOf(t, d.pubA))
+	args := []string{"workloads", "grant", "--config", d.cfgA, "--id", "ctr", "--command", counterLine(d.starts),
+		"--standby", npubOf(t, d.pubB), "--publish", "--restore", "required", "--restore-timeout", "3s"}
+	for _, s := range servers {
+		args = append(args, "--checkpoint-server", s)
+	}
+	must(t, nil, args...)
+	d.a = startRun(t, "--config", d.cfgA)
+	d.b = startRun(t, "--config", d.cfgB)
+	waitPrimaryAndStandby(t, d.a, d.b, "ctr", 90*time.Second)
+	published := `agent_checkpoints_published_total{outcome="published"}`
+	for deadline := time.Now().Add(30 * time.Second); metricValue(t, d.a.metricsURL(), published) < 4; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the primary published %v checkpoints in 30 s, want 4", metricValue(t, d.a.metricsURL(), published))
+		}
+	}
+	return d
+}
+
 // TestDurableKill9AndMove (issue 28's end-to-end test): two real
 // agents, three relays, a dev-blossom server and the counter workload,
 // granted durable by the primary (published, trusted by the standby).
@@ -161,27 +199,8 @@ func TestDurableKill9AndMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = blobs.Shutdown(context.Background()) })
-	starts := filepath.Join(sharedDir(t), "starts")
-
-	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
-	pubA := newKey(t, filepath.Join(dirA, "identity.key"))
-	pubB := newKey(t, filepath.Join(dirB, "identity.key"))
-	cfgA := fastConfig(t, tmp, dirA, "127.0.0.1:0", relays, 2)
-	cfgB := fastConfig(t, tmp, dirB, "127.0.0.1:0", relays, 2, npubOf(t, pubA))
-	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "ctr", "--command", counterLine(starts),
-		"--standby", npubOf(t, pubB), "--publish", "--checkpoint-server", blobs.URL(),
-		"--restore", "required", "--restore-timeout", "3s")
-
-	a := startRun(t, "--config", cfgA)
-	b := startRun(t, "--config", cfgB)
-	waitPrimaryAndStandby(t, a, b, "ctr", 90*time.Second)
-	metricsA := a.metricsURL()
-	published := `agent_checkpoints_published_total{outcome="published"}`
-	for deadline := time.Now().Add(30 * time.Second); metricValue(t, metricsA, published) < 4; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the primary published %v checkpoints in 30 s, want 4", metricValue(t, metricsA, published))
-		}
-	}
+	d := startDurablePair(t, tmp, relays, blobs.URL())
+	a, b, cfgA, cfgB, pubA, starts := d.a, d.b, d.cfgA, d.cfgB, d.pubA, d.starts
 	a.kill(t)
 	killed := time.Now()
 	rec, lastValue := lastPublished(t, relays, pubA, "ctr", 1)

@@ -53,27 +53,8 @@ func TestRequiredRestoreOutlivesABlossomOutage(t *testing.T) {
 	}
 	dirs := []string{filepath.Join(tmp, "blobs1"), filepath.Join(tmp, "blobs2")}
 	servers := []*devblossom.Server{blossomAt(t, dirs[0], "127.0.0.1:0"), blossomAt(t, dirs[1], "127.0.0.1:0")}
-	starts := filepath.Join(sharedDir(t), "starts")
-
-	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
-	pubA := newKey(t, filepath.Join(dirA, "identity.key"))
-	pubB := newKey(t, filepath.Join(dirB, "identity.key"))
-	cfgA := fastConfig(t, tmp, dirA, "127.0.0.1:0", relays, 2)
-	cfgB := fastConfig(t, tmp, dirB, "127.0.0.1:0", relays, 2, npubOf(t, pubA))
-	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "ctr", "--command", counterLine(starts),
-		"--standby", npubOf(t, pubB), "--publish", "--checkpoint-server", servers[0].URL(), "--checkpoint-server", servers[1].URL(),
-		"--restore", "required", "--restore-timeout", "3s")
-
-	a := startRun(t, "--config", cfgA)
-	b := startRun(t, "--config", cfgB)
-	waitPrimaryAndStandby(t, a, b, "ctr", 90*time.Second)
-	metricsA := a.metricsURL()
-	published := `agent_checkpoints_published_total{outcome="published"}`
-	for deadline := time.Now().Add(30 * time.Second); metricValue(t, metricsA, published) < 4; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the primary published %v checkpoints in 30 s, want 4", metricValue(t, metricsA, published))
-		}
-	}
+	d := startDurablePair(t, tmp, relays, servers[0].URL(), servers[1].URL())
+	a, b, pubA, starts := d.a, d.b, d.pubA, d.starts
 	a.kill(t)
 	_, lastValue := lastPublished(t, relays, pubA, "ctr", 1)
 	var addrs []string
