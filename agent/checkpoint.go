@@ -63,7 +63,6 @@ type ckptWork struct {
 	durable   map[string]bool                  // workloads whose tiles the lease's own uploads carry
 	watched   map[string]checkpoint.PublishJob // by workload: what a new checkpoint of its run is published as
 	busy      map[string]context.CancelFunc    // by workload: the publish in flight
-	queued    map[string]checkpoint.Change     // by workload: a newer checkpoint waiting for it
 	uploaders map[string]uploader.Uploader     // by server set and K
 	watchedAt map[string]time.Time             // by workload: when its run's directory began to be watched
 	moving    map[string]bool                  // workloads a planned move is handing over
@@ -93,7 +92,6 @@ func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error 
 	a.ckpt.durable = map[string]bool{}
 	a.ckpt.watched = map[string]checkpoint.PublishJob{}
 	a.ckpt.busy = map[string]context.CancelFunc{}
-	a.ckpt.queued = map[string]checkpoint.Change{}
 	a.ckpt.uploaders = map[string]uploader.Uploader{}
 	a.ckpt.moving = map[string]bool{}
 	a.ckpt.watchedAt = map[string]time.Time{}

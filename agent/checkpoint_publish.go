@@ -89,7 +89,6 @@ func (a *Agent) unwatchCheckpoints(id string) {
 	a.ckpt.mu.Lock()
 	delete(a.ckpt.watched, id)
 	delete(a.ckpt.watchedAt, id)
-	delete(a.ckpt.queued, id)
 	if cancel := a.ckpt.busy[id]; cancel != nil {
 		cancel()
 	}
@@ -97,8 +96,9 @@ func (a *Agent) unwatchCheckpoints(id string) {
 }
 
 // checkpointLoop polls the watched checkpoint directories and publishes
-// each new checkpoint, one publish per workload at a time (a newer one
-// waits, replacing any older waiting one), until ctx ends.
+// each new checkpoint, paced (checkpoint.Pacer): one publish per workload
+// at a time, starts at least a second apart, and of the checkpoints
+// written meanwhile only the newest, until ctx ends.
 func (a *Agent) checkpointLoop(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -107,6 +107,9 @@ func (a *Agent) checkpointLoop(ctx context.Context) error {
 		defer wg.Done()
 		a.ckpt.watcher.Run(ctx)
 	}()
+	pacer := checkpoint.NewPacer(checkpoint.DefaultPublishEvery)
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
 	finished := make(chan string, 64)
 	for {
 		select {
@@ -115,31 +118,35 @@ func (a *Agent) checkpointLoop(ctx context.Context) error {
 		case id := <-finished:
 			a.ckpt.mu.Lock()
 			delete(a.ckpt.busy, id)
-			c, ok := a.ckpt.queued[id]
-			delete(a.ckpt.queued, id)
 			a.ckpt.mu.Unlock()
-			if ok {
-				a.startPublish(ctx, &wg, c, finished)
-			}
+			pacer.Done(id)
 		case <-a.ckpt.watcher.Ready():
 			for _, c := range a.ckpt.watcher.Take() {
-				a.startPublish(ctx, &wg, c, finished)
+				pacer.Offer(c)
 			}
+		case <-wake.C:
+		}
+		now := a.now()
+		for _, c := range pacer.Due(now) {
+			if !a.startPublish(ctx, &wg, c, finished) {
+				pacer.Done(c.Workload)
+			}
+		}
+		wake.Stop()
+		if at := pacer.Wake(); !at.IsZero() {
+			wake.Reset(max(at.Sub(now), time.Millisecond))
 		}
 	}
 }
 
-func (a *Agent) startPublish(ctx context.Context, wg *sync.WaitGroup, c checkpoint.Change, finished chan<- string) {
+// startPublish starts publishing the workload's current checkpoint; false
+// when it is no longer watched at c's epoch (nothing started).
+func (a *Agent) startPublish(ctx context.Context, wg *sync.WaitGroup, c checkpoint.Change, finished chan<- string) bool {
 	a.ckpt.mu.Lock()
 	job, ok := a.ckpt.watched[c.Workload]
 	if !ok || job.Epoch != c.Epoch {
 		a.ckpt.mu.Unlock()
-		return
-	}
-	if a.ckpt.busy[c.Workload] != nil {
-		a.ckpt.queued[c.Workload] = c
-		a.ckpt.mu.Unlock()
-		return
+		return false
 	}
 	pctx, cancel := context.WithTimeout(ctx, a.ckpt.deps.PublishTimeout)
 	a.ckpt.busy[c.Workload] = cancel
@@ -156,6 +163,7 @@ func (a *Agent) startPublish(ctx context.Context, wg *sync.WaitGroup, c checkpoi
 		}()
 		a.publishCheckpoint(pctx, job)
 	}()
+	return true
 }
 
 // publishCheckpoint publishes the workload's current checkpoint.

@@ -94,8 +94,11 @@ type Publisher struct {
 	// MaxBytes bounds a checkpoint (<= 0: DefaultMaxBytes).
 	MaxBytes int64
 	// Holds reports whether this provider holds workload at epoch now.
-	Holds  func(workload string, epoch uint64) bool
-	Now    func() time.Time
+	Holds func(workload string, epoch uint64) bool
+	Now   func() time.Time
+	// Sleep waits for d or until ctx ends (nil: a timer); a record is
+	// never dated after the clock, and a publish waits for its second.
+	Sleep  func(ctx context.Context, d time.Duration) error
 	Logger *slog.Logger
 
 	mu   sync.Mutex
@@ -229,7 +232,10 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 		if prev.Epoch == job.Epoch {
 			rec.Seq = prev.Seq + 1
 			// Relays keep the newest record of an epoch: created_at rises.
-			created = maxTime(created, prev.CreatedAt.Add(time.Second))
+			// Never date a record after the clock: wait for its second.
+			if created, err = p.recordTime(ctx, prev.CreatedAt.Add(time.Second)); err != nil {
+				return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+			}
 		}
 	}
 	rec.TakenAt = info.ModTime
@@ -267,6 +273,46 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 		p.logger().Debug("pruned old checkpoint tiles", "workload", job.Workload, "tiles", n)
 	}
 	return pub, nil
+}
+
+// maxRecordWait bounds how long a publish waits for the clock to reach
+// the second its record must be dated (after its previous record's). The
+// publishes of a workload are paced a second apart, so the wait is rare
+// and shorter than a second; longer means the clock was set back, and the
+// record is then dated ahead of it rather than held up.
+const maxRecordWait = 2 * time.Second
+
+// recordTime returns the created_at of a record that must be dated at or
+// after notBefore: the clock's second, once the clock reached notBefore
+// (waiting for it up to maxRecordWait), else notBefore.
+func (p *Publisher) recordTime(ctx context.Context, notBefore time.Time) (time.Time, error) {
+	now := p.now()
+	if wait := notBefore.Sub(now); wait > 0 {
+		if wait > maxRecordWait {
+			p.logger().Warn("checkpoint record dated ahead of the clock: the previous record is later than the clock allows (was the clock set back?)",
+				"ahead", wait.Round(time.Millisecond))
+			return notBefore, nil
+		}
+		if err := p.sleep(ctx, wait); err != nil {
+			return time.Time{}, err
+		}
+		now = p.now()
+	}
+	return maxTime(now.Truncate(time.Second), notBefore), nil
+}
+
+func (p *Publisher) sleep(ctx context.Context, d time.Duration) error {
+	if p.Sleep != nil {
+		return p.Sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -3,6 +3,7 @@ package checkpoint_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -261,5 +262,40 @@ func TestPublishOnlyWhileHolding(t *testing.T) {
 		if recs := w.records(id, 1); len(recs) != 0 {
 			t.Errorf("records of %s on the relays: %+v, want none", id, recs)
 		}
+	}
+}
+
+// TestRecordsNeverDatedAfterTheClock: checkpoints published back to back
+// within one second get rising created_at without running ahead of the
+// clock: each publish waits for the second its record is dated (the
+// clock here moves only by those waits).
+func TestRecordsNeverDatedAfterTheClock(t *testing.T) {
+	w := newWorld(t)
+	srv := devServer(t)
+	var holds atomic.Bool
+	holds.Store(true)
+	p := w.publisher(&holds)
+	clock := time.Now().Truncate(time.Second).Add(100 * time.Millisecond)
+	var slept time.Duration
+	p.Now = func() time.Time { return clock }
+	p.Sleep = func(_ context.Context, d time.Duration) error { clock, slept = clock.Add(d), slept+d; return nil }
+	dir := t.TempDir()
+	job := checkpoint.PublishJob{Workload: "wl-fast", Epoch: 1, Dir: checkpoint.Dir{Path: dir, UID: -1},
+		Servers: []string{srv.URL()}, GrantAt: w.grantAt}
+	var prev checkpoint.Published
+	for i := range 5 {
+		write(t, dir, fmt.Sprintf("state %d", i))
+		pub, err := p.Publish(context.Background(), job)
+		if err != nil {
+			t.Fatalf("Publish #%d = %v", i, err)
+		}
+		if pub.CreatedAt.After(clock) || (i > 0 && !pub.CreatedAt.After(prev.CreatedAt)) {
+			t.Errorf("record #%d dated %v with the clock at %v after %v: want rising and never after the clock",
+				i, pub.CreatedAt.Format(time.StampMilli), clock.Format(time.StampMilli), prev.CreatedAt.Format(time.StampMilli))
+		}
+		prev = pub
+	}
+	if want := 4*time.Second - 100*time.Millisecond; slept != want {
+		t.Errorf("the publishes waited %v for the clock, want %v (each record in a second of its own)", slept, want)
 	}
 }
