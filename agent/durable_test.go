@@ -267,6 +267,12 @@ type durableSetup struct {
 // relays through proxies that can cut it off.
 func startDurable(t testing.TB, id string, cut int, profile func([]string) lease.Config) *durableSetup {
 	t.Helper()
+	return startDurableScript(t, id, cut, profile, counterScript)
+}
+
+// startDurableScript is startDurable with the workload script(starts).
+func startDurableScript(t testing.TB, id string, cut int, profile func([]string) lease.Config, script func(starts string) string) *durableSetup {
+	t.Helper()
 	blobs, shared := durableFixtures(t)
 	d := &durableSetup{starts: filepath.Join(shared, "starts")}
 	rs, urls := startRelays(t, 3)
@@ -278,7 +284,7 @@ func startDurable(t testing.TB, id string, cut int, profile func([]string) lease
 	d.primary = startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: dial, blossom: []string{blobs.URL()}})
 	d.standby = startAgent(t, agentOpts{name: "standby", lcfg: lcfg, blossom: []string{blobs.URL()}})
 	spec := warmSpec(id, d.primary.pub, d.standby.pub, lcfg.Relays)
-	spec.Command = []string{"sh", "-c", counterScript(d.starts)}
+	spec.Command = []string{"sh", "-c", script(d.starts)}
 	spec.Checkpoint = &lease.CheckpointPolicy{Restore: lease.RestoreRequired, RestoreTimeout: 3 * time.Second}
 	ctx := context.Background()
 	d.primary.a.Track(ctx, spec)
