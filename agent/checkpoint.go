@@ -138,7 +138,7 @@ func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error 
 	a.ckpt.restorer = &checkpoint.Restorer{
 		Relays: a.pool, Verify: a.inbound.ingestor, Blobs: checkpoint.HTTPBlobs{Client: deps.HTTPClient},
 		Self: a.me.self, MaxSkew: a.cfg.Lease.MaxSkew, Quorum: a.cfg.Lease.N - a.cfg.Lease.M + 1,
-		QueryTimeout: a.claimIOTimeout(), MaxBytes: deps.MaxBytes, Now: a.now, Logger: a.logger,
+		QueryTimeout: a.claimIOTimeout(), MaxBytes: deps.MaxBytes, OnBadCopy: a.badCopy, Now: a.now, Logger: a.logger,
 	}
 	return nil
 }

@@ -124,6 +124,27 @@ func (a *Agent) runRestore(ctx context.Context, req checkpoint.RestoreRequest) l
 	return out.Result
 }
 
+// countRestore counts a restore attempt's result as the machine acts on
+// it: restored, fresh (the workload starts from nothing: nothing was
+// published, or a best-effort attempt failed) or failed (a required
+// attempt failed: it is retried).
+func (a *Agent) countRestore(mode lease.RestoreMode, r lease.RestoreResult) {
+	switch {
+	case r.OK:
+		a.obs.met.restores.WithLabelValues("restored").Inc()
+	case r.Fresh || mode != lease.RestoreRequired:
+		a.obs.met.restores.WithLabelValues("fresh").Inc()
+	default:
+		a.obs.met.restores.WithLabelValues("failed").Inc()
+	}
+}
+
+// badCopy counts a server's bad copy of a checkpoint blob (the restorer
+// logged it).
+func (a *Agent) badCopy(b checkpoint.BadCopy) {
+	a.obs.met.badCopies.WithLabelValues(b.Server, b.Reason).Inc()
+}
+
 // localRecovery returns what the start of w's run at its epoch must do
 // first when the epoch already stood on a checkpoint here (a restart of the
 // agent, whose run's directory may be gone with a temporary workload dir):
@@ -166,7 +187,7 @@ func (a *Agent) localRecovery(w lease.WorkloadSnapshot) func(context.Context) er
 		defer done()
 		start := time.Now()
 		for {
-			_, err = a.ckpt.restorer.PlaceURI(rctx, uri, servers, checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID})
+			_, err = a.ckpt.restorer.PlaceURI(rctx, id, uri, servers, checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID})
 			if err == nil || !sleepCtx(rctx, time.Second) {
 				break // placed, or the restore timeout (or a stop) ended the tries
 			}

@@ -38,6 +38,7 @@ type metrics struct {
 	backlog        prometheus.Gauge       // workloads waiting for their commit
 	restores       *prometheus.CounterVec // result
 	ckptRefused    *prometheus.CounterVec // reason
+	badCopies      *prometheus.CounterVec // server, reason
 	ckptPublished  *prometheus.CounterVec // outcome
 	moves          *prometheus.CounterVec // outcome
 	ckptAge        prometheus.Gauge       // oldest last published checkpoint of a watched durable workload
@@ -58,8 +59,9 @@ var (
 		"withdraw_claim", "read_claims", "announce_promotion", "attempt_respawn", "failed", "quorum_report",
 		"restore_checkpoint", "restore_report"}
 	// RestoreResults are agent_checkpoint_restores_total's result values:
-	// a checkpoint placed, nothing to restore (fresh start), or the attempt
-	// failed (the lease retries or gives up, by the grant's restore mode).
+	// a checkpoint placed; the workload starts from nothing (none was
+	// published, or a best-effort attempt failed); or a required attempt
+	// failed (the lease retries, then gives up).
 	RestoreResults = []string{"restored", "fresh", "failed"}
 	// PublishOutcomes are agent_checkpoints_published_total's outcome values.
 	PublishOutcomes = []string{"published", "abandoned", "failed"}
@@ -151,11 +153,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "agent_backlog_workloads", Help: "Workloads of big machine steps waiting for their batch to be committed.",
 		}),
 		restores: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "agent_checkpoint_restores_total", Help: "Checkpoint restore attempts before a new epoch's start, by result (restored, fresh, failed).",
+			Name: "agent_checkpoint_restores_total", Help: "Checkpoint restore attempts before a new epoch's start, by result: restored, fresh (the workload starts from nothing: none was published, or a best-effort attempt failed), failed (a required attempt failed: it is retried).",
 		}, []string{"result"}),
 		ckptRefused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_checkpoint_records_refused_total", Help: "Checkpoint records (or state URIs) a restore refused, by reason (wrong_signer, later_epoch, after_successor_start, other_grant, hash_mismatch, truncated_tile, ...).",
 		}, []string{"reason"}),
+		badCopies: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_checkpoint_blobs_refused_total", Help: "Copies of checkpoint blobs (a tile or a manifest) a Blossom server served with wrong bytes, by server and reason (hash_mismatch, truncated_tile, bad_manifest), also when another server then served the blob intact.",
+		}, []string{"server", "reason"}),
 		ckptPublished: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_checkpoints_published_total", Help: "New checkpoints of durable workloads, by outcome: published (on K servers and M relays), abandoned (no longer held at its epoch), failed.",
 		}, []string{"outcome"}),

@@ -265,14 +265,7 @@ func (p *performer) Restore(e lease.RestoreCheckpoint) {
 	a.goFeedback(ctx, func(ctx context.Context) {
 		defer done()
 		r := a.runRestore(ctx, req)
-		switch {
-		case r.OK:
-			a.obs.met.restores.WithLabelValues("restored").Inc()
-		case r.Fresh:
-			a.obs.met.restores.WithLabelValues("fresh").Inc()
-		default:
-			a.obs.met.restores.WithLabelValues("failed").Inc()
-		}
+		a.countRestore(e.Mode, r)
 		a.send(p.ctx, input{restored: &r})
 	})
 }

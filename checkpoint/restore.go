@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -36,17 +37,15 @@ type RecordVerifier interface {
 	Ingest(ctx context.Context, now time.Time, ev *nostr.Event) (heartbeat.Ingested, error)
 }
 
-// BlobFetcher downloads and verifies Blossom blobs.
+// BlobFetcher downloads Blossom blobs and verifies their hashes.
 type BlobFetcher interface {
-	// FetchManifest gets manifest blob sha from the first server that
-	// returns it intact (see uploader.FetchManifest).
-	FetchManifest(ctx context.Context, sha string, servers []string, maxBytes int64) (uploader.Manifest, []byte, error)
-	// Restore writes the tiles of m to out, each and the whole verified
-	// (see uploader.Restore).
-	Restore(ctx context.Context, m uploader.Manifest, servers []string, out io.Writer) error
+	// Blob gets blob sha from the first of servers that returns it
+	// intact (see uploader.FetchBlob) and tells bad of every server that
+	// served wrong bytes.
+	Blob(ctx context.Context, sha string, size, maxBytes int64, servers []string, bad uploader.BadCopy) ([]byte, error)
 }
 
-// HTTPBlobs fetches blobs with uploader's HTTP client functions.
+// HTTPBlobs fetches blobs with uploader.FetchBlob.
 type HTTPBlobs struct {
 	// Client is the HTTP client; nil means http.DefaultClient.
 	Client *http.Client
@@ -54,14 +53,18 @@ type HTTPBlobs struct {
 
 var _ BlobFetcher = HTTPBlobs{}
 
-// FetchManifest implements BlobFetcher.
-func (b HTTPBlobs) FetchManifest(ctx context.Context, sha string, servers []string, maxBytes int64) (uploader.Manifest, []byte, error) {
-	return uploader.FetchManifest(ctx, b.Client, sha, servers, maxBytes)
+// Blob implements BlobFetcher.
+func (b HTTPBlobs) Blob(ctx context.Context, sha string, size, maxBytes int64, servers []string, bad uploader.BadCopy) ([]byte, error) {
+	return uploader.FetchBlob(ctx, b.Client, sha, size, maxBytes, servers, bad)
 }
 
-// Restore implements BlobFetcher.
-func (b HTTPBlobs) Restore(ctx context.Context, m uploader.Manifest, servers []string, out io.Writer) error {
-	return uploader.Restore(ctx, b.Client, m, servers, out)
+// BadCopy is a server that served wrong bytes for a blob of a workload's
+// checkpoint (Reason hash_mismatch, truncated_tile or bad_manifest),
+// whether or not another server then served the blob intact: the restore
+// goes on, but the server's copy is bad.
+type BadCopy struct {
+	Workload, Server, Blob, Reason string
+	Err                            error
 }
 
 // Why a checkpoint is refused while it is fetched (besides
@@ -116,9 +119,12 @@ type Restorer struct {
 	MaxBytes int64
 	// Retry is the pause between two tries within one attempt when the
 	// relays or the servers could not be reached (default 1 s).
-	Retry  time.Duration
-	Now    func() time.Time
-	Logger *slog.Logger
+	Retry time.Duration
+	// OnBadCopy, when set, hears of every server that served wrong bytes
+	// (each is also a WARN naming the server, the blob and the workload).
+	OnBadCopy func(BadCopy)
+	Now       func() time.Time
+	Logger    *slog.Logger
 }
 
 // RestoreOutcome is what a restore attempt did.
@@ -325,13 +331,13 @@ func (r *Restorer) try(ctx context.Context, req RestoreRequest) (RestoreOutcome,
 // xs servers, then servers), verifies every hash and places it in dir as
 // Restore does; for a checkpoint this provider published or restored
 // itself (a restarted run), which needs no record.
-func (r *Restorer) PlaceURI(ctx context.Context, uri string, servers []string, dir Dir) (FileID, error) {
+func (r *Restorer) PlaceURI(ctx context.Context, workload, uri string, servers []string, dir Dir) (FileID, error) {
 	ref, err := uploader.ParseBlossomURI(uri)
 	if err != nil {
 		return FileID{}, err
 	}
 	var out RestoreOutcome
-	req := RestoreRequest{Servers: servers, Dir: dir}
+	req := RestoreRequest{RestoreCheckpoint: lease.RestoreCheckpoint{ID: workload}, Servers: servers, Dir: dir}
 	if err := r.fetchAndPlace(ctx, req, candidate{ref: ref, what: "state_uri " + short(ref.SHA256), label: "uri"}, &out); err != nil {
 		return FileID{}, err
 	}
@@ -460,9 +466,14 @@ func (r *Restorer) fetchAndPlace(ctx context.Context, req RestoreRequest, c cand
 	if len(servers) == 0 {
 		return errors.New("no server to fetch it from")
 	}
-	m, _, err := r.Blobs.FetchManifest(ctx, c.ref.SHA256, servers, 0)
+	bad := r.badCopies(req.ID)
+	mb, err := r.Blobs.Blob(ctx, c.ref.SHA256, -1, 0, servers, bad)
 	if err != nil {
-		return err
+		return fmt.Errorf("fetch manifest: %w", err)
+	}
+	m, err := uploader.ParseManifest(mb)
+	if err != nil {
+		return fmt.Errorf("manifest %s: %w", short(c.ref.SHA256), err)
 	}
 	if rec := c.rec; rec != nil && (m.Size != rec.Size || m.SHA256 != rec.SHA256) {
 		return fmt.Errorf("manifest %s: file of %d bytes sha256 %s, the record says %d bytes %s: %w",
@@ -471,7 +482,7 @@ func (r *Restorer) fetchAndPlace(ctx context.Context, req RestoreRequest, c cand
 	if r.MaxBytes > 0 && m.Size > r.MaxBytes {
 		return fmt.Errorf("manifest %s: %d bytes, the limit is %d: %w", short(c.ref.SHA256), m.Size, r.MaxBytes, errTooLarge)
 	}
-	id, err := place(ctx, req.Dir, func(w io.Writer) error { return r.Blobs.Restore(ctx, m, servers, w) })
+	id, err := place(ctx, req.Dir, func(w io.Writer) error { return r.writeTiles(ctx, m, servers, bad, w) })
 	if err != nil {
 		return err
 	}
@@ -485,6 +496,39 @@ func (r *Restorer) fetchAndPlace(ctx context.Context, req RestoreRequest, c cand
 		out.StateURI = uploader.BlossomURI(rec.Manifest, "json", rec.Servers, rec.Signer, rec.ManifestSize)
 	}
 	return nil
+}
+
+// writeTiles fetches the tiles of m in order, each verified, writes them
+// to w and verifies the whole file's hash.
+func (r *Restorer) writeTiles(ctx context.Context, m uploader.Manifest, servers []string, bad uploader.BadCopy, w io.Writer) error {
+	whole := sha256.New()
+	for i, t := range m.Tiles {
+		body, err := r.Blobs.Blob(ctx, t.SHA256, t.Size, t.Size, servers, bad)
+		if err != nil {
+			return fmt.Errorf("tile %d: %w", i, err)
+		}
+		whole.Write(body)
+		if _, err := w.Write(body); err != nil {
+			return fmt.Errorf("tile %d: write: %w", i, err)
+		}
+	}
+	if got := hex.EncodeToString(whole.Sum(nil)); got != m.SHA256 {
+		return fmt.Errorf("file sha256 %s, the manifest says %s: %w", short(got), short(m.SHA256), uploader.ErrHashMismatch)
+	}
+	return nil
+}
+
+// badCopies reports each server that served wrong bytes for a blob of
+// workload's checkpoint: a WARN, and OnBadCopy.
+func (r *Restorer) badCopies(workload string) uploader.BadCopy {
+	return func(server, sha string, err error) {
+		reason := blobRefusal(err)
+		r.logger().Warn("checkpoint blob refused: the server served wrong bytes", "workload", workload, "server", server,
+			"blob", sha, "reason", reason, "err", err)
+		if r.OnBadCopy != nil {
+			r.OnBadCopy(BadCopy{Workload: workload, Server: server, Blob: sha, Reason: reason, Err: err})
+		}
+	}
 }
 
 // mergeServers returns a's then b's servers, each once (as ServerKey).

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/internal/devblossom"
+	"provideragent/internal/logcapture"
 	"provideragent/internal/relaytest"
 	"provideragent/lease"
 	"provideragent/relay"
@@ -550,4 +552,63 @@ func TestRestoreFollowsTheEvidence(t *testing.T) {
 		t.Fatalf("best-effort Restore with the named checkpoint gone = %+v, want the older record", out.Result)
 	}
 	placed(t, req, old)
+}
+
+// TestRestoreReportsEveryBadCopy: of two servers holding a checkpoint,
+// the first serves one tile with a byte changed and the manifest cut
+// short. The restore takes both from the second and succeeds, and still
+// says, once per blob, which server served wrong bytes: a WARN naming
+// the server, the blob and the workload, and OnBadCopy (the agent's
+// metric).
+func TestRestoreReportsEveryBadCopy(t *testing.T) {
+	needRoot(t)
+	w := newWorld(t)
+	bad, good := &blobs{dir: t.TempDir()}, &blobs{dir: t.TempDir()}
+	data := []byte("counter=7 and the rest of a state that spans several tiles")
+	sha, size, m := bad.put(t, "wl-badcopy", data)
+	good.put(t, "wl-badcopy", data)
+	tile := filepath.Join(bad.dir, m.Tiles[1].SHA256)
+	body, _ := os.ReadFile(tile)
+	body[0] ^= 0xff
+	if err := os.WriteFile(tile, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad.dir, sha), []byte(`{"version":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad.start(t)
+	good.start(t)
+	rec := ckpt("wl-badcopy", 1, 3, sha, size, m, bad.url, w.grantAt, w.grantAt.Add(time.Minute))
+	rec.Servers = []string{bad.url, good.url}
+	w.record(w.a, rec, w.grantAt.Add(time.Minute))
+
+	logs := logcapture.New(slog.LevelWarn)
+	r := w.restorer()
+	r.Logger = slog.New(logs)
+	var reported []checkpoint.BadCopy
+	r.OnBadCopy = func(b checkpoint.BadCopy) { reported = append(reported, b) }
+	req := w.request("wl-badcopy")
+	out := restore(t, r, req)
+	if !out.Result.OK {
+		t.Fatalf("Restore = %+v, want the checkpoint restored from the good server", out.Result)
+	}
+	placed(t, req, data)
+	want := map[string]string{sha: checkpoint.RefuseHashMismatch, m.Tiles[1].SHA256: checkpoint.RefuseHashMismatch}
+	if len(reported) != len(want) {
+		t.Fatalf("OnBadCopy heard %+v, want the manifest and tile 1 from %s", reported, bad.url)
+	}
+	for _, b := range reported {
+		if b.Workload != "wl-badcopy" || b.Server != bad.url || want[b.Blob] != b.Reason {
+			t.Errorf("OnBadCopy(%+v), want workload wl-badcopy, server %s and reason %q", b, bad.url, want[b.Blob])
+		}
+	}
+	lines := logs.Find("checkpoint blob refused: the server served wrong bytes")
+	if len(lines) != 2 {
+		t.Fatalf("WARN lines %+v, want one per bad copy", logs.Records())
+	}
+	for _, l := range lines {
+		if l.String("workload") != "wl-badcopy" || l.String("server") != bad.url || want[l.String("blob")] == "" {
+			t.Errorf("WARN %v, want the workload, the bad server and the blob named", l.Attrs)
+		}
+	}
 }

@@ -46,7 +46,7 @@ func Restore(ctx context.Context, client *http.Client, m Manifest, servers []str
 	}
 	whole := sha256.New()
 	for i, t := range m.Tiles {
-		body, err := fetchAny(ctx, client, servers, t.SHA256, t.Size, t.Size)
+		body, err := fetchAny(ctx, client, servers, t.SHA256, t.Size, t.Size, nil)
 		if err != nil {
 			return fmt.Errorf("restore tile %d (%s): %w", i, t.SHA256, err)
 		}
@@ -93,7 +93,7 @@ func FetchManifest(ctx context.Context, client *http.Client, sha256 string, serv
 	if maxBytes <= 0 {
 		maxBytes = MaxTileSize
 	}
-	b, err := fetchAny(ctx, client, servers, sha256, -1, maxBytes)
+	b, err := fetchAny(ctx, client, servers, sha256, -1, maxBytes, nil)
 	if err != nil {
 		return Manifest{}, nil, fmt.Errorf("fetch manifest %s: %w", sha256, err)
 	}
@@ -104,9 +104,41 @@ func FetchManifest(ctx context.Context, client *http.Client, sha256 string, serv
 	return m, b, nil
 }
 
+// BadCopy hears of a server that served wrong bytes for blob sha: err
+// wraps ErrTruncatedTile or ErrHashMismatch (ErrCorrupt), or
+// ErrBadManifest for more than the bound of a blob of unknown size.
+type BadCopy func(server, sha string, err error)
+
+// FetchBlob gets blob sha from the first of servers (GET <server>/<sha>,
+// in order) that returns it intact: exactly size bytes when size >= 0,
+// else at most maxBytes (<= 0: MaxTileSize), whose sha256 is sha. A blob
+// no server returned intact is an error as in Restore. bad, when not nil,
+// is called for every server that served wrong bytes, also when a later
+// one then served a good copy. A nil client means http.DefaultClient.
+func FetchBlob(ctx context.Context, client *http.Client, sha string, size, maxBytes int64, servers []string, bad BadCopy) ([]byte, error) {
+	if !isSHA256Hex(sha) {
+		return nil, fmt.Errorf("fetch blob: sha256 %q: want 64 lowercase hex characters", truncate(sha, 80))
+	}
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("fetch blob %s: no servers", sha)
+	}
+	if client == nil {
+		client = http.DefaultClient
+	}
+	if maxBytes <= 0 {
+		maxBytes = MaxTileSize
+	}
+	b, err := fetchAny(ctx, client, servers, sha, size, maxBytes, bad)
+	if err != nil {
+		return nil, fmt.Errorf("fetch blob %s: %w", sha, err)
+	}
+	return b, nil
+}
+
 // fetchAny gets blob sha from the first server that returns it intact,
-// trying them in order; see Restore for the error it returns otherwise.
-func fetchAny(ctx context.Context, client *http.Client, servers []string, sha string, size, maxBytes int64) ([]byte, error) {
+// trying them in order, and tells bad (if any) of each server that served
+// wrong bytes; see Restore for the error it returns otherwise.
+func fetchAny(ctx context.Context, client *http.Client, servers []string, sha string, size, maxBytes int64, bad BadCopy) ([]byte, error) {
 	var lastErr, corrupt error
 	for _, srv := range servers {
 		b, err := fetchBlob(ctx, client, srv, sha, size, maxBytes)
@@ -116,8 +148,13 @@ func fetchAny(ctx context.Context, client *http.Client, servers []string, sha st
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if corrupt == nil && (errors.Is(err, ErrCorrupt) || errors.Is(err, ErrBadManifest)) {
-			corrupt = err
+		if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrBadManifest) {
+			if corrupt == nil {
+				corrupt = err
+			}
+			if bad != nil {
+				bad(ServerKey(srv), sha, err)
+			}
 		}
 		lastErr = err
 	}
