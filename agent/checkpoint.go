@@ -67,6 +67,15 @@ type ckptWork struct {
 	watchedAt map[string]time.Time             // by workload: when its run's directory began to be watched
 	moving    map[string]bool                  // workloads a planned move is handing over
 	moveSem   chan struct{}                    // bounds the moves in flight
+	keys      map[string]grantKey              // by workload: its grant's checkpoint key, opened
+}
+
+// grantKey is the checkpoint key of a grant (its created_at, unix
+// seconds) as this provider opened it, or why it could not.
+type grantKey struct {
+	grant int64
+	key   *checkpoint.Key
+	err   error
 }
 
 // epochState is the checkpoint (its BUD-10 state_uri) an epoch of a
@@ -95,6 +104,7 @@ func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error 
 	a.ckpt.uploaders = map[string]uploader.Uploader{}
 	a.ckpt.moving = map[string]bool{}
 	a.ckpt.watchedAt = map[string]time.Time{}
+	a.ckpt.keys = map[string]grantKey{}
 	a.ckpt.moveSem = make(chan struct{}, maxMoves)
 	if a.ckpt.deps.MoveTimeout <= 0 {
 		a.ckpt.deps.MoveTimeout = DefaultMoveTimeout
@@ -207,7 +217,37 @@ func (a *Agent) noteState(e lease.EnteredState) {
 	if e.To.Terminal() {
 		delete(a.ckpt.last, e.ID)
 		delete(a.ckpt.parents, e.ID)
+		delete(a.ckpt.keys, e.ID)
 	}
+}
+
+// checkpointKey is the checkpoint key of spec's grant, opened once per
+// grant: nil when the grant has none (its checkpoints are plaintext), an
+// error when this provider cannot open it (then nothing of the workload is
+// published, and a restore fails naming it). The grant's issuer sealed it
+// to this provider with NIP-44; a lease does not name its issuer, so this
+// provider's own key (the grants its operator queues) and every trusted
+// issuer are tried.
+func (a *Agent) checkpointKey(spec lease.Spec) (*checkpoint.Key, error) {
+	p := spec.Checkpoint
+	if p == nil || len(p.Keys) == 0 {
+		return nil, nil
+	}
+	g := spec.CreatedAt.Unix()
+	a.ckpt.mu.Lock()
+	defer a.ckpt.mu.Unlock()
+	if k, ok := a.ckpt.keys[spec.ID]; ok && k.grant == g {
+		return k.key, k.err
+	}
+	k := grantKey{grant: g}
+	key, err := checkpoint.OpenGrantKey(a.me.keys, p.Keys, append([]string{a.me.self}, a.cfg.TrustedIssuers...))
+	if err != nil {
+		k.err = fmt.Errorf("%s: %w", spec.ID, err)
+	} else {
+		k.key = &key
+	}
+	a.ckpt.keys[spec.ID] = k
+	return k.key, k.err
 }
 
 // durableWorkload reports whether the workload's tiles are uploaded by

@@ -57,10 +57,17 @@ func (a *Agent) watchCheckpoints(id string, epoch uint64) {
 		a.logger.Error("checkpoint directory", "workload", id, "epoch", epoch, "err", err)
 		return
 	}
+	key, err := a.checkpointKey(w.Spec)
+	if err != nil {
+		// Never in plaintext what the grant says to seal.
+		a.logger.Error("checkpoints not published: the grant's checkpoint key cannot be opened here", "workload", id, "epoch", epoch, "err", err)
+		a.emit("checkpoint", id, "checkpoints of epoch %d not published: %v", epoch, err)
+		return
+	}
 	p := w.Spec.Checkpoint
 	job := checkpoint.PublishJob{
 		Workload: id, Epoch: epoch, Dir: checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID},
-		Servers: p.Servers, MinServers: p.MinServers, GrantAt: w.Spec.CreatedAt,
+		Servers: p.Servers, MinServers: p.MinServers, GrantAt: w.Spec.CreatedAt, Key: key,
 	}
 	if len(job.Servers) == 0 {
 		job.Servers, job.MinServers = a.ckpt.deps.Servers, 0

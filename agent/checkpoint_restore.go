@@ -67,15 +67,23 @@ func (a *Agent) cancelRestore(id string) {
 	a.ckpt.mu.Unlock()
 }
 
+// restoreJob is a restore attempt's request, and why the grant's
+// checkpoint key could not be opened (nil when it was, or there is none).
+type restoreJob struct {
+	checkpoint.RestoreRequest
+	keyErr error
+}
+
 // restoreRequest is what the restorer needs for e, read from the machine
 // (machine goroutine).
-func (a *Agent) restoreRequest(e lease.RestoreCheckpoint) checkpoint.RestoreRequest {
-	req := checkpoint.RestoreRequest{RestoreCheckpoint: e}
+func (a *Agent) restoreRequest(e lease.RestoreCheckpoint) restoreJob {
+	req := restoreJob{RestoreRequest: checkpoint.RestoreRequest{RestoreCheckpoint: e}}
 	if w, ok := a.machine().Workload(e.ID); ok {
 		req.Members = append([]string{w.Spec.Primary}, w.Spec.Standbys...)
 		if p := w.Spec.Checkpoint; p != nil {
 			req.Servers = append(req.Servers, p.Servers...)
 		}
+		req.Key, req.keyErr = a.checkpointKey(w.Spec)
 	}
 	req.Servers = append(req.Servers, a.ckpt.deps.Servers...)
 	return req
@@ -83,9 +91,14 @@ func (a *Agent) restoreRequest(e lease.RestoreCheckpoint) checkpoint.RestoreRequ
 
 // runRestore carries out one restore attempt (off the machine goroutine)
 // and returns the machine's input.
-func (a *Agent) runRestore(ctx context.Context, req checkpoint.RestoreRequest) lease.RestoreResult {
+func (a *Agent) runRestore(ctx context.Context, job restoreJob) lease.RestoreResult {
+	req := job.RestoreRequest
 	fail := func(reason string) lease.RestoreResult {
 		return lease.RestoreResult{Workload: req.ID, Epoch: req.Epoch, Attempt: req.Attempt, Reason: reason}
+	}
+	if job.keyErr != nil {
+		a.logger.Error("checkpoint restore failed: the grant's checkpoint key cannot be opened here", "workload", req.ID, "epoch", req.Epoch, "err", job.keyErr)
+		return fail(job.keyErr.Error())
 	}
 	cp, ok := a.work.backend.(backend.Checkpointer)
 	if !ok {
@@ -167,6 +180,7 @@ func (a *Agent) localRecovery(w lease.WorkloadSnapshot) func(context.Context) er
 	servers := append(append([]string(nil), w.Spec.Checkpoint.Servers...), a.ckpt.deps.Servers...)
 	timeout := w.Spec.Checkpoint.Timeout()
 	required := w.Spec.Checkpoint.Mode() == lease.RestoreRequired
+	key, keyErr := a.checkpointKey(w.Spec)
 	return func(ctx context.Context) error {
 		cp, ok := a.work.backend.(backend.Checkpointer)
 		if !ok {
@@ -183,11 +197,18 @@ func (a *Agent) localRecovery(w lease.WorkloadSnapshot) func(context.Context) er
 		if _, err := checkpoint.Stat(dir.Path); err == nil {
 			return nil // the run's own checkpoint is there: newer than any published
 		}
+		if keyErr != nil {
+			a.logger.Error("checkpoint of the restarted run not recovered: the grant's checkpoint key cannot be opened here", "workload", id, "epoch", epoch, "err", keyErr)
+			if required {
+				return fmt.Errorf("restore required: %w", keyErr)
+			}
+			return nil
+		}
 		rctx, done := a.beginRestore(ctx, lease.RestoreCheckpoint{ID: id, Epoch: epoch, Timeout: timeout})
 		defer done()
 		start := time.Now()
 		for {
-			_, err = a.ckpt.restorer.PlaceURI(rctx, id, uri, servers, checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID})
+			_, err = a.ckpt.restorer.PlaceURI(rctx, id, uri, key, servers, checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID})
 			if err == nil || !sleepCtx(rctx, time.Second) {
 				break // placed, or the restore timeout (or a stop) ended the tries
 			}

@@ -97,7 +97,7 @@ func TestBadCopyCountedPerServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := holder.a.ckpt.restorer.PlaceURI(context.Background(), "bc1", pub.StateURI, nil, checkpoint.Dir{Path: dir, UID: os.Getuid(), GID: os.Getgid()}); err != nil {
+	if _, err := holder.a.ckpt.restorer.PlaceURI(context.Background(), "bc1", pub.StateURI, nil, nil, checkpoint.Dir{Path: dir, UID: os.Getuid(), GID: os.Getgid()}); err != nil {
 		t.Fatalf("PlaceURI with one good copy = %v, want the checkpoint placed", err)
 	}
 	bad := uploader.ServerKey(servers[0])

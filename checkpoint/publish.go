@@ -52,6 +52,10 @@ type PublishJob struct {
 	// Final marks the checkpoint written after the process exited in a
 	// planned stop.
 	Final bool
+	// Key is the grant's checkpoint key: the tiles and the manifest are
+	// stored sealed with it. nil: stored in plaintext (a grant without a
+	// key, such as one Paygress made).
+	Key *Key
 }
 
 // Published is a checkpoint whose blobs are on K servers and whose record
@@ -166,7 +170,16 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 	if err != nil {
 		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
 	}
-	m, _, err := p.Store.AddFile(ctx, job.Workload, f, tile)
+	// m is what is stored: the file's tiles, or their sealed copies.
+	var m uploader.Manifest
+	var sealed *sealingReader
+	if job.Key != nil {
+		tile = min(tile, uploader.MaxTileSize-SealOverhead)
+		sealed = newSealingReader(*job.Key, f, tile)
+		m, _, err = p.Store.AddFile(ctx, job.Workload, sealed, tile+SealOverhead)
+	} else {
+		m, _, err = p.Store.AddFile(ctx, job.Workload, f, tile)
+	}
 	if err == nil {
 		err = f.Verify()
 	}
@@ -178,7 +191,13 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 	if m.Size == 0 {
 		return Published{}, errors.New("publish checkpoint: the checkpoint is empty")
 	}
+	size := m.Size
 	mb, err := json.Marshal(m)
+	if sealed != nil {
+		size = sealed.n
+		mb, err = json.Marshal(sealedManifest{Manifest: m, Plain: plainFile{Size: sealed.n, SHA256: sealed.plainSHA256(), TileSize: tile}})
+		mb = job.Key.seal(sealManifest, mb)
+	}
 	if err != nil {
 		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
 	}
@@ -255,7 +274,7 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 	}
 	pub := Published{
 		Workload: job.Workload, Epoch: job.Epoch, Seq: rec.Seq, EventID: ev.ID, CreatedAt: created,
-		StateURI: rec.StateURI, Manifest: manifest, Size: m.Size, TakenAt: rec.TakenAt, Servers: holding,
+		StateURI: rec.StateURI, Manifest: manifest, Size: size, TakenAt: rec.TakenAt, Servers: holding,
 		Relays: res.Accepted, File: info.ID, Blobs: shas, GrantAt: job.GrantAt,
 	}
 	p.mu.Lock()

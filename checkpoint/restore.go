@@ -76,6 +76,10 @@ const (
 	RefuseBadManifest   = "bad_manifest"
 	RefuseTooLarge      = "too_large"
 	RefuseBadHint       = "bad_hint"
+	// RefuseUndecryptable: a manifest or tile whose hash checked out does
+	// not open with the grant's checkpoint key (ErrUndecryptable): sealed
+	// with another grant's key, or not sealed.
+	RefuseUndecryptable = "undecryptable"
 )
 
 // Dir is where a run finds its checkpoint, and who it runs as.
@@ -96,6 +100,11 @@ type RestoreRequest struct {
 	Servers []string
 	// Dir is the new run's checkpoint directory.
 	Dir Dir
+	// Key is the grant's checkpoint key (nil: the grant has none, and its
+	// checkpoints are plaintext). With a key, every record's and hint's
+	// manifest must open with it; the grant's own state_uri (Seed) may
+	// also name a plaintext checkpoint, which its issuer stored.
+	Key *Key
 }
 
 // Restorer fetches the newest usable checkpoint of a workload and places
@@ -285,8 +294,11 @@ func (r *Restorer) try(ctx context.Context, req RestoreRequest) (RestoreOutcome,
 		case !blocking(out.Refused):
 			out.Result.Fresh = true
 			out.Result.Reason = "no checkpoint was ever published"
+			if refusedFor(out.Refused, lease.RefuseOtherGrant) {
+				out.Result.Reason += " for this grant (an earlier grant's records are not restored: a re-grant starts its state anew, under a checkpoint key of its own)"
+			}
 			if len(out.Refused) > 0 {
-				out.Result.Reason += " for this grant; refused " + refusals(out.Refused)
+				out.Result.Reason += "; refused " + refusals(out.Refused)
 			}
 			return out, nil
 		}
@@ -318,7 +330,7 @@ func (r *Restorer) try(ctx context.Context, req RestoreRequest) (RestoreOutcome,
 			continue
 		}
 		out.Refused = append(out.Refused, lease.CheckpointRefusal{EventID: c.label, Reason: reason, Detail: err.Error()})
-		skipped = append(skipped, fmt.Sprintf("%s refused (%s)", c.what, reason))
+		skipped = append(skipped, fmt.Sprintf("%s refused (%s: %v)", c.what, reason, err))
 	}
 	err = fmt.Errorf("no checkpoint could be restored: %s", strings.Join(skipped, "; "))
 	if unavailable {
@@ -331,13 +343,13 @@ func (r *Restorer) try(ctx context.Context, req RestoreRequest) (RestoreOutcome,
 // xs servers, then servers), verifies every hash and places it in dir as
 // Restore does; for a checkpoint this provider published or restored
 // itself (a restarted run), which needs no record.
-func (r *Restorer) PlaceURI(ctx context.Context, workload, uri string, servers []string, dir Dir) (FileID, error) {
+func (r *Restorer) PlaceURI(ctx context.Context, workload, uri string, key *Key, servers []string, dir Dir) (FileID, error) {
 	ref, err := uploader.ParseBlossomURI(uri)
 	if err != nil {
 		return FileID{}, err
 	}
 	var out RestoreOutcome
-	req := RestoreRequest{RestoreCheckpoint: lease.RestoreCheckpoint{ID: workload}, Servers: servers, Dir: dir}
+	req := RestoreRequest{RestoreCheckpoint: lease.RestoreCheckpoint{ID: workload}, Servers: servers, Dir: dir, Key: key}
 	if err := r.fetchAndPlace(ctx, req, candidate{ref: ref, what: "state_uri " + short(ref.SHA256), label: "uri"}, &out); err != nil {
 		return FileID{}, err
 	}
@@ -451,6 +463,8 @@ func blobRefusal(err error) string {
 		return RefuseTooLarge
 	case errors.Is(err, errRecordMismatch):
 		return RefuseHashMismatch
+	case errors.Is(err, ErrUndecryptable):
+		return RefuseUndecryptable
 	}
 	return ""
 }
@@ -471,16 +485,16 @@ func (r *Restorer) fetchAndPlace(ctx context.Context, req RestoreRequest, c cand
 	if err != nil {
 		return fmt.Errorf("fetch manifest: %w", err)
 	}
-	m, err := uploader.ParseManifest(mb)
+	m, err := decodeManifest(mb, req.Key, c.label == "seed")
 	if err != nil {
 		return fmt.Errorf("manifest %s: %w", short(c.ref.SHA256), err)
 	}
-	if rec := c.rec; rec != nil && (m.Size != rec.Size || m.SHA256 != rec.SHA256) {
-		return fmt.Errorf("manifest %s: file of %d bytes sha256 %s, the record says %d bytes %s: %w",
-			short(c.ref.SHA256), m.Size, short(m.SHA256), rec.Size, short(rec.SHA256), errRecordMismatch)
+	if rec := c.rec; rec != nil && (m.stored.Size != rec.Size || m.stored.SHA256 != rec.SHA256) {
+		return fmt.Errorf("manifest %s: tiles of %d bytes sha256 %s, the record says %d bytes %s: %w",
+			short(c.ref.SHA256), m.stored.Size, short(m.stored.SHA256), rec.Size, short(rec.SHA256), errRecordMismatch)
 	}
-	if r.MaxBytes > 0 && m.Size > r.MaxBytes {
-		return fmt.Errorf("manifest %s: %d bytes, the limit is %d: %w", short(c.ref.SHA256), m.Size, r.MaxBytes, errTooLarge)
+	if r.MaxBytes > 0 && m.size > r.MaxBytes {
+		return fmt.Errorf("manifest %s: %d bytes, the limit is %d: %w", short(c.ref.SHA256), m.size, r.MaxBytes, errTooLarge)
 	}
 	id, err := place(ctx, req.Dir, func(w io.Writer) error { return r.writeTiles(ctx, m, servers, bad, w) })
 	if err != nil {
@@ -498,22 +512,27 @@ func (r *Restorer) fetchAndPlace(ctx context.Context, req RestoreRequest, c cand
 	return nil
 }
 
-// writeTiles fetches the tiles of m in order, each verified, writes them
-// to w and verifies the whole file's hash.
-func (r *Restorer) writeTiles(ctx context.Context, m uploader.Manifest, servers []string, bad uploader.BadCopy, w io.Writer) error {
+// writeTiles fetches the tiles of m in order, each verified (and opened
+// with m's key when sealed), writes the file to w and verifies its hash.
+func (r *Restorer) writeTiles(ctx context.Context, m manifest, servers []string, bad uploader.BadCopy, w io.Writer) error {
 	whole := sha256.New()
-	for i, t := range m.Tiles {
+	for i, t := range m.stored.Tiles {
 		body, err := r.Blobs.Blob(ctx, t.SHA256, t.Size, t.Size, servers, bad)
 		if err != nil {
 			return fmt.Errorf("tile %d: %w", i, err)
+		}
+		if m.key != nil {
+			if body, err = m.key.open(sealTile, body); err != nil {
+				return fmt.Errorf("tile %d (%s): %w", i, short(t.SHA256), err)
+			}
 		}
 		whole.Write(body)
 		if _, err := w.Write(body); err != nil {
 			return fmt.Errorf("tile %d: write: %w", i, err)
 		}
 	}
-	if got := hex.EncodeToString(whole.Sum(nil)); got != m.SHA256 {
-		return fmt.Errorf("file sha256 %s, the manifest says %s: %w", short(got), short(m.SHA256), uploader.ErrHashMismatch)
+	if got := hex.EncodeToString(whole.Sum(nil)); got != m.sha256 {
+		return fmt.Errorf("file sha256 %s, the manifest says %s: %w", short(got), short(m.sha256), uploader.ErrHashMismatch)
 	}
 	return nil
 }

@@ -321,5 +321,10 @@ func validateLease(in leaseIn, created int64) (*LeaseGrant, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
+	if s.Checkpoint != nil {
+		if err := checkKeyMembers(s.Checkpoint, s); err != nil {
+			return nil, err
+		}
+	}
 	return &LeaseGrant{Spec: s, Manifest: in.Manifest}, nil
 }

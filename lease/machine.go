@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -282,7 +283,10 @@ func checkpointEqual(a, b *CheckpointPolicy) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return slices.Equal(a.Servers, b.Servers) && a.MinServers == b.MinServers && a.Restore == b.Restore && a.RestoreTimeout == b.RestoreTimeout
+	// A new checkpoint key is a new policy: members holding different keys
+	// could not read each other's checkpoints.
+	return slices.Equal(a.Servers, b.Servers) && a.MinServers == b.MinServers && a.Restore == b.Restore && a.RestoreTimeout == b.RestoreTimeout &&
+		maps.Equal(a.Keys, b.Keys)
 }
 
 func (m *Machine) checkRelays(spec Spec) error {

@@ -78,7 +78,20 @@ type CheckpointPolicy struct {
 	Restore RestoreMode `json:"restore,omitempty"`
 	// RestoreTimeout bounds one restore attempt (0: DefaultRestoreTimeout).
 	RestoreTimeout time.Duration `json:"restore_timeout,omitempty"`
+	// Keys is the grant's checkpoint key sealed to each member: a
+	// member's hex public key -> a NIP-44 v2 payload its issuer made for
+	// it. Opaque to the lease (each member opens its own); never modified
+	// once made. Empty: checkpoints are stored in plaintext.
+	Keys map[string]string `json:"keys,omitempty"`
 }
+
+// Limits of CheckpointPolicy.Keys: one per member (the primary and up to
+// 16 standbys), each payload at most MaxSealedKeyBytes (a 32-byte key
+// sealed with NIP-44 v2 is 176).
+const (
+	MaxCheckpointKeys = 17
+	MaxSealedKeyBytes = 512
+)
 
 // Validate checks a policy from an untrusted grant.
 func (p CheckpointPolicy) Validate() error {
@@ -95,6 +108,17 @@ func (p CheckpointPolicy) Validate() error {
 	}
 	if p.RestoreTimeout != 0 && (p.RestoreTimeout < time.Second || p.RestoreTimeout > time.Hour) {
 		return fmt.Errorf("checkpoint.restore_timeout = %v, must be 0 (default) or 1s to 1h", p.RestoreTimeout)
+	}
+	if len(p.Keys) > MaxCheckpointKeys {
+		return fmt.Errorf("checkpoint.keys: %d entries, at most %d (one per member)", len(p.Keys), MaxCheckpointKeys)
+	}
+	for k, v := range p.Keys {
+		if len(k) != 64 || strings.Trim(k, "0123456789abcdef") != "" {
+			return fmt.Errorf("checkpoint.keys: member %.70q, want 64 lowercase hex characters", k)
+		}
+		if len(v) == 0 || len(v) > MaxSealedKeyBytes || strings.Trim(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") != "" {
+			return fmt.Errorf("checkpoint.keys[%s]: %d bytes, want 1 to %d of base64 (a NIP-44 payload)", k[:8], len(v), MaxSealedKeyBytes)
+		}
 	}
 	return nil
 }

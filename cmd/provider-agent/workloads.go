@@ -12,6 +12,7 @@ import (
 
 	"provideragent/agent"
 	"provideragent/backend"
+	"provideragent/checkpoint"
 	"provideragent/config"
 	"provideragent/heartbeat"
 	"provideragent/identity"
@@ -87,7 +88,10 @@ $PROVIDER_AGENT_CHECKPOINT_DIR/checkpoint to the Blossom servers (the
 signed record of it to the relays; a new holder restores the newest one
 before it starts the workload. --restore says what happens when it cannot
 be fetched within --restore-timeout: best-effort (the default) starts
-fresh, required keeps trying until provision_timeout.
+fresh, required keeps trying until provision_timeout. The grant carries a
+new checkpoint key, sealed to each member with the key file (NIP-44):
+checkpoints are stored on the servers encrypted with it, readable by the
+lease's members only; granting again makes a new key.
 
 ` + agentFilesHelp + `
 
@@ -273,6 +277,9 @@ func runWorkloadsGrant(ctx context.Context, files *agentFiles, args []string, st
 	if durable || len(ckptServers) > 0 || ckptMin != 0 || restoreMode != "" || restoreTimeout != 0 {
 		spec.Checkpoint = &lease.CheckpointPolicy{Servers: ckptServers, MinServers: ckptMin,
 			Restore: lease.RestoreMode(restoreMode), RestoreTimeout: restoreTimeout}
+		if spec.Checkpoint.Keys, err = grantCheckpointKey(cfg, spec); err != nil {
+			return err
+		}
 		if err := spec.Validate(); err != nil {
 			return fmt.Errorf("workloads grant: %w", err)
 		}
@@ -305,6 +312,26 @@ func runWorkloadsGrant(ctx context.Context, files *agentFiles, args []string, st
 			spec.ID, len(spec.Standbys), issuer)
 	}
 	return nil
+}
+
+// grantCheckpointKey makes the grant's checkpoint key and seals it to
+// each member of spec with the key file (the grant's issuer: it signs the
+// published grant, and is this agent for a local one): checkpoints are
+// stored sealed with it, readable by the members only.
+func grantCheckpointKey(cfg config.Config, spec lease.Spec) (map[string]string, error) {
+	secret, err := config.LoadKeyFile(cfg.KeyFilePath())
+	if err != nil {
+		return nil, fmt.Errorf("workloads grant: the checkpoint key is sealed to the members with the key file: %w", err)
+	}
+	issuer, err := identity.NewKeys(secret)
+	if err != nil {
+		return nil, fmt.Errorf("workloads grant: %w", err)
+	}
+	keys, err := checkpoint.NewGrantKey(issuer, checkpoint.GrantMembers(spec.Primary, spec.Standbys))
+	if err != nil {
+		return nil, fmt.Errorf("workloads grant: %w", err)
+	}
+	return keys, nil
 }
 
 func runWorkloadsRelease(ctx context.Context, files *agentFiles, args []string, stdout, _ io.Writer) error {

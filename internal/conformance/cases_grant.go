@@ -1,10 +1,13 @@
 package conformance
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
+	"github.com/nbd-wtf/go-nostr/nip44"
 
 	"provideragent/heartbeat"
 	"provideragent/identity"
@@ -47,6 +50,20 @@ func (g *generator) grantFile() {
 		p.Checkpoint = &lease.CheckpointPolicy{Servers: []string{"https://blossom-a.example", "https://blossom-b.example"}, MinServers: 1,
 			Restore: lease.RestoreRequired, RestoreTimeout: time.Minute}
 	}), about: "A durable workload: where checkpoints go and what a new holder does without one."})
+	snpub, _ := identity.NpubOfHex(standby.Public)
+	keys := g.checkpointKeys(issuer, primary, standby)
+	sealed := build(issuer, func(p *heartbeat.LeaseGrantParams) {
+		p.Checkpoint = &lease.CheckpointPolicy{Servers: []string{"https://blossom-a.example"}, Keys: keys}
+	})
+	g.add(f, vcase{name: "checkpoint-key", ev: sealed,
+		about: "A durable workload whose checkpoints are sealed: the grant's checkpoint key (CheckpointKey) sealed to the primary and the standby with NIP-44 v2 by the issuer."})
+	toStranger := g.checkpointKeys(issuer, stranger)[stranger.Public]
+	g.add(f, vcase{name: "checkpoint-key-to-a-stranger", want: heartbeat.ReasonDecode,
+		ev:    g.mutate(sealed, issuer, g.editContent(`"keys":{`, `"keys":{"`+stranger.Public+`":"`+toStranger+`",`)),
+		about: "The checkpoint key sealed to a key the lease does not name as well."})
+	g.add(f, vcase{name: "checkpoint-key-member-npub", want: heartbeat.ReasonDecode,
+		ev:    g.mutate(sealed, issuer, g.editContent(`"keys":{"`+standby.Public, `"keys":{"`+snpub)),
+		about: "A member of keys as npub: keys are hex."})
 	g.add(f, vcase{name: "expires", ev: build(issuer, func(p *heartbeat.LeaseGrantParams) { p.ExpiresAt = time.Unix(Now+86400, 0) }),
 		about: "A lease that expires tomorrow."})
 	g.add(f, vcase{name: "expires-at-now", want: heartbeat.ReasonExpired, ev: build(issuer, func(p *heartbeat.LeaseGrantParams) { p.ExpiresAt = time.Unix(Now, 0) }),
@@ -54,8 +71,7 @@ func (g *generator) grantFile() {
 	g.add(f, vcase{name: "single-provider", ev: build(issuer, func(p *heartbeat.LeaseGrantParams) {
 		p.Standbys, p.Replication, p.RestartPolicy = nil, lease.ReplicationNone, lease.RestartPolicy{Policy: lease.RestartNever}
 	}), about: "One provider, no replication, never restarted."})
-	pnpub, _ := identity.NpubOfHex(primary.Public)
-	snpub, _ := identity.NpubOfHex(standby.Public)
+	pnpub := pnpubOf(primary)
 	g.add(f, vcase{name: "keys-as-npub", ev: g.mutate(grant, issuer, func(ev *nostr.Event) {
 		ev.Content = g.replace(ev.Content, `"primary":"`+primary.Public, `"primary":"`+pnpub)
 		ev.Content = g.replace(ev.Content, `"standbys":["`+standby.Public, `"standbys":["`+snpub)
@@ -199,4 +215,31 @@ func (g *generator) checkpointFile() {
 	g.add(f, vcase{name: "duplicate-seq", want: heartbeat.ReasonDecode, ev: g.mutate(rec, primary, g.editContent(`"seq":3`, `"seq":3,"seq":4`)),
 		about: "seq given twice."})
 	g.commonCases(f, rec, primary)
+}
+
+// CheckpointKey is the checkpoint key of the vectors' sealed grants
+// (sha256 of "provider-agent conformance checkpoint key"); like the fixed
+// keys, it is public.
+var CheckpointKey = sha256.Sum256([]byte("provider-agent conformance checkpoint key"))
+
+// checkpointKeys seals CheckpointKey to members from issuer with NIP-44
+// v2, with a fixed nonce so the vectors do not change.
+func (g *generator) checkpointKeys(issuer Key, members ...Key) map[string]string {
+	out := map[string]string{}
+	nonce := sha256.Sum256([]byte("provider-agent conformance nip44 nonce"))
+	for _, m := range members {
+		ck, err := issuer.keys.ConversationKey(m.Public)
+		if err == nil {
+			out[m.Public], err = nip44.Encrypt(hex.EncodeToString(CheckpointKey[:]), ck, nip44.WithCustomNonce(nonce[:]))
+		}
+		if err != nil {
+			g.fail("seal the checkpoint key to %s: %v", m.Name, err)
+		}
+	}
+	return out
+}
+
+func pnpubOf(k Key) string {
+	npub, _ := identity.NpubOfHex(k.Public)
+	return npub
 }

@@ -87,10 +87,14 @@ func grantReads(g *heartbeat.LeaseGrant) map[string]any {
 		m["command"] = nonNil(s.Command)
 	}
 	if p := s.Checkpoint; p != nil {
-		m["checkpoint"] = map[string]any{
+		c := map[string]any{
 			"servers": nonNil(p.Servers), "min_servers": p.MinServers, "restore": string(p.Mode()),
 			"restore_timeout_s": int64(p.RestoreTimeout / time.Second),
 		}
+		if len(p.Keys) > 0 {
+			c["keys"] = p.Keys
+		}
+		m["checkpoint"] = c
 	}
 	return m
 }
