@@ -53,7 +53,7 @@ func TestCheckpointBurstThenFailover(t *testing.T) {
 	})
 	waitFor(t, 10*time.Second, "the burst's last checkpoint published", func() bool {
 		pub, ok := d.primary.a.ckpt.publisher.Last("b1")
-		return ok && publishedValue(t, pub.Manifest, pub.Servers) == last
+		return ok && publishedValue(t, pub, d.key) == last
 	})
 	newest, _ := d.primary.a.ckpt.publisher.Last("b1")
 	published := testutil.ToFloat64(d.primary.a.obs.met.ckptPublished.WithLabelValues("published"))

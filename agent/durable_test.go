@@ -15,10 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/checkpoint"
+	"provideragent/identity"
 	"provideragent/internal/cutproxy"
 	"provideragent/internal/devblossom"
 	"provideragent/lease"
-	"provideragent/uploader"
 	"provideragent/uploader/uploadertest"
 )
 
@@ -61,16 +61,12 @@ func counterLine(path, format string, epoch uint64) (int, bool) {
 }
 
 // publishedValue reads back the counter value of a published checkpoint
-// from Blossom.
-func publishedValue(t testing.TB, manifest string, servers []string) int {
+// from Blossom, opening it with key (nil: a plaintext one).
+func publishedValue(t testing.TB, pub checkpoint.Published, key *checkpoint.Key) int {
 	t.Helper()
-	ctx := context.Background()
-	m, _, err := uploader.FetchManifest(ctx, nil, manifest, servers, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var b bytes.Buffer
-	if err := uploader.Restore(ctx, nil, m, servers, &b); err != nil {
+	r := &checkpoint.Restorer{Blobs: checkpoint.HTTPBlobs{}}
+	if err := r.ReadURI(context.Background(), pub.Workload, pub.StateURI, key, pub.Servers, &b); err != nil {
 		t.Fatal(err)
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(b.String()))
@@ -125,7 +121,7 @@ func TestDurableFailover(t *testing.T) {
 	if !ok {
 		t.Fatal("the primary published nothing")
 	}
-	lastValue := publishedValue(t, last.Manifest, last.Servers)
+	lastValue := publishedValue(t, last, nil)
 	t.Logf("cut to standby Live at epoch 2: %v; primary's last published checkpoint: seq %d value %d (taken %v before the cut); standby's first value %d",
 		time.Since(cut).Round(time.Millisecond), last.Seq, lastValue, cut.Sub(last.TakenAt).Round(time.Millisecond), first)
 	if first < lastValue {
@@ -261,6 +257,9 @@ type durableSetup struct {
 	primary, standby *testAgent
 	starts           string
 	proxies          []*cutproxy.Proxy // between the primary and its first relays
+	// key is the grant's checkpoint key: the primary, as the grant's
+	// issuer, sealed it to both (the standby trusts it as issuer).
+	key *checkpoint.Key
 }
 
 // startDurable is durablePair with the primary reaching its first cut
@@ -282,10 +281,11 @@ func startDurableScript(t testing.TB, id string, cut int, profile func([]string)
 		d.proxies, dial = cutProxies(t, rs, urls, cut)
 	}
 	d.primary = startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: dial, blossom: []string{blobs.URL()}})
-	d.standby = startAgent(t, agentOpts{name: "standby", lcfg: lcfg, blossom: []string{blobs.URL()}})
+	d.standby = startAgent(t, agentOpts{name: "standby", lcfg: lcfg, blossom: []string{blobs.URL()}, issuers: []string{d.primary.pub}})
 	spec := warmSpec(id, d.primary.pub, d.standby.pub, lcfg.Relays)
 	spec.Command = []string{"sh", "-c", script(d.starts)}
 	spec.Checkpoint = &lease.CheckpointPolicy{Restore: lease.RestoreRequired, RestoreTimeout: 3 * time.Second}
+	spec.Checkpoint.Keys, d.key = sealedKey(t, d.primary, spec)
 	ctx := context.Background()
 	d.primary.a.Track(ctx, spec)
 	d.standby.a.Track(ctx, spec)
@@ -472,7 +472,7 @@ func holderRestart(t *testing.T, persistent, blossomDown bool) {
 	}
 	want := final // the local checkpoint
 	if !persistent {
-		want = publishedValue(t, before.Manifest, before.Servers)
+		want = publishedValue(t, before, nil)
 	}
 	if blossomDown {
 		if err := blobs.Shutdown(context.Background()); err != nil {
@@ -553,4 +553,24 @@ func durableFixtures(t testing.TB) (*devblossom.Server, string) {
 		t.Fatal(err)
 	}
 	return blobs, shared
+}
+
+// sealedKey makes a checkpoint key for spec's grant, sealed to its
+// members by issuer (as 'workloads grant' does with the key file), and
+// returns the grant's keys and the key.
+func sealedKey(t testing.TB, issuer *testAgent, spec lease.Spec) (map[string]string, *checkpoint.Key) {
+	t.Helper()
+	keys, err := identity.NewKeys(issuer.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := checkpoint.NewGrantKey(keys, checkpoint.GrantMembers(spec.Primary, spec.Standbys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := checkpoint.OpenGrantKey(keys, sealed, []string{issuer.pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sealed, &key
 }

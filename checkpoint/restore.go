@@ -476,26 +476,11 @@ var (
 
 // fetchAndPlace fetches c's manifest and tiles and places the file.
 func (r *Restorer) fetchAndPlace(ctx context.Context, req RestoreRequest, c candidate, out *RestoreOutcome) error {
-	servers := mergeServers(c.ref.ServerURLs(), req.Servers)
-	if len(servers) == 0 {
-		return errors.New("no server to fetch it from")
+	m, servers, err := r.fetchManifest(ctx, req, c)
+	if err != nil {
+		return err
 	}
 	bad := r.badCopies(req.ID)
-	mb, err := r.Blobs.Blob(ctx, c.ref.SHA256, -1, 0, servers, bad)
-	if err != nil {
-		return fmt.Errorf("fetch manifest: %w", err)
-	}
-	m, err := decodeManifest(mb, req.Key, c.label == "seed")
-	if err != nil {
-		return fmt.Errorf("manifest %s: %w", short(c.ref.SHA256), err)
-	}
-	if rec := c.rec; rec != nil && (m.stored.Size != rec.Size || m.stored.SHA256 != rec.SHA256) {
-		return fmt.Errorf("manifest %s: tiles of %d bytes sha256 %s, the record says %d bytes %s: %w",
-			short(c.ref.SHA256), m.stored.Size, short(m.stored.SHA256), rec.Size, short(rec.SHA256), errRecordMismatch)
-	}
-	if r.MaxBytes > 0 && m.size > r.MaxBytes {
-		return fmt.Errorf("manifest %s: %d bytes, the limit is %d: %w", short(c.ref.SHA256), m.size, r.MaxBytes, errTooLarge)
-	}
 	id, err := place(ctx, req.Dir, func(w io.Writer) error { return r.writeTiles(ctx, m, servers, bad, w) })
 	if err != nil {
 		return err
@@ -510,6 +495,49 @@ func (r *Restorer) fetchAndPlace(ctx context.Context, req RestoreRequest, c cand
 		out.StateURI = uploader.BlossomURI(rec.Manifest, "json", rec.Servers, rec.Signer, rec.ManifestSize)
 	}
 	return nil
+}
+
+// fetchManifest fetches and checks c's manifest (against its record, and
+// the size bound) and returns it with the servers to fetch its tiles from.
+func (r *Restorer) fetchManifest(ctx context.Context, req RestoreRequest, c candidate) (manifest, []string, error) {
+	servers := mergeServers(c.ref.ServerURLs(), req.Servers)
+	if len(servers) == 0 {
+		return manifest{}, nil, errors.New("no server to fetch it from")
+	}
+	mb, err := r.Blobs.Blob(ctx, c.ref.SHA256, -1, 0, servers, r.badCopies(req.ID))
+	if err != nil {
+		return manifest{}, nil, fmt.Errorf("fetch manifest: %w", err)
+	}
+	m, err := decodeManifest(mb, req.Key, c.label == "seed")
+	if err != nil {
+		return manifest{}, nil, fmt.Errorf("manifest %s: %w", short(c.ref.SHA256), err)
+	}
+	if rec := c.rec; rec != nil && (m.stored.Size != rec.Size || m.stored.SHA256 != rec.SHA256) {
+		return manifest{}, nil, fmt.Errorf("manifest %s: tiles of %d bytes sha256 %s, the record says %d bytes %s: %w",
+			short(c.ref.SHA256), m.stored.Size, short(m.stored.SHA256), rec.Size, short(rec.SHA256), errRecordMismatch)
+	}
+	if r.MaxBytes > 0 && m.size > r.MaxBytes {
+		return manifest{}, nil, fmt.Errorf("manifest %s: %d bytes, the limit is %d: %w", short(c.ref.SHA256), m.size, r.MaxBytes, errTooLarge)
+	}
+	return m, servers, nil
+}
+
+// ReadURI writes the checkpoint whose manifest the BUD-10 uri names (from
+// its xs servers, then servers) to w, every hash verified and every blob
+// opened with key (nil: a plaintext checkpoint), without placing it: for
+// tools and tests that read a published checkpoint. On an error w may
+// hold part of it.
+func (r *Restorer) ReadURI(ctx context.Context, workload, uri string, key *Key, servers []string, w io.Writer) error {
+	ref, err := uploader.ParseBlossomURI(uri)
+	if err != nil {
+		return err
+	}
+	req := RestoreRequest{RestoreCheckpoint: lease.RestoreCheckpoint{ID: workload}, Servers: servers, Key: key}
+	m, all, err := r.fetchManifest(ctx, req, candidate{ref: ref, what: "state_uri " + short(ref.SHA256), label: "uri"})
+	if err != nil {
+		return err
+	}
+	return r.writeTiles(ctx, m, all, r.badCopies(workload), w)
 }
 
 // writeTiles fetches the tiles of m in order, each verified (and opened

@@ -13,13 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nbd-wtf/go-nostr"
+
 	"provideragent/agent"
 	"provideragent/checkpoint"
+	"provideragent/config"
 	"provideragent/heartbeat"
+	"provideragent/identity"
 	"provideragent/internal/devblossom"
 	"provideragent/internal/relaytest"
 	"provideragent/relay"
-	"provideragent/uploader"
 )
 
 // counterLine is the durable test workload (issue 28's counter): it
@@ -91,8 +94,9 @@ func metricValue(t *testing.T, url, sample string) float64 {
 
 // lastPublished reads the newest checkpoint record holder published for
 // workload at epoch from the relays, and the counter value it holds from
-// Blossom.
-func lastPublished(t *testing.T, relays []string, holder, workload string, epoch uint64) (*heartbeat.CheckpointRecord, int) {
+// Blossom, opened with the checkpoint key of the workload's grant (which
+// holder issued, and keyFile holds holder's secret for).
+func lastPublished(t *testing.T, relays []string, holder, keyFile, workload string, epoch uint64) (*heartbeat.CheckpointRecord, int) {
 	t.Helper()
 	cfg := relay.DefaultConfig()
 	cfg.URLs = relays
@@ -103,6 +107,31 @@ func lastPublished(t *testing.T, relays []string, holder, workload string, epoch
 	defer pool.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	var key *checkpoint.Key
+	secret, err := config.LoadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := identity.NewKeys(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range pool.Query(ctx, nostr.Filter{Kinds: []int{heartbeat.KindLeaseGrant}, Authors: []string{holder}, Tags: nostr.TagMap{"d": {heartbeat.LeaseDTag(workload)}}}) {
+		for i := range r.Events {
+			g, err := heartbeat.DecodeLeaseGrant(&r.Events[i])
+			if err != nil || g.Spec.Checkpoint == nil {
+				continue
+			}
+			k, err := checkpoint.OpenGrantKey(keys, g.Spec.Checkpoint.Keys, []string{holder})
+			if err != nil {
+				t.Fatalf("the grant's checkpoint key: %v", err)
+			}
+			key = &k
+		}
+	}
+	if key == nil {
+		t.Fatalf("no grant of %s with a checkpoint key by %s on the relays", workload, holder)
+	}
 	var newest *heartbeat.CheckpointRecord
 	for _, r := range pool.Query(ctx, checkpoint.RecordsFilter(workload, epoch, nil, []string{holder})) {
 		for i := range r.Events {
@@ -118,12 +147,9 @@ func lastPublished(t *testing.T, relays []string, holder, workload string, epoch
 	if newest == nil {
 		t.Fatalf("no checkpoint record of %s epoch %d by %s on the relays", workload, epoch, holder)
 	}
-	m, _, err := uploader.FetchManifest(ctx, nil, newest.Manifest, newest.Servers, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var b bytes.Buffer
-	if err := uploader.Restore(ctx, nil, m, newest.Servers, &b); err != nil {
+	r := &checkpoint.Restorer{Blobs: checkpoint.HTTPBlobs{}}
+	if err := r.ReadURI(ctx, workload, newest.StateURI, key, newest.Servers, &b); err != nil {
 		t.Fatal(err)
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(b.String()))
@@ -203,7 +229,7 @@ func TestDurableKill9AndMove(t *testing.T) {
 	a, b, cfgA, cfgB, pubA, starts := d.a, d.b, d.cfgA, d.cfgB, d.pubA, d.starts
 	a.kill(t)
 	killed := time.Now()
-	rec, lastValue := lastPublished(t, relays, pubA, "ctr", 1)
+	rec, lastValue := lastPublished(t, relays, pubA, filepath.Join(dirA, "identity.key"), "ctr", 1)
 	b.waitStatus(t, "ctr live on the standby at epoch 2", 120*time.Second, func(st agent.Status) bool {
 		w, ok := workloadIn(st, "ctr")
 		return ok && w.State == "live" && w.Epoch == 2 && w.Running
