@@ -6,8 +6,13 @@
 // while this provider holds the workload at that epoch) and restores the
 // newest usable one into a new run's directory before it starts
 // (Restorer: the lease's selection rules, every hash verified, the file
-// placed atomically for the workload's user). It never imports the agent:
-// relays, the verifying ingest and Blossom are interfaces.
+// placed atomically for the workload's user). A grant's checkpoints are
+// sealed with its checkpoint Key (XChaCha20-Poly1305; NewGrantKey makes
+// one and seals it to the lease's members with NIP-44, OpenGrantKey opens
+// a member's), so the servers hold nothing readable. Pacer paces a
+// workload's publishes (one a second, the newest file wins). It never
+// imports the agent: relays, the verifying ingest and Blossom are
+// interfaces.
 //
 // The workload's side of the contract: its checkpoint directory is
 // $PROVIDER_AGENT_CHECKPOINT_DIR (private to the workload and its epoch);
