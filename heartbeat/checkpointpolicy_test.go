@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -21,6 +22,15 @@ func ckptGrant(t testing.TB, cp *lease.CheckpointPolicy) LeaseGrantParams {
 	}
 }
 
+// sealedTo is a policy's keys: payload for each of the test keys named.
+func sealedTo(t testing.TB, payload string, names ...string) map[string]string {
+	out := map[string]string{}
+	for _, n := range names {
+		out[testKeys(t, n).PublicKey()] = payload
+	}
+	return out
+}
+
 func TestLeaseGrantCheckpointPolicy(t *testing.T) {
 	issuer := testKeys(t, "issuer")
 	for _, tc := range []struct {
@@ -36,6 +46,10 @@ func TestLeaseGrantCheckpointPolicy(t *testing.T) {
 		{"defaults", &lease.CheckpointPolicy{}, &lease.CheckpointPolicy{Restore: lease.RestoreBestEffort}, `{"restore":"best-effort"}`},
 		{"the longest restore timeout", &lease.CheckpointPolicy{RestoreTimeout: MaxRestoreTimeout}, &lease.CheckpointPolicy{Restore: lease.RestoreBestEffort, RestoreTimeout: MaxRestoreTimeout},
 			`{"restore":"best-effort","restore_timeout_s":3600}`},
+		{"a checkpoint key", &lease.CheckpointPolicy{Keys: sealedTo(t, "AgAB", "primary", "standby")},
+			&lease.CheckpointPolicy{Restore: lease.RestoreBestEffort, Keys: sealedTo(t, "AgAB", "primary", "standby")},
+			`{"restore":"best-effort","keys":{"` + min(testKeys(t, "primary").PublicKey(), testKeys(t, "standby").PublicKey()) + `":"AgAB","` +
+				max(testKeys(t, "primary").PublicKey(), testKeys(t, "standby").PublicKey()) + `":"AgAB"}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ev, err := BuildLeaseGrant(issuer, ckptGrant(t, tc.in))
@@ -112,6 +126,13 @@ func TestLeaseGrantCheckpointPolicyRejects(t *testing.T) {
 		{"timeout over an hour", map[string]any{"restore_timeout_s": 3601}, "restore_timeout_s 3601"},
 		{"timeout string", map[string]any{"restore_timeout_s": "60"}, "restore_timeout_s"},
 		{"not an object", "yes", "checkpoint"},
+		{"key sealed to a non-member", map[string]any{"keys": map[string]string{testKeys(t, "issuer").PublicKey(): "AgAA"}}, "not a member of the lease"},
+		{"key member as npub", map[string]any{"keys": map[string]string{"npub1" + strings.Repeat("q", 58): "AgAA"}}, "want 64 lowercase hex characters"},
+		{"key member upper-case hex", map[string]any{"keys": map[string]string{strings.ToUpper(testKeys(t, "primary").PublicKey()): "AgAA"}}, "want 64 lowercase hex characters"},
+		{"key payload not base64", map[string]any{"keys": map[string]string{testKeys(t, "primary").PublicKey(): "not base64!"}}, "a NIP-44 payload"},
+		{"key payload empty", map[string]any{"keys": map[string]string{testKeys(t, "primary").PublicKey(): ""}}, "a NIP-44 payload"},
+		{"key payload over 512 bytes", map[string]any{"keys": map[string]string{testKeys(t, "primary").PublicKey(): strings.Repeat("A", 513)}}, "a NIP-44 payload"},
+		{"keys not an object", map[string]any{"keys": []string{"AgAA"}}, "checkpoint"},
 	} {
 		ev := mutate(t, valid, issuer, setField("checkpoint", tc.cp))
 		if _, err := DecodeLeaseGrant(ev); ReasonOf(err) != ReasonDecode || !strings.Contains(err.Error(), tc.want) {
@@ -176,5 +197,40 @@ func TestRevocationStateURI(t *testing.T) {
 	forged := mutate(t, ev, p, setField("state_uri", long))
 	if _, err := DecodeRevocation(forged); ReasonOf(err) != ReasonDecode || !strings.Contains(err.Error(), "state_uri of 1025 bytes") {
 		t.Errorf("DecodeRevocation(1025-byte state_uri) = %v, want a decode error naming it", err)
+	}
+}
+
+// TestNewCheckpointKeyIsANewPolicy: the same grant (same created_at) with
+// a checkpoint key sealed anew is a different grant to a machine already
+// tracking it (members holding different keys could not read each
+// other's checkpoints): refused as ErrAlreadyTracked; the same keys are
+// the same grant.
+func TestNewCheckpointKeyIsANewPolicy(t *testing.T) {
+	cfg := lease.DefaultConfig()
+	cfg.Relays, cfg.N, cfg.M = []string{"wss://a.example", "wss://b.example"}, 2, 2
+	m, err := lease.New(cfg, testKeys(t, "standby").PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer := testKeys(t, "issuer")
+	spec := func(payload string) lease.Spec {
+		ev, err := BuildLeaseGrant(issuer, ckptGrant(t, &lease.CheckpointPolicy{Keys: sealedTo(t, payload, "primary", "standby")}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := DecodeLeaseGrant(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return SpecOf(g)
+	}
+	if _, err := m.Track(t0, spec("AgAB")); err != nil {
+		t.Fatalf("Track = %v", err)
+	}
+	if _, err := m.Track(t0, spec("AgAB")); err != nil {
+		t.Errorf("Track(the same grant again) = %v, want nil", err)
+	}
+	if _, err := m.Track(t0, spec("AgAC")); !errors.Is(err, lease.ErrAlreadyTracked) {
+		t.Errorf("Track(the grant with a new checkpoint key) = %v, want ErrAlreadyTracked", err)
 	}
 }
