@@ -121,6 +121,7 @@ func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error 
 		a.ckpt.publisher = &checkpoint.Publisher{
 			Store: deps.Store, Uploader: a.leaseUploader, Relays: a.pool, Keys: a.me.keys, Quorum: a.cfg.Lease.M,
 			TileSize: deps.Uploader.TileSize, MaxBytes: deps.MaxBytes, Holds: a.holds, Now: a.now, Logger: a.logger,
+			Deleter: uploader.Deleter{Keys: a.me.keys, Client: deps.HTTPClient, AuthTTL: deps.Uploader.AuthTTL, Now: a.now},
 		}
 	}
 	// What the restored machine holds (its EnteredState effects came
@@ -218,6 +219,9 @@ func (a *Agent) noteState(e lease.EnteredState) {
 		delete(a.ckpt.last, e.ID)
 		delete(a.ckpt.parents, e.ID)
 		delete(a.ckpt.keys, e.ID)
+		if a.ckpt.publisher != nil {
+			a.ckpt.publisher.Forget(e.ID)
+		}
 	}
 }
 
@@ -262,6 +266,8 @@ func (a *Agent) durableWorkload(id string) bool {
 // names it, also after a restart.
 func (a *Agent) published(ctx context.Context, pub checkpoint.Published) {
 	a.obs.met.ckptPublished.WithLabelValues("published").Inc()
+	a.obs.met.blobDeletes.WithLabelValues("deleted").Add(float64(pub.Deleted))
+	a.obs.met.blobDeletes.WithLabelValues("failed").Add(float64(pub.DeleteFailed))
 	a.setStateURI(pub.Workload, pub.GrantAt, pub.Epoch, pub.StateURI)
 	a.saveCheckpoint(ctx, agentdb.CheckpointRow{Workload: pub.Workload, GrantAt: pub.GrantAt, Epoch: pub.Epoch, Seq: pub.Seq,
 		EventID: pub.EventID, StateURI: pub.StateURI, CreatedAt: pub.CreatedAt})

@@ -120,6 +120,9 @@ func (a *Agent) runRestore(ctx context.Context, job restoreJob) lease.RestoreRes
 	case r.OK:
 		a.setStateURI(req.ID, req.GrantAt, req.Epoch, out.StateURI)
 		row := agentdb.CheckpointRow{Workload: req.ID, GrantAt: req.GrantAt, Epoch: req.Epoch, StateURI: out.StateURI, CreatedAt: a.now()}
+		if a.ckpt.publisher != nil {
+			a.ckpt.publisher.Protect(req.ID, req.Epoch, out.Blobs)
+		}
 		if out.Record != nil {
 			a.ckpt.mu.Lock()
 			a.ckpt.parents[req.ID] = epochState{grant: req.GrantAt.Unix(), epoch: req.Epoch, uri: out.Record.EventID}

@@ -39,6 +39,7 @@ type metrics struct {
 	restores       *prometheus.CounterVec // result
 	ckptRefused    *prometheus.CounterVec // reason
 	badCopies      *prometheus.CounterVec // server, reason
+	blobDeletes    *prometheus.CounterVec // outcome
 	ckptPublished  *prometheus.CounterVec // outcome
 	moves          *prometheus.CounterVec // outcome
 	ckptAge        prometheus.Gauge       // oldest last published checkpoint of a watched durable workload
@@ -65,6 +66,9 @@ var (
 	RestoreResults = []string{"restored", "fresh", "failed"}
 	// PublishOutcomes are agent_checkpoints_published_total's outcome values.
 	PublishOutcomes = []string{"published", "abandoned", "failed"}
+	// DeleteOutcomes are agent_checkpoint_blob_deletes_total's outcome
+	// values.
+	DeleteOutcomes = []string{"deleted", "failed"}
 	// MoveOutcomes are agent_moves_total's outcome values.
 	MoveOutcomes = []string{"moved", "aborted"}
 	// RefusalReasons are agent_checkpoint_records_refused_total's reason
@@ -161,6 +165,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		badCopies: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_checkpoint_blobs_refused_total", Help: "Copies of checkpoint blobs (a tile or a manifest) a Blossom server served with wrong bytes, by server and reason (hash_mismatch, truncated_tile, bad_manifest), also when another server then served the blob intact.",
 		}, []string{"server", "reason"}),
+		blobDeletes: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_checkpoint_blob_deletes_total", Help: "Copies of superseded checkpoint blobs this agent asked Blossom servers to delete (BUD-12), by outcome: deleted (or already gone), failed (retried at the next publish unless refused).",
+		}, []string{"outcome"}),
 		ckptPublished: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_checkpoints_published_total", Help: "New checkpoints of durable workloads, by outcome: published (on K servers and M relays), abandoned (no longer held at its epoch), failed.",
 		}, []string{"outcome"}),
@@ -208,6 +215,9 @@ func (m *metrics) exportBoundedLabels() {
 	}
 	for _, o := range MoveOutcomes {
 		m.moves.WithLabelValues(o)
+	}
+	for _, o := range DeleteOutcomes {
+		m.blobDeletes.WithLabelValues(o)
 	}
 	for _, r := range RefusalReasons {
 		m.ckptRefused.WithLabelValues(r)

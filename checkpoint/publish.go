@@ -77,6 +77,9 @@ type Published struct {
 	Blobs []string
 	// GrantAt is the lease grant's time the record names.
 	GrantAt time.Time
+	// Deleted and DeleteFailed count the copies of superseded blobs this
+	// publish deleted from the servers, or failed to.
+	Deleted, DeleteFailed int
 }
 
 // Publisher publishes a workload's checkpoints: it tiles the file into
@@ -105,8 +108,13 @@ type Publisher struct {
 	Sleep  func(ctx context.Context, d time.Duration) error
 	Logger *slog.Logger
 
+	// Deleter deletes the blobs of superseded checkpoints from the
+	// servers once a newer one is acknowledged (nil: they stay).
+	Deleter BlobDeleter
+
 	mu   sync.Mutex
 	last map[string]Published
+	sup  superseded
 }
 
 // Last is the last checkpoint published of workload (ok false: none since
@@ -166,6 +174,11 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 	if k <= 0 || k > len(job.Servers) {
 		k = len(job.Servers)
 	}
+	unlock, err := p.lock(ctx, job.Workload)
+	if err != nil {
+		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+	}
+	defer unlock()
 	f, err := Open(job.Dir.Path, job.Dir.UID, maxBytes)
 	if err != nil {
 		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
@@ -235,8 +248,8 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 		return Published{}, fmt.Errorf("publish checkpoint: %w", context.Cause(ctx))
 	}
 
-	// One publish of a workload at a time (the caller's rule): the last
-	// record read here is still the last when this one is stored.
+	// One publish of a workload at a time (lock): the last record read
+	// here is still the last when this one is stored.
 	p.mu.Lock()
 	prev, had := p.last[job.Workload]
 	p.mu.Unlock()
@@ -283,6 +296,7 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 	}
 	p.last[job.Workload] = pub
 	p.mu.Unlock()
+	pub.Deleted, pub.DeleteFailed = p.deleteSuperseded(ctx, job, pub)
 	// The local copies of older checkpoints' tiles are no longer needed
 	// (the servers keep theirs): keep this one's and the one before.
 	keep := append(append([]string(nil), shas...), prev.Blobs...)

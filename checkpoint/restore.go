@@ -147,6 +147,9 @@ type RestoreOutcome struct {
 	StateURI string
 	// Placed identifies the file placed (zero when none).
 	Placed FileID
+	// Blobs are the placed checkpoint's manifest and tiles as stored
+	// (Publisher.Protect keeps them on the servers).
+	Blobs []string
 	// Refused lists the records and blobs refused, with their reasons.
 	Refused []lease.CheckpointRefusal
 }
@@ -486,6 +489,10 @@ func (r *Restorer) fetchAndPlace(ctx context.Context, req RestoreRequest, c cand
 		return err
 	}
 	out.Placed = id
+	out.Blobs = append(out.Blobs[:0], c.ref.SHA256)
+	for _, t := range m.stored.Tiles {
+		out.Blobs = append(out.Blobs, t.SHA256)
+	}
 	switch rec := c.rec; {
 	case rec == nil:
 		out.StateURI = c.ref.String()

@@ -328,18 +328,20 @@ func (u *BlossomUploader) uploadTile(ctx context.Context, t Tile, b *batch) (Til
 // blob sha: "Nostr " + base64 of a signed kind 24242 event with t=upload,
 // x=<sha256> and an expiration.
 func (u *BlossomUploader) authorization(sha string) (string, error) {
-	now := u.wallNow()
+	return blossomAuth(u.keys, u.wallNow(), u.authTTL, nostr.Tags{{"t", "upload"}, {"x", sha}}, "Upload checkpoint tile "+sha)
+}
+
+// blossomAuth is an Authorization header value: "Nostr " + base64 of a
+// kind 24242 event (BUD-11) with tags, an expiration ttl after now and
+// content, signed by keys.
+func blossomAuth(keys *identity.Keys, now time.Time, ttl time.Duration, tags nostr.Tags, content string) (string, error) {
 	ev := nostr.Event{
 		Kind:      KindBlossomAuth,
 		CreatedAt: nostr.Timestamp(now.Unix()),
-		Tags: nostr.Tags{
-			{"t", "upload"},
-			{"x", sha},
-			{"expiration", strconv.FormatInt(now.Add(u.authTTL).Unix(), 10)},
-		},
-		Content: "Upload checkpoint tile " + sha,
+		Tags:      append(tags, nostr.Tag{"expiration", strconv.FormatInt(now.Add(ttl).Unix(), 10)}),
+		Content:   content,
 	}
-	if err := u.keys.Sign(&ev); err != nil {
+	if err := keys.Sign(&ev); err != nil {
 		return "", fmt.Errorf("sign blossom authorization: %w: %w", ErrBadKey, err)
 	}
 	j, err := json.Marshal(ev)
