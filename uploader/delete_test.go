@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"provideragent/identity"
@@ -18,7 +20,7 @@ import (
 // deleted it.
 func TestDeleterDeletesOwnBlobs(t *testing.T) {
 	ctx := context.Background()
-	srv, _ := devBlossomDir(t)
+	srv, dir := devBlossomDir(t)
 	upload := func(secret string, data []byte) string {
 		t.Helper()
 		store := newStore(t, newFakeClock())
@@ -56,6 +58,9 @@ func TestDeleterDeletesOwnBlobs(t *testing.T) {
 	}
 	if err := da.Delete(ctx, srv.URL()+"/", mine); err != nil || held(mine) {
 		t.Errorf("Delete = %v (held %v), want the blob gone", err, held(mine))
+	}
+	if _, err := os.Stat(filepath.Join(dir, mine)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the deleted blob's file: %v, want it removed from the server's directory", err)
 	}
 	if err := da.Delete(ctx, srv.URL(), mine); err != nil {
 		t.Errorf("Delete of a blob no longer held = %v, want nil", err)
