@@ -19,6 +19,10 @@ import (
 	"provideragent/uploader"
 )
 
+// DefaultCheckpointPublishTimeout bounds one checkpoint's publish (its
+// upload and its record) when CheckpointDeps names no bound.
+const DefaultCheckpointPublishTimeout = 30 * time.Second
+
 // CheckpointDeps configure durable workloads.
 type CheckpointDeps struct {
 	// Servers are this provider's Blossom servers (uploader.servers):
@@ -40,7 +44,8 @@ type CheckpointDeps struct {
 	// PollInterval is how often a checkpoint directory is looked at (0:
 	// checkpoint.DefaultPollInterval).
 	PollInterval time.Duration
-	// PublishTimeout bounds one checkpoint's upload and record (0: 30 s).
+	// PublishTimeout bounds one checkpoint's upload and record (0:
+	// DefaultCheckpointPublishTimeout).
 	PublishTimeout time.Duration
 	// MoveTimeout bounds a planned move's final publish (0:
 	// DefaultMoveTimeout).
@@ -115,7 +120,7 @@ func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error 
 			a.ckpt.deps.Uploader = deps.Uploader
 		}
 		if a.ckpt.deps.PublishTimeout <= 0 {
-			a.ckpt.deps.PublishTimeout = 30 * time.Second
+			a.ckpt.deps.PublishTimeout = DefaultCheckpointPublishTimeout
 		}
 		a.ckpt.watcher = checkpoint.NewWatcher(deps.PollInterval)
 		a.ckpt.publisher = &checkpoint.Publisher{

@@ -14,6 +14,7 @@ import (
 
 	"provideragent/agent"
 	"provideragent/backend"
+	"provideragent/checkpoint"
 	"provideragent/heartbeat"
 	"provideragent/lease"
 	"provideragent/uploader"
@@ -30,13 +31,14 @@ const DBFileName = "provider-agent.db"
 // Config is every knob of the agent. The TOML file uses the section and key
 // names given in the toml tags; durations are strings such as "90s" or "5m".
 type Config struct {
-	Agent     AgentSection     `toml:"agent"`
-	Lease     LeaseSection     `toml:"lease"`
-	Heartbeat HeartbeatSection `toml:"heartbeat"`
-	Backend   BackendSection   `toml:"backend"`
-	Courier   CourierSection   `toml:"courier"`
-	Uploader  UploaderSection  `toml:"uploader"`
-	Log       LogSection       `toml:"log"`
+	Agent      AgentSection      `toml:"agent"`
+	Lease      LeaseSection      `toml:"lease"`
+	Heartbeat  HeartbeatSection  `toml:"heartbeat"`
+	Backend    BackendSection    `toml:"backend"`
+	Courier    CourierSection    `toml:"courier"`
+	Uploader   UploaderSection   `toml:"uploader"`
+	Checkpoint CheckpointSection `toml:"checkpoint"`
+	Log        LogSection        `toml:"log"`
 }
 
 // AgentSection is the [agent] section: identity, storage, HTTP endpoint and
@@ -248,6 +250,27 @@ type UploaderSection struct {
 	AuthTTL time.Duration `toml:"auth_ttl"`
 }
 
+// CheckpointSection is the [checkpoint] section: how durable workloads'
+// checkpoints are noticed, bounded and published (docs/durable.md). The
+// defaults are checkpoint's and agent's; CheckpointDeps maps it onto
+// agent.CheckpointDeps.
+type CheckpointSection struct {
+	// PollInterval is how often each durable workload's checkpoint file is
+	// looked at (one stat): up to this much recovery point. 10ms to 1m.
+	// Default 250ms.
+	PollInterval time.Duration `toml:"poll_interval"`
+	// MaxMiB bounds a checkpoint this agent publishes or restores (larger
+	// ones are refused); the same on every member. 1 to 65536. Default
+	// 256.
+	MaxMiB int64 `toml:"max_mib"`
+	// PublishTimeout bounds one checkpoint's publish: its upload to K
+	// servers and its record on M relays. 1s to 1h. Default 30s.
+	PublishTimeout time.Duration `toml:"publish_timeout"`
+	// MoveTimeout bounds a planned move's final publish; past it the move
+	// is aborted and the workload restarted here. 1s to 1h. Default 60s.
+	MoveTimeout time.Duration `toml:"move_timeout"`
+}
+
 // LogSection is the [log] section.
 type LogSection struct {
 	// Level is debug, info, warn or error. Default "info".
@@ -319,6 +342,12 @@ func Default() Config {
 			MinReplicas:        ud.MinReplicas,
 			RequestTimeout:     ud.RequestTimeout,
 			AuthTTL:            ud.AuthTTL,
+		},
+		Checkpoint: CheckpointSection{
+			PollInterval:   checkpoint.DefaultPollInterval,
+			MaxMiB:         checkpoint.DefaultMaxBytes >> 20,
+			PublishTimeout: agent.DefaultCheckpointPublishTimeout,
+			MoveTimeout:    agent.DefaultMoveTimeout,
 		},
 		Log: LogSection{Level: "info", Format: "text"},
 	}

@@ -16,6 +16,7 @@ import (
 
 	"provideragent/agent"
 	"provideragent/backend"
+	"provideragent/checkpoint"
 	"provideragent/lease"
 )
 
@@ -216,6 +217,15 @@ func TestValidate(t *testing.T) {
 		{"dial addr mapped twice", func(c *Config) {
 			c.Lease.DialAddrs = map[string]string{"wss://a.example": "ws://127.0.0.1:1", "wss://A.example/": "ws://127.0.0.1:2"}
 		}, "relay mapped twice"},
+		{"checkpoint poll interval", func(c *Config) { c.Checkpoint.PollInterval = 5 * time.Millisecond }, "checkpoint.poll_interval = 5ms: must be 10ms to 1m"},
+		{"checkpoint poll interval above a minute", func(c *Config) { c.Checkpoint.PollInterval = 2 * time.Minute }, "checkpoint.poll_interval = 2m0s: must be 10ms to 1m"},
+		{"checkpoint max mib zero", func(c *Config) { c.Checkpoint.MaxMiB = 0 }, "checkpoint.max_mib = 0: must be 1 to 65536"},
+		{"checkpoint max mib above 64 GiB", func(c *Config) { c.Checkpoint.MaxMiB = 65537 }, "checkpoint.max_mib = 65537: must be 1 to 65536"},
+		{"checkpoint publish timeout", func(c *Config) { c.Checkpoint.PublishTimeout = 0 }, "checkpoint.publish_timeout = 0s: must be 1s to 1h"},
+		{"checkpoint move timeout", func(c *Config) { c.Checkpoint.MoveTimeout = 2 * time.Hour }, "checkpoint.move_timeout = 2h0m0s: must be 1s to 1h"},
+		{"checkpoint bounds ok", func(c *Config) {
+			c.Checkpoint = CheckpointSection{PollInterval: 10 * time.Millisecond, MaxMiB: 65536, PublishTimeout: time.Hour, MoveTimeout: time.Second}
+		}, ""},
 		{"log level", func(c *Config) { c.Log.Level = "verbose" }, `log.level = "verbose"`},
 		{"log format", func(c *Config) { c.Log.Format = "xml" }, `log.format = "xml"`},
 	}
@@ -482,5 +492,32 @@ func TestCLIRelaysAndOutboxAreTheAgents(t *testing.T) {
 	}
 	if cc := c.CourierConfig(); cc != c.AgentConfig("").Courier || cc.MaxAttempts != 3 {
 		t.Errorf("CourierConfig() = %+v, want the agent's outbox config with max_attempts 3", cc)
+	}
+}
+
+// TestCheckpointSectionReachesTheAgent: the [checkpoint] keys (from the
+// file, or the environment) are what the agent's durable workloads run
+// with; the defaults are the packages' own.
+func TestCheckpointSectionReachesTheAgent(t *testing.T) {
+	d := Default().CheckpointDeps()
+	if d.PollInterval != checkpoint.DefaultPollInterval || d.MaxBytes != checkpoint.DefaultMaxBytes ||
+		d.PublishTimeout != agent.DefaultCheckpointPublishTimeout || d.MoveTimeout != agent.DefaultMoveTimeout {
+		t.Errorf("Default().CheckpointDeps() = poll %v, max %d, publish %v, move %v; want the packages' defaults", d.PollInterval, d.MaxBytes, d.PublishTimeout, d.MoveTimeout)
+	}
+	c, err := Parse([]byte("[lease]\nrelays = [\"wss://x.example\"]\nquorum = 1\n[uploader]\nservers = [\"http://127.0.0.1:7448\"]\n" +
+		"[checkpoint]\npoll_interval = \"100ms\"\nmax_mib = 64\npublish_timeout = \"45s\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ApplyEnv([]string{"PROVIDER_AGENT_CHECKPOINT_MOVE_TIMEOUT=2m"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d = c.CheckpointDeps()
+	if d.PollInterval != 100*time.Millisecond || d.MaxBytes != 64<<20 || d.PublishTimeout != 45*time.Second || d.MoveTimeout != 2*time.Minute ||
+		!reflect.DeepEqual(d.Servers, []string{"http://127.0.0.1:7448"}) || d.Uploader.Servers[0] != "http://127.0.0.1:7448" {
+		t.Errorf("CheckpointDeps() = %+v, want the file's and the environment's settings", d)
 	}
 }

@@ -178,6 +178,21 @@ request_timeout = "60s"
 # How long a signed upload authorisation (kind 24242) stays valid.
 auth_ttl = "5m"
 
+[checkpoint]
+# Durable workloads (a grant with a checkpoint policy; docs/durable.md).
+# How often each one's checkpoint file is looked at (one stat): up to this
+# much recovery point. 10ms to 1m.
+poll_interval = "250ms"
+# Largest checkpoint published or restored, in MiB (1 to 65536): the same
+# on every member, or a restore refuses what another published.
+max_mib = 256
+# Bound on one checkpoint's publish: its upload to K servers and its record
+# on M relays (1s to 1h).
+publish_timeout = "30s"
+# Bound on a planned move's final publish; past it the workload is
+# restarted here (1s to 1h).
+move_timeout = "60s"
+
 [log]
 # debug, info, warn or error.
 level = "info"

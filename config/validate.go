@@ -125,6 +125,9 @@ func (c *Config) check(relays []string) error {
 	if err := c.checkUploader(); err != nil {
 		return err
 	}
+	if err := c.checkCheckpoint(); err != nil {
+		return err
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

@@ -72,6 +72,12 @@ backend.log_max_mib (16) keeping backend.log_keep (2) parts, and a workload
 whose home and checkpoint directories pass backend.workload_dir_max_mib
 (1024) is killed (docs/operations.md, "Disk limits").
 
+A durable workload's checkpoint file is looked at every
+checkpoint.poll_interval (250ms); each new one, at most checkpoint.max_mib
+(256) MiB, is sealed with its grant's key and published at most once a
+second within checkpoint.publish_timeout (30s), and superseded ones are
+deleted from the Blossom servers (docs/durable.md).
+
 run logs the build at start (provider-agent version) and records the
 relays and quorum it runs with in <data_dir>/lease-settings.json for
 'workloads grant'. An invalid configuration exits 78 (the systemd units
@@ -254,7 +260,8 @@ func loopback(addr string) bool {
 // buildUploader builds the checkpoint uploader when Blossom servers are
 // configured (nil otherwise), with its metrics on the agent's registry,
 // and what durable workloads need: the tile store (always: a grant may
-// name its own servers), uploader.servers and the uploader settings.
+// name its own servers), uploader.servers, the uploader settings and the
+// [checkpoint] section.
 func buildUploader(ctx context.Context, cfg config.Config, db *sql.DB, secret string, reg prometheus.Registerer, logger *slog.Logger) (uploader.Uploader, agent.CheckpointDeps, error) {
 	store, err := uploader.NewStore(ctx, db, nil)
 	if err != nil {
@@ -265,7 +272,8 @@ func buildUploader(ctx context.Context, cfg config.Config, db *sql.DB, secret st
 		return nil, agent.CheckpointDeps{}, fmt.Errorf("uploader metrics: %w", err)
 	}
 	ucfg := cfg.UploaderConfig()
-	ckpt := agent.CheckpointDeps{Servers: ucfg.Servers, Store: store, Uploader: ucfg, Metrics: met}
+	ckpt := cfg.CheckpointDeps()
+	ckpt.Store, ckpt.Metrics = store, met
 	if len(cfg.Uploader.Servers) == 0 {
 		return nil, ckpt, nil
 	}
