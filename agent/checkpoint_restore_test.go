@@ -12,6 +12,7 @@ import (
 
 	"provideragent/checkpoint"
 	"provideragent/internal/devblossom"
+	"provideragent/internal/devblossom/devblossomtest"
 	"provideragent/internal/logcapture"
 	"provideragent/lease"
 	"provideragent/uploader"
@@ -62,14 +63,7 @@ func TestBadCopyCountedPerServer(t *testing.T) {
 	var dirs []string
 	for range 2 {
 		dir := t.TempDir()
-		s, err := devblossom.New(devblossom.Options{Dir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(context.Background(), "127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+		s := devblossomtest.Start(t, devblossom.Options{Dir: dir})
 		servers, dirs = append(servers, s.URL()), append(dirs, dir)
 	}
 	_, shared := durableFixtures(t)

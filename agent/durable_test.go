@@ -18,6 +18,7 @@ import (
 	"provideragent/identity"
 	"provideragent/internal/cutproxy"
 	"provideragent/internal/devblossom"
+	"provideragent/internal/devblossom/devblossomtest"
 	"provideragent/lease"
 	"provideragent/uploader/uploadertest"
 )
@@ -536,14 +537,7 @@ func startsOf(path string, epoch uint64) []int {
 // when t ends.
 func durableFixtures(t testing.TB) (*devblossom.Server, string) {
 	t.Helper()
-	blobs, err := devblossom.New(devblossom.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := blobs.Start(context.Background(), "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = blobs.Shutdown(context.Background()) })
+	blobs := devblossomtest.Start(t, devblossom.Options{})
 	shared, err := os.MkdirTemp("", "durable-")
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"provideragent/checkpoint"
 	"provideragent/heartbeat"
 	"provideragent/internal/devblossom"
+	"provideragent/internal/devblossom/devblossomtest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/relay"
 	"provideragent/uploader"
@@ -30,15 +31,7 @@ func (q poolPublisher) PublishQuorum(ctx context.Context, ev *nostr.Event, need 
 // devServer starts a dev-blossom server keeping blobs in memory.
 func devServer(t *testing.T) *devblossom.Server {
 	t.Helper()
-	s, err := devblossom.New(devblossom.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background(), "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	return s
+	return devblossomtest.Start(t, devblossom.Options{})
 }
 
 // publisher is a's Publisher over the world's relays (M = 2 of 3) and a
@@ -66,6 +59,13 @@ func (w *world) publisher(holds *atomic.Bool) *checkpoint.Publisher {
 		},
 		Holds: func(string, uint64) bool { return holds.Load() },
 	}
+}
+
+// holderPublisher is a's Publisher while a holds every workload.
+func (w *world) holderPublisher() *checkpoint.Publisher {
+	var holds atomic.Bool
+	holds.Store(true)
+	return w.publisher(&holds)
 }
 
 // write puts a checkpoint into dir as the contract says.
@@ -272,13 +272,9 @@ func TestPublishOnlyWhileHolding(t *testing.T) {
 func TestRecordsNeverDatedAfterTheClock(t *testing.T) {
 	w := newWorld(t)
 	srv := devServer(t)
-	var holds atomic.Bool
-	holds.Store(true)
-	p := w.publisher(&holds)
-	clock := time.Now().Truncate(time.Second).Add(100 * time.Millisecond)
-	var slept time.Duration
-	p.Now = func() time.Time { return clock }
-	p.Sleep = func(_ context.Context, d time.Duration) error { clock, slept = clock.Add(d), slept+d; return nil }
+	p := w.holderPublisher()
+	clock := waitClock{now: time.Now().Truncate(time.Second).Add(100 * time.Millisecond)}
+	clock.drive(p)
 	dir := t.TempDir()
 	job := checkpoint.PublishJob{Workload: "wl-fast", Epoch: 1, Dir: checkpoint.Dir{Path: dir, UID: -1},
 		Servers: []string{srv.URL()}, GrantAt: w.grantAt}
@@ -289,13 +285,26 @@ func TestRecordsNeverDatedAfterTheClock(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Publish #%d = %v", i, err)
 		}
-		if pub.CreatedAt.After(clock) || (i > 0 && !pub.CreatedAt.After(prev.CreatedAt)) {
+		if pub.CreatedAt.After(clock.now) || (i > 0 && !pub.CreatedAt.After(prev.CreatedAt)) {
 			t.Errorf("record #%d dated %v with the clock at %v after %v: want rising and never after the clock",
-				i, pub.CreatedAt.Format(time.StampMilli), clock.Format(time.StampMilli), prev.CreatedAt.Format(time.StampMilli))
+				i, pub.CreatedAt.Format(time.StampMilli), clock.now.Format(time.StampMilli), prev.CreatedAt.Format(time.StampMilli))
 		}
 		prev = pub
 	}
-	if want := 4*time.Second - 100*time.Millisecond; slept != want {
-		t.Errorf("the publishes waited %v for the clock, want %v (each record in a second of its own)", slept, want)
+	if want := 4*time.Second - 100*time.Millisecond; clock.slept != want {
+		t.Errorf("the publishes waited %v for the clock, want %v (each record in a second of its own)", clock.slept, want)
 	}
+}
+
+// waitClock is a Publisher's clock that only its waits for a record's
+// second move on: records a second apart without sleeping.
+type waitClock struct {
+	now   time.Time
+	slept time.Duration
+}
+
+// drive makes c p's clock.
+func (c *waitClock) drive(p *checkpoint.Publisher) {
+	p.Now = func() time.Time { return c.now }
+	p.Sleep = func(_ context.Context, d time.Duration) error { c.now, c.slept = c.now.Add(d), c.slept+d; return nil }
 }

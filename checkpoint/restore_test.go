@@ -20,6 +20,7 @@ import (
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/internal/devblossom"
+	"provideragent/internal/devblossom/devblossomtest"
 	"provideragent/internal/logcapture"
 	"provideragent/internal/relaytest"
 	"provideragent/lease"
@@ -138,15 +139,7 @@ func (b *blobs) put(t *testing.T, workload string, data []byte) (string, int64, 
 
 func (b *blobs) start(t *testing.T) {
 	t.Helper()
-	s, err := devblossom.New(devblossom.Options{Dir: b.dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background(), "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	b.url = s.URL()
+	b.url = devblossomtest.Start(t, devblossom.Options{Dir: b.dir}).URL()
 }
 
 // record publishes a checkpoint record signed by k on every relay.

@@ -9,11 +9,11 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"provideragent/checkpoint"
+	"provideragent/internal/devblossom"
 	"provideragent/lease"
 	"provideragent/uploader"
 )
@@ -61,23 +61,14 @@ var sealedState = []byte(strings.Repeat("tenant-secret: counter=4242424242; ", 6
 // grant's key is on the server only as sealed blobs. A non-member who
 // lists and fetches every blob the holder stored (BUD-12 list, then GET)
 // finds no 8 bytes of the state in any of them and no manifest it can
-// parse; the record on the relays names no hash of the file. A member restores it; a restorer with another key
-// refuses it as undecryptable.
+// parse; the record on the relays names no hash of the file. A member
+// restores it; a restorer with another key refuses it as undecryptable.
 func TestSealedCheckpointReadByMembersOnly(t *testing.T) {
 	needRoot(t)
 	w := newWorld(t)
 	srv := devServer(t)
-	var holds atomic.Bool
-	holds.Store(true)
-	p := w.publisher(&holds)
 	key := checkpoint.Key(sha256.Sum256([]byte("the grant's key")))
-	dir := t.TempDir()
-	write(t, dir, string(sealedState))
-	pub, err := p.Publish(context.Background(), checkpoint.PublishJob{Workload: "wl-sealed", Epoch: 1,
-		Dir: checkpoint.Dir{Path: dir, UID: -1}, Servers: []string{srv.URL()}, GrantAt: w.grantAt, Key: &key})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pub := w.publishSealed(srv, "wl-sealed", string(sealedState), key)
 	if pub.Size != int64(len(sealedState)) {
 		t.Errorf("Published.Size = %d, want the file's %d", pub.Size, len(sealedState))
 	}
@@ -149,18 +140,9 @@ func TestRestoreAfterKeyRotation(t *testing.T) {
 	needRoot(t)
 	w := newWorld(t)
 	srv := devServer(t)
-	var holds atomic.Bool
-	holds.Store(true)
-	p := w.publisher(&holds)
 	oldKey := checkpoint.Key(sha256.Sum256([]byte("the first grant's key")))
 	newKey := checkpoint.Key(sha256.Sum256([]byte("the re-grant's key")))
-	dir := t.TempDir()
-	write(t, dir, "state under the first grant")
-	pub, err := p.Publish(context.Background(), checkpoint.PublishJob{Workload: "wl-rotate", Epoch: 1,
-		Dir: checkpoint.Dir{Path: dir, UID: -1}, Servers: []string{srv.URL()}, GrantAt: w.grantAt, Key: &oldKey})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pub := w.publishSealed(srv, "wl-rotate", "state under the first grant", oldKey)
 	regrantAt := w.grantAt.Add(5 * time.Minute)
 	rotated := func() checkpoint.RestoreRequest {
 		req := w.request("wl-rotate")
@@ -193,6 +175,20 @@ func TestRestoreAfterKeyRotation(t *testing.T) {
 		t.Fatalf("Restore of a plaintext seed under a keyed grant = %+v, want it restored", out.Result)
 	}
 	placed(t, req, []byte("state the issuer handed over in plaintext"))
+}
+
+// publishSealed publishes content as a's checkpoint of workload at epoch
+// 1 on srv, sealed with key.
+func (w *world) publishSealed(srv *devblossom.Server, workload, content string, key checkpoint.Key) checkpoint.Published {
+	w.t.Helper()
+	dir := w.t.TempDir()
+	write(w.t, dir, content)
+	pub, err := w.holderPublisher().Publish(context.Background(), checkpoint.PublishJob{Workload: workload, Epoch: 1,
+		Dir: checkpoint.Dir{Path: dir, UID: -1}, Servers: []string{srv.URL()}, GrantAt: w.grantAt, Key: &key})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return pub
 }
 
 func get(t *testing.T, url string) []byte {

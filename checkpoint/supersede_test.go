@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,26 +20,14 @@ import (
 func TestSupersededBlobsDeleted(t *testing.T) {
 	w := newWorld(t)
 	srv := devServer(t)
-	var holds atomic.Bool
-	holds.Store(true)
-	p := w.publisher(&holds)
+	p := w.holderPublisher()
 	p.Deleter = uploader.Deleter{Keys: w.a}
-	// A record a second: a clock that the publishes' waits move on.
-	clock := time.Now().Truncate(time.Second)
-	p.Now = func() time.Time { return clock }
-	p.Sleep = func(_ context.Context, d time.Duration) error { clock = clock.Add(d); return nil }
+	clock := waitClock{now: time.Now().Truncate(time.Second)}
+	clock.drive(p)
 	key := checkpoint.Key(sha256.Sum256([]byte("k")))
 	dir := t.TempDir()
 	job := checkpoint.PublishJob{Workload: "wl-gc", Epoch: 1, Dir: checkpoint.Dir{Path: dir, UID: -1},
 		Servers: []string{srv.URL()}, GrantAt: w.grantAt, Key: &key}
-	held := func(sha string) bool {
-		resp, err := http.Get(srv.URL() + "/" + sha)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}
 	var pubs []checkpoint.Published
 	publish := func(i int) checkpoint.Published {
 		t.Helper()
@@ -89,7 +75,7 @@ func TestSupersededBlobsDeleted(t *testing.T) {
 	allHeld := func(what string, blobs []string, want bool) {
 		t.Helper()
 		for _, b := range blobs {
-			if held(b) != want {
+			if srv.Has(b) != want {
 				t.Errorf("%s: blob %s held = %v, want %v", what, b[:12], !want, want)
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -39,25 +38,17 @@ func TestDeleterDeletesOwnBlobs(t *testing.T) {
 		}
 		return m.Tiles[0].SHA256
 	}
-	held := func(sha string) bool {
-		resp, err := http.Get(srv.URL() + "/" + sha)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}
 	aSecret, bSecret := newKey(t), newKey(t)
 	a, _ := identity.NewKeys(aSecret)
 	b, _ := identity.NewKeys(bSecret)
 	da, db := uploader.Deleter{Keys: a}, uploader.Deleter{Keys: b}
 
 	mine := upload(aSecret, []byte("a's superseded tile"))
-	if err := db.Delete(ctx, srv.URL(), mine); !errors.Is(err, uploader.ErrDeleteRefused) || !held(mine) {
-		t.Errorf("another key's Delete = %v (held %v), want ErrDeleteRefused and the blob kept", err, held(mine))
+	if err := db.Delete(ctx, srv.URL(), mine); !errors.Is(err, uploader.ErrDeleteRefused) || !srv.Has(mine) {
+		t.Errorf("another key's Delete = %v (held %v), want ErrDeleteRefused and the blob kept", err, srv.Has(mine))
 	}
-	if err := da.Delete(ctx, srv.URL()+"/", mine); err != nil || held(mine) {
-		t.Errorf("Delete = %v (held %v), want the blob gone", err, held(mine))
+	if err := da.Delete(ctx, srv.URL()+"/", mine); err != nil || srv.Has(mine) {
+		t.Errorf("Delete = %v (held %v), want the blob gone", err, srv.Has(mine))
 	}
 	if _, err := os.Stat(filepath.Join(dir, mine)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the deleted blob's file: %v, want it removed from the server's directory", err)
@@ -69,11 +60,11 @@ func TestDeleterDeletesOwnBlobs(t *testing.T) {
 	if again := upload(bSecret, []byte("a tile both uploaded")); again != shared {
 		t.Fatal("the same bytes, two hashes")
 	}
-	if err := da.Delete(ctx, srv.URL(), shared); err != nil || !held(shared) {
-		t.Errorf("Delete by one of two uploaders = %v (held %v), want the blob kept for the other", err, held(shared))
+	if err := da.Delete(ctx, srv.URL(), shared); err != nil || !srv.Has(shared) {
+		t.Errorf("Delete by one of two uploaders = %v (held %v), want the blob kept for the other", err, srv.Has(shared))
 	}
-	if err := db.Delete(ctx, srv.URL(), shared); err != nil || held(shared) {
-		t.Errorf("Delete by the last uploader = %v (held %v), want it gone", err, held(shared))
+	if err := db.Delete(ctx, srv.URL(), shared); err != nil || srv.Has(shared) {
+		t.Errorf("Delete by the last uploader = %v (held %v), want it gone", err, srv.Has(shared))
 	}
 	if err := da.Delete(ctx, "http://127.0.0.1:1", mine); err == nil || errors.Is(err, uploader.ErrDeleteRefused) {
 		t.Errorf("Delete on an unreachable server = %v, want an error worth retrying", err)

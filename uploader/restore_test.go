@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"provideragent/internal/devblossom"
+	"provideragent/internal/devblossom/devblossomtest"
 	"provideragent/uploader"
 	"provideragent/uploader/uploadertest"
 )
@@ -20,15 +21,7 @@ import (
 func devBlossomDir(t *testing.T) (*devblossom.Server, string) {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := devblossom.New(devblossom.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background(), "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	return s, dir
+	return devblossomtest.Start(t, devblossom.Options{Dir: dir}), dir
 }
 
 // uploadFile tiles data (tileSize bytes a tile) for workload and uploads

@@ -21,6 +21,7 @@ import (
 	"provideragent/heartbeat"
 	"provideragent/identity"
 	"provideragent/internal/devblossom"
+	"provideragent/internal/devblossom/devblossomtest"
 	"provideragent/internal/relaytest"
 	"provideragent/relay"
 )
@@ -166,6 +167,7 @@ type durablePair struct {
 	a, b       *runChild
 	cfgA, cfgB string
 	pubA, pubB string
+	keyA       string // the primary's key file: it issued the grant
 	starts     string
 }
 
@@ -175,7 +177,8 @@ func startDurablePair(t *testing.T, tmp string, relays []string, servers ...stri
 	t.Helper()
 	d := &durablePair{starts: filepath.Join(sharedDir(t), "starts")}
 	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
-	d.pubA = newKey(t, filepath.Join(dirA, "identity.key"))
+	d.keyA = filepath.Join(dirA, "identity.key")
+	d.pubA = newKey(t, d.keyA)
 	d.pubB = newKey(t, filepath.Join(dirB, "identity.key"))
 	d.cfgA = fastConfig(t, tmp, dirA, "127.0.0.1:0", relays, 2)
 	d.cfgB = fastConfig(t, tmp, dirB, "127.0.0.1:0", relays, 2, npubOf(t, d.pubA))
@@ -217,19 +220,12 @@ func TestDurableKill9AndMove(t *testing.T) {
 	for range 3 {
 		relays = append(relays, relaytest.Start(t).URL())
 	}
-	blobs, err := devblossom.New(devblossom.Options{Dir: filepath.Join(tmp, "blobs")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := blobs.Start(context.Background(), "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = blobs.Shutdown(context.Background()) })
+	blobs := devblossomtest.Start(t, devblossom.Options{Dir: filepath.Join(tmp, "blobs")})
 	d := startDurablePair(t, tmp, relays, blobs.URL())
 	a, b, cfgA, cfgB, pubA, starts := d.a, d.b, d.cfgA, d.cfgB, d.pubA, d.starts
 	a.kill(t)
 	killed := time.Now()
-	rec, lastValue := lastPublished(t, relays, pubA, filepath.Join(dirA, "identity.key"), "ctr", 1)
+	rec, lastValue := lastPublished(t, relays, pubA, d.keyA, "ctr", 1)
 	b.waitStatus(t, "ctr live on the standby at epoch 2", 120*time.Second, func(st agent.Status) bool {
 		w, ok := workloadIn(st, "ctr")
 		return ok && w.State == "live" && w.Epoch == 2 && w.Running

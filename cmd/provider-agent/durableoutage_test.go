@@ -56,7 +56,7 @@ func TestRequiredRestoreOutlivesABlossomOutage(t *testing.T) {
 	d := startDurablePair(t, tmp, relays, servers[0].URL(), servers[1].URL())
 	a, b, pubA, starts := d.a, d.b, d.pubA, d.starts
 	a.kill(t)
-	_, lastValue := lastPublished(t, relays, pubA, "ctr", 1)
+	_, lastValue := lastPublished(t, relays, pubA, d.keyA, "ctr", 1)
 	var addrs []string
 	for _, s := range servers {
 		u, _ := url.Parse(s.URL())

@@ -202,6 +202,14 @@ func (s *Server) Stats() Stats {
 	return Stats{Blobs: len(s.blobs), Bytes: s.total}
 }
 
+// Has reports whether the server holds blob sha (an upload stored it and
+// no delete removed it).
+func (s *Server) Has(sha string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.blobs[sha] != nil
+}
+
 // routes serves the Blossom endpoints and a one-line index page, and
 // nothing else (no Nostr relay, no /mirror: this server fetches nothing).
 func (s *Server) routes(bl http.Handler) http.Handler {

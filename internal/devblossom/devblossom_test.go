@@ -18,22 +18,10 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/internal/devblossom"
+	"provideragent/internal/devblossom/devblossomtest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/uploader"
 )
-
-func start(t *testing.T, opts devblossom.Options) *devblossom.Server {
-	t.Helper()
-	s, err := devblossom.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background(), "127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	return s
-}
 
 // upload stores data as tiles and uploads them to url with key; it returns
 // the manifest and the upload report.
@@ -75,7 +63,7 @@ func restore(m uploader.Manifest, url string) ([]byte, error) {
 // still served after a restart.
 func TestUploadRestoreAndRestart(t *testing.T) {
 	dir := t.TempDir()
-	s := start(t, devblossom.Options{Dir: dir})
+	s := devblossomtest.Start(t, devblossom.Options{Dir: dir})
 	data := make([]byte, 5000)
 	_, _ = rand.Read(data)
 	m, rep, err := upload(t, s.URL(), nostr.GeneratePrivateKey(), data)
@@ -92,7 +80,7 @@ func TestUploadRestoreAndRestart(t *testing.T) {
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	again := start(t, devblossom.Options{Dir: dir})
+	again := devblossomtest.Start(t, devblossom.Options{Dir: dir})
 	if st := again.Stats(); st.Blobs != len(m.Tiles) {
 		t.Errorf("Stats after a restart = %+v, want the %d blobs of the dir", st, len(m.Tiles))
 	}
@@ -118,7 +106,7 @@ func TestRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := start(t, tt.opts)
+			s := devblossomtest.Start(t, tt.opts)
 			_, rep, err := upload(t, s.URL(), tt.key, bytes.Repeat([]byte("x"), 3000))
 			if err != nil || rep.Rejected == 0 {
 				t.Fatalf("UploadPending = %+v, %v, want rejected tiles", rep, err)
@@ -132,7 +120,7 @@ func TestRefusals(t *testing.T) {
 			}
 		})
 	}
-	s := start(t, devblossom.Options{Allow: []string{pub}})
+	s := devblossomtest.Start(t, devblossom.Options{Allow: []string{pub}})
 	if _, rep, err := upload(t, s.URL(), allowed, []byte("ok")); err != nil || rep.Outcome != uploader.OutcomeSuccess {
 		t.Errorf("upload by the allowed key = %+v, %v, want success", rep, err)
 	}
@@ -143,7 +131,7 @@ func TestRefusals(t *testing.T) {
 
 // TestOnlyBlossomRoutes: no relay, no mirror, no unauthenticated delete.
 func TestOnlyBlossomRoutes(t *testing.T) {
-	s := start(t, devblossom.Options{})
+	s := devblossomtest.Start(t, devblossom.Options{})
 	for _, tt := range []struct {
 		method, path string
 		want         int
@@ -172,7 +160,7 @@ func TestOnlyBlossomRoutes(t *testing.T) {
 // check before any of them is stored cannot together exceed the limit,
 // and what a refused or broken upload reserved is given back.
 func TestQuotaHoldsUnderParallelUploads(t *testing.T) {
-	s := start(t, devblossom.Options{MaxTotalBytes: 1500})
+	s := devblossomtest.Start(t, devblossom.Options{MaxTotalBytes: 1500})
 	key := nostr.GeneratePrivateKey()
 	release := make(chan struct{})
 	// slowBody sends the 50 bytes the server reads before its quota check,
