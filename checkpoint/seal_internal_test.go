@@ -111,3 +111,30 @@ func TestSealedManifestChecked(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseSealedManifest: an opened manifest is a member's bytes, checked
+// like any untrusted input: parseSealedManifest never panics, and what it
+// accepts adds up (the tiles open to Plain.Size bytes).
+func FuzzParseSealedManifest(f *testing.F) {
+	h := hex.EncodeToString(make([]byte, 32))
+	f.Add([]byte(`{"version":1,"workload":"w","size":90,"sha256":"` + h + `","tile_size":48,"tiles":[{"sha256":"` + h +
+		`","size":48},{"sha256":"` + h + `","size":42}],"plain":{"size":10,"sha256":"` + h + `","tile_size":8}}`))
+	f.Add([]byte(`{"version":1,"plain":{}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := parseSealedManifest(b)
+		if err != nil {
+			return
+		}
+		var total int64
+		for _, tl := range m.Tiles {
+			if tl.Size <= SealOverhead || tl.Size > int64(m.TileSize) {
+				t.Fatalf("accepted a tile of %d bytes (sealed tile_size %d)", tl.Size, m.TileSize)
+			}
+			total += tl.Size - SealOverhead
+		}
+		if total != m.Plain.Size || m.Plain.TileSize+SealOverhead != m.TileSize {
+			t.Fatalf("accepted tiles opening to %d bytes, plain size %d", total, m.Plain.Size)
+		}
+	})
+}

@@ -70,7 +70,9 @@ type CheckpointRecord struct {
 	// uploader.Manifest as JSON); ManifestSize its length in bytes.
 	Manifest     string
 	ManifestSize int64
-	// Size and SHA256 are the checkpoint file's (equal to the manifest's).
+	// Size and SHA256 are those the manifest gives: the checkpoint file's,
+	// or for a checkpoint sealed with its grant's key the sealed tiles'
+	// stream's (nothing of the file).
 	Size   int64
 	SHA256 string
 	// TakenAt is when the workload wrote the checkpoint (taken_at_ms on the
