@@ -127,6 +127,9 @@ func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error 
 			Store: deps.Store, Uploader: a.leaseUploader, Relays: a.pool, Keys: a.me.keys, Quorum: a.cfg.Lease.M,
 			TileSize: deps.Uploader.TileSize, MaxBytes: deps.MaxBytes, Holds: a.holds, Now: a.now, Logger: a.logger,
 			Deleter: uploader.Deleter{Keys: a.me.keys, Client: deps.HTTPClient, AuthTTL: deps.Uploader.AuthTTL, Now: a.now},
+			// A standby's evidence is the newest heartbeat it heard: the
+			// next one names a newer checkpoint within an interval.
+			NamedFor: 2*a.cfg.Lease.HeartbeatInterval + a.cfg.Lease.RelayDelay,
 		}
 	}
 	// What the restored machine holds (its EnteredState effects came

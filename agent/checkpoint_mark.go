@@ -40,7 +40,7 @@ func (a *Agent) withCheckpointMarks(held []heartbeat.WorkloadEpoch) []heartbeat.
 // checkpointMark is the newest checkpoint this provider published of
 // workload id at epoch (zero: none).
 func (a *Agent) checkpointMark(id string, epoch uint64) lease.CheckpointMark {
-	last, ok := a.ckpt.publisher.Last(id)
+	last, ok := a.ckpt.publisher.Named(id) // its blobs stay while a standby may hold this mark
 	if !ok || last.Epoch != epoch || last.Seq == 0 {
 		return lease.CheckpointMark{}
 	}

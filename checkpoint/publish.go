@@ -111,6 +111,11 @@ type Publisher struct {
 	// Deleter deletes the blobs of superseded checkpoints from the
 	// servers once a newer one is acknowledged (nil: they stay).
 	Deleter BlobDeleter
+	// NamedFor is how long a checkpoint a heartbeat named (Named) keeps
+	// its blobs after it was superseded: as long as a standby may hold
+	// that heartbeat as its newest evidence while this holder goes on
+	// publishing (two heartbeat intervals and the relay delay).
+	NamedFor time.Duration
 
 	mu   sync.Mutex
 	last map[string]Published
@@ -296,10 +301,12 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 	}
 	p.last[job.Workload] = pub
 	p.mu.Unlock()
-	pub.Deleted, pub.DeleteFailed = p.deleteSuperseded(ctx, job, pub)
-	// The local copies of older checkpoints' tiles are no longer needed
-	// (the servers keep theirs): keep this one's and the one before.
-	keep := append(append([]string(nil), shas...), prev.Blobs...)
+	var keep []string
+	pub.Deleted, pub.DeleteFailed, keep = p.deleteSuperseded(ctx, job, pub)
+	// The local copies (and placements) of the checkpoints whose blobs
+	// went are no longer needed: keep those of the kept checkpoints and of
+	// the one before this.
+	keep = append(keep, prev.Blobs...)
 	if n, err := p.Store.PruneUploaded(ctx, job.Workload, keep); err != nil {
 		p.logger().Warn("prune old checkpoint tiles", "workload", job.Workload, "err", err)
 	} else if n > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"provideragent/uploader"
 )
@@ -36,6 +37,7 @@ const (
 // the copies whose delete failed.
 type superseded struct {
 	hist      map[string][]Published
+	named     map[string]map[uint64]time.Time // by workload: when a heartbeat last named each seq (of hist's epoch)
 	protected map[string]protectedBlobs
 	undeleted map[string][]uploader.Placement
 	locks     map[string]chan struct{}
@@ -63,12 +65,36 @@ func (p *Publisher) Protect(workload string, epoch uint64, blobs []string) {
 	p.sup.protected[workload] = protectedBlobs{epoch: epoch, blobs: set}
 }
 
+// Named is Last, for a heartbeat that names the checkpoint as its
+// holder's newest (the evidence a standby's required restore never goes
+// behind): the checkpoint's blobs stay on the servers for NamedFor after
+// this, even once superseded, so that a standby holding that heartbeat
+// can still fetch what it names.
+func (p *Publisher) Named(workload string) (Published, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := p.last[workload]
+	if ok && p.NamedFor > 0 {
+		if p.sup.named == nil {
+			p.sup.named = map[string]map[uint64]time.Time{}
+		}
+		m := p.sup.named[workload]
+		if m == nil {
+			m = map[uint64]time.Time{}
+			p.sup.named[workload] = m
+		}
+		m[l.Seq] = p.now()
+	}
+	return l, ok
+}
+
 // Forget drops what the Publisher remembers of workload's checkpoints
 // beyond the last one (the workload ended here).
 func (p *Publisher) Forget(workload string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.sup.hist, workload)
+	delete(p.sup.named, workload)
 	delete(p.sup.protected, workload)
 	delete(p.sup.undeleted, workload)
 }
@@ -98,13 +124,14 @@ func (p *Publisher) lock(ctx context.Context, workload string) (func(), error) {
 
 // deleteSuperseded records pub, acknowledged, among the workload's
 // checkpoints and deletes from the servers the blobs of those it
-// superseded (all but the keptCheckpoints newest) that no kept checkpoint
-// uses and the epoch was not restored from, on every server they were
+// superseded (all but the keptCheckpoints newest and those a heartbeat
+// named within NamedFor) that no kept checkpoint uses and the epoch was
+// not restored from, on every server they were
 // placed on, while this provider still holds the workload at pub's epoch
 // (a fenced holder's revocation may name any of them). Copies whose
 // delete failed are tried again at the next publish. It returns how many
-// copies were deleted and how many failed.
-func (p *Publisher) deleteSuperseded(ctx context.Context, job PublishJob, pub Published) (deleted, failed int) {
+// copies were deleted and how many failed, and the blobs kept.
+func (p *Publisher) deleteSuperseded(ctx context.Context, job PublishJob, pub Published) (deleted, failed int, kept []string) {
 	w := pub.Workload
 	p.mu.Lock()
 	if p.sup.hist == nil {
@@ -113,13 +140,24 @@ func (p *Publisher) deleteSuperseded(ctx context.Context, job PublishJob, pub Pu
 	h := p.sup.hist[w]
 	if len(h) > 0 && h[0].Epoch != pub.Epoch {
 		h = nil // another epoch: its checkpoints are not this one's to supersede
+		delete(p.sup.named, w)
 	}
 	h = append(h, pub)
-	var old []Published
-	if len(h) > keptCheckpoints {
-		old = h[:len(h)-keptCheckpoints]
-		h = append([]Published(nil), h[len(h)-keptCheckpoints:]...)
+	var old, stay []Published
+	now := p.now()
+	for i, c := range h {
+		at, named := p.sup.named[w][c.Seq]
+		switch {
+		case i >= len(h)-keptCheckpoints:
+			stay = append(stay, c)
+		case named && now.Sub(at) < p.NamedFor:
+			stay = append(stay, c) // a heartbeat named it lately
+		default:
+			old = append(old, c)
+			delete(p.sup.named[w], c.Seq)
+		}
 	}
+	h = stay
 	p.sup.hist[w] = h
 	keep := map[string]bool{}
 	for _, c := range h {
@@ -135,8 +173,11 @@ func (p *Publisher) deleteSuperseded(ctx context.Context, job PublishJob, pub Pu
 	retry := p.sup.undeleted[w]
 	delete(p.sup.undeleted, w)
 	p.mu.Unlock()
+	for b := range keep {
+		kept = append(kept, b)
+	}
 	if p.Deleter == nil || (len(old) == 0 && len(retry) == 0) {
-		return 0, 0
+		return 0, 0, kept
 	}
 	gone := map[string]bool{}
 	for _, c := range old {
@@ -171,7 +212,7 @@ func (p *Publisher) deleteSuperseded(ctx context.Context, job PublishJob, pub Pu
 	}
 	if len(targets) == 0 || job.Final || !p.Holds(w, pub.Epoch) {
 		p.remember(w, targets) // a final publish hands over at once; a fenced one deletes nothing
-		return 0, 0
+		return 0, 0, kept
 	}
 	var mu sync.Mutex
 	var again []uploader.Placement
@@ -200,7 +241,7 @@ func (p *Publisher) deleteSuperseded(ctx context.Context, job PublishJob, pub Pu
 	}
 	wg.Wait()
 	p.remember(w, again)
-	return deleted, failed
+	return deleted, failed, kept
 }
 
 // remember keeps copies to delete at the workload's next publish (the

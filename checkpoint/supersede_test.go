@@ -15,8 +15,8 @@ import (
 // checkpoint is acknowledged, the blobs of those it superseded are
 // deleted from the server, except what a restore may still need: the
 // newest two checkpoints' blobs, a tile they share with an older one
-// (tiles are content-addressed, sealing is deterministic), and the
-// checkpoint the epoch was restored from.
+// (tiles are content-addressed, sealing is deterministic), the checkpoint
+// the epoch was restored from, and for a while one a heartbeat named.
 func TestSupersededBlobsDeleted(t *testing.T) {
 	w := newWorld(t)
 	srv := devServer(t)
@@ -118,4 +118,19 @@ func TestSupersededBlobsDeleted(t *testing.T) {
 		t.Fatalf("final Publish = %+v, %v; want published, nothing deleted", final, err)
 	}
 	allHeld("the fourth checkpoint, superseded by a final one", only(pubs[3]), true)
+
+	// A checkpoint a heartbeat named (the evidence a standby's restore
+	// never goes behind) keeps its blobs for NamedFor after it was
+	// superseded, then goes.
+	job.Final = false
+	p.NamedFor = 3 * time.Second
+	named := publish(7)
+	if got, _ := p.Named("wl-gc"); got.EventID != named.EventID {
+		t.Fatalf("Named = %s, want the newest checkpoint %s", got.EventID, named.EventID)
+	}
+	publish(8) // each publish a second later
+	publish(9)
+	allHeld("the checkpoint a heartbeat named 2 s ago", only(named), true)
+	publish(10)
+	allHeld("the checkpoint a heartbeat named 3 s ago", only(named), false)
 }
