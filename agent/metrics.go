@@ -78,7 +78,7 @@ var (
 
 func refusalReasons() []string {
 	out := []string{lease.RefuseOtherWorkload, lease.RefuseOtherGrant, lease.RefuseLaterEpoch, lease.RefuseUnknownHolder,
-		lease.RefuseWrongSigner, lease.RefuseAfterSuccessorStart, lease.RefuseBehindUnknownEpoch, checkpoint.RefuseHashMismatch, checkpoint.RefuseTruncatedTile,
+		lease.RefuseWrongSigner, lease.RefuseAfterSuccessorStart, lease.RefuseBehindUnknownEpoch, lease.RefuseBehindEvidence, checkpoint.RefuseHashMismatch, checkpoint.RefuseTruncatedTile,
 		checkpoint.RefuseBadManifest, checkpoint.RefuseTooLarge, checkpoint.RefuseBadHint, checkpoint.RefuseUndecryptable}
 	for _, r := range heartbeat.AllReasons {
 		if !slices.Contains(out, string(r)) {
