@@ -154,6 +154,7 @@ func (a *Agent) initCheckpoints(ctx context.Context, deps CheckpointDeps) error 
 				EventID: r.EventID, CreatedAt: r.CreatedAt, StateURI: r.StateURI, GrantAt: r.GrantAt})
 		}
 	}
+	a.exportServers(deps.Servers)
 	a.ckpt.restorer = &checkpoint.Restorer{
 		Relays: a.pool, Verify: a.inbound.ingestor, Blobs: checkpoint.HTTPBlobs{Client: deps.HTTPClient},
 		Self: a.me.self, MaxSkew: a.cfg.Lease.MaxSkew, Quorum: a.cfg.Lease.N - a.cfg.Lease.M + 1,

@@ -72,6 +72,7 @@ func (a *Agent) watchCheckpoints(id string, epoch uint64) {
 	if len(job.Servers) == 0 {
 		job.Servers, job.MinServers = a.ckpt.deps.Servers, 0
 	}
+	a.exportServers(job.Servers)
 	a.ckpt.mu.Lock()
 	if par := a.ckpt.parents[id]; par.epoch == epoch && par.grant == w.Spec.CreatedAt.Unix() {
 		job.Parent = par.uri

@@ -14,6 +14,7 @@ import (
 	"provideragent/backend"
 	"provideragent/checkpoint"
 	"provideragent/lease"
+	"provideragent/uploader"
 )
 
 // restoreRun is a restore attempt in flight, cancelled by a stop.
@@ -86,6 +87,7 @@ func (a *Agent) restoreRequest(e lease.RestoreCheckpoint) restoreJob {
 		req.Key, req.keyErr = a.checkpointKey(w.Spec)
 	}
 	req.Servers = append(req.Servers, a.ckpt.deps.Servers...)
+	a.exportServers(req.Servers)
 	return req
 }
 
@@ -159,6 +161,17 @@ func (a *Agent) countRestore(mode lease.RestoreMode, r lease.RestoreResult) {
 // logged it).
 func (a *Agent) badCopy(b checkpoint.BadCopy) {
 	a.obs.met.badCopies.WithLabelValues(b.Server, b.Reason).Inc()
+}
+
+// exportServers exports agent_checkpoint_blobs_refused_total at 0 for
+// servers (a lease's, or uploader.servers) with every reason, so that an
+// alert's increase() sees a server's first bad copy.
+func (a *Agent) exportServers(servers []string) {
+	for _, s := range servers {
+		for _, r := range BadCopyReasons {
+			a.obs.met.badCopies.WithLabelValues(uploader.ServerKey(s), r)
+		}
+	}
 }
 
 // localRecovery returns what the start of w's run at its epoch must do

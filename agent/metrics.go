@@ -66,6 +66,11 @@ var (
 	RestoreResults = []string{"restored", "fresh", "failed"}
 	// PublishOutcomes are agent_checkpoints_published_total's outcome values.
 	PublishOutcomes = []string{"published", "abandoned", "failed"}
+	// BadCopyReasons are agent_checkpoint_blobs_refused_total's reason
+	// values; its server values are the Blossom servers this agent uses
+	// (uploader.servers and its leases' own), each exported at 0 with
+	// every reason once known.
+	BadCopyReasons = []string{checkpoint.RefuseHashMismatch, checkpoint.RefuseTruncatedTile, checkpoint.RefuseBadManifest}
 	// DeleteOutcomes are agent_checkpoint_blob_deletes_total's outcome
 	// values.
 	DeleteOutcomes = []string{"deleted", "failed"}
