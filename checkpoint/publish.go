@@ -269,8 +269,14 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 		if prev.Epoch == job.Epoch {
 			rec.Seq = prev.Seq + 1
 			// Relays keep the newest record of an epoch: created_at rises.
-			// Never date a record after the clock: wait for its second.
-			if created, err = p.recordTime(ctx, prev.CreatedAt.Add(time.Second)); err != nil {
+			// Never date a record after the clock: wait for its second;
+			// but a planned move's final record may be a second ahead
+			// rather than hold the handover up.
+			ahead := time.Duration(0)
+			if job.Final {
+				ahead = time.Second
+			}
+			if created, err = p.recordTime(ctx, prev.CreatedAt.Add(time.Second), ahead); err != nil {
 				return Published{}, fmt.Errorf("publish checkpoint: %w", err)
 			}
 		}
@@ -324,10 +330,11 @@ const maxRecordWait = 2 * time.Second
 
 // recordTime returns the created_at of a record that must be dated at or
 // after notBefore: the clock's second, once the clock reached notBefore
-// (waiting for it up to maxRecordWait), else notBefore.
-func (p *Publisher) recordTime(ctx context.Context, notBefore time.Time) (time.Time, error) {
+// (waiting for it up to maxRecordWait), else notBefore; a record may be
+// dated up to ahead after the clock without waiting.
+func (p *Publisher) recordTime(ctx context.Context, notBefore time.Time, ahead time.Duration) (time.Time, error) {
 	now := p.now()
-	if wait := notBefore.Sub(now); wait > 0 {
+	if wait := notBefore.Sub(now); wait > ahead {
 		if wait > maxRecordWait {
 			p.logger().Warn("checkpoint record dated ahead of the clock: the previous record is later than the clock allows (was the clock set back?)",
 				"ahead", wait.Round(time.Millisecond))

@@ -268,7 +268,8 @@ func TestPublishOnlyWhileHolding(t *testing.T) {
 // TestRecordsNeverDatedAfterTheClock: checkpoints published back to back
 // within one second get rising created_at without running ahead of the
 // clock: each publish waits for the second its record is dated (the
-// clock here moves only by those waits).
+// clock here moves only by those waits); a move's final one waits for
+// nothing and is at most a second ahead.
 func TestRecordsNeverDatedAfterTheClock(t *testing.T) {
 	w := newWorld(t)
 	srv := devServer(t)
@@ -293,6 +294,16 @@ func TestRecordsNeverDatedAfterTheClock(t *testing.T) {
 	}
 	if want := 4*time.Second - 100*time.Millisecond; clock.slept != want {
 		t.Errorf("the publishes waited %v for the clock, want %v (each record in a second of its own)", clock.slept, want)
+	}
+	// A planned move's final checkpoint does not wait: its record may be
+	// dated up to a second ahead.
+	job.Final = true
+	write(t, dir, "the final state")
+	slept := clock.slept
+	final, err := p.Publish(context.Background(), job)
+	if err != nil || clock.slept != slept || !final.CreatedAt.After(prev.CreatedAt) || final.CreatedAt.After(clock.now.Add(time.Second)) {
+		t.Errorf("final Publish = dated %v with the clock at %v, waited %v, %v; want no wait, after the previous record and at most a second ahead",
+			final.CreatedAt.Format(time.StampMilli), clock.now.Format(time.StampMilli), clock.slept-slept, err)
 	}
 }
 
