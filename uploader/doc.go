@@ -8,7 +8,9 @@
 // any Uploader with a bounded in-call retry loop and a per-tile give-up
 // budget. BuildUploader composes them from Config, and Restore downloads,
 // verifies and reassembles a file from its Manifest (RestoreFile: into a
-// file, whole or not at all; FetchManifest gets the manifest blob itself).
+// file, whole or not at all; FetchManifest gets the manifest blob itself;
+// FetchBlob gets one blob and says which servers served wrong bytes).
 // Every server that acknowledged a blob is recorded (Store.Placed counts
-// them for a checkpoint), and uri.go reads and writes BUD-10 blossom: URIs.
+// them for a checkpoint), Deleter deletes a superseded blob (BUD-12), and
+// uri.go reads and writes BUD-10 blossom: URIs.
 package uploader
