@@ -91,7 +91,11 @@ func TestHostileWriterIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close(context.Background()) })
-	line := `yes AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA & i=0; while :; do head -c 1048576 /dev/zero > f$i; i=$((i+1)); done`
+	// The directory fills a second after the output starts, so that the log
+	// has rotated by then even where the disk is much faster than the
+	// copy of the output (on a fresh CI machine the directory passed 8 MiB
+	// 313 ms after the start, with the log still at 1 MiB).
+	line := `yes AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA & sleep 1; i=0; while :; do head -c 1048576 /dev/zero > f$i; i=$((i+1)); done`
 	start := time.Now()
 	if err := b.Start(context.Background(), StartSpec{WorkloadID: "hog", Epoch: 1, Command: ShellCommand(line)}); err != nil {
 		t.Fatal(err)

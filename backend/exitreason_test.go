@@ -58,3 +58,23 @@ func TestExitReason(t *testing.T) {
 		t.Errorf("ExitReason(long log) = %q, want %q", got, "exit 2: boom")
 	}
 }
+
+// TestAppendLogAfterAnOpenLine: a workload killed mid-line leaves no
+// newline at its log's end; the end line the backend appends still starts
+// a line of its own, so ExitReason reads it.
+func TestAppendLogAfterAnOpenLine(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "w.log")
+	if err := os.WriteFile(p, []byte("yyyyyyyy\nyyyy"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	appendLog(p, logMarker+"w ended: signal SIGKILL (over workload_dir_max_mib)\n")
+	if got := ExitReason(p); !strings.Contains(got, "workload_dir_max_mib") {
+		t.Errorf("ExitReason after an open line = %q, want the end line's reason", got)
+	}
+	// After a complete line nothing is added before it.
+	appendLog(p, logMarker+"w ended: exit 1\n")
+	data, _ := os.ReadFile(p)
+	if strings.Contains(string(data), "\n\n") {
+		t.Errorf("log = %q: an empty line was added after a complete one", data)
+	}
+}

@@ -1013,9 +1013,18 @@ func (q *exitQueue) pop() (Exit, bool) {
 
 // appendLog appends a line of the agent's own to a workload log, best effort.
 func appendLog(path, line string) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return
+	}
+	// A workload killed mid-line leaves its last line open: the backend's
+	// line starts on a line of its own, or ExitReason, which reads lines
+	// that start with logMarker, would not find it.
+	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		last := make([]byte, 1)
+		if _, err := f.ReadAt(last, st.Size()-1); err == nil && last[0] != '\n' {
+			line = "\n" + line
+		}
 	}
 	_, _ = f.WriteString(line)
 	_ = f.Close()
