@@ -138,6 +138,7 @@ func TestScrubbedDaemonOutlivesNoSupervisor(t *testing.T) {
 			continue // TestUncontainedBackendWarns
 		}
 		t.Run(c.name+"/supervisor", func(t *testing.T) {
+			t.Parallel() // its own log dir, marker and cgroup: the modes wait on their timers side by side
 			b := newTestMode(t, time.Second, c)
 			dir := sharedDir(t)
 			pidFile, out := filepath.Join(dir, "pids"), filepath.Join(dir, "out")

@@ -201,6 +201,7 @@ func TestWorkloadTreeDiesWithKilledAgent(t *testing.T) {
 	for _, c := range containCases(t) {
 		for _, tt := range tests {
 			t.Run(c.name+"/"+tt.name, func(t *testing.T) {
+				t.Parallel() // its own log dir, marker and cgroup: the modes wait on their timers side by side
 				dir := sharedDir(t)
 				pidFile := filepath.Join(dir, "pids")
 				h := startHelperAgent(t, os.Args[0], dir, tt.line(pidFile), c, nil)

@@ -28,6 +28,7 @@ func allDead(pids []int) bool {
 func TestStopReachesTheWholeTree(t *testing.T) {
 	for _, c := range containCases(t) {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // its own log dir, marker and cgroup: the modes wait on their timers side by side
 			b := newTestMode(t, 300*time.Millisecond, c)
 			pidFile := filepath.Join(sharedDir(t), "pids")
 			line := `trap "" TERM; (setsid ` + recordPid(pidFile, "sleep 1000") + ` &); (setsid sh -c 'trap - TERM; ` + recordSelf(pidFile) + `; exec sleep 1000' &); ` +
@@ -56,6 +57,7 @@ func TestStopReachesTheWholeTree(t *testing.T) {
 func TestMainExitTakesTheTree(t *testing.T) {
 	for _, c := range containCases(t) {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // its own log dir, marker and cgroup: the modes wait on their timers side by side
 			b := newTestMode(t, 5*time.Second, c)
 			pidFile := filepath.Join(sharedDir(t), "pids")
 			if err := os.WriteFile(pidFile, nil, 0o600); err != nil {
@@ -92,6 +94,7 @@ func TestMainExitTakesTheTree(t *testing.T) {
 func TestKilledShimLeavesNothing(t *testing.T) {
 	for _, c := range containCases(t) {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // its own log dir, marker and cgroup: the modes wait on their timers side by side
 			b := newTestMode(t, 5*time.Second, c)
 			pidFile := filepath.Join(sharedDir(t), "pids")
 			daemonFile := filepath.Join(sharedDir(t), "daemon")
@@ -128,6 +131,7 @@ func TestKilledShimLeavesNothing(t *testing.T) {
 func TestStuckShimIsKilled(t *testing.T) {
 	for _, c := range containCases(t) {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // its own log dir, marker and cgroup: the modes wait on their timers side by side
 			b := newTestMode(t, 200*time.Millisecond, c)
 			pidFile := filepath.Join(sharedDir(t), "pids")
 			line := `(setsid ` + recordPid(pidFile, "sleep 1000") + ` &); ` + recordPid(pidFile, "sleep 1000")

@@ -42,9 +42,10 @@ func CheckCI(t *testing.T, ciChecks int, prop func(*rapid.T)) {
 		if raceEnabled {
 			// The simulator runs on one goroutine: the race detector finds
 			// nothing in it and slows it 4x. Under -race (the README's test
-			// command) each property runs a quarter of its CI depth;
-			// .ci/run runs them at full depth without -race.
-			ciChecks = max(ciChecks/4, 5)
+			// command) each property runs a sixteenth of its CI depth, enough
+			// to race the shell's goroutines; .ci/run runs them at full
+			// depth without -race right after.
+			ciChecks = max(ciChecks/16, 3)
 		}
 		if err := flag.Set("rapid.checks", strconv.Itoa(ciChecks)); err != nil {
 			t.Fatalf("set rapid.checks: %v", err)

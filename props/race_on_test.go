@@ -2,6 +2,6 @@
 
 package props
 
-// raceEnabled: CheckCI runs a quarter of each property's CI depth under
+// raceEnabled: CheckCI runs a sixteenth of each property's CI depth under
 // the race detector (see CheckCI).
 const raceEnabled = true
