@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -69,6 +70,8 @@ type outbound struct {
 	logger     *slog.Logger
 	// onDrop is called once for each dropped connection.
 	onDrop func()
+	// bytesIn and bytesOut count what the connections read and wrote.
+	bytesIn, bytesOut atomic.Int64
 
 	mu     sync.Mutex
 	conns  map[*queuedConn]struct{}
@@ -236,6 +239,7 @@ func (q *queuedConn) Write(p []byte) (int, error) {
 // with net.ErrClosed.
 func (q *queuedConn) Read(p []byte) (int, error) {
 	n, err := q.Conn.Read(p)
+	q.o.bytesIn.Add(int64(n))
 	if err != nil {
 		q.mu.Lock()
 		if q.closing || q.dropped {
@@ -372,6 +376,7 @@ func (q *queuedConn) write(buf []byte) error {
 		}
 		n, err := q.Conn.Write(buf[:min(len(buf), writeChunk)])
 		buf = buf[n:]
+		q.o.bytesOut.Add(int64(n))
 		q.mu.Lock()
 		q.pending -= n
 		q.mu.Unlock()

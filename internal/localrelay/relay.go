@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -159,6 +160,10 @@ type Options struct {
 	// Admin enables the InjectPath and StatsPath HTTP endpoints.
 	Admin bool
 
+	// RateLimit bounds the events taken per key and per connection (off
+	// by default; see RateLimit).
+	RateLimit RateLimit
+
 	// Logger receives the relay's logs (default: discard).
 	Logger *slog.Logger
 }
@@ -189,6 +194,9 @@ func (o Options) Validate() error {
 	case o.Limits.MaxMessageLength < 0 || o.Limits.MaxSubscriptions < 0 || o.Limits.MaxLimit < 0 ||
 		o.Limits.MaxContentLength < 0 || o.Limits.MaxEventTags < 0:
 		return fmt.Errorf("%w: Limits = %+v, want no negative value", ErrInvalidOptions, o.Limits)
+	}
+	if err := o.RateLimit.validate(); err != nil {
+		return err
 	}
 	if o.ServiceURL != "" && !strings.HasPrefix(o.ServiceURL, "ws://") && !strings.HasPrefix(o.ServiceURL, "wss://") {
 		return fmt.Errorf("%w: ServiceURL = %q, want ws://host or wss://host", ErrInvalidOptions, o.ServiceURL)
@@ -231,6 +239,17 @@ type Stats struct {
 	// PendingOutbound is the number of bytes queued toward clients that the
 	// kernel has not taken yet.
 	PendingOutbound int `json:"pending_outbound"`
+	// EventsIn counts the EVENT messages clients sent (accepted or not).
+	EventsIn int64 `json:"events_in"`
+	// BytesIn and BytesOut count the bytes of the client connections, both
+	// ways (websocket frames, as on the wire).
+	BytesIn  int64 `json:"bytes_in"`
+	BytesOut int64 `json:"bytes_out"`
+	// Connections is the number of client connections open now.
+	Connections int `json:"connections"`
+	// Subscriptions is the number of subscriptions open now (a REQ until
+	// its CLOSE, a CLOSED from the relay, or its connection's end).
+	Subscriptions int `json:"subscriptions"`
 }
 
 type subKey struct {
@@ -263,6 +282,12 @@ type Relay struct {
 	held     int
 	refusals map[string]int            // Stats.Refusals
 	replayTo map[subKey][]nostr.Filter // subscriptions the replay fault serves
+	limiter  *rateLimiter              // Options.RateLimit
+	eventsIn atomic.Int64              // Stats.EventsIn
+	// open counts the open subscriptions of khatru's clients (Stats.
+	// Subscriptions; the strfry front end counts its own): each REQ's
+	// context, which khatru ends at its CLOSE or its connection's end.
+	open map[context.Context]struct{}
 
 	shutdownOnce sync.Once
 }
@@ -298,6 +323,8 @@ func New(opts Options) *Relay {
 		subs:     make(map[subKey]bool),
 		wss:      make(map[*khatru.WebSocket]struct{}),
 		replayTo: make(map[subKey][]nostr.Filter),
+		limiter:  newRateLimiter(opts.RateLimit),
+		open:     make(map[context.Context]struct{}),
 	}
 	return r
 }
@@ -476,16 +503,21 @@ func (r *Relay) Stats() Stats {
 			refusals[k] = v
 		}
 	}
+	conns, subs := len(r.wss), len(r.open)
 	r.mu.Unlock()
-	s := Stats{Closed: closed, Held: held, Refusals: refusals, Dropped: dropped}
+	s := Stats{Closed: closed, Held: held, Refusals: refusals, Dropped: dropped, EventsIn: r.eventsIn.Load(),
+		Connections: conns, Subscriptions: subs}
 	if st != nil {
 		s.Events = st.count()
 	}
 	switch {
 	case front != nil: // the clients are the front end's
 		s.PendingOutbound = front.out.pending()
+		s.BytesIn, s.BytesOut = front.out.bytesIn.Load(), front.out.bytesOut.Load()
+		s.Connections, s.Subscriptions = front.counts()
 	case out != nil:
 		s.PendingOutbound = out.pending()
+		s.BytesIn, s.BytesOut = out.bytesIn.Load(), out.bytesOut.Load()
 	}
 	return s
 }
@@ -544,6 +576,27 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 		r.wss[khatru.GetConnection(ctx)] = struct{}{}
 		r.mu.Unlock()
 	})
+
+	if !r.opts.Strfry { // the front end counts what its clients send
+		kr.RejectEvent = append(kr.RejectEvent, func(context.Context, *nostr.Event) (bool, string) {
+			r.eventsIn.Add(1)
+			return false, ""
+		})
+		kr.OverwriteFilter = append(kr.OverwriteFilter, r.countSubscription)
+	}
+	if r.limiter != nil {
+		// Behind the strfry front end each client has a backend connection
+		// of its own: the bound is per client there too.
+		kr.RejectEvent = append(kr.RejectEvent, func(ctx context.Context, ev *nostr.Event) (bool, string) {
+			if r.limiter.allow(khatru.GetConnection(ctx), ev.PubKey, time.Now()) {
+				return false, ""
+			}
+			if !r.opts.Strfry { // the front end counts its OK false itself
+				r.noteRefusal("OK " + RateLimitReason)
+			}
+			return true, RateLimitReason
+		})
+	}
 
 	kr.StoreEvent = append(kr.StoreEvent, func(_ context.Context, ev *nostr.Event) error { return r.store.save(ev) })
 	kr.ReplaceEvent = append(kr.ReplaceEvent, func(_ context.Context, ev *nostr.Event) error { return r.store.replace(ev) })
@@ -612,6 +665,9 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 	}
 	kr.OnDisconnect = append(kr.OnDisconnect, func(ctx context.Context) {
 		ws := khatru.GetConnection(ctx)
+		if r.limiter != nil {
+			r.limiter.conns.forget(ws)
+		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		delete(r.wss, ws)
@@ -635,6 +691,28 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 		})
 	}
 	return kr
+}
+
+// countSubscription counts a REQ's subscription open (khatru calls it for
+// each of its filters, with the REQ's context) until khatru ends that
+// context: at the CLOSE, or the connection's end.
+func (r *Relay) countSubscription(ctx context.Context, _ *nostr.Filter) {
+	r.mu.Lock()
+	_, known := r.open[ctx]
+	r.open[ctx] = struct{}{}
+	r.mu.Unlock()
+	if known {
+		return
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-r.ctx.Done():
+		}
+		r.mu.Lock()
+		delete(r.open, ctx)
+		r.mu.Unlock()
+	}()
 }
 
 func (r *Relay) rejectUnauthed(ctx context.Context) (bool, string) {

@@ -152,6 +152,22 @@ func (f *strfryFront) autoPing(every time.Duration) {
 
 func (f *strfryFront) addr() string { return f.ln.Addr().String() }
 
+// counts are the client connections open now and their subscriptions.
+func (f *strfryFront) counts() (conns, subs int) {
+	f.mu.Lock()
+	cs := make([]*strfryConn, 0, len(f.conns))
+	for c := range f.conns {
+		cs = append(cs, c)
+	}
+	f.mu.Unlock()
+	for _, c := range cs {
+		c.mu.Lock()
+		subs += len(c.subs)
+		c.mu.Unlock()
+	}
+	return len(cs), subs
+}
+
 // serviceURL is relay.auth.serviceUrl: Options.ServiceURL, else the
 // front end's own ws:// URL.
 func (f *strfryFront) serviceURL() string {
@@ -381,6 +397,7 @@ func strfryParseError(err error) string {
 // handleEvent applies strfry's event checks in its order (timestamps, id,
 // signature, size, AUTH for writes, duplicates) and forwards the rest.
 func (c *strfryConn) handleEvent(raw []byte, ev *nostr.Event) {
+	c.f.r.eventsIn.Add(1)
 	if msg := strfryCheckEvent(ev, time.Now()); msg != "" {
 		c.ok(ev.ID, false, "invalid: "+msg)
 		return

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"provideragent/internal/localrelay"
 )
 
 // Kind is a relay implementation the tests run as a child process.
@@ -56,6 +58,9 @@ type KindOptions struct {
 	// Wrap prefixes the relay's command, for example a netlab node's
 	// `ip netns exec NS`: the relay then runs in that network namespace.
 	Wrap []string
+	// RateLimit bounds the events the relay takes per key and per
+	// connection (localrelay.RateLimit). Khatru and StrfryEmulated only.
+	RateLimit localrelay.RateLimit
 }
 
 // placement is where a relay's process runs and listens.
@@ -83,10 +88,16 @@ func StartKind(tb testing.TB, k Kind, o KindOptions) *Relay {
 		if o.SendBuffer > 0 {
 			args = append(args, "--send-buffer", strconv.Itoa(o.SendBuffer))
 		}
+		if l := o.RateLimit; l != (localrelay.RateLimit{}) {
+			args = append(args, "--rate-key-per-sec", strconv.FormatFloat(l.KeyPerSecond, 'g', -1, 64),
+				"--rate-key-burst", strconv.Itoa(l.KeyBurst),
+				"--rate-conn-per-sec", strconv.FormatFloat(l.ConnPerSecond, 'g', -1, 64),
+				"--rate-conn-burst", strconv.Itoa(l.ConnBurst))
+		}
 		return start(tb, k, localrelayd, args, o.placement())
 	case NostrRelay:
-		if o.SendBuffer > 0 {
-			tb.Fatalf("relaytest: SendBuffer is not supported by %s", k)
+		if o.SendBuffer > 0 || o.RateLimit != (localrelay.RateLimit{}) {
+			tb.Fatalf("relaytest: SendBuffer and RateLimit are not supported by %s", k)
 		}
 		if o.RequireAuth {
 			args = append(args, "--require-auth")

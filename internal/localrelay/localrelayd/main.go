@@ -80,6 +80,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.SendBuffer, "send-buffer", 0, "SO_SNDBUF of every client connection (0: the kernel's autotuning); small values make a stalled client's backlog reach the relay as over a real network")
 	fs.BoolVar(&o.Strfry, "strfry", false, "behave as strfry with its default limits and message forms (event 65536 B, frame 131072 B, 200 REQs, 255 B filter items, 'ERROR: ' on CLOSED/NOTICE, strfry's NIP-42 and NIP-11)")
 	fs.StringVar(&o.ServiceURL, "service-url", "", "public URL that AUTH's relay tag must name (strfry's relay.auth.serviceUrl; default: its own ws://host:port with --strfry, the Host header otherwise)")
+	fs.Float64Var(&o.RateLimit.KeyPerSecond, "rate-key-per-sec", 0, "refuse a pubkey's events beyond this rate (OK false '"+localrelay.RateLimitReason+"'; 0: no bound)")
+	fs.IntVar(&o.RateLimit.KeyBurst, "rate-key-burst", 0, "the events a pubkey may send at once before --rate-key-per-sec applies")
+	fs.Float64Var(&o.RateLimit.ConnPerSecond, "rate-conn-per-sec", 0, "refuse a connection's events beyond this rate (0: no bound)")
+	fs.IntVar(&o.RateLimit.ConnBurst, "rate-conn-burst", 0, "the events a connection may send at once before --rate-conn-per-sec applies")
 	fs.BoolVar(&o.Admin, "admin", false, "enable "+localrelay.InjectPath+" and "+localrelay.StatsPath)
 	if err := fs.Parse(args); err != nil {
 		return err

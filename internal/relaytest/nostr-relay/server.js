@@ -14,6 +14,8 @@
 //                          itself only guards DMs); implies --hostname
 //                          127.0.0.1 unless given
 //   --admin                POST /localrelay/inject, GET /localrelay/stats
+//                          (stored events, bytes and EVENTs received, bytes
+//                          sent, open connections and subscriptions)
 //   --exit-on-stdin-eof    exit when standard input closes
 'use strict';
 
@@ -62,6 +64,9 @@ class RequireAuthPlugin {
   }
 }
 
+// What the stats endpoint reports of the clients' traffic.
+const traffic = { eventsIn: 0, bytesIn: 0, bytesOut: 0 };
+
 async function main() {
   const o = parseArgs(process.argv.slice(2));
   const eventRepository = new EventRepositorySqlite();
@@ -93,8 +98,17 @@ async function main() {
         // (core and ws never drop a client for not reading).
         let pending = 0;
         for (const c of wss.clients) pending += c.bufferedAmount;
+        // Open subscriptions as core keeps them: an LRU of at most
+        // maxSubscriptionsPerClient (20) per client, the oldest dropped
+        // silently.
+        let subs = 0;
+        for (const ctx of relay.clientContexts.values()) subs += ctx.subscriptions.size;
         res.writeHead(200, { 'Content-Type': 'application/json' });
-        res.end(JSON.stringify({ events: row.n, closed: 0, held: 0, dropped: 0, pending_outbound: pending }));
+        res.end(JSON.stringify({
+          events: row.n, closed: 0, held: 0, dropped: 0, pending_outbound: pending,
+          events_in: traffic.eventsIn, bytes_in: traffic.bytesIn, bytes_out: traffic.bytesOut,
+          connections: wss.clients.size, subscriptions: subs,
+        }));
         return;
       }
     } catch (err) {
@@ -109,8 +123,17 @@ async function main() {
 
   const wss = new WebSocketServer({ server });
   wss.on('connection', ws => {
+    // Counted for the stats: payload bytes both ways (core sends through
+    // ws.send), EVENT messages received.
+    const send = ws.send.bind(ws);
+    ws.send = (data, ...rest) => {
+      traffic.bytesOut += Buffer.byteLength(data);
+      return send(data, ...rest);
+    };
     relay.handleConnection(ws);
     ws.on('message', async data => {
+      traffic.bytesIn += data.length;
+      if (data.subarray(0, 12).toString().replace(/\s/g, '').startsWith('["EVENT"')) traffic.eventsIn++;
       try {
         const message = await validator.validateIncomingMessage(data);
         await relay.handleMessage(ws, message);
