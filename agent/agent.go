@@ -279,6 +279,7 @@ type Agent struct {
 	beat   beatState  // what this provider's heartbeats list (beat.go)
 	claims claimWork  // the claim step's publishes and reads (claimreads.go)
 	ckpt   ckptWork   // durable workloads: restores and checkpoints (checkpoint.go)
+	drains drains     // drains whose moves run (drain.go)
 }
 
 // self is who this agent is: its keys, its hex public key, its name on

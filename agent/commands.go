@@ -49,6 +49,12 @@ func (a *Agent) applyCommands(ctx context.Context) {
 		successor string
 	}
 	var moves []pendingMove
+	type pendingDrain struct {
+		seq    int64
+		moving []string
+		left   string
+	}
+	var drainRuns []pendingDrain
 	for i, c := range cmds {
 		result := "ok"
 		switch c.Action {
@@ -86,7 +92,13 @@ func (a *Agent) applyCommands(ctx context.Context) {
 						left = append(left, id+" ("+why+")")
 					}
 				}
-				result = fmt.Sprintf("draining: moving %d durable workloads %v; left running %d: %v", len(moving), moving, len(left), left)
+				leftRunning := fmt.Sprintf("%d: %v", len(left), left)
+				result = fmt.Sprintf("%s moving %d durable workloads %v; left running %s", DrainingPrefix, len(moving), moving, leftRunning)
+				if len(moving) == 0 {
+					result = fmt.Sprintf("%s moved 0, each held by its successor: []; not moved 0: []; left running %s", DrainedPrefix, leftRunning)
+				} else {
+					drainRuns = append(drainRuns, pendingDrain{seq: c.Seq, moving: moving, left: leftRunning})
+				}
 			}
 			a.emit("drain", "", "%s", result)
 			a.view.dirty = true
@@ -115,6 +127,9 @@ func (a *Agent) applyCommands(ctx context.Context) {
 		a.logger.Error("apply operator commands", "first_seq", cmds[0].Seq, "commands", len(marks), "err", err)
 		a.in.cmdsMore = false // retried with the next second's turn
 		return
+	}
+	for _, d := range drainRuns {
+		a.startDrain(d.seq, d.moving, d.left)
 	}
 	for _, m := range moves {
 		a.startMove(ctx, m.seq, m.w, m.successor)

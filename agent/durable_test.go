@@ -319,14 +319,24 @@ func TestDurableDrain(t *testing.T) {
 	if first, _ := startsAt(t, starts, 2); first != final {
 		t.Errorf("after the drain the counter resumed from %d, want its final value %d", first, final)
 	}
-	cmds, _ := ListCommands(ctx, primary.a.data.db, false)
-	for _, c := range cmds {
-		if c.Seq == seq {
-			t.Logf("drain: %s", c.Result)
-			if !strings.Contains(c.Result, "moving 1 durable workloads [dr1]") || !strings.Contains(c.Result, "plain") {
-				t.Errorf("drain result %q, want dr1 moved and plain left running", c.Result)
+	// The drain's result says it moves dr1, then, once the primary hears
+	// the standby hold it at epoch 2, that it is over (drain --wait).
+	var result string
+	waitFor(t, 30*time.Second, "the drain's result saying its move is over", func() bool {
+		cmds, _ := ListCommands(ctx, primary.a.data.db, false)
+		for _, c := range cmds {
+			if c.Seq == seq {
+				result = c.Result
 			}
 		}
+		return strings.HasPrefix(result, DrainedPrefix)
+	})
+	t.Logf("drain: %s", result)
+	if !strings.Contains(result, "moved 1, each held by its successor: [dr1]") || !strings.Contains(result, "plain") || !DrainMovedAll(result) {
+		t.Errorf("drain result %q, want dr1 moved and held by its successor, plain left running", result)
+	}
+	if w, ok := primary.a.machine().Workload("dr1"); !ok || w.State != lease.StateStandby || w.Epoch != 2 {
+		t.Errorf("after the drain dr1 is %s at epoch %d on the primary, want standby at epoch 2", w.State, w.Epoch)
 	}
 	if !primary.a.Status().Draining || !primary.backend.Running("plain") {
 		t.Errorf("while draining: /status draining %v, plain running %v; want both", primary.a.Status().Draining, primary.backend.Running("plain"))

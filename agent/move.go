@@ -110,8 +110,9 @@ func (a *Agent) startMove(ctx context.Context, seq int64, w lease.WorkloadSnapsh
 		a.logger.Info("planned move", "workload", id, "epoch", w.Epoch, "result", result)
 		a.emit("move", id, "planned move of epoch %d: %s", w.Epoch, result)
 		a.obs.met.moves.WithLabelValues(moveOutcome(result)).Inc()
-		if seq == 0 {
-			return // part of a drain
+		if seq == 0 { // part of a drain: over once the successor holds it
+			a.drainMoveDone(ctx, w, result)
+			return
 		}
 		if err := a.data.tables.MarkCommand(context.WithoutCancel(ctx), nil, seq, a.now(), result); err != nil {
 			a.logger.Error("record the move's result", "workload", id, "err", err)

@@ -95,3 +95,12 @@ func (s *Store) MarkCommand(ctx context.Context, tx *sql.Tx, seq int64, now time
 		return nil
 	})
 }
+
+// SetCommandResult replaces the result of an applied command (a drain's,
+// once its moves are over), leaving when it was applied as it is.
+func (s *Store) SetCommandResult(ctx context.Context, seq int64, result string) error {
+	if _, err := s.db.ExecContext(ctx, `UPDATE agent_commands SET result = ? WHERE seq = ? AND applied_at IS NOT NULL`, result, seq); err != nil {
+		return fmt.Errorf("set the result of command %d: %w", seq, err)
+	}
+	return nil
+}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -60,7 +62,10 @@ before or after the subcommand's arguments.
                                  node maintenance: claim and take over nothing,
                                  and move every durable workload held here
                                  (others are listed and left running); --undo
-                                 ends it
+                                 ends it. --wait returns once every workload
+                                 it moves is held by its successor (this node
+                                 hears the successor's heartbeats list it at
+                                 the new epoch), exit 1 if a move gave up
 
 Keys are hex or npub; --primary defaults to this agent's own key. grant
 creates the database (and the data dir, mode 0700) when missing.
@@ -527,11 +532,11 @@ func runWorkloadsMove(ctx context.Context, files *agentFiles, args []string, std
 func runWorkloadsDrain(ctx context.Context, files *agentFiles, args []string, stdout, _ io.Writer) error {
 	fs, sub := subFlags("workloads drain", workloadsUsage, files, stdout)
 	undo := fs.Bool("undo", false, "end the drain: claim and take over again")
-	wait := fs.Bool("wait", false, "wait until the running agent applied it and print what it did")
+	wait := fs.Bool("wait", false, "wait until the running agent applied it and every durable workload it moves is held by its successor; print what it did")
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
-	db, _, err := openAgentDB(ctx, sub, false)
+	db, path, err := openAgentDB(ctx, sub, false)
 	if err != nil {
 		return fmt.Errorf("workloads drain: %w", err)
 	}
@@ -545,16 +550,50 @@ func runWorkloadsDrain(ctx context.Context, files *agentFiles, args []string, st
 		what = "undrain"
 	}
 	fmt.Fprintf(stdout, "queued %s #%d\n", what, seq)
-	for *wait {
+	if !*wait {
+		return nil
+	}
+	return waitDrain(ctx, db, filepath.Dir(path), seq, stdout)
+}
+
+// waitDrain waits for drain command seq: until the agent applied it, then
+// (a drain that moves workloads) until its result says every move is over
+// (agent.DrainedPrefix). It prints each result; a move that did not end
+// with the workload held by its successor makes it fail. It gives up when
+// the run that applied the command stops (the moves end with it: run
+// drain again once the agent is back).
+func waitDrain(ctx context.Context, db *sql.DB, dataDir string, seq int64, stdout io.Writer) error {
+	var holder, printed string
+	for {
 		cmds, err := agent.ListCommands(ctx, db, false)
 		if err != nil {
 			return fmt.Errorf("workloads drain: %w", err)
 		}
 		for _, c := range cmds {
-			if c.Seq == seq && !c.AppliedAt.IsZero() {
+			if c.Seq != seq || c.AppliedAt.IsZero() {
+				continue
+			}
+			if c.Result != printed {
 				fmt.Fprintln(stdout, c.Result)
+				printed = c.Result
+			}
+			if !strings.HasPrefix(c.Result, agent.DrainingPrefix) {
+				if !agent.DrainMovedAll(c.Result) {
+					return fmt.Errorf("workloads drain: not every durable workload was moved")
+				}
 				return nil
 			}
+		}
+		var held *dataDirLockedError
+		switch {
+		case !errors.As(dataDirHeld(dataDir), &held):
+			if printed != "" || holder != "" {
+				return fmt.Errorf("workloads drain: the agent on %s stopped before the drain's moves ended: run workloads drain again once it runs", dataDir)
+			}
+		case holder == "":
+			holder = held.holder
+		case held.holder != holder:
+			return fmt.Errorf("workloads drain: the agent on %s restarted (pid %s, was %s) before the drain's moves ended: run workloads drain again", dataDir, held.holder, holder)
 		}
 		select {
 		case <-ctx.Done():
@@ -562,5 +601,4 @@ func runWorkloadsDrain(ctx context.Context, files *agentFiles, args []string, st
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return nil
 }
