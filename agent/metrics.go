@@ -9,6 +9,7 @@ import (
 	"provideragent/heartbeat"
 	"provideragent/internal/promreg"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 // metrics are the agent's Prometheus collectors, all prefixed agent_. Relay
@@ -42,6 +43,7 @@ type metrics struct {
 	blobDeletes    *prometheus.CounterVec // outcome
 	ckptPublished  *prometheus.CounterVec // outcome
 	moves          *prometheus.CounterVec // outcome
+	claimAnswers   *prometheus.CounterVec // outcome, reason: each relay's answer to a promotion claim
 	ckptAge        prometheus.Gauge       // oldest last published checkpoint of a watched durable workload
 }
 
@@ -182,6 +184,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		moves: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_moves_total", Help: "Planned moves (workloads move) of durable workloads, by outcome: moved (handed over naming the final checkpoint) or aborted.",
 		}, []string{"outcome"}),
+		claimAnswers: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "agent_claim_answers_total", Help: "Each relay's answer to a promotion claim this agent published, by outcome and reason (relay_publish_total's labels): a claim storm that relays refuse shows here.",
+		}, []string{"outcome", "reason"}),
 	}
 	if err := registered(); err != nil {
 		return nil, err
@@ -226,5 +231,10 @@ func (m *metrics) exportBoundedLabels() {
 	}
 	for _, r := range RefusalReasons {
 		m.ckptRefused.WithLabelValues(r)
+	}
+	for _, o := range relay.PublishOutcomes {
+		for _, r := range relay.ReasonLabels {
+			m.claimAnswers.WithLabelValues(string(o), r)
+		}
 	}
 }

@@ -354,6 +354,7 @@ func (a *Agent) publishClaim(ctx context.Context, e lease.PublishClaim, at time.
 	pctx, cancel := context.WithTimeout(ctx, a.claimIOTimeout())
 	res := a.pool.Publish(pctx, ev)
 	cancel()
+	a.noteClaimAnswers(res)
 	a.emit("claim", e.ID, "promotion claim for epoch %d accepted by %d of %d relays", e.Epoch, len(res.Accepted), a.cfg.Lease.N)
 	a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: e.ID, Epoch: e.Epoch, Accepted: len(res.Accepted)}})
 }

@@ -32,6 +32,10 @@ var ReasonLabels = []string{
 	causeNone, causeOther, causeNotConnected, causeConnectionLost, causeNoOK, causeTooLarge, causeEncode, causePoolClosed,
 }
 
+// ReasonLabel is o's value of relay_publish_total's bounded reason label
+// (one of ReasonLabels), for metrics of the caller's own.
+func (o RelayOutcome) ReasonLabel() string { return o.reasonLabel() }
+
 // reasonLabel is o's value of relay_publish_total's bounded reason label.
 func (o RelayOutcome) reasonLabel() string {
 	switch {
