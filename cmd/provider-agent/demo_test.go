@@ -32,7 +32,7 @@ var (
 //
 // $PROVIDER_AGENT_TEST_BIN, when set, names a binary to run instead (for
 // example one built from an older commit, to see a test fail on it).
-func agentBinary(t *testing.T) string {
+func agentBinary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("PROVIDER_AGENT_TEST_BIN"); p != "" {
 		return p

@@ -277,7 +277,7 @@ workload_dir = %q
 
 // newKey writes a key file at path (its directory created) and returns
 // its hex public key.
-func newKey(t *testing.T, path string) string {
+func newKey(t testing.TB, path string) string {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)

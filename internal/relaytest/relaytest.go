@@ -233,6 +233,17 @@ func start(tb testing.TB, kind Kind, program func(testing.TB) []string, args []s
 	return r
 }
 
+// PID is the relay process's pid (0 while it is not running), for tests
+// that measure its CPU time and memory.
+func (r *Relay) PID() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.proc == nil || r.proc.cmd.Process == nil {
+		return 0
+	}
+	return r.proc.cmd.Process.Pid
+}
+
 // Kind is the relay implementation this Relay runs.
 func (r *Relay) Kind() Kind { return r.kind }
 

@@ -1,0 +1,560 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nbd-wtf/go-nostr"
+
+	"provideragent/agent"
+	"provideragent/backend"
+	"provideragent/heartbeat"
+	"provideragent/identity"
+	"provideragent/internal/devblossom"
+	"provideragent/internal/localrelay"
+	"provideragent/internal/relaytest"
+	"provideragent/lease"
+	"provideragent/relay"
+)
+
+// A fleet (issue 41): P providers, each `provider-agent run` in a child
+// process with a data dir and a TOML config of its own, on three child
+// relays of the kinds CI runs, and W workloads granted by one issuer that
+// every provider trusts, each with a primary and two standbys placed so
+// that load spreads evenly and no workload has two members in one rack.
+
+// fleetProfile is the lease's timings a fleet's configs are written with.
+type fleetProfile struct {
+	name                                  string
+	lt                                    leaseTimings
+	claimBase, claimMax, claimTimeout     time.Duration
+	publishTimeout, stopGrace, restoreFor time.Duration
+}
+
+// fastFleet is docs/durable.md's fast profile: 5 s heartbeats, stale 15 s,
+// t1 10 s, t2 20 s, max_skew 5 s, relay_delay 5 s, provision_timeout 30 s,
+// claim_timeout 10 s, takeover_after 75 s (the floor is 56 s).
+var fastFleet = fleetProfile{name: "fast",
+	lt: leaseTimings{T1: 10 * time.Second, T2: 20 * time.Second, Stale: 15 * time.Second, MaxSkew: 5 * time.Second,
+		RelayDelay: 5 * time.Second, ProvisionTimeout: 30 * time.Second, TakeoverAfter: 75 * time.Second, Heartbeat: 5 * time.Second},
+	claimBase: 5 * time.Second, claimMax: 20 * time.Second, claimTimeout: 10 * time.Second,
+	publishTimeout: 5 * time.Second, stopGrace: 5 * time.Second, restoreFor: 20 * time.Second}
+
+// demoFleet is the demo's timings (lease.DemoConfig), five times shorter:
+// what CI's TestFleet runs, so that a rack's takeover fits its minute.
+var demoFleet = fleetProfile{name: "demo", lt: demoTimings,
+	claimBase: time.Second, claimMax: 4 * time.Second, claimTimeout: 5 * time.Second,
+	publishTimeout: 2 * time.Second, stopGrace: 2 * time.Second, restoreFor: 5 * time.Second}
+
+// takeoverBound is the lease's bound from a holder's death (kill -9: no
+// revocation) to a standby Live: takeover_after of silence, the proof lag
+// (a heartbeat and twice relay_delay: lease/doc.go, "The takeover
+// argument"), a claim step of up to two rounds with relay_delay, and the
+// new holder's first beat on quorum.
+func (p fleetProfile) takeoverBound() time.Duration {
+	lt := p.lt
+	return lt.TakeoverAfter + lt.Heartbeat + 2*lt.RelayDelay + lt.RelayDelay + 2*p.claimTimeout + lt.Heartbeat
+}
+
+// fleetOpts size and shape a fleet.
+type fleetOpts struct {
+	providers, workloads int
+	profile              fleetProfile
+	rest                 time.Duration // the at-rest window
+	rack, drain          int           // providers killed at once; drained one after another
+	rateLimit            bool          // the khatru relay rate-limits per key and per connection
+}
+
+// fleetRack is the rack of provider i when racks hold n providers each.
+func fleetRack(i, n int) int { return i / n }
+
+// placeFleet places workload k: its primary, and two standbys on other
+// racks than the primary's, each provider taking about as many rank-0 and
+// rank-1 standbys as any other.
+func placeFleet(k, providers, rackSize int) (primary, s1, s2 int) {
+	primary = k % providers
+	round := k / providers
+	var others []int
+	for j := 1; j < providers; j++ {
+		c := (primary + j) % providers
+		if fleetRack(c, rackSize) != fleetRack(primary, rackSize) {
+			others = append(others, c)
+		}
+	}
+	n := len(others)
+	s1 = others[round%n]
+	s2 = others[(round+n/2)%n]
+	if s2 == s1 {
+		s2 = others[(round+1)%n]
+	}
+	return primary, s1, s2
+}
+
+// fleetWorkload is one workload of the fleet as granted.
+type fleetWorkload struct {
+	id                   string
+	primary, s1, s2      int
+	durable              bool
+	epoch                uint64 // the epoch the harness expects it at
+	holder               int    // the provider the harness expects to hold it
+	liveAt, movedLiveAt  time.Time
+	killedAt, drainStart time.Time
+}
+
+// fleetProvider is one provider: its files and its run.
+type fleetProvider struct {
+	i              int
+	dir, cfg       string
+	pub, npub      string
+	run            *fleetRun
+	rackGone, lost bool
+}
+
+// fleet is a running fleet.
+type fleet struct {
+	tb        testing.TB
+	o         fleetOpts
+	tmp       string
+	relays    []*relaytest.Relay
+	urls      []string
+	blossom   *devblossom.Server
+	issuer    *identity.Keys
+	providers []*fleetProvider
+	byPub     map[string]int
+	workloads []*fleetWorkload
+	byID      map[string]*fleetWorkload
+	starts    string // durable counters' start and final values
+	mon       *procMonitor
+}
+
+// newFleet starts the relays, dev-blossom and the process monitor, and
+// writes every provider's key and config; no agent runs yet.
+func newFleet(tb testing.TB, o fleetOpts) *fleet {
+	tb.Helper()
+	f := &fleet{tb: tb, o: o, tmp: tb.TempDir(), byPub: map[string]int{}, byID: map[string]*fleetWorkload{}}
+	rl := relaytest.KindOptions{}
+	if o.rateLimit {
+		rl.RateLimit = fleetRateLimit
+	}
+	for _, k := range []relaytest.Kind{relaytest.StrfryEmulated, relaytest.Khatru, relaytest.NostrRelay} {
+		ko := relaytest.KindOptions{}
+		if k == relaytest.Khatru {
+			ko = rl
+		}
+		r := relaytest.StartKind(tb, k, ko)
+		f.relays = append(f.relays, r)
+		f.urls = append(f.urls, r.URL())
+	}
+	b, err := devblossom.New(devblossom.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := b.Start(context.Background(), "127.0.0.1:0"); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+	f.blossom = b
+	if f.issuer, err = identity.NewKeys(nostr.GeneratePrivateKey()); err != nil {
+		tb.Fatal(err)
+	}
+	shared := sharedDir(tb)
+	// The counters of every workload user append to it: created here, by
+	// the shared directory's owner, open to all (a sticky directory's
+	// protected_regular refuses O_CREAT on another user's file).
+	f.starts = filepath.Join(shared, "starts")
+	if err := os.WriteFile(f.starts, nil, 0o666); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Chmod(f.starts, 0o666); err != nil {
+		tb.Fatal(err)
+	}
+	wdir := workloadDir(tb)
+	for i := range o.providers {
+		p := &fleetProvider{i: i, dir: filepath.Join(f.tmp, fmt.Sprintf("p%03d", i))}
+		p.pub = newKey(tb, filepath.Join(p.dir, "identity.key"))
+		p.npub, _ = identity.EncodeNpub(p.pub)
+		p.cfg = f.writeConfig(p, wdir)
+		f.providers = append(f.providers, p)
+		f.byPub[p.pub] = i
+	}
+	f.mon = startProcMonitor(tb, fleetMarker)
+	return f
+}
+
+// fleetRateLimit is the khatru relay's bound when opts.rateLimit is set:
+// 10 events a second per key (bursts of 100) and 20 per connection
+// (bursts of 200), room for a provider's beats, claims and outbox, not
+// for a flood.
+var fleetRateLimit = localrelay.RateLimit{KeyPerSecond: 10, KeyBurst: 100, ConnPerSecond: 20, ConnBurst: 200}
+
+// writeConfig writes provider p's TOML config and returns its path.
+func (f *fleet) writeConfig(p *fleetProvider, workloadDir string) string {
+	pr := f.o.profile
+	lt := pr.lt
+	body := fmt.Sprintf(`[agent]
+data_dir = %q
+listen = "127.0.0.1:0"
+trusted_issuers = [%q]
+publish_timeout = %q
+
+[lease]
+relays = [%s]
+quorum = 2
+t1 = %q
+t2 = %q
+stale = %q
+max_skew = %q
+relay_delay = %q
+provision_timeout = %q
+takeover_after = %q
+claim_retry_base = %q
+claim_retry_max = %q
+claim_timeout = %q
+
+[heartbeat]
+interval = %q
+
+[backend]
+workload_dir = %q
+stop_grace = %q
+`, p.dir, f.issuer.Npub(), pr.publishTimeout, quoteList(f.urls), lt.T1, lt.T2, lt.Stale, lt.MaxSkew, lt.RelayDelay,
+		lt.ProvisionTimeout, lt.TakeoverAfter, pr.claimBase, pr.claimMax, pr.claimTimeout, lt.Heartbeat, workloadDir, pr.stopGrace)
+	path := filepath.Join(f.tmp, fmt.Sprintf("p%03d.toml", p.i))
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		f.tb.Fatal(err)
+	}
+	return path
+}
+
+// fleetMarker begins every fleet workload's command line (": fleet-<id>;"),
+// so that the process monitor finds its supervisor by its argv.
+const fleetMarker = ": fleet-"
+
+// plainLine is a workload that runs until stopped.
+func plainLine(id string) string { return fleetMarker + id + "; exec sleep 1000000000" }
+
+// counterLine is a durable workload: a counter of seconds that resumes
+// from its checkpoint, appends "<id> start <epoch> <value>" to starts when
+// it starts, and on SIGTERM checkpoints and appends "<id> final <epoch>
+// <value>": a move resumes at exactly the final value (RPO 0). It forks
+// nothing while it runs (one sleep, waited for).
+func durableLine(id, starts string) string {
+	return fleetMarker + id + `; d=$PROVIDER_AGENT_CHECKPOINT_DIR; n=$(cat "$d/checkpoint" 2>/dev/null || echo 0); s=$(date +%s); ` +
+		`echo "` + id + ` start $PROVIDER_AGENT_EPOCH $n" >> ` + starts + `; ` +
+		`trap 'kill $p 2>/dev/null; n=$((n + $(date +%s) - s)); echo "$n" > "$d/checkpoint.tmp" && mv "$d/checkpoint.tmp" "$d/checkpoint"; ` +
+		`echo "` + id + ` final $PROVIDER_AGENT_EPOCH $n" >> ` + starts + `; exit 0' TERM; ` +
+		`while :; do sleep 100000 & p=$!; wait $p; done`
+}
+
+// grantAll builds every workload's grant (durable: those whose primary is
+// one of the providers drained later) and publishes them signed by the
+// issuer, each accepted by a quorum of relays.
+func (f *fleet) grantAll(durable func(primary int) bool) {
+	tb := f.tb
+	tb.Helper()
+	rackSize := max(1, f.o.rack)
+	cfg := relay.DefaultConfig()
+	cfg.URLs = f.urls
+	pool, err := relay.New(cfg, relay.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	waitForRelays(ctx, len(f.urls), pool.Connected)
+	at := time.Now().UTC().Truncate(time.Second)
+	jobs := make(chan *nostr.Event)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed []string
+	for range 32 {
+		wg.Go(func() {
+			for ev := range jobs {
+				if res := pool.PublishQuorum(ctx, *ev, 2); res.AcceptedCount() < 2 {
+					mu.Lock()
+					failed = append(failed, ev.ID+": "+res.Refusals())
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for k := range f.o.workloads {
+		pi, s1, s2 := placeFleet(k, f.o.providers, rackSize)
+		w := &fleetWorkload{id: fmt.Sprintf("w%05d", k), primary: pi, s1: s1, s2: s2, durable: durable(pi), epoch: 1, holder: pi}
+		line := plainLine(w.id)
+		var ckpt *lease.CheckpointPolicy
+		if w.durable {
+			line = durableLine(w.id, f.starts)
+			ckpt = &lease.CheckpointPolicy{Servers: []string{f.blossom.URL()}, RestoreTimeout: f.o.profile.restoreFor}
+		}
+		ev, err := heartbeat.BuildLeaseGrant(f.issuer, heartbeat.LeaseGrantParams{
+			WorkloadID: w.id, Primary: f.providers[pi].pub, Standbys: []string{f.providers[s1].pub, f.providers[s2].pub},
+			Relays: f.urls, Quorum: 2, Replication: lease.ReplicationWarmStandby,
+			RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure, MaxAttempts: 3},
+			Command:       backend.ShellCommand(line), Epoch: 1, Checkpoint: ckpt, At: at,
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		f.workloads = append(f.workloads, w)
+		f.byID[w.id] = w
+		jobs <- ev
+	}
+	close(jobs)
+	wg.Wait()
+	if len(failed) > 0 {
+		tb.Fatalf("%d grants not accepted by 2 relays, the first: %s", len(failed), failed[0])
+	}
+}
+
+// fleetRun is one `provider-agent run` child of the fleet.
+type fleetRun struct {
+	cmd    *exec.Cmd
+	status string
+	stderr *lockedBuffer
+	done   chan struct{}
+}
+
+var fleetStatusClient = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+
+// startAll starts the agents of providers ps at once and waits until each
+// printed its /status address.
+func (f *fleet) startAll(ps []*fleetProvider) {
+	tb := f.tb
+	tb.Helper()
+	bin := agentBinary(tb)
+	errs := make(chan error, len(ps))
+	for _, p := range ps {
+		go func() { errs <- f.start(bin, p) }()
+	}
+	var first error
+	for range ps {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		tb.Fatal(first)
+	}
+}
+
+func (f *fleet) start(bin string, p *fleetProvider) error {
+	r := &fleetRun{stderr: &lockedBuffer{}, done: make(chan struct{})}
+	r.cmd = exec.Command(bin, "run", "--config", p.cfg)
+	r.cmd.Env = runEnv()
+	r.cmd.Stderr = r.stderr
+	out, err := r.cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := r.cmd.Start(); err != nil {
+		return err
+	}
+	first := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			select {
+			case first <- sc.Text():
+			default:
+			}
+		}
+		_ = r.cmd.Wait()
+		close(r.done)
+	}()
+	p.run = r
+	f.tb.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		<-r.done
+		if f.tb.Failed() {
+			if s := r.stderr.String(); s != "" {
+				f.tb.Logf("provider %d stderr (last 4 KiB):\n%s", p.i, tail(s, 4096))
+			}
+		}
+	})
+	select {
+	case line := <-first:
+		m := statusURL.FindStringSubmatch(line)
+		if m == nil {
+			return fmt.Errorf("provider %d: run's first line = %q", p.i, line)
+		}
+		r.status = m[1]
+		return nil
+	case <-r.done:
+		return fmt.Errorf("provider %d: run exited before starting: %s", p.i, tail(r.stderr.String(), 2048))
+	case <-time.After(2 * time.Minute):
+		return fmt.Errorf("provider %d: run printed nothing within 2 minutes", p.i)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// kill ends p's run with SIGKILL and waits for it.
+func (p *fleetProvider) kill() {
+	_ = p.run.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.run.done
+}
+
+// status reads p's /status (an error when it is down).
+func (p *fleetProvider) status() (agent.Status, error) {
+	var st agent.Status
+	if p.run == nil {
+		return st, errors.New("not running")
+	}
+	resp, err := fleetStatusClient.Get(p.run.status)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	return st, err
+}
+
+// metrics reads p's /metrics as sample -> value (sample as exposed:
+// name{labels}).
+func (p *fleetProvider) metrics() (map[string]float64, error) {
+	resp, err := fleetStatusClient.Get(strings.TrimSuffix(p.run.status, "/status") + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if l == "" || l[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(l[i+1:], &v); err == nil {
+			out[l[:i]] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// sumMetric sums the samples of metric name whose labels contain every
+// given "key=\"value\"" pair.
+func sumMetric(m map[string]float64, name string, labels ...string) float64 {
+	var n float64
+	for k, v := range m {
+		base, lbl, _ := strings.Cut(k, "{")
+		if base != name {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			if !strings.Contains(lbl, l) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			n += v
+		}
+	}
+	return n
+}
+
+// fleetView is what every running agent's /status says, gathered at once.
+type fleetView struct {
+	at  time.Time
+	by  map[int]agent.Status
+	bad map[int]error
+}
+
+// view reads the /status of every running provider of ps (nil: all).
+func (f *fleet) view(ps []*fleetProvider) fleetView {
+	if ps == nil {
+		ps = f.providers
+	}
+	v := fleetView{at: time.Now(), by: map[int]agent.Status{}, bad: map[int]error{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, p := range ps {
+		if p.run == nil || p.rackGone {
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			st, err := p.status()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				v.bad[p.i] = err
+				return
+			}
+			v.by[p.i] = st
+		})
+	}
+	wg.Wait()
+	return v
+}
+
+// liveOn lists, for each workload, the providers showing it live and
+// running at epoch >= min epoch.
+func (v fleetView) liveOn() map[string][]liveCopy {
+	out := map[string][]liveCopy{}
+	for i, st := range v.by {
+		for _, w := range st.Workloads {
+			if w.State == string(lease.StateLive) && w.Running {
+				out[w.ID] = append(out[w.ID], liveCopy{provider: i, epoch: w.Epoch})
+			}
+		}
+	}
+	return out
+}
+
+type liveCopy struct {
+	provider int
+	epoch    uint64
+}
+
+// waitView polls every running provider's /status until done (given the
+// view) is true, for at most limit; progress says what is still missing.
+func (f *fleet) waitView(what string, limit time.Duration, every time.Duration, done func(fleetView) (bool, string)) fleetView {
+	tb := f.tb
+	tb.Helper()
+	start := time.Now()
+	nextLog := start.Add(30 * time.Second)
+	for {
+		v := f.view(nil)
+		ok, missing := done(v)
+		if ok {
+			return v
+		}
+		if time.Since(start) > limit {
+			tb.Fatalf("waiting %v for %s: %s (status errors: %d)", limit, what, missing, len(v.bad))
+		}
+		if time.Now().After(nextLog) {
+			tb.Logf("+%.0fs waiting for %s: %s", time.Since(start).Seconds(), what, missing)
+			nextLog = nextLog.Add(30 * time.Second)
+		}
+		time.Sleep(every)
+	}
+}
