@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,8 +53,21 @@ var fastFleet = fleetProfile{name: "fast",
 	claimBase: 5 * time.Second, claimMax: 20 * time.Second, claimTimeout: 10 * time.Second,
 	publishTimeout: 5 * time.Second, stopGrace: 5 * time.Second, restoreFor: 20 * time.Second}
 
-// demoFleet is the demo's timings (lease.DemoConfig), five times shorter:
-// what CI's TestFleet runs, so that a rack's takeover fits its minute.
+// ciFleet is the fast profile at 0.4 of its timings (heartbeats 2 s,
+// stale 6 s, t1 4 s, t2 8 s, max_skew and relay_delay 2 s,
+// provision_timeout 12 s, claim_timeout 4 s, takeover_after 30 s over a
+// floor of 23 s): what CI's TestFleet runs, so that a rack's takeover
+// takes under a minute.
+var ciFleet = fleetProfile{name: "ci",
+	lt: leaseTimings{T1: 4 * time.Second, T2: 8 * time.Second, Stale: 6 * time.Second, MaxSkew: 2 * time.Second,
+		RelayDelay: 2 * time.Second, ProvisionTimeout: 12 * time.Second, TakeoverAfter: 30 * time.Second, Heartbeat: 2 * time.Second},
+	claimBase: 2 * time.Second, claimMax: 8 * time.Second, claimTimeout: 4 * time.Second,
+	publishTimeout: 2 * time.Second, stopGrace: 2 * time.Second, restoreFor: 8 * time.Second}
+
+// demoFleet is the demo's timings (lease.DemoConfig): 1 s heartbeats,
+// stale 3 s. A fleet of 12 providers starting 300 workloads at once on two
+// loaded cores loses quorum with them (machine-loop turns of several
+// seconds while SQLite waits on the disk): kept to show it.
 var demoFleet = fleetProfile{name: "demo", lt: demoTimings,
 	claimBase: time.Second, claimMax: 4 * time.Second, claimTimeout: 5 * time.Second,
 	publishTimeout: 2 * time.Second, stopGrace: 2 * time.Second, restoreFor: 5 * time.Second}
@@ -258,9 +272,16 @@ func durableLine(id, starts string) string {
 		`while :; do sleep 100000 & p=$!; wait $p; done`
 }
 
+// grantRate bounds the grants published a second: each starts a workload
+// process (a supervisor, a PID namespace, a cgroup, a user) on its primary,
+// and hundreds of them at once on two cores starve every agent of the
+// fleet for seconds (machine-loop turns waiting on SQLite, own heartbeats
+// late): a fleet's start is not what this measures.
+const grantRate = 40
+
 // grantAll builds every workload's grant (durable: those whose primary is
 // one of the providers drained later) and publishes them signed by the
-// issuer, each accepted by a quorum of relays.
+// issuer, each accepted by a quorum of relays, at most grantRate a second.
 func (f *fleet) grantAll(durable func(primary int) bool) {
 	tb := f.tb
 	tb.Helper()
@@ -291,7 +312,10 @@ func (f *fleet) grantAll(durable func(primary int) bool) {
 			}
 		})
 	}
+	pace := time.NewTicker(time.Second / grantRate)
+	defer pace.Stop()
 	for k := range f.o.workloads {
+		<-pace.C
 		pi, s1, s2 := placeFleet(k, f.o.providers, rackSize)
 		w := &fleetWorkload{id: fmt.Sprintf("w%05d", k), primary: pi, s1: s1, s2: s2, durable: durable(pi), epoch: 1, holder: pi}
 		line := plainLine(w.id)
@@ -320,11 +344,26 @@ func (f *fleet) grantAll(durable func(primary int) bool) {
 	}
 }
 
+// waitSynced waits until every running agent has its relays connected and
+// caught up (/status synced).
+func (f *fleet) waitSynced(limit time.Duration) {
+	f.tb.Helper()
+	f.waitView("every agent synced with its relays", limit, 500*time.Millisecond, func(v fleetView) (bool, string) {
+		n := 0
+		for _, st := range v.by {
+			if st.Synced {
+				n++
+			}
+		}
+		return n == len(f.providers), fmt.Sprintf("%d of %d synced", n, len(f.providers))
+	})
+}
+
 // fleetRun is one `provider-agent run` child of the fleet.
 type fleetRun struct {
 	cmd    *exec.Cmd
 	status string
-	stderr *lockedBuffer
+	log    string // its stderr: p<i>.log in $FLEET_LOGDIR, else the test's temp dir
 	done   chan struct{}
 }
 
@@ -352,10 +391,17 @@ func (f *fleet) startAll(ps []*fleetProvider) {
 }
 
 func (f *fleet) start(bin string, p *fleetProvider) error {
-	r := &fleetRun{stderr: &lockedBuffer{}, done: make(chan struct{})}
+	r := &fleetRun{done: make(chan struct{})}
 	r.cmd = exec.Command(bin, "run", "--config", p.cfg)
 	r.cmd.Env = runEnv()
-	r.cmd.Stderr = r.stderr
+	logDir := cmp.Or(os.Getenv("FLEET_LOGDIR"), f.tmp)
+	log, err := os.OpenFile(filepath.Join(logDir, fmt.Sprintf("p%03d.log", p.i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close() // the child has its own descriptor
+	r.log = log.Name()
+	r.cmd.Stderr = log
 	out, err := r.cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -380,9 +426,8 @@ func (f *fleet) start(bin string, p *fleetProvider) error {
 		_ = r.cmd.Process.Kill()
 		<-r.done
 		if f.tb.Failed() {
-			if s := r.stderr.String(); s != "" {
-				f.tb.Logf("provider %d stderr (last 4 KiB):\n%s", p.i, tail(s, 4096))
-			}
+			b, _ := os.ReadFile(r.log)
+			f.tb.Logf("provider %d log %s (last 2 KiB):\n%s", p.i, r.log, tail(string(b), 2048))
 		}
 	})
 	select {
@@ -394,7 +439,8 @@ func (f *fleet) start(bin string, p *fleetProvider) error {
 		r.status = m[1]
 		return nil
 	case <-r.done:
-		return fmt.Errorf("provider %d: run exited before starting: %s", p.i, tail(r.stderr.String(), 2048))
+		b, _ := os.ReadFile(r.log)
+		return fmt.Errorf("provider %d: run exited before starting: %s", p.i, tail(string(b), 2048))
 	case <-time.After(2 * time.Minute):
 		return fmt.Errorf("provider %d: run printed nothing within 2 minutes", p.i)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
@@ -36,8 +37,9 @@ type relayFigures struct {
 	eventsPerSec, inPerSec, outPerSec  float64
 	subs, conns                        int
 	cpuPct, rssMiB                     float64
-	refusals                           map[string]int // what it refused in the window, by its words
-	eventsIn, bytesIn, bytesOut, cpuNs int64          // raw, for deltas
+	refusals                           map[string]int     // what it refused in the window, by its words
+	kinds                              map[string]float64 // EVENTs in a second by kind (raw counts in snapshots)
+	eventsIn, bytesIn, bytesOut, cpuNs int64              // raw, for deltas
 }
 
 // relaySnapshot reads every relay's stats and process figures.
@@ -46,7 +48,10 @@ func (f *fleet) relaySnapshot() []relayFigures {
 	for i, r := range f.relays {
 		st := r.Stats()
 		out[i] = relayFigures{kind: string(r.Kind()), subs: st.Subscriptions, conns: st.Connections, refusals: st.Refusals,
-			eventsIn: st.EventsIn, bytesIn: st.BytesIn, bytesOut: st.BytesOut}
+			eventsIn: st.EventsIn, bytesIn: st.BytesIn, bytesOut: st.BytesOut, kinds: map[string]float64{}}
+		for k, n := range st.KindsIn {
+			out[i].kinds[k] = float64(n)
+		}
 		if s, err := sampleProc(r.PID()); err == nil {
 			out[i].cpuNs = int64(s.cpu)
 			out[i].rssMiB = inMiB(s.rss)
@@ -65,6 +70,12 @@ func relayDelta(a, b []relayFigures, d time.Duration) []relayFigures {
 		x.inPerSec = float64(b[i].bytesIn-a[i].bytesIn) / s
 		x.outPerSec = float64(b[i].bytesOut-a[i].bytesOut) / s
 		x.cpuPct = 100 * float64(b[i].cpuNs-a[i].cpuNs) / float64(d)
+		x.kinds = map[string]float64{}
+		for k, n := range b[i].kinds {
+			if v := (n - a[i].kinds[k]) / s; v > 0 {
+				x.kinds[k] = math.Round(v*100) / 100
+			}
+		}
 		x.refusals = map[string]int{}
 		for k, v := range b[i].refusals {
 			if n := v - a[i].refusals[k]; n > 0 {

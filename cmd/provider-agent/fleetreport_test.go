@@ -43,7 +43,7 @@ func (r *fleetResult) log(tb testing.TB) {
 		o.providers, o.workloads, o.profile.name, o.profile.lt.Heartbeat, o.profile.lt.TakeoverAfter, o.rateLimit)
 	w("| phase | figure | value |")
 	w("|---|---|---|")
-	w("| start | all Live and watched after the agents started | %.1f s |", secs(r.toAllLive))
+	w("| start | all Live and watched after the first grant (%d grants a second) | %.1f s |", grantRate, secs(r.toAllLive))
 	cpu50, cpuMax := stats(r.rest.cpuPct)
 	rss50, rssMax := stats(r.rest.rssMiB)
 	bb50, bbMax := stats(r.rest.beatBytes)
@@ -56,6 +56,9 @@ func (r *fleetResult) log(tb testing.TB) {
 	for _, rel := range r.rest.relays {
 		w("| at rest | relay %s: events/s in, KB/s in, KB/s out, subscriptions, connections, CPU %%, RSS MiB | %.1f, %.1f, %.1f, %d, %d, %.1f, %.0f |",
 			rel.kind, rel.eventsPerSec, rel.inPerSec/1000, rel.outPerSec/1000, rel.subs, rel.conns, rel.cpuPct, rel.rssMiB)
+	}
+	for _, rel := range r.rest.relays {
+		w("| at rest | relay %s: events/s in by kind | %s |", rel.kind, fmtMap(rel.kinds))
 	}
 	in50 := 0.0
 	for _, rel := range r.rest.relays {

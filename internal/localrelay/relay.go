@@ -239,8 +239,10 @@ type Stats struct {
 	// PendingOutbound is the number of bytes queued toward clients that the
 	// kernel has not taken yet.
 	PendingOutbound int `json:"pending_outbound"`
-	// EventsIn counts the EVENT messages clients sent (accepted or not).
-	EventsIn int64 `json:"events_in"`
+	// EventsIn counts the EVENT messages clients sent (accepted or not),
+	// and KindsIn the same by event kind (as a decimal string).
+	EventsIn int64            `json:"events_in"`
+	KindsIn  map[string]int64 `json:"kinds_in,omitempty"`
 	// BytesIn and BytesOut count the bytes of the client connections, both
 	// ways (websocket frames, as on the wire).
 	BytesIn  int64 `json:"bytes_in"`
@@ -284,6 +286,7 @@ type Relay struct {
 	replayTo map[subKey][]nostr.Filter // subscriptions the replay fault serves
 	limiter  *rateLimiter              // Options.RateLimit
 	eventsIn atomic.Int64              // Stats.EventsIn
+	kindsIn  map[int]int64             // Stats.KindsIn
 	// open counts the open subscriptions of khatru's clients (Stats.
 	// Subscriptions; the strfry front end counts its own): each REQ's
 	// context, which khatru ends at its CLOSE or its connection's end.
@@ -324,6 +327,7 @@ func New(opts Options) *Relay {
 		wss:      make(map[*khatru.WebSocket]struct{}),
 		replayTo: make(map[subKey][]nostr.Filter),
 		limiter:  newRateLimiter(opts.RateLimit),
+		kindsIn:  make(map[int]int64),
 		open:     make(map[context.Context]struct{}),
 	}
 	return r
@@ -504,9 +508,16 @@ func (r *Relay) Stats() Stats {
 		}
 	}
 	conns, subs := len(r.wss), len(r.open)
+	var kinds map[string]int64
+	if len(r.kindsIn) > 0 {
+		kinds = make(map[string]int64, len(r.kindsIn))
+		for k, n := range r.kindsIn {
+			kinds[strconv.Itoa(k)] = n
+		}
+	}
 	r.mu.Unlock()
 	s := Stats{Closed: closed, Held: held, Refusals: refusals, Dropped: dropped, EventsIn: r.eventsIn.Load(),
-		Connections: conns, Subscriptions: subs}
+		KindsIn: kinds, Connections: conns, Subscriptions: subs}
 	if st != nil {
 		s.Events = st.count()
 	}
@@ -578,8 +589,8 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 	})
 
 	if !r.opts.Strfry { // the front end counts what its clients send
-		kr.RejectEvent = append(kr.RejectEvent, func(context.Context, *nostr.Event) (bool, string) {
-			r.eventsIn.Add(1)
+		kr.RejectEvent = append(kr.RejectEvent, func(_ context.Context, ev *nostr.Event) (bool, string) {
+			r.countEventIn(ev.Kind)
 			return false, ""
 		})
 		kr.OverwriteFilter = append(kr.OverwriteFilter, r.countSubscription)
@@ -692,6 +703,19 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 	}
 	return kr
 }
+
+// countEventIn counts an EVENT a client sent (Stats.EventsIn, KindsIn).
+func (r *Relay) countEventIn(kind int) {
+	r.eventsIn.Add(1)
+	r.mu.Lock()
+	if len(r.kindsIn) < maxKindsIn || r.kindsIn[kind] > 0 {
+		r.kindsIn[kind]++
+	}
+	r.mu.Unlock()
+}
+
+// maxKindsIn bounds Stats.KindsIn.
+const maxKindsIn = 64
 
 // countSubscription counts a REQ's subscription open (khatru calls it for
 // each of its filters, with the REQ's context) until khatru ends that

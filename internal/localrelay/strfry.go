@@ -397,7 +397,7 @@ func strfryParseError(err error) string {
 // handleEvent applies strfry's event checks in its order (timestamps, id,
 // signature, size, AUTH for writes, duplicates) and forwards the rest.
 func (c *strfryConn) handleEvent(raw []byte, ev *nostr.Event) {
-	c.f.r.eventsIn.Add(1)
+	c.f.r.countEventIn(ev.Kind)
 	if msg := strfryCheckEvent(ev, time.Now()); msg != "" {
 		c.ok(ev.ID, false, "invalid: "+msg)
 		return

@@ -32,7 +32,7 @@ func TestTrafficStats(t *testing.T) {
 			c.Send([]any{"REQ", "b", nostr.Filter{Kinds: []int{7}}})
 			readUntilEOSE(t, c, "a", "b")
 			st := r.Stats()
-			if st.EventsIn != 3 || st.Connections != 1 || st.Subscriptions != 2 || st.BytesIn < 3*300 || st.BytesOut < 3*300 {
+			if st.EventsIn != 3 || st.KindsIn["1"] != 3 || st.Connections != 1 || st.Subscriptions != 2 || st.BytesIn < 3*300 || st.BytesOut < 3*300 {
 				t.Fatalf("Stats() = %+v, want 3 events in, 1 connection, 2 subscriptions, bytes both ways", st)
 			}
 			c.Send([]any{"CLOSE", "a"})

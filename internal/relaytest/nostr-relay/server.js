@@ -65,7 +65,7 @@ class RequireAuthPlugin {
 }
 
 // What the stats endpoint reports of the clients' traffic.
-const traffic = { eventsIn: 0, bytesIn: 0, bytesOut: 0 };
+const traffic = { eventsIn: 0, bytesIn: 0, bytesOut: 0, kindsIn: {} };
 
 async function main() {
   const o = parseArgs(process.argv.slice(2));
@@ -100,13 +100,14 @@ async function main() {
         for (const c of wss.clients) pending += c.bufferedAmount;
         // Open subscriptions as core keeps them: an LRU of at most
         // maxSubscriptionsPerClient (20) per client, the oldest dropped
-        // silently.
+        // silently. Only open clients' (a message handled after its
+        // client's close makes core a context that nothing removes).
         let subs = 0;
-        for (const ctx of relay.clientContexts.values()) subs += ctx.subscriptions.size;
+        for (const ctx of relay.clientContexts.values()) if (ctx.isOpen) subs += ctx.subscriptions.size;
         res.writeHead(200, { 'Content-Type': 'application/json' });
         res.end(JSON.stringify({
           events: row.n, closed: 0, held: 0, dropped: 0, pending_outbound: pending,
-          events_in: traffic.eventsIn, bytes_in: traffic.bytesIn, bytes_out: traffic.bytesOut,
+          events_in: traffic.eventsIn, kinds_in: traffic.kindsIn, bytes_in: traffic.bytesIn, bytes_out: traffic.bytesOut,
           connections: wss.clients.size, subscriptions: subs,
         }));
         return;
@@ -136,6 +137,12 @@ async function main() {
       if (data.subarray(0, 12).toString().replace(/\s/g, '').startsWith('["EVENT"')) traffic.eventsIn++;
       try {
         const message = await validator.validateIncomingMessage(data);
+        if (message[0] === 'EVENT' && message[1]) {
+          const k = String(message[1].kind);
+          if (k in traffic.kindsIn || Object.keys(traffic.kindsIn).length < 64) {
+            traffic.kindsIn[k] = (traffic.kindsIn[k] || 0) + 1;
+          }
+        }
         await relay.handleMessage(ws, message);
       } catch (error) {
         if (error instanceof Error) {
