@@ -48,23 +48,30 @@ func agentBinary(t testing.TB) string {
 			binErr = err
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", binPath, ".")
-		var env []string
-		for _, kv := range os.Environ() {
-			if v, ok := strings.CutPrefix(kv, "GOFLAGS="); ok {
-				kv = "GOFLAGS=" + strings.ReplaceAll(strings.ReplaceAll(v, "-race=true", ""), "-race", "")
-			}
-			env = append(env, kv)
-		}
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = &buildError{err: err, out: string(out)}
-		}
+		binErr = buildAgent(binPath)
 	})
 	if binErr != nil {
 		t.Fatalf("build provider-agent: %v", binErr)
 	}
 	return binPath
+}
+
+// buildAgent builds this package's binary at path with the given extra
+// go build flags, without -race (whatever GOFLAGS says).
+func buildAgent(path string, flags ...string) error {
+	cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", path, ".")...)
+	var env []string
+	for _, kv := range os.Environ() {
+		if v, ok := strings.CutPrefix(kv, "GOFLAGS="); ok {
+			kv = "GOFLAGS=" + strings.ReplaceAll(strings.ReplaceAll(v, "-race=true", ""), "-race", "")
+		}
+		env = append(env, kv)
+	}
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return &buildError{err: err, out: string(out)}
+	}
+	return nil
 }
 
 type buildError struct {

@@ -21,6 +21,7 @@ var (
 	fleetWorkloadsFlag = flag.Int("fleet.workloads", 0, "BenchmarkFleet/TestFleet: workloads (env FLEET_WORKLOADS; default 300)")
 	fleetProfileFlag   = flag.String("fleet.profile", "", "BenchmarkFleet/TestFleet: lease timings, fast, ci (0.4 x fast) or demo (env FLEET_PROFILE; default fast for the benchmark, ci for the test)")
 	fleetRestFlag      = flag.Duration("fleet.rest", 0, "BenchmarkFleet/TestFleet: the at-rest window (env FLEET_REST; default 6 heartbeat intervals)")
+	fleetRecordFlag    = flag.String("fleet.record", "", "BenchmarkFleet/TestFleet: 1 to record the starts and stops of workloads other than the durable counters instead of running them (env FLEET_RECORD; default 0; needed past about 3,000 workloads on 23 GiB)")
 	fleetRateFlag      = flag.String("fleet.ratelimit", "", "BenchmarkFleet/TestFleet: 1 to have the khatru relay rate-limit per key and connection (env FLEET_RATELIMIT; default 1)")
 )
 
@@ -74,6 +75,7 @@ func fleetOptsFromEnv(tb testing.TB, profile fleetProfile) fleetOpts {
 		o.rest = 6 * o.profile.lt.Heartbeat
 	}
 	o.rateLimit = str(*fleetRateFlag, "FLEET_RATELIMIT", "1") == "1"
+	o.record = str(*fleetRecordFlag, "FLEET_RECORD", "0") == "1"
 	if o.providers < 4 || o.workloads < o.providers {
 		tb.Fatalf("a fleet of %d providers and %d workloads: want at least 4 providers and a workload each", o.providers, o.workloads)
 	}
@@ -153,7 +155,7 @@ func runFleet(tb testing.TB, o fleetOpts) *fleetResult {
 	f.waitPlaced(5*time.Minute + time.Duration(o.workloads)*20*time.Millisecond)
 	res.toAllLive = time.Since(began)
 	tb.Logf("fleet of %d providers, %d workloads (%d durable), profile %s: all Live and watched %.1fs after the first grant (%d a second)",
-		o.providers, o.workloads, countDurable(f), o.profile.name, res.toAllLive.Seconds(), grantRate)
+		o.providers, o.workloads, countDurable(f), o.profile.name, res.toAllLive.Seconds(), o.grantRate())
 
 	res.rest = f.atRest()
 	res.rack = f.rackDies()
@@ -174,6 +176,11 @@ func runFleet(tb testing.TB, o fleetOpts) *fleetResult {
 	time.Sleep(2 * procScanEvery)
 	res.twice = f.mon.twiceRun()
 	res.copiesSeen = f.mon.copiesSeen()
+	if o.record {
+		twice, copies := f.recordedTwice()
+		res.twice = append(res.twice, twice...)
+		res.copiesSeen += copies
+	}
 	return res
 }
 

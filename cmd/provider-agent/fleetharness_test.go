@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -89,6 +90,10 @@ type fleetOpts struct {
 	rest                 time.Duration // the at-rest window
 	rack, drain          int           // providers killed at once; drained one after another
 	rateLimit            bool          // the khatru relay rate-limits per key and per connection
+	// record runs the agents built with -tags fleetbench: workloads other
+	// than the durable counters are recorded starts and stops, not
+	// processes (fleetbackend_fleetbench.go), so that 10,000 fit.
+	record bool
 }
 
 // fleetRack is the rack of provider i when racks hold n providers each.
@@ -133,8 +138,12 @@ type fleetProvider struct {
 	dir, cfg       string
 	pub, npub      string
 	run            *fleetRun
+	runs           []runSpan // every run of its agent, for the record mode's monitor
 	rackGone, lost bool
 }
+
+// runSpan is when one run of an agent lived (end zero: it still runs).
+type runSpan struct{ start, end time.Time }
 
 // fleet is a running fleet.
 type fleet struct {
@@ -279,6 +288,17 @@ func durableLine(id, starts string) string {
 // late): a fleet's start is not what this measures.
 const grantRate = 40
 
+// grantRateRecorded is grantRate in record mode, where only the durable
+// tenth of the workloads starts processes.
+const grantRateRecorded = 400
+
+func (o fleetOpts) grantRate() int {
+	if o.record {
+		return grantRateRecorded
+	}
+	return grantRate
+}
+
 // grantAll builds every workload's grant (durable: those whose primary is
 // one of the providers drained later) and publishes them signed by the
 // issuer, each accepted by a quorum of relays, at most grantRate a second.
@@ -312,7 +332,7 @@ func (f *fleet) grantAll(durable func(primary int) bool) {
 			}
 		})
 	}
-	pace := time.NewTicker(time.Second / grantRate)
+	pace := time.NewTicker(time.Second / time.Duration(f.o.grantRate()))
 	defer pace.Stop()
 	for k := range f.o.workloads {
 		<-pace.C
@@ -375,6 +395,9 @@ func (f *fleet) startAll(ps []*fleetProvider) {
 	tb := f.tb
 	tb.Helper()
 	bin := agentBinary(tb)
+	if f.o.record {
+		bin = fleetBinary(tb)
+	}
 	errs := make(chan error, len(ps))
 	for _, p := range ps {
 		go func() { errs <- f.start(bin, p) }()
@@ -394,6 +417,9 @@ func (f *fleet) start(bin string, p *fleetProvider) error {
 	r := &fleetRun{done: make(chan struct{})}
 	r.cmd = exec.Command(bin, "run", "--config", p.cfg)
 	r.cmd.Env = runEnv()
+	if f.o.record {
+		r.cmd.Env = append(r.cmd.Env, fleetRecordEnv+"="+f.recordFile(p))
+	}
 	logDir := cmp.Or(os.Getenv("FLEET_LOGDIR"), f.tmp)
 	log, err := os.OpenFile(filepath.Join(logDir, fmt.Sprintf("p%03d.log", p.i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -422,6 +448,7 @@ func (f *fleet) start(bin string, p *fleetProvider) error {
 		close(r.done)
 	}()
 	p.run = r
+	p.runs = append(p.runs, runSpan{start: time.Now()})
 	f.tb.Cleanup(func() {
 		_ = r.cmd.Process.Kill()
 		<-r.done
@@ -456,7 +483,94 @@ func tail(s string, n int) string {
 // kill ends p's run with SIGKILL and waits for it.
 func (p *fleetProvider) kill() {
 	_ = p.run.cmd.Process.Signal(syscall.SIGKILL)
+	p.runs[len(p.runs)-1].end = time.Now()
 	<-p.run.done
+}
+
+// recordFile is where p's agent records its workloads in record mode.
+func (f *fleet) recordFile(p *fleetProvider) string {
+	return filepath.Join(f.tmp, fmt.Sprintf("p%03d.rec", p.i))
+}
+
+var (
+	fleetBinOnce sync.Once
+	fleetBinPath string
+	fleetBinErr  error
+)
+
+// fleetBinary builds provider-agent with -tags fleetbench once per test
+// process, beside agentBinary's (TestMain removes both).
+func fleetBinary(tb testing.TB) string {
+	tb.Helper()
+	fleetBinOnce.Do(func() {
+		fleetBinPath = filepath.Join(filepath.Dir(agentBinary(tb)), "provider-agent-fleetbench")
+		fleetBinErr = buildAgent(fleetBinPath, "-tags", "fleetbench")
+	})
+	if fleetBinErr != nil {
+		tb.Fatalf("build provider-agent -tags fleetbench: %v", fleetBinErr)
+	}
+	return fleetBinPath
+}
+
+// recordedTwice reads the record files: a recorded workload runs from its
+// start line until its stop line or the end of the agent's run that wrote
+// it (a kill -9 ends them all, as it ends processes); two such spans of
+// one workload that overlap ran it twice.
+func (f *fleet) recordedTwice() (twice []string, copies int) {
+	type span struct {
+		provider   int
+		start, end time.Time
+	}
+	by := map[string][]span{}
+	now := time.Now()
+	for _, p := range f.providers {
+		b, err := os.ReadFile(f.recordFile(p))
+		if err != nil {
+			continue
+		}
+		open := map[string]int{} // workload -> index of its open span in by
+		endOf := func(at time.Time) time.Time {
+			for _, r := range p.runs {
+				if !at.Before(r.start) && (r.end.IsZero() || at.Before(r.end)) {
+					if r.end.IsZero() {
+						return now
+					}
+					return r.end
+				}
+			}
+			return at
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			var ms int64
+			var what, id string
+			var epoch uint64
+			if _, err := fmt.Sscanf(l, "%d %s %s %d", &ms, &what, &id, &epoch); err != nil {
+				continue
+			}
+			at := time.UnixMilli(ms)
+			switch what {
+			case "start":
+				by[id] = append(by[id], span{provider: p.i, start: at, end: endOf(at)})
+				open[id] = len(by[id]) - 1
+				copies++
+			case "stop":
+				if i, ok := open[id]; ok {
+					by[id][i].end = at
+					delete(open, id)
+				}
+			}
+		}
+	}
+	for id, ss := range by {
+		slices.SortFunc(ss, func(a, b span) int { return a.start.Compare(b.start) })
+		for i := 1; i < len(ss); i++ {
+			if ss[i].start.Before(ss[i-1].end) {
+				twice = append(twice, fmt.Sprintf("%s: recorded on provider %d until %s and on %d from %s", id,
+					ss[i-1].provider, ss[i-1].end.Format(time.StampMilli), ss[i].provider, ss[i].start.Format(time.StampMilli)))
+			}
+		}
+	}
+	return twice, copies
 }
 
 // status reads p's /status (an error when it is down).

@@ -39,11 +39,15 @@ func (r *fleetResult) log(tb testing.TB) {
 	o := r.o
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	w("fleet: %d providers, %d workloads (primary + 2 standbys each), profile %s (heartbeat %v, takeover_after %v), relays strfry-emulated, khatru (rate limit %v), @nostr-relay/core; quorum 2",
-		o.providers, o.workloads, o.profile.name, o.profile.lt.Heartbeat, o.profile.lt.TakeoverAfter, o.rateLimit)
+	how := "processes"
+	if o.record {
+		how = "recorded starts and stops, durable counters processes"
+	}
+	w("fleet: %d providers, %d workloads (primary + 2 standbys each; %s), profile %s (heartbeat %v, takeover_after %v), relays strfry-emulated, khatru (rate limit %v), @nostr-relay/core; quorum 2",
+		o.providers, o.workloads, how, o.profile.name, o.profile.lt.Heartbeat, o.profile.lt.TakeoverAfter, o.rateLimit)
 	w("| phase | figure | value |")
 	w("|---|---|---|")
-	w("| start | all Live and watched after the first grant (%d grants a second) | %.1f s |", grantRate, secs(r.toAllLive))
+	w("| start | all Live and watched after the first grant (%d grants a second) | %.1f s |", o.grantRate(), secs(r.toAllLive))
 	cpu50, cpuMax := stats(r.rest.cpuPct)
 	rss50, rssMax := stats(r.rest.rssMiB)
 	bb50, bbMax := stats(r.rest.beatBytes)
@@ -84,7 +88,7 @@ func (r *fleetResult) log(tb testing.TB) {
 		w("| drain | provider %d: moved %d; drain --wait returned after %.1f s; Live elsewhere p50 / max %.1f / %.1f s; RPO violations %d; not moved %d |",
 			d.provider, d.moved, secs(d.cli), secs(percentile(d.toLive, 50)), secs(percentile(d.toLive, 100)), len(d.rpoLost), len(d.notMoved))
 	}
-	w("| end | workloads without a holder; Live on two providers; run twice (process monitor, %d supervisors seen) | %d; %d; %d |",
+	w("| end | workloads without a holder; Live on two providers; run twice (process monitor and records, %d copies seen) | %d; %d; %d |",
 		r.copiesSeen, len(r.notHeld), len(r.held2), len(r.twice))
 	tb.Log("\n" + b.String())
 	for _, d := range r.drains {

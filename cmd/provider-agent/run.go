@@ -210,6 +210,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // newBackend builds backend.kind's backend.
 func newBackend(ctx context.Context, cfg config.Config, logger *slog.Logger) (backend.Backend, error) {
+	if b, ok, err := fleetBackend(cfg, logger); ok {
+		return b, err
+	}
 	if cfg.Backend.Kind == "podman" {
 		p, err := backend.NewPodman(ctx, cfg.PodmanConfig(), logger)
 		if err != nil {

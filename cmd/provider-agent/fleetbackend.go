@@ -1,0 +1,19 @@
+//go:build !fleetbench
+
+package main
+
+import (
+	"log/slog"
+
+	"provideragent/backend"
+	"provideragent/config"
+)
+
+// fleetRecordEnv names the record file of a fleetbench build's agent
+// (fleetbackend_fleetbench.go); other builds ignore it.
+const fleetRecordEnv = "PROVIDER_AGENT_FLEET_RECORD"
+
+// fleetBackend is the fleet benchmark's backend in a binary built with
+// -tags fleetbench (fleetbackend_fleetbench.go); in every other build it
+// is never used.
+func fleetBackend(config.Config, *slog.Logger) (backend.Backend, bool, error) { return nil, false, nil }
