@@ -13,6 +13,10 @@ import (
 // (fleetbackend_fleetbench.go); other builds ignore it.
 const fleetRecordEnv = "PROVIDER_AGENT_FLEET_RECORD"
 
+// fleetProcessMarker in a workload's command line has a fleetbench
+// build's agent run it as a process even when it records the others.
+const fleetProcessMarker = ": fleet-process;"
+
 // fleetBackend is the fleet benchmark's backend in a binary built with
 // -tags fleetbench (fleetbackend_fleetbench.go); in every other build it
 // is never used.

@@ -7,11 +7,12 @@ package main
 // fleet of 10,000 workloads needs 10,000 supervisors of 3.5 MiB each
 // (35 GiB) beside the agents, more than the benchmark's machine has. With
 // $PROVIDER_AGENT_FLEET_RECORD set to a file, a workload whose command
-// line does not name a durable counter is not run: its start and stop are
+// line does not hold fleetProcessMarker is not run: its start and stop are
 // appended to that file ("<unix ms> start|stop <id> <epoch>") and it runs,
 // as far as the agent can tell, until stopped or until the agent dies.
-// Durable counters (and everything else, without the variable) run as
-// processes under the process backend.
+// The others (the durable counters, the workloads of the rack the
+// benchmark kills; everything without the variable) run as processes under
+// the process backend.
 
 import (
 	"context"
@@ -29,8 +30,8 @@ import (
 // fleetRecordEnv names the record file.
 const fleetRecordEnv = "PROVIDER_AGENT_FLEET_RECORD"
 
-// fleetRealMarker in a command line makes the workload a process.
-const fleetRealMarker = "PROVIDER_AGENT_CHECKPOINT_DIR"
+// fleetProcessMarker in a command line makes the workload a process.
+const fleetProcessMarker = ": fleet-process;"
 
 func fleetBackend(cfg config.Config, logger *slog.Logger) (backend.Backend, bool, error) {
 	path := os.Getenv(fleetRecordEnv)
@@ -70,7 +71,7 @@ type recordBackend struct {
 }
 
 func recorded(spec backend.StartSpec) bool {
-	return !strings.Contains(strings.Join(spec.Command, " "), fleetRealMarker)
+	return !strings.Contains(strings.Join(spec.Command, " "), fleetProcessMarker)
 }
 
 func (r *recordBackend) note(what, id string, epoch uint64) {

@@ -128,6 +128,7 @@ type fleetWorkload struct {
 	durable              bool
 	epoch                uint64 // the epoch the harness expects it at
 	holder               int    // the provider the harness expects to hold it
+	rackHolder           int    // its holder in the rack the harness killed
 	liveAt, movedLiveAt  time.Time
 	killedAt, drainStart time.Time
 }
@@ -265,8 +266,14 @@ stop_grace = %q
 // so that the process monitor finds its supervisor by its argv.
 const fleetMarker = ": fleet-"
 
-// plainLine is a workload that runs until stopped.
-func plainLine(id string) string { return fleetMarker + id + "; exec sleep 1000000000" }
+// plainLine is a workload that runs until stopped; a process, in record
+// mode too, when process is set.
+func plainLine(id string, process bool) string {
+	if process {
+		return fleetMarker + id + "; " + fleetProcessMarker + " exec sleep 1000000000"
+	}
+	return fleetMarker + id + "; exec sleep 1000000000"
+}
 
 // counterLine is a durable workload: a counter of seconds that resumes
 // from its checkpoint, appends "<id> start <epoch> <value>" to starts when
@@ -274,7 +281,7 @@ func plainLine(id string) string { return fleetMarker + id + "; exec sleep 10000
 // <value>": a move resumes at exactly the final value (RPO 0). It forks
 // nothing while it runs (one sleep, waited for).
 func durableLine(id, starts string) string {
-	return fleetMarker + id + `; d=$PROVIDER_AGENT_CHECKPOINT_DIR; n=$(cat "$d/checkpoint" 2>/dev/null || echo 0); s=$(date +%s); ` +
+	return fleetMarker + id + `; ` + fleetProcessMarker + ` d=$PROVIDER_AGENT_CHECKPOINT_DIR; n=$(cat "$d/checkpoint" 2>/dev/null || echo 0); s=$(date +%s); ` +
 		`echo "` + id + ` start $PROVIDER_AGENT_EPOCH $n" >> ` + starts + `; ` +
 		`trap 'kill $p 2>/dev/null; n=$((n + $(date +%s) - s)); echo "$n" > "$d/checkpoint.tmp" && mv "$d/checkpoint.tmp" "$d/checkpoint"; ` +
 		`echo "` + id + ` final $PROVIDER_AGENT_EPOCH $n" >> ` + starts + `; exit 0' TERM; ` +
@@ -300,8 +307,10 @@ func (o fleetOpts) grantRate() int {
 }
 
 // grantAll builds every workload's grant (durable: those whose primary is
-// one of the providers drained later) and publishes them signed by the
-// issuer, each accepted by a quorum of relays, at most grantRate a second.
+// one of the providers drained later; processes in record mode too: those
+// and the ones whose primary is in the rack killed later) and publishes
+// them signed by the issuer, each accepted by a quorum of relays, at most
+// grantRate a second.
 func (f *fleet) grantAll(durable func(primary int) bool) {
 	tb := f.tb
 	tb.Helper()
@@ -338,7 +347,7 @@ func (f *fleet) grantAll(durable func(primary int) bool) {
 		<-pace.C
 		pi, s1, s2 := placeFleet(k, f.o.providers, rackSize)
 		w := &fleetWorkload{id: fmt.Sprintf("w%05d", k), primary: pi, s1: s1, s2: s2, durable: durable(pi), epoch: 1, holder: pi}
-		line := plainLine(w.id)
+		line := plainLine(w.id, pi < f.o.rack)
 		var ckpt *lease.CheckpointPolicy
 		if w.durable {
 			line = durableLine(w.id, f.starts)

@@ -87,12 +87,12 @@ func relayDelta(a, b []relayFigures, d time.Duration) []relayFigures {
 	return out
 }
 
-// atRest measures phase 1 over o.rest, two heartbeats after every
-// workload was placed.
+// atRest measures phase 1 over o.rest, a heartbeat after every workload
+// was placed.
 func (f *fleet) atRest() restFigures {
 	tb := f.tb
 	lt := f.o.profile.lt
-	time.Sleep(2 * lt.Heartbeat)
+	time.Sleep(lt.Heartbeat)
 	r := restFigures{window: f.o.rest}
 	samples := func() []procSample {
 		out := make([]procSample, len(f.providers))
@@ -159,6 +159,7 @@ func (f *fleet) rackDies() rackFigures {
 	for _, w := range f.workloads {
 		if w.holder < o.rack {
 			held = append(held, w)
+			w.rackHolder = w.holder
 			slots[w.s1]++
 		}
 	}
@@ -288,8 +289,8 @@ func (f *fleet) rackReturns() backFigures {
 	var r backFigures
 	formerly := map[int][]*fleetWorkload{}
 	for _, w := range f.workloads {
-		if w.primary < f.o.rack && w.holder >= f.o.rack {
-			formerly[w.primary] = append(formerly[w.primary], w)
+		if !w.killedAt.IsZero() && w.holder >= f.o.rack {
+			formerly[w.rackHolder] = append(formerly[w.rackHolder], w)
 			r.workloads++
 		}
 	}
@@ -381,19 +382,38 @@ func (f *fleet) drainOne(p *fleetProvider) drainFigures {
 		r.notMoved = append(r.notMoved, id)
 	}
 	<-cliDone
+	// /status shows a workload running once its supervisor started it; the
+	// counter's start line follows when its shell has run that far, which
+	// on two loaded cores can be a second or more later.
+	var lost []string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		lost = f.rpoCheck(moving)
+		if len(lost) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	r.rpoLost = lost
+	_, r.undrainErr = f.cli("workloads", "drain", "--undo", "--config", p.cfg, "--wait")
+	return r
+}
+
+// rpoCheck lists the moved workloads of ws whose counter did not start at
+// its new epoch with the value it had at the end of the one before.
+func (f *fleet) rpoCheck(ws []*fleetWorkload) []string {
 	starts, _ := os.ReadFile(f.starts)
-	for _, w := range moving {
+	var lost []string
+	for _, w := range ws {
 		if w.movedLiveAt.IsZero() {
 			continue
 		}
 		final, okF := counterAt(starts, w.id, "final", w.epoch-1)
 		first, okS := counterAt(starts, w.id, "start", w.epoch)
 		if !okF || !okS || first != final {
-			r.rpoLost = append(r.rpoLost, fmt.Sprintf("%s: final %d (%v) at epoch %d, start %d (%v) at %d", w.id, final, okF, w.epoch-1, first, okS, w.epoch))
+			lost = append(lost, fmt.Sprintf("%s: final %d (%v) at epoch %d, start %d (%v) at %d", w.id, final, okF, w.epoch-1, first, okS, w.epoch))
 		}
 	}
-	_, r.undrainErr = f.cli("workloads", "drain", "--undo", "--config", p.cfg, "--wait")
-	return r
+	return lost
 }
 
 // counterAt is the value of the durable counter id's line "id what epoch
