@@ -32,6 +32,26 @@ func rssMiB() float64 {
 	return 0
 }
 
+// peakRSSMiB reads this process's peak resident set size (VmHWM) since it
+// started or since resetPeakRSS (0 elsewhere).
+func peakRSSMiB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// resetPeakRSS sets the peak resident set size to the current one (Linux:
+// clear_refs 5), so that peakRSSMiB reads the peak of what follows.
+func resetPeakRSS() error { return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
 // BenchmarkAgentMemory10k: one agent holding 10,000 Live workloads over 3
 // relays (heartbeats of ~300 KB listing them all). Reports the process RSS
 // and Go heap once all are Live, against the RSS measured before the agent

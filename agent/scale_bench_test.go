@@ -143,7 +143,7 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	settled := settledRSSMiB()
 	b.Logf("workloads=%d: all Live %.1fs after start, RSS %.0f MiB (baseline %.0f; %.0f once freed pages are returned), heap %.0f MiB",
 		n, toLive.Seconds(), rss, base, settled, float64(ms.HeapInuse)/(1<<20))
-	writeHeapProfile(b, n)
+	writeHeapProfile(b, n, "")
 
 	// 2. Soak with 1 s heartbeats.
 	b.StartTimer()
@@ -190,7 +190,14 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	}
 	b.Logf("workloads=%d: all Live again %.1fs after a restart", n, restartToLive.Seconds())
 
-	// 5. Cut off from every relay: every workload evicted at once.
+	// 5. Cut off from every relay: every workload suspect, then evicted,
+	// at once. The peak RSS of the whole run so far (the start's) is read
+	// before the cut, the cut's own peak after it.
+	startPeak := peakRSSMiB()
+	if err := resetPeakRSS(); err != nil {
+		b.Logf("reset the peak RSS: %v", err)
+	}
+	stopProfiles := profileAtPeaks(b, n)
 	b.StartTimer()
 	sa.a.ResetStepMax()
 	cut := time.Now()
@@ -210,6 +217,10 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	toDone := time.Since(cut)
 	evictStep := sa.a.StepMax()
 	b.StopTimer()
+	stopProfiles()
+	cutPeak := peakRSSMiB()
+	writeHeapProfile(b, n, ".cut")
+	b.Logf("workloads=%d: peak RSS %.0f MiB from the start to the cut, %.0f MiB from the cut until the evictions were done", n, startPeak, cutPeak)
 	b.Logf("workloads=%d: all Evicted %.1fs after the cut, eviction committed after %.1fs, longest step %v", n, toEvicted.Seconds(), toDone.Seconds(), evictStep)
 	if f := sa.count(lease.StateFailed); f != 0 {
 		b.Errorf("%d workloads failed", f)
@@ -224,6 +235,8 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	}
 
 	b.ReportMetric(rss, "rss-MiB")
+	b.ReportMetric(startPeak, "peak-rss-MiB")
+	b.ReportMetric(cutPeak, "cut-peak-rss-MiB")
 	b.ReportMetric(base, "baseline-rss-MiB")
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
 	b.ReportMetric(growth, "rss-growth-pct")
@@ -653,15 +666,55 @@ func TestForeignPublisherChild(t *testing.T) {
 	fmt.Printf("foreign-done accepted=%d failed=%d\n", accepted.Load(), failed.Load())
 }
 
-// writeHeapProfile writes the live heap once every workload is Live to
-// $SCALE_HEAP_PROFILE.<n> when that is set (-memprofile only sees the heap
-// after the agent stopped).
-func writeHeapProfile(b *testing.B, n int) {
+// profileAtPeaks, with SCALE_HEAP_PROFILE set, samples the RSS every
+// 100 ms until the returned stop is called and writes a heap profile to
+// $SCALE_HEAP_PROFILE.<n>.peak each time the RSS is 32 MiB over the last
+// one written: the heap of the highest peak, to read beside the steady
+// profile's (go tool pprof -base).
+func profileAtPeaks(b *testing.B, n int) (stop func()) {
+	p := os.Getenv("SCALE_HEAP_PROFILE")
+	if p == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		last := rssMiB()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if r := rssMiB(); r > last+32 {
+				last = r
+				f, err := os.Create(fmt.Sprintf("%s.%d.peak", p, n))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_ = pprof.WriteHeapProfile(f)
+				_ = f.Close()
+				b.Logf("heap profile at RSS %.0f MiB, %v into the cut", r, time.Now().Format(time.StampMilli))
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// writeHeapProfile writes the heap to $SCALE_HEAP_PROFILE.<n><suffix> when
+// that is set: once every workload is Live (no suffix) and once the cut's
+// evictions are done (".cut"; -memprofile only sees the heap after the
+// agent stopped).
+func writeHeapProfile(b *testing.B, n int, suffix string) {
 	p := os.Getenv("SCALE_HEAP_PROFILE")
 	if p == "" {
 		return
 	}
-	f, err := os.Create(fmt.Sprintf("%s.%d", p, n))
+	f, err := os.Create(fmt.Sprintf("%s.%d%s", p, n, suffix))
 	if err != nil {
 		b.Fatal(err)
 	}
