@@ -174,6 +174,11 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	if stopScaleAgent(b, sa) != nil {
 		shutdownErrors++
 	}
+	// The stopped agent's cleanup keeps its scaleAgent until the
+	// benchmark ends: without its Agent, so that the restarted agent's
+	// figures (the cut's peak) are one agent's, as in a process of 'run'.
+	sa.a = nil
+	runtime.GC()
 	began = time.Now()
 	be := &copyBackend{memBackend: newMemBackend(), name: "primary", c: cp}
 	sa = startScaleAgent(b, "primary-restarted", key, dbPath, lcfg, dial, be)
@@ -682,7 +687,7 @@ func profileAtPeaks(b *testing.B, n int) (stop func()) {
 		defer close(exited)
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
-		last := rssMiB()
+		var last float64
 		for {
 			select {
 			case <-done:
