@@ -262,9 +262,9 @@ type Agent struct {
 	me     self       // who this agent is
 	obs    observable // its own metrics, their registry and the status server
 
-	d    *driver.Driver // the one driver of the lease machine (machine goroutine only)
-	perf *performer     // the driver's Performer
-	data dataState      // the SQLite file and what the agent keeps in it
+	sh   *driver.Shell // the one driver of the lease machine in its shell: turns, saves, process operations, the fence gate (machine goroutine, but for the gate)
+	perf *performer    // the driver's Performer
+	data dataState     // the SQLite file and what the agent keeps in it
 
 	pool    RelayPool
 	subs    subscriptions // the relay subscription's sets (machine goroutine; subs.go)
@@ -321,15 +321,12 @@ type inbound struct {
 // outbound is the durable outbox of revocations, withdrawn markers and
 // announcements.
 type outbound struct {
-	courier *courier.Courier
-	// restoredDone is closed once the restored machine's effects were
-	// performed; the outbox starts sending only then (rule 7 across a crash).
-	restoredDone chan struct{}
-	revReports   revocationReports // revocations whose first short attempt was reported
+	courier    *courier.Courier
+	revReports revocationReports // revocations whose first short attempt was reported
 }
 
 // workloads is the backend that runs workloads and the actuator that
-// performs its operations off the machine goroutine.
+// performs the Shell's process operations off the machine goroutine.
 type workloads struct {
 	backend     backend.Backend
 	act         *actuator
@@ -459,7 +456,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 			inputs: make(chan input, 1024), beats: make(chan input, 1024),
 			raw: make(chan arrival, 256), received: make(chan relay.Received, 256), arrivals: newArrivals(),
 		},
-		out:    outbound{restoredDone: make(chan struct{}), revReports: revocationReports{seen: map[string]bool{}}},
+		out:    outbound{revReports: revocationReports{seen: map[string]bool{}}},
 		loop:   loopState{quorum: quorumWatch{synced: map[string]bool{}}},
 		beat:   beatState{own: newOwnBeats()},
 		claims: claimWork{sem: make(chan struct{}, maxClaimPublishes), reads: claimReads{kick: make(chan struct{}, 1)}},
@@ -504,11 +501,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	a.data.rows = &dbStore{db: a.data.db, st: a.data.tables}
+	a.work.act = newActuator(a.work.backend, a.logger, a.send)
 	if err := a.restore(ctx); err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
 	a.inbound.policy = newSignerPolicy(cfg.TrustedIssuers)
-	a.refreshPolicy(a.d.Machine().IDs())
+	a.refreshPolicy(a.machine().IDs())
 	a.subs.refresh(a)
 	icfg := cfg.Ingest
 	icfg.MaxSkew = cfg.Lease.MaxSkew
@@ -534,7 +532,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 		_ = a.out.courier.Close()
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
-	a.work.act = newActuator(a.work.backend, a.logger, a.send)
 	if cfg.Listen != "" || deps.Listener != nil {
 		if a.obs.http, err = newHTTPServerOn(cfg.Listen, deps.Listener, a.obs.gatherer, a.Status, a.healthy); err != nil {
 			_ = a.out.courier.Close()
@@ -598,7 +595,10 @@ func (a *Agent) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	a.d = d
+	a.sh = driver.NewShell(d, a.now(), driver.ShellConfig{}, driver.ShellDeps{
+		Processes: a.work.act,
+		Cursor:    func() int64 { return a.data.cursor.Cursor() },
+	})
 	if d.Restored() {
 		// Restored holders wait in syncing for M relays (rule 10), and
 		// RelaySynced starts them again.
@@ -616,7 +616,7 @@ func (a *Agent) restore(ctx context.Context) error {
 const commitBatch = 256
 
 // machine is the driven lease machine, for reading (machine goroutine).
-func (a *Agent) machine() *lease.Machine { return a.d.Machine() }
+func (a *Agent) machine() *lease.Machine { return a.sh.Driver().Machine() }
 
 // Addr is the status server's address ("" when disabled).
 func (a *Agent) Addr() string {
@@ -658,12 +658,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	goLoop("courier", func(ctx context.Context) error {
 		select {
-		case <-a.out.restoredDone:
+		case <-a.sh.Started():
 		case <-ctx.Done():
 			return nil
 		}
 		return a.out.courier.Run(ctx, &NostrForwarder{
-			Pool: a.pool, Quorum: a.cfg.Lease.M, Timeout: a.cfg.PublishTimeout, Gate: a.work.act,
+			Pool: a.pool, Quorum: a.cfg.Lease.M, Timeout: a.cfg.PublishTimeout, Gate: a.sh,
 			OnAck: a.onOutboxAck, OnAttempt: a.onOutboxAttempt,
 		})
 	})

@@ -196,9 +196,9 @@ func (p *performer) Record(e lease.Effect) {
 }
 
 func (p *performer) Start(e lease.StartWorkload) {
-	w, _ := p.a.d.Machine().Workload(e.ID)
+	w, _ := p.a.machine().Workload(e.ID)
 	p.a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
-	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command, prepare: p.a.localRecovery(w)})
+	p.a.sh.Enqueue(p.ctx, driver.Op{Kind: driver.OpStart, Workload: e.ID, Epoch: e.Epoch, Command: w.Spec.Command, Prepare: p.a.localRecovery(w)})
 	p.a.watchCheckpoints(e.ID, e.Epoch)
 }
 
@@ -206,7 +206,7 @@ func (p *performer) Stop(e lease.StopWorkload) {
 	a := p.a
 	a.cancelRestore(e.ID)
 	a.unwatchCheckpoints(e.ID)
-	if a.work.act.Fenced(e.ID) {
+	if a.sh.Fenced(e.ID) {
 		// Repeated stops (Restore re-issues one for every workload not
 		// held here) are no-ops: nothing runs or is queued.
 		a.logger.Debug("stop workload: not running here", "workload", e.ID, "epoch", e.Epoch)
@@ -214,13 +214,13 @@ func (p *performer) Stop(e lease.StopWorkload) {
 	}
 	reason := p.words.word(e.Reason)
 	a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, reason)
-	a.work.act.enqueue(p.ctx, e.ID, op{kind: opStop, epoch: e.Epoch})
+	a.sh.Enqueue(p.ctx, driver.Op{Kind: driver.OpStop, Workload: e.ID, Epoch: e.Epoch})
 }
 
 func (p *performer) Respawn(e lease.AttemptRespawn) {
-	w, _ := p.a.d.Machine().Workload(e.ID)
+	w, _ := p.a.machine().Workload(e.ID)
 	p.a.emit("respawn", e.ID, "respawn attempt %d (due %s)", e.Attempt, e.At.Format(time.TimeOnly))
-	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt, prepare: p.a.localRecovery(w)})
+	p.a.sh.Enqueue(p.ctx, driver.Op{Kind: driver.OpRespawn, Workload: e.ID, Epoch: e.Epoch, Command: w.Spec.Command, Attempt: e.Attempt, Prepare: p.a.localRecovery(w)})
 }
 
 // Queue reports an outbox effect: its row was committed with the step

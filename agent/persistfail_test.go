@@ -86,7 +86,7 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 		}
 	}
 	// The standby's claim of epoch 2 fences w1 and w2 (rule 9).
-	s := a.d.Begin(t0)
+	s := a.sh.Begin(t0)
 	for _, id := range []string{"w1", "w2"} {
 		a.feed(s, claimInput(t, a, t0, standby, id, 2))
 	}
@@ -112,7 +112,7 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 	}
 
 	refuseWrites(t, a, false)
-	if err := a.d.Begin(t0.Add(2 * driver.DefaultConfig().RetryEvery)).Commit(ctx); err != nil {
+	if err := a.sh.Driver().Begin(t0.Add(2 * driver.DefaultConfig().RetryEvery)).Commit(ctx); err != nil {
 		t.Fatalf("commit(retry) once writable = %v, want nil", err)
 	}
 	for id, want := range map[string]lease.State{"w1": lease.StateFenced, "w2": lease.StateFenced, "w3": lease.StateProvisioning} {
@@ -193,15 +193,15 @@ func TestShutdownCommitsTheBacklog(t *testing.T) {
 	if err := commitInputs(ctx, a, t0, ins...); err == nil {
 		t.Fatalf("commit(%d grants) with writes failing = nil, want an error", n)
 	}
-	if !a.d.Backlogged() || !a.d.Held() {
-		t.Fatalf("backlog %v, held steps %v: want both", a.d.Backlogged(), a.d.Held())
+	if !a.sh.Driver().Backlogged() || !a.sh.Driver().Held() {
+		t.Fatalf("backlog %v, held steps %v: want both", a.sh.Driver().Backlogged(), a.sh.Driver().Held())
 	}
 	refuseWrites(t, a, false)
-	if err := a.d.Close(ctx, a.now(), a.data.cursor.Cursor()); err != nil {
+	if err := a.sh.Driver().Close(ctx, a.now(), a.data.cursor.Cursor()); err != nil {
 		t.Fatalf("shutdown save = %v, want nil (the held step retried and the backlog committed)", err)
 	}
-	if a.d.Backlogged() || a.d.Held() {
-		t.Fatalf("after the shutdown save: backlog %d, held steps %v; want neither", a.d.BacklogLen(), a.d.Held())
+	if a.sh.Driver().Backlogged() || a.sh.Driver().Held() {
+		t.Fatalf("after the shutdown save: backlog %d, held steps %v; want neither", a.sh.Driver().BacklogLen(), a.sh.Driver().Held())
 	}
 	for _, id := range []string{"w0000", fmt.Sprintf("w%04d", n-1)} {
 		if got := rowState(t, a, id); got == "" {

@@ -34,4 +34,14 @@
 // told). Open restores it from the Store: every workload row the database
 // holds comes back, with the machine's metadata when it was saved, with
 // empty relay tables when it was not.
+//
+// Shell (shell.go, fence.go) is the machine goroutine's shell around the
+// Driver, as etcd's raft has node.go over rawnode.go: a turn (a step fed in
+// the one way every input is fed, relay-stream marks included), the
+// periodic save every SaveEvery, the release of process operations in order
+// per workload, and the fence gate that holds every outbox row until the
+// restored machine's stops were performed and a revocation until its
+// workload is fenced here (rule 7). The agent's machine loop and the
+// simulator's node both create one, so the properties check the gate the
+// agent's outbox asks.
 package driver

@@ -76,10 +76,11 @@ func (s *Step) Claim(c lease.PromotionClaim) {
 }
 
 // ClaimsRead feeds a claim read: every claim it found, then its outcome.
-// Competing is computed here: the distinct other providers whose active
-// claim carries an epoch at or above the one read (lease records a Paygress
-// announcement that competes as a rival, which ClaimsRead sees).
-func (s *Step) ClaimsRead(r lease.ClaimRead, claims []lease.PromotionClaim) {
+// Competing is computed here, and returned for the caller's timeline: the
+// distinct other providers whose active claim carries an epoch at or above
+// the one read (lease records a Paygress announcement that competes as a
+// rival, which ClaimsRead sees).
+func (s *Step) ClaimsRead(r lease.ClaimRead, claims []lease.PromotionClaim) int {
 	self := s.d.m.Self()
 	rivals := map[string]bool{}
 	for _, c := range claims {
@@ -91,6 +92,7 @@ func (s *Step) ClaimsRead(r lease.ClaimRead, claims []lease.PromotionClaim) {
 	r.Competing = len(rivals)
 	s.d.dirty.add(r.Workload)
 	s.add(s.d.m.ClaimsRead(s.now, r))
+	return r.Competing
 }
 
 // Grant feeds a lease grant (Track).
