@@ -262,9 +262,9 @@ type Agent struct {
 	me     self       // who this agent is
 	obs    observable // its own metrics, their registry and the status server
 
-	sh   *driver.Shell // the one driver of the lease machine in its shell: turns, saves, process operations, the fence gate (machine goroutine, but for the gate)
-	perf *performer    // the driver's Performer
-	data dataState     // the SQLite file and what the agent keeps in it
+	sh   *agentShell // the one driver of the lease machine in its shell: turns, saves, process operations, the fence gate (machine goroutine, but for the gate)
+	perf *performer  // the driver's Performer
+	data dataState   // the SQLite file and what the agent keeps in it
 
 	pool    RelayPool
 	subs    subscriptions // the relay subscription's sets (machine goroutine; subs.go)
@@ -584,7 +584,7 @@ func (a *Agent) newPool() (RelayPool, error) {
 // database holds), or an empty one.
 func (a *Agent) restore(ctx context.Context) error {
 	a.perf = &performer{a: a, ctx: context.Background()} // Run sets its own
-	d, err := driver.Open(ctx, a.now(), driver.Config{CommitWait: a.cfg.CommitWait, CommitBatch: commitBatch}, a.cfg.Lease, a.me.self, driver.Deps{
+	d, err := driver.Open(ctx, a.now(), driver.Config{CommitWait: a.cfg.CommitWait, CommitBatch: commitBatch}, a.cfg.Lease, a.me.self, driver.Deps[[]byte, commitExtra]{
 		Store: a.data.rows, Outbox: eventBuilder{a}, Performer: a.perf, Events: commitEvents{a},
 		Finished: func(toks []driver.Token) {
 			for _, t := range toks {

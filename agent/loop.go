@@ -206,7 +206,7 @@ func (a *Agent) ResetStepMax() { a.loop.turns.stepMax.Store(0) }
 
 // feed applies one input to the turn t: the agent's own bookkeeping
 // (the status view, metrics, the timeline) around driver.Turn.Feed.
-func (a *Agent) feed(t *driver.Turn, in input) {
+func (a *Agent) feed(t *agentTurn, in input) {
 	defer a.in.arrivals.Done(in.arrival)
 	var din driver.Input
 	if in.hasTok {
@@ -289,7 +289,7 @@ type relayClaim struct {
 // every event that came before it has been fed: a gap, a sync (EOSE: the
 // relay's stream is watched from now, and after a restart it counts toward
 // rule 10's sync), our own heartbeat (the stream shows silence up to it).
-func (a *Agent) applyMarks(t *driver.Turn) {
+func (a *Agent) applyMarks(t *agentTurn) {
 	a.loop.marks = a.in.arrivals.released(a.loop.marks[:0])
 	for _, m := range a.loop.marks {
 		synced := t.Mark(m.Mark)

@@ -28,9 +28,9 @@ import (
 // on every core for a big step.
 type eventBuilder struct{ a *Agent }
 
-func (b eventBuilder) Build(jobs []driver.OutboxJob) []driver.OutboxResult {
+func (b eventBuilder) Build(jobs []driver.OutboxJob) []driver.OutboxResult[[]byte] {
 	a := b.a
-	res := make([]driver.OutboxResult, len(jobs))
+	res := make([]driver.OutboxResult[[]byte], len(jobs))
 	// The fence wording reads the relays' refusals once per step time.
 	var words wordingCache
 	for i := range jobs {
@@ -45,7 +45,7 @@ func (b eventBuilder) Build(jobs []driver.OutboxJob) []driver.OutboxResult {
 		if err == nil {
 			var payload []byte
 			if payload, err = json.Marshal(ev); err == nil {
-				res[i].Row = driver.OutboxRow{Key: key, Payload: payload}
+				res[i].Row = driver.OutboxRow[[]byte]{Key: key, Payload: payload}
 				return
 			}
 		}
@@ -120,7 +120,6 @@ func (c commitEvents) Dropped(e lease.Effect, err error) {
 type performer struct {
 	a     *Agent
 	ctx   context.Context
-	at    time.Time    // created_at of the current effect's claim
 	words wordingCache // the fence wording, read at most once a second
 }
 
@@ -142,15 +141,24 @@ func (c *wordingCache) get(now time.Time, maxAge time.Duration, build func(time.
 }
 
 // Perform carries out one effect the driver hands over; at is the
-// created_at of a PublishClaim's claim.
+// created_at the driver gave a PublishClaim's claim (zero for the others).
 func (p *performer) Perform(e lease.Effect, at time.Time) {
 	a := p.a
-	p.at = at
 	p.words.get(a.now(), time.Second, a.fenceWording)
 	a.obs.met.effects.WithLabelValues(effectType(e)).Inc()
 	a.logger.Debug("effect", "effect", e.String())
 	a.refreshPolicy([]string{e.Workload()})
-	lease.Perform(p, e)
+	lease.Perform(performCall{performer: p, at: at}, e)
+}
+
+var _ lease.Performer = performCall{}
+
+// performCall is the lease.Performer of one effect: the performer, and the
+// created_at the driver gave the effect's event (a PublishClaim's claim),
+// which only PublishClaim reads.
+type performCall struct {
+	*performer
+	at time.Time
 }
 
 func (p *performer) Record(e lease.Effect) {
@@ -240,8 +248,11 @@ func (p *performer) Queue(e lease.Effect) {
 	}
 }
 
-func (p *performer) PublishClaim(e lease.PublishClaim) {
-	a, at := p.a, p.at
+// PublishClaim publishes the claim, created at c.at, off the machine
+// goroutine, at most maxClaimPublishes at once, and reports how many relays
+// accepted it (ClaimPublished).
+func (c performCall) PublishClaim(e lease.PublishClaim) {
+	p, a, at := c.performer, c.a, c.at
 	a.obs.met.promotions.WithLabelValues("claimed").Inc()
 	a.goFeedback(p.ctx, func(ctx context.Context) {
 		select {

@@ -61,7 +61,7 @@ type Processes interface {
 // Enqueue queues op behind its workload's other operations; they are
 // performed in order, one at a time (Processes.Go and Run), ctx being the
 // lifetime of the work.
-func (sh *Shell) Enqueue(ctx context.Context, op Op) {
+func (sh *Shell[P, X]) Enqueue(ctx context.Context, op Op) {
 	id := op.Workload
 	sh.mu.Lock()
 	sh.queues[id] = append(sh.queues[id], op)
@@ -76,7 +76,7 @@ func (sh *Shell) Enqueue(ctx context.Context, op Op) {
 // work performs workload id's operations until its queue is empty. An
 // operation stays at the queue's front while it runs, so that Pending
 // sees it.
-func (sh *Shell) work(ctx context.Context, id string) {
+func (sh *Shell[P, X]) work(ctx context.Context, id string) {
 	for {
 		sh.mu.Lock()
 		q := sh.queues[id]
@@ -97,7 +97,7 @@ func (sh *Shell) work(ctx context.Context, id string) {
 
 // Pending reports whether an operation of workload id is queued or under
 // way.
-func (sh *Shell) Pending(id string) bool {
+func (sh *Shell[P, X]) Pending(id string) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return len(sh.queues[id]) > 0
@@ -105,19 +105,19 @@ func (sh *Shell) Pending(id string) bool {
 
 // Fenced reports whether workload id is fenced here: no operation of it
 // queued or under way, and its process not running.
-func (sh *Shell) Fenced(id string) bool {
+func (sh *Shell[P, X]) Fenced(id string) bool {
 	return !sh.Pending(id) && !sh.procs.Running(id)
 }
 
 // Started is closed once Start has performed the restored machine's
 // effects: the outbox may send from then on.
-func (sh *Shell) Started() <-chan struct{} { return sh.started }
+func (sh *Shell[P, X]) Started() <-chan struct{} { return sh.started }
 
 // Release reports whether an outbox row may be sent now: none before Start
 // performed the restored machine's stops, and a revocation (revokes: the
 // workload it revokes; "" for any other row) only once that workload is
 // fenced here. A row held back is due again after FenceRecheck.
-func (sh *Shell) Release(revokes string) bool {
+func (sh *Shell[P, X]) Release(revokes string) bool {
 	select {
 	case <-sh.started:
 	default:
@@ -127,4 +127,4 @@ func (sh *Shell) Release(revokes string) bool {
 }
 
 // FenceRecheck is how soon a row Release held back is due again.
-func (sh *Shell) FenceRecheck() time.Duration { return sh.recheck }
+func (sh *Shell[P, X]) FenceRecheck() time.Duration { return sh.recheck }

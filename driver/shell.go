@@ -33,12 +33,13 @@ const DefaultFenceRecheck = 100 * time.Millisecond
 //     nothing before the restored machine's stops were performed (Start),
 //     and a revocation only once its workload is fenced here (rule 7).
 //
-// A Shell is used from the machine goroutine, except Enqueue, Pending,
+// P and X are its Driver's. A Shell is used from the machine goroutine,
+// except Enqueue, Pending,
 // Fenced, Release and Started, which are safe for concurrent use (the
 // agent's outbox and its planned moves call them from goroutines of their
 // own).
-type Shell struct {
-	d        *Driver
+type Shell[P, X any] struct {
+	d        *Driver[P, X]
 	procs    Processes
 	cursor   func() int64
 	recheck  time.Duration
@@ -69,14 +70,14 @@ type ShellDeps struct {
 
 // NewShell wraps d, opened at now (the first periodic save is due
 // SaveEvery later). Nothing is performed until Start.
-func NewShell(d *Driver, now time.Time, cfg ShellConfig, deps ShellDeps) *Shell {
+func NewShell[P, X any](d *Driver[P, X], now time.Time, cfg ShellConfig, deps ShellDeps) *Shell[P, X] {
 	if cfg.FenceRecheck <= 0 {
 		cfg.FenceRecheck = DefaultFenceRecheck
 	}
 	if deps.Cursor == nil {
 		deps.Cursor = func() int64 { return 0 }
 	}
-	return &Shell{
+	return &Shell[P, X]{
 		d: d, procs: deps.Processes, cursor: deps.Cursor, recheck: cfg.FenceRecheck,
 		started: make(chan struct{}), nextSave: now.Add(SaveEvery),
 		queues: map[string][]Op{}, busy: map[string]bool{},
@@ -84,7 +85,7 @@ func NewShell(d *Driver, now time.Time, cfg ShellConfig, deps ShellDeps) *Shell 
 }
 
 // Driver is the wrapped driver.
-func (sh *Shell) Driver() *Driver { return sh.d }
+func (sh *Shell[P, X]) Driver() *Driver[P, X] { return sh.d }
 
 // Start performs the restored machine's effects (Driver.CommitRestored:
 // Restore's stops for every workload not held here, then Outstanding's
@@ -94,7 +95,7 @@ func (sh *Shell) Driver() *Driver { return sh.d }
 // (lease/doc.go's restart protocol). The outbox opens even when that
 // commit fails: the stops were performed, the rest is held like any
 // step's.
-func (sh *Shell) Start(ctx context.Context, now time.Time) error {
+func (sh *Shell[P, X]) Start(ctx context.Context, now time.Time) error {
 	err := sh.d.CommitRestored(ctx, now)
 	close(sh.started)
 	return err
@@ -102,7 +103,7 @@ func (sh *Shell) Start(ctx context.Context, now time.Time) error {
 
 // Save is the periodic save (Driver.Save with the world's cursor); the
 // next one is due SaveEvery after now.
-func (sh *Shell) Save(ctx context.Context, now time.Time) error {
+func (sh *Shell[P, X]) Save(ctx context.Context, now time.Time) error {
 	sh.nextSave = now.Add(SaveEvery)
 	return sh.d.Save(ctx, now, sh.cursor())
 }
@@ -110,7 +111,7 @@ func (sh *Shell) Save(ctx context.Context, now time.Time) error {
 // SaveIfDue saves (Save) when the periodic save is due at now, for a
 // caller that looks at every turn rather than keeping a ticker; it
 // reports whether it saved.
-func (sh *Shell) SaveIfDue(ctx context.Context, now time.Time) (bool, error) {
+func (sh *Shell[P, X]) SaveIfDue(ctx context.Context, now time.Time) (bool, error) {
 	if now.Before(sh.nextSave) {
 		return false, nil
 	}
@@ -119,7 +120,7 @@ func (sh *Shell) SaveIfDue(ctx context.Context, now time.Time) (bool, error) {
 
 // Close persists everything at shutdown (Driver.Close with the world's
 // cursor).
-func (sh *Shell) Close(ctx context.Context, now time.Time) error {
+func (sh *Shell[P, X]) Close(ctx context.Context, now time.Time) error {
 	return sh.d.Close(ctx, now, sh.cursor())
 }
 
@@ -127,10 +128,10 @@ func (sh *Shell) Close(ctx context.Context, now time.Time) error {
 // inputs and marks, then committed. Its Step is there for what only an
 // operator or a planned move feeds (HandOver, SetDraining, Release,
 // Extra, SetClockSuspect).
-type Turn struct{ *Step }
+type Turn[P, X any] struct{ *Step[P, X] }
 
 // Begin starts a turn at now (the caller's clock).
-func (sh *Shell) Begin(now time.Time) *Turn { return &Turn{Step: sh.d.Begin(now)} }
+func (sh *Shell[P, X]) Begin(now time.Time) *Turn[P, X] { return &Turn[P, X]{Step: sh.d.Begin(now)} }
 
 // Input is one machine input as the world received and verified it. At
 // most one of its inputs is set, besides Claims, which come alone or with
@@ -171,7 +172,7 @@ type Fed struct {
 
 // Feed feeds one input to the turn's step: the one table of how each
 // input reaches the machine.
-func (t *Turn) Feed(in Input) Fed {
+func (t *Turn[P, X]) Feed(in Input) Fed {
 	var fed Fed
 	if in.Token != nil {
 		t.Token(*in.Token)
@@ -229,7 +230,7 @@ type Mark struct {
 
 // Mark feeds m. It reports whether it ended the relay sync a restart
 // awaits (rule 10): restored workloads may resume.
-func (t *Turn) Mark(m Mark) (synced bool) {
+func (t *Turn[P, X]) Mark(m Mark) (synced bool) {
 	switch m.Kind {
 	case MarkGap:
 		t.RelayGap(m.Relay)

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"provideragent/driver"
 )
 
 // ArmCommitFailure makes every commit fail for d from the node's latest
@@ -52,7 +50,7 @@ func (n *LeaseNode) ArmCrashBeforeCommit(down time.Duration) {
 }
 
 // refuse is the database's answer to a commit attempt (the armed faults).
-func (n *LeaseNode) refuse(b *driver.Batch, wait time.Duration) error {
+func (n *LeaseNode) refuse(b *simBatch, wait time.Duration) error {
 	if n.crashArmed && n.crashBefore && n.crashAt(b) {
 		n.crashArmed = false
 		n.env.Logf("agent crashes after the step's stops, before its commit")
@@ -71,9 +69,9 @@ func (n *LeaseNode) refuse(b *driver.Batch, wait time.Duration) error {
 
 // wrote is called once a commit wrote b: its outbox rows become receipts,
 // sent now (a revocation once its workload's stop completed).
-func (n *LeaseNode) wrote(b *driver.Batch) {
+func (n *LeaseNode) wrote(b *simBatch) {
 	for _, r := range b.Outbox {
-		ev := r.Payload.(Event)
+		ev := r.Payload
 		e := outboxEntry{Ev: ev, Pending: make([]bool, n.env.NumRelays())}
 		for i := range e.Pending {
 			e.Pending[i] = true
@@ -93,7 +91,7 @@ func (n *LeaseNode) wrote(b *driver.Batch) {
 
 // crashAt reports whether an armed crash strikes at the commit of b: one
 // that writes a workload row (crashIf accepts).
-func (n *LeaseNode) crashAt(b *driver.Batch) bool {
+func (n *LeaseNode) crashAt(b *simBatch) bool {
 	for _, w := range b.Workloads {
 		if n.crashIf == nil || n.crashIf(w) {
 			return true

@@ -11,12 +11,23 @@ import (
 	"provideragent/lease"
 )
 
+// The simulator's instances of the driver's types: an outbox row carries a
+// simulated event, and a step has no rows of its own.
+type (
+	noRows    = struct{}
+	simDriver = driver.Driver[Event, noRows]
+	simShell  = driver.Shell[Event, noRows]
+	simTurn   = driver.Turn[Event, noRows]
+	simBatch  = driver.Batch[Event, noRows]
+	simStore  = drivertest.MemStore[Event, noRows]
+)
+
 // leaseDisk is what survives an agent crash: the driver's database (a
 // drivertest.MemStore: workload rows, the machine's metadata, claim times,
 // the subscription cursor), the outbox's receipts, and each durable
 // workload's checkpoint file.
 type leaseDisk struct {
-	store  drivertest.MemStore
+	store  simStore
 	outbox []outboxEntry
 	files  map[string]*ckptFile
 }
@@ -39,7 +50,7 @@ type timerRespawn struct {
 // (outbox.go). Turns, saves, the release of process operations and the
 // fence gate (a revocation leaves only once its workload's stop completed)
 // are the agent's own: a driver.Shell around the driver, over simulated
-// processes (perform.go). Its database is a drivertest.MemStore that survives crashes:
+// processes (perform.go). Its database is a simStore that survives crashes:
 // what a restart restores is exactly what the driver committed. With a
 // checkpoint policy in the grant (checkpoint.go, move.go) it also runs the
 // copy as a counter that checkpoints every CheckpointEvery, publishes
@@ -60,8 +71,8 @@ type LeaseNode struct {
 	keys map[string]ProviderID
 
 	disk   *leaseDisk
-	d      *driver.Driver // nil while crashed
-	sh     *driver.Shell  // the shell around d, as the agent's: turns, saves, process operations, the fence gate
+	d      *simDriver // nil while crashed
+	sh     *simShell  // the shell around d, as the agent's: turns, saves, process operations, the fence gate
 	nextHB time.Time
 	pubs   map[EventID]*claimPub
 	reads  map[QueryID]*claimRead
@@ -159,7 +170,7 @@ func (n *LeaseNode) Boot(env Env, now time.Time) {
 	n.moves = map[string]*moveOp{}
 	n.nextHB = now
 	n.now = maxTime(n.now, now)
-	d, err := driver.Open(context.Background(), now, driver.Config{}, n.cfg, n.key, driver.Deps{
+	d, err := driver.Open(context.Background(), now, driver.Config{}, n.cfg, n.key, driver.Deps[Event, noRows]{
 		Store: &n.disk.store, Outbox: simOutbox{n}, Performer: simPerformer{n}, Events: simEvents{n},
 	})
 	if err != nil {
@@ -209,7 +220,7 @@ func (n *LeaseNode) checkRestored() {
 }
 
 // commit commits a turn; a failure is the driver's to hold and retry.
-func (n *LeaseNode) commit(t *driver.Turn) {
+func (n *LeaseNode) commit(t *simTurn) {
 	_ = t.Commit(context.Background())
 }
 

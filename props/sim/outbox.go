@@ -87,12 +87,12 @@ func (n *LeaseNode) flushOutbox() {
 // job's time (whole seconds), as the agent signs them.
 type simOutbox struct{ n *LeaseNode }
 
-func (o simOutbox) Build(jobs []driver.OutboxJob) []driver.OutboxResult {
-	out := make([]driver.OutboxResult, len(jobs))
+func (o simOutbox) Build(jobs []driver.OutboxJob) []driver.OutboxResult[Event] {
+	out := make([]driver.OutboxResult[Event], len(jobs))
 	for i, j := range jobs {
 		ev := o.n.outboxEvent(j.At, j.Effect)
 		ev.ID, ev.Author = o.n.env.NewEventID(), o.n.self
-		out[i].Row = driver.OutboxRow{Key: fmt.Sprintf("%T:%s:%d:%d", j.Effect, j.Effect.Workload(), ev.CreatedAt, ev.ID), Payload: ev}
+		out[i].Row = driver.OutboxRow[Event]{Key: fmt.Sprintf("%T:%s:%d:%d", j.Effect, j.Effect.Workload(), ev.CreatedAt, ev.ID), Payload: ev}
 	}
 	return out
 }
