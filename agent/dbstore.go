@@ -1,8 +1,9 @@
 package agent
 
-// The agent's side of the driver: its database (dbStore), the events its
-// outbox sends (eventBuilder), and what an operator is told of commits
-// (commitEvents).
+// The driver's database in the agent (dbStore): one SQLite transaction per
+// commit, and the agent's instances of the driver's generic types. The
+// events a step's outbox effects queue, the performing of effects and what
+// an operator is told of commits are in perform.go.
 
 import (
 	"context"

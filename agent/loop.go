@@ -168,7 +168,7 @@ drain:
 }
 
 // slowTurn is the longest a turn of the machine loop may take before
-// inputs are late (issue 10's bound for a mass transition): a longer one
+// inputs are late (the bound a mass transition must meet): a longer one
 // is a WARN, at most once per slowTurnLogEvery.
 const (
 	slowTurn         = 250 * time.Millisecond

@@ -46,8 +46,8 @@ func claimInput(t *testing.T, a *Agent, now time.Time, claimer *identity.Keys, w
 	return in
 }
 
-// TestFailedCommitStopsAndHoldsTheRest (issue 16 item 2, on one agent's
-// machine step): while every database write fails, a fencing stop is still
+// TestFailedCommitStopsAndHoldsTheRest (on one agent's machine step):
+// while every database write fails, a fencing stop is still
 // performed, a start is not, and the inputs' cursor tokens stay open; once
 // writes work again the held steps are persisted, the start of a workload
 // that was fenced meanwhile never runs, the start of one still held runs,
@@ -134,8 +134,8 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 	}
 }
 
-// TestFutureCursorHealedAtStart: a persisted cursor in the year 2100 (set
-// by a forged future-dated event before issue 16 item 3 was fixed) is
+// TestFutureCursorHealedAtStart: a persisted cursor in the year 2100 (as a
+// forged future-dated event could once leave it) is
 // clamped to now when the agent starts, in memory and in the database, so
 // the subscriptions ask for events again.
 func TestFutureCursorHealedAtStart(t *testing.T) {
