@@ -265,6 +265,33 @@ func TestTurnFeed(t *testing.T) {
 		t.Errorf("tokens finished = %v, want [7]", w.done)
 	}
 
+	// The holder's own heartbeats on M relays make it Live; its process's
+	// exit (restart policy never) fails the workload.
+	tr = sh.Begin(t0.Add(time.Second))
+	for _, r := range []string{"wss://r1.test", "wss://r2.test"} {
+		tr.Feed(driver.Input{Heartbeat: &lease.Heartbeat{Provider: self, Relay: r, CreatedAt: t0.Add(time.Second), Listed: true,
+			Workloads: []lease.WorkloadEpoch{{ID: "w1", Epoch: 1}}}})
+	}
+	tr.Tick()
+	if err := tr.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := w.d.Machine().State("w1"); st != lease.StateLive {
+		t.Fatalf("w1 after its holder's heartbeats on 2 relays = %v, want live", st)
+	}
+	tr = sh.Begin(t0.Add(2 * time.Second))
+	tr.Feed(driver.Input{Exit: &lease.ProcessExit{Workload: "w1", Epoch: 1, Reason: "exit status 1"}})
+	// Outcomes of operations of a workload the machine does not track
+	// change nothing.
+	tr.Feed(driver.Input{Respawn: &lease.RespawnResult{Workload: "w9", Attempt: 1}})
+	tr.Feed(driver.Input{Restored: &lease.RestoreResult{Workload: "w9", Epoch: 1, Attempt: 1}})
+	if err := tr.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := w.d.Machine().State("w1"); st != lease.StateFailed {
+		t.Fatalf("w1 after its process exited (restart never) = %v, want failed", st)
+	}
+
 	// A standby's turn: a token alone, then claims with and without a read.
 	w2 := newWorld(t, nil)
 	sh2 := w2.shell(newProcs(), driver.ShellConfig{}, nil)
@@ -296,6 +323,16 @@ func TestTurnFeed(t *testing.T) {
 	}
 	if len(w2.done) != 1 {
 		t.Errorf("tokens finished = %v, want one", w2.done)
+	}
+
+	// A revocation and a claim's acknowledgement reach the machine too
+	// (here they change nothing: the standby has not heard its holder).
+	tr = sh2.Begin(t0.Add(time.Second))
+	tr.Feed(driver.Input{Revocation: &lease.Revocation{Workload: "w2", Signer: other, Epoch: 1, Successor: self,
+		Standbys: []string{self}, CreatedAt: t0.Add(time.Second)}})
+	tr.Feed(driver.Input{ClaimAck: &lease.ClaimAck{Workload: "w2", Epoch: 2, Accepted: 3}})
+	if err := tr.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
