@@ -121,30 +121,7 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 			return fail(err)
 		}
 	}
-	base := b.cfg.BaseEnv
-	switch {
-	case base != nil:
-	case b.dirs.isolate:
-		// Nothing of the agent's environment: it may hold secrets.
-		base = []string{"PATH=" + defaultPath, "HOME=" + wd.home}
-	default:
-		base = os.Environ()
-	}
-	env := make([]string, 0, len(base)+len(spec.Env)+5)
-	for _, kv := range base {
-		if !strings.HasPrefix(kv, shimEnv+"=") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env,
-		"PROVIDER_AGENT_WORKLOAD_ID="+spec.WorkloadID,
-		fmt.Sprintf("PROVIDER_AGENT_EPOCH=%d", spec.Epoch),
-		CheckpointDirEnv+"="+wd.checkpoint)
-	env = append(env, spec.Env...)
-	if b.marker != "" {
-		// Last, so a spec cannot override it.
-		env = append(env, MarkerEnv+"="+b.marker)
-	}
+	env := b.workloadEnv(spec, wd)
 	group, err := b.contain.newGroup("w" + strconv.FormatUint(p.token, 10) + "-" + strings.TrimSuffix(logName(spec.WorkloadID), ".log"))
 	if err != nil {
 		return fail(err)
@@ -161,19 +138,7 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 	if cgDir != nil {
 		defer cgDir.Close()
 	}
-	scfg := shimConfig{agent: os.Getpid(), grace: b.cfg.StopGrace, token: p.token, join: join, uid: -1, gid: -1, hold: p.hold}
-	if p.log != "" && b.cfg.Log.MaxBytes > 0 && (!p.hold || p.logIn != nil) {
-		scfg.logMax, scfg.logKeep, scfg.logPath = b.cfg.Log.MaxBytes, b.cfg.Log.Keep, p.log
-	}
-	if !p.hold {
-		scfg.fsize = b.cfg.Dirs.MaxBytes
-	}
-	if b.dirs.isolate && !p.hold {
-		scfg.uid, scfg.gid = int64(wd.uid), int64(wd.gid)
-	}
-	if group != nil {
-		scfg.cgroup = group.dir
-	}
+	scfg := b.shimSettings(p, wd, group, join)
 	// The shim reads its settings from these and removes them.
 	env = append(env, scfg.env())
 	if le := scfg.logEnv(); le != "" {
@@ -229,6 +194,18 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 	if err != nil {
 		return fail(err)
 	}
+	wpid, err := b.handshake(ctx, p, cmd, hsR)
+	if err != nil {
+		return fail(err)
+	}
+	return cmd, wpid, nil
+}
+
+// handshake reads the handshake of the shim cmd started (hsR): the
+// workload's pid, once the shim started it (for a holding shim, its PID
+// namespace is opened too). Anything else is an error, and nothing stays
+// behind it: the shim and what it started are killed.
+func (b *Process) handshake(ctx context.Context, p *proc, cmd *exec.Cmd, hsR *os.File) (int, error) {
 	msg, err := readHandshake(ctx, hsR)
 	if err == nil {
 		if rest, ok := strings.CutPrefix(msg, "ok "); ok {
@@ -243,7 +220,7 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 				}
 			}
 			if err == nil && wpid > 1 {
-				return cmd, wpid, nil
+				return wpid, nil
 			}
 		}
 		if rest, ok := strings.CutPrefix(msg, "error "); ok {
@@ -259,7 +236,61 @@ func (b *Process) spawn(ctx context.Context, p *proc, spec StartSpec) (*exec.Cmd
 	if msg == "" && werr != nil {
 		err = fmt.Errorf("%w (workload supervisor: %v)", err, werr)
 	}
-	return fail(err)
+	return 0, err
+}
+
+// workloadEnv is the environment of spec's process, in the run's
+// directories wd: the configured base (none: the agent's own, or only PATH
+// and HOME when isolating, since the agent's may hold secrets) without the
+// shim's variable, then the workload's identity, epoch and checkpoint
+// directory, the spec's own, and the backend's marker last.
+func (b *Process) workloadEnv(spec StartSpec, wd workdir) []string {
+	base := b.cfg.BaseEnv
+	switch {
+	case base != nil:
+	case b.dirs.isolate:
+		// Nothing of the agent's environment: it may hold secrets.
+		base = []string{"PATH=" + defaultPath, "HOME=" + wd.home}
+	default:
+		base = os.Environ()
+	}
+	env := make([]string, 0, len(base)+len(spec.Env)+5)
+	for _, kv := range base {
+		if !strings.HasPrefix(kv, shimEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env,
+		"PROVIDER_AGENT_WORKLOAD_ID="+spec.WorkloadID,
+		fmt.Sprintf("PROVIDER_AGENT_EPOCH=%d", spec.Epoch),
+		CheckpointDirEnv+"="+wd.checkpoint)
+	env = append(env, spec.Env...)
+	if b.marker != "" {
+		// Last, so a spec cannot override it.
+		env = append(env, MarkerEnv+"="+b.marker)
+	}
+	return env
+}
+
+// shimSettings are the settings of p's shim: its agent, stop grace and
+// token, whether it joins its cgroup itself (join) and which (group), the
+// log rotation when it writes the log, and for a workload (not a holding
+// shim) the file size limit and, when isolating, its user.
+func (b *Process) shimSettings(p *proc, wd workdir, group *cgroupGroup, join bool) shimConfig {
+	scfg := shimConfig{agent: os.Getpid(), grace: b.cfg.StopGrace, token: p.token, join: join, uid: -1, gid: -1, hold: p.hold}
+	if p.log != "" && b.cfg.Log.MaxBytes > 0 && (!p.hold || p.logIn != nil) {
+		scfg.logMax, scfg.logKeep, scfg.logPath = b.cfg.Log.MaxBytes, b.cfg.Log.Keep, p.log
+	}
+	if !p.hold {
+		scfg.fsize = b.cfg.Dirs.MaxBytes
+	}
+	if b.dirs.isolate && !p.hold {
+		scfg.uid, scfg.gid = int64(wd.uid), int64(wd.gid)
+	}
+	if group != nil {
+		scfg.cgroup = group.dir
+	}
+	return scfg
 }
 
 // readHandshake reads the shim's one line, bounded by ctx and
