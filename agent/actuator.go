@@ -8,105 +8,64 @@ import (
 	"time"
 
 	"provideragent/backend"
+	"provideragent/driver"
 	"provideragent/lease"
 )
 
-// actuator runs backend operations off the machine goroutine, in order per
-// workload, and reports their outcomes back as machine inputs. It is the
-// FenceGate of the Nostr forwarder: a workload is fenced when nothing is
-// queued for it and its process does not run.
+// actuator is the Shell's driver.Processes in the agent: it performs the
+// process operations the Shell releases (in order per workload, one at a
+// time) against the backend, each workload's on a goroutine of its own,
+// and reports their outcomes back as machine inputs.
 type actuator struct {
 	backend backend.Backend
 	logger  *slog.Logger
 	report  func(ctx context.Context, in input)
-
-	mu     sync.Mutex
-	queues map[string][]op
-	busy   map[string]bool
-	wg     sync.WaitGroup
+	wg      sync.WaitGroup
 }
 
-type opKind int
+var _ driver.Processes = (*actuator)(nil)
 
-const (
-	opStart opKind = iota
-	opStop
-	opRespawn
-)
-
-type op struct {
-	kind    opKind
-	epoch   uint64
-	command []string
-	attempt int
-	reason  string // opStop: the reason given to the backend ("": fenced)
-	// prepare, when set, runs before an opStart or opRespawn (a durable workload's
-	// checkpoint is recovered into its run's directory): errStartDropped
-	// drops the start (a stop, queued next, cancelled it); another error
-	// is reported as the start's failure.
-	prepare func(ctx context.Context) error
-}
-
-// errStartDropped is what a start's prepare returns when a stop cancelled
-// it: the start is dropped, not failed.
+// errStartDropped is what a start's prepare (driver.Op.Prepare) returns
+// when a stop cancelled it: the start is dropped, not failed.
 var errStartDropped = errors.New("start dropped")
 
 func newActuator(b backend.Backend, logger *slog.Logger, report func(ctx context.Context, in input)) *actuator {
-	return &actuator{backend: b, logger: logger, report: report, queues: map[string][]op{}, busy: map[string]bool{}}
+	return &actuator{backend: b, logger: logger, report: report}
 }
 
-// enqueue adds an operation for workload id; a worker goroutine (one per
-// workload with queued work) runs them in order until ctx ends.
-func (a *actuator) enqueue(ctx context.Context, id string, o op) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.queues[id] = append(a.queues[id], o)
-	if a.busy[id] {
-		return
-	}
-	a.busy[id] = true
+// Go runs a workload's operations on a goroutine of their own (wait
+// awaits it).
+func (a *actuator) Go(work func()) {
 	a.wg.Add(1)
-	go a.work(ctx, id)
+	go func() {
+		defer a.wg.Done()
+		work()
+	}()
 }
 
-func (a *actuator) work(ctx context.Context, id string) {
-	defer a.wg.Done()
-	for {
-		a.mu.Lock()
-		q := a.queues[id]
-		if len(q) == 0 {
-			delete(a.queues, id)
-			delete(a.busy, id)
-			a.mu.Unlock()
-			return
-		}
-		o := q[0]
-		a.mu.Unlock()
-		a.run(ctx, id, o)
-		a.mu.Lock()
-		a.queues[id] = a.queues[id][1:]
-		a.mu.Unlock()
-	}
-}
+// Running implements driver.Processes.
+func (a *actuator) Running(id string) bool { return a.backend.Running(id) }
 
-func (a *actuator) run(ctx context.Context, id string, o op) {
-	switch o.kind {
-	case opStart:
+// Run implements driver.Processes.
+func (a *actuator) Run(ctx context.Context, o driver.Op) {
+	id := o.Workload
+	switch o.Kind {
+	case driver.OpStart:
 		if ctx.Err() != nil {
 			return
 		}
-		dropped, err := a.start(ctx, id, o)
+		dropped, err := a.start(ctx, o)
 		if dropped {
 			return
 		}
 		if err != nil {
-			a.logger.Error("start workload", "workload", id, "epoch", o.epoch, "err", err)
-			a.report(ctx, input{exit: &lease.ProcessExit{Workload: id, Epoch: o.epoch, Reason: "start failed: " + err.Error()}})
+			a.logger.Error("start workload", "workload", id, "epoch", o.Epoch, "err", err)
+			a.report(ctx, input{exit: &lease.ProcessExit{Workload: id, Epoch: o.Epoch, Reason: "start failed: " + err.Error()}})
 		}
-	case opStop:
+	case driver.OpStop:
 		// A stop runs even during shutdown: fencing must complete.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		reason := o.reason
+		reason := o.Reason
 		if reason == "" {
 			reason = stopReasonFenced
 		}
@@ -114,16 +73,16 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 			a.logger.Error("stop workload", "workload", id, "err", err)
 		}
 		cancel()
-	case opRespawn:
+	case driver.OpRespawn:
 		// The machine emits AttemptRespawn only once it is due: at once.
 		if ctx.Err() != nil {
 			return
 		}
-		dropped, err := a.start(ctx, id, o)
+		dropped, err := a.start(ctx, o)
 		if dropped {
 			return
 		}
-		res := lease.RespawnResult{Workload: id, Attempt: o.attempt, OK: err == nil}
+		res := lease.RespawnResult{Workload: id, Attempt: o.Attempt, OK: err == nil}
 		if err != nil {
 			res.Reason = err.Error()
 		}
@@ -134,15 +93,15 @@ func (a *actuator) run(ctx context.Context, id string, o op) {
 // start runs o's prepare step, if any, then starts the workload; dropped
 // is true when prepare gave the start up (errStartDropped), which is
 // neither a start nor a failure to report.
-func (a *actuator) start(ctx context.Context, id string, o op) (dropped bool, err error) {
-	if o.prepare != nil {
-		err = o.prepare(ctx)
+func (a *actuator) start(ctx context.Context, o driver.Op) (dropped bool, err error) {
+	if o.Prepare != nil {
+		err = o.Prepare(ctx)
 	}
 	if errors.Is(err, errStartDropped) {
 		return true, nil
 	}
 	if err == nil {
-		err = a.backend.Start(ctx, backend.StartSpec{WorkloadID: id, Epoch: o.epoch, Command: o.command})
+		err = a.backend.Start(ctx, backend.StartSpec{WorkloadID: o.Workload, Epoch: o.Epoch, Command: o.Command})
 	}
 	return false, err
 }
@@ -155,16 +114,6 @@ const (
 	stopReasonMove     = "planned move: final checkpoint, then handover"
 )
 
-// Fenced implements FenceGate. An operation stays in its workload's queue
-// while it runs (work removes it after), so a queue holds every start or
-// stop not yet done; after the last one, Running has the answer.
-func (a *actuator) Fenced(id string) bool {
-	a.mu.Lock()
-	pending := len(a.queues[id]) > 0
-	a.mu.Unlock()
-	return !pending && !a.backend.Running(id)
-}
-
 // wait blocks until every worker has returned: a worker returns once its
-// workload's queue is empty, or when ctx ends.
+// workload's queue is empty.
 func (a *actuator) wait() { a.wg.Wait() }

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,164 +24,6 @@ import (
 	"provideragent/relay"
 	"provideragent/uploader"
 )
-
-// ErrInvalidConfig wraps every Config.Validate failure.
-var ErrInvalidConfig = errors.New("agent: invalid config")
-
-// Config is the agent's runtime configuration (config turns the TOML
-// file, environment and flags into one).
-type Config struct {
-	// Lease is the lease machine's configuration; Lease.Relays is the relay
-	// set the agent connects to and judges quorum over.
-	Lease lease.Config
-	// SecretKey is the identity (hex or nsec).
-	SecretKey string
-	// DialAddrs maps a canonical relay URL to the websocket URL actually
-	// dialled (a proxy in the demo and tests). Events stay labelled with
-	// the canonical URL.
-	DialAddrs map[string]string
-	// TrustedIssuers are hex public keys whose lease grants (kind 38388)
-	// are accepted from relays.
-	TrustedIssuers []string
-	// Listen is the /metrics, /healthz and /status address; "" disables it.
-	// Default "127.0.0.1:9464".
-	Listen string
-	// TickInterval is how often the machine's Tick runs. Default 250 ms.
-	TickInterval time.Duration
-	// PublishTimeout bounds one publish (heartbeats, claims). Default 5 s.
-	PublishTimeout time.Duration
-	// MaxStepAge is how long the machine loop may go without completing a
-	// step (it ticks every TickInterval) before /healthz reports it stuck.
-	// Default 30 s.
-	MaxStepAge time.Duration
-	// CommitWait bounds how long one machine step's commit (and the
-	// periodic save) waits for the database: for the connection, and for
-	// SQLite's write lock when another process holds it. A step that could
-	// not commit is held and retried, each retry waiting 20 ms at most;
-	// fencing never waits for it, and the machine's ticks wait for the
-	// database at most this long once per episode. Default 250 ms, one
-	// tick.
-	CommitWait time.Duration
-	// HeartbeatTTL is the NIP-40 expiration of our heartbeats, after
-	// created_at. 0 (the default) means
-	// heartbeat.MinHeartbeatTTL(Lease.Stale, Lease.MaxSkew): Paygress's live
-	// window, 300 s, unless stale + max_skew is longer (see
-	// heartbeat.DefaultHeartbeatTTL for why). Otherwise at least that.
-	HeartbeatTTL time.Duration
-	// RestartMaxAttempts is the respawn budget given to lease grants from
-	// the relays whose restart policy is on-failure without a count
-	// (max_attempts is optional on the wire). 0 means never respawn them.
-	// Default 5.
-	RestartMaxAttempts int
-	// Ingest bounds what the verifying ingest accepts; MaxSkew and
-	// HeartbeatMaxAge are taken from Lease.
-	Ingest heartbeat.Config
-	// Courier tunes the outbox (revocations).
-	Courier courier.Config
-	// StopWorkloadsOnExit stops every workload process when Run returns
-	// (default false: processes keep running across an agent restart; the
-	// demo and tests set it).
-	StopWorkloadsOnExit bool
-	// Name labels this agent in logs and timeline events. Default: the npub.
-	Name string
-	// ClockCheckInterval is how often the local clock is compared with the
-	// relays' (their HTTP Date header); outside MaxSkew/2 for two checks in
-	// a row, the machine refuses takeovers and fences what it holds. 0
-	// disables the check. Default 1 min.
-	ClockCheckInterval time.Duration
-}
-
-// The daemon's defaults, one owner each: DefaultConfig and the config file's
-// defaults (config) are built from them.
-const (
-	DefaultListen             = "127.0.0.1:9464"
-	DefaultTickInterval       = 250 * time.Millisecond
-	DefaultPublishTimeout     = 5 * time.Second
-	DefaultMaxStepAge         = 30 * time.Second
-	DefaultRestartMaxAttempts = 5
-	// The outbox of revocations: courier's defaults except these (its
-	// backoff cap, flush interval and retention are courier's).
-	DefaultCourierMaxAttempts    = 10
-	DefaultCourierInitialBackoff = time.Second
-	// RelayBackoffMax caps the reconnect backoff of the agent's relay
-	// connections (relay's own default is 30 s): a relay that comes
-	// back counts towards quorum again within seconds, well inside the
-	// lease's takeover_after.
-	RelayBackoffMax = 5 * time.Second
-)
-
-// DefaultConfig returns the defaults; set SecretKey and Lease.Relays.
-func DefaultConfig() Config {
-	c := courier.DefaultConfig()
-	c.MaxAttempts = DefaultCourierMaxAttempts
-	c.InitialBackoff = DefaultCourierInitialBackoff
-	c.ForwardTimeout = 20 * time.Second
-	// A receipt claimed by a flush that died with the process (kill -9) is
-	// due again after ClaimTimeout: keep it short, above ForwardTimeout.
-	c.ClaimTimeout = 30 * time.Second
-	ing := heartbeat.DefaultConfig()
-	// Heartbeats are split into events of at most 60 KiB
-	// (heartbeat.BuildBeat); nothing larger passes strfry (65,536 bytes
-	// per event) on the way to us either.
-	ing.MaxEventBytes, ing.MaxContentBytes = 64<<10, 64<<10
-	return Config{
-		Lease:              lease.DefaultConfig(),
-		Listen:             DefaultListen,
-		TickInterval:       DefaultTickInterval,
-		PublishTimeout:     DefaultPublishTimeout,
-		MaxStepAge:         DefaultMaxStepAge,
-		CommitWait:         DefaultTickInterval,
-		RestartMaxAttempts: DefaultRestartMaxAttempts,
-		ClockCheckInterval: time.Minute,
-		Ingest:             ing,
-		Courier:            c,
-	}
-}
-
-// Validate reports the first invalid field, naming it and its value.
-func (c Config) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
-	}
-	if err := c.Lease.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	if _, err := identity.NewKeys(c.SecretKey); err != nil {
-		return bad("secret key: %v", err)
-	}
-	for i, k := range c.TrustedIssuers {
-		if !lease.IsHexPubkey(k) {
-			return bad("trusted_issuers[%d] = %q, must be a 64-character lower-case hex pubkey", i, k)
-		}
-	}
-	for canon, dial := range c.DialAddrs {
-		if _, err := lease.NormalizeRelayURL(dial); err != nil {
-			return bad("dial_addrs[%q] = %q: %v", canon, dial, err)
-		}
-	}
-	if c.TickInterval <= 0 || c.TickInterval > c.Lease.Stale {
-		return bad("tick_interval = %v, must be positive and at most lease stale %v", c.TickInterval, c.Lease.Stale)
-	}
-	if c.MaxStepAge <= c.TickInterval {
-		return bad("max_step_age = %v, must exceed tick_interval %v", c.MaxStepAge, c.TickInterval)
-	}
-	if c.CommitWait <= 0 {
-		return bad("commit_wait = %v, must be positive", c.CommitWait)
-	}
-	if c.PublishTimeout <= 0 {
-		return bad("publish_timeout = %v, must be positive", c.PublishTimeout)
-	}
-	if c.RestartMaxAttempts < 0 || c.RestartMaxAttempts > lease.MaxRestartAttempts {
-		return bad("restart_max_attempts = %d, must be 0 to %d", c.RestartMaxAttempts, lease.MaxRestartAttempts)
-	}
-	if minTTL := heartbeat.MinHeartbeatTTL(c.Lease.Stale, c.Lease.MaxSkew); c.HeartbeatTTL != 0 && c.HeartbeatTTL < minTTL {
-		return bad("heartbeat_ttl = %v, must be 0 (default) or at least %v (Paygress's live window, and lease stale + max_skew)", c.HeartbeatTTL, minTTL)
-	}
-	if err := c.Courier.Validate(); err != nil {
-		return fmt.Errorf("%w: courier: %w", ErrInvalidConfig, err)
-	}
-	return nil
-}
 
 // Deps are the agent's injected collaborators.
 type Deps struct {
@@ -262,9 +102,9 @@ type Agent struct {
 	me     self       // who this agent is
 	obs    observable // its own metrics, their registry and the status server
 
-	d    *driver.Driver // the one driver of the lease machine (machine goroutine only)
-	perf *performer     // the driver's Performer
-	data dataState      // the SQLite file and what the agent keeps in it
+	sh   *agentShell // the one driver of the lease machine in its shell: turns, saves, process operations, the fence gate (machine goroutine, but for the gate)
+	perf *performer  // the driver's Performer
+	data dataState   // the SQLite file and what the agent keeps in it
 
 	pool    RelayPool
 	subs    subscriptions // the relay subscription's sets (machine goroutine; subs.go)
@@ -322,15 +162,12 @@ type inbound struct {
 // outbound is the durable outbox of revocations, withdrawn markers and
 // announcements.
 type outbound struct {
-	courier *courier.Courier
-	// restoredDone is closed once the restored machine's effects were
-	// performed; the outbox starts sending only then (rule 7 across a crash).
-	restoredDone chan struct{}
-	revReports   revocationReports // revocations whose first short attempt was reported
+	courier    *courier.Courier
+	revReports revocationReports // revocations whose first short attempt was reported
 }
 
 // workloads is the backend that runs workloads and the actuator that
-// performs its operations off the machine goroutine.
+// performs the Shell's process operations off the machine goroutine.
 type workloads struct {
 	backend     backend.Backend
 	act         *actuator
@@ -449,6 +286,27 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new agent: %w", err)
 	}
+	a := newAgent(cfg, deps, keys)
+	for _, step := range []func() error{
+		a.initMetrics,
+		a.initBackend,
+		func() error { return a.openData(ctx) },
+		func() error { return a.initInbound(ctx) },
+		func() error { return a.initOutbound(ctx, deps) },
+	} {
+		if err := step(); err != nil {
+			return nil, fmt.Errorf("new agent: %w", err)
+		}
+	}
+	a.publishHeld()
+	a.refreshStatus(a.now())
+	return a, nil
+}
+
+// newAgent is the agent's wiring before anything is opened: its
+// collaborators from deps, its channels and tables, and the defaults of a
+// logger (discarding), a name (the npub) and a clock (time.Now).
+func newAgent(cfg Config, deps Deps, keys *identity.Keys) *Agent {
 	a := &Agent{
 		cfg: cfg, logger: deps.Logger, now: deps.Now, pool: deps.Pool,
 		me:   self{keys: keys, self: keys.PublicKey(), onEvent: deps.OnEvent, version: deps.Version},
@@ -460,7 +318,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 			inputs: make(chan input, 1024), beats: make(chan input, 1024),
 			raw: make(chan arrival, 256), received: make(chan relay.Received, 256), arrivals: newArrivals(),
 		},
-		out:    outbound{restoredDone: make(chan struct{}), revReports: revocationReports{seen: map[string]bool{}}},
+		out:    outbound{revReports: revocationReports{seen: map[string]bool{}}},
 		loop:   loopState{quorum: quorumWatch{synced: map[string]bool{}}},
 		beat:   beatState{own: newOwnBeats()},
 		claims: claimWork{sem: make(chan struct{}, maxClaimPublishes), reads: claimReads{kick: make(chan struct{}, 1)}},
@@ -476,6 +334,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 	if a.now == nil {
 		a.now = time.Now
 	}
+	return a
+}
+
+// initMetrics registers the agent's metrics: on the given registry and
+// gatherer, or on a registry of its own.
+func (a *Agent) initMetrics() error {
 	if a.obs.reg == nil {
 		r := prometheus.NewRegistry()
 		a.obs.reg, a.obs.gatherer = r, r
@@ -487,89 +351,90 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Agent, error) {
 			a.obs.gatherer = prometheus.NewRegistry()
 		}
 	}
+	var err error
 	if a.obs.met, err = newMetrics(a.obs.reg); err != nil {
-		return nil, fmt.Errorf("new agent: register metrics: %w", err)
+		return fmt.Errorf("register metrics: %w", err)
 	}
+	return nil
+}
+
+// initBackend makes the process backend when none was given, and reads
+// its containment and isolation.
+func (a *Agent) initBackend() error {
 	if a.work.backend == nil {
 		proc, err := backend.NewProcess(backend.DefaultProcessConfig(), a.logger)
 		if err != nil {
-			return nil, fmt.Errorf("new agent: %w", err)
+			return err
 		}
 		a.work.ownedProc, a.work.backend = proc, proc
 	}
 	a.work.containment, a.work.isolation = a.work.backend.Containment(), a.work.backend.Isolation()
+	return nil
+}
+
+// openData migrates and opens the agent's database and restores the lease
+// machine from it (restore), whose shell performs process operations
+// through the actuator.
+func (a *Agent) openData(ctx context.Context) error {
 	if err := Migrate(ctx, a.data.db); err != nil {
-		return nil, fmt.Errorf("new agent: %w", err)
+		return err
 	}
+	var err error
 	if a.data.tables, err = agentdb.Open(ctx, a.data.db); err != nil {
-		return nil, fmt.Errorf("new agent: %w", err)
+		return err
 	}
 	a.data.rows = &dbStore{db: a.data.db, st: a.data.tables}
-	if err := a.restore(ctx); err != nil {
-		return nil, fmt.Errorf("new agent: %w", err)
-	}
-	a.inbound.policy = newSignerPolicy(cfg.TrustedIssuers)
-	a.refreshPolicy(a.d.Machine().IDs())
+	a.work.act = newActuator(a.work.backend, a.logger, a.send)
+	return a.restore(ctx)
+}
+
+// initInbound prepares the way events come in: the signer policy and the
+// subscriptions of the restored leases, the verifying ingest, and the
+// subscription cursor.
+func (a *Agent) initInbound(ctx context.Context) error {
+	a.inbound.policy = newSignerPolicy(a.cfg.TrustedIssuers)
+	a.refreshPolicy(a.machine().IDs())
 	a.subs.refresh(a)
-	icfg := cfg.Ingest
-	icfg.MaxSkew = cfg.Lease.MaxSkew
-	icfg.HeartbeatMaxAge = cfg.Lease.Stale
+	icfg := a.cfg.Ingest
+	icfg.MaxSkew = a.cfg.Lease.MaxSkew
+	icfg.HeartbeatMaxAge = a.cfg.Lease.Stale
+	var err error
 	if a.inbound.ingestor, err = heartbeat.NewIngestor(icfg, a.inbound.policy, a.obs.reg, a.logger); err != nil {
-		return nil, fmt.Errorf("new agent: %w", err)
+		return err
 	}
 	cur, err := a.loadCursor(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("new agent: %w", err)
+		return err
 	}
 	a.data.cursor = newCursorTracker(cur)
+	return nil
+}
+
+// initOutbound prepares the way the agent reaches out: the relay pool
+// (unless given), the durable outbox, the checkpoint work and the status
+// server. Once the outbox is open, a failure closes it.
+func (a *Agent) initOutbound(ctx context.Context, deps Deps) error {
+	var err error
 	if a.pool == nil {
 		if a.pool, err = a.newPool(); err != nil {
-			return nil, fmt.Errorf("new agent: %w", err)
+			return err
 		}
 	}
-	if a.out.courier, err = courier.Open(ctx, a.data.db, cfg.Courier, courier.Deps{Logger: a.logger, Registerer: a.obs.reg}); err != nil {
-		return nil, fmt.Errorf("new agent: %w", err)
+	if a.out.courier, err = courier.Open(ctx, a.data.db, a.cfg.Courier, courier.Deps{Logger: a.logger, Registerer: a.obs.reg}); err != nil {
+		return err
 	}
 	a.data.rows.outbox = a.out.courier
 	if err := a.initCheckpoints(ctx, deps.Checkpoints); err != nil {
 		_ = a.out.courier.Close()
-		return nil, fmt.Errorf("new agent: %w", err)
+		return err
 	}
-	a.work.act = newActuator(a.work.backend, a.logger, a.send)
-	if cfg.Listen != "" || deps.Listener != nil {
-		if a.obs.http, err = newHTTPServerOn(cfg.Listen, deps.Listener, a.obs.gatherer, a.Status, a.healthy); err != nil {
+	if a.cfg.Listen != "" || deps.Listener != nil {
+		if a.obs.http, err = newHTTPServerOn(a.cfg.Listen, deps.Listener, a.obs.gatherer, a.Status, a.healthy); err != nil {
 			_ = a.out.courier.Close()
-			return nil, fmt.Errorf("new agent: %w", err)
+			return err
 		}
 	}
-	a.publishHeld()
-	a.refreshStatus(a.now())
-	return a, nil
-}
-
-func normaliseKeys(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		if n, err := lease.NormalizeRelayURL(k); err == nil {
-			out[n] = v
-		} else {
-			out[k] = v
-		}
-	}
-	return out
-}
-
-// RelayConfig is the relay pool for this agent's relays, the agent's own
-// and that of CLI commands that publish for it: relay's defaults,
-// Lease.Relays dialled as DialAddrs says, PublishTimeout, and reconnects
-// backing off at most RelayBackoffMax.
-func (c Config) RelayConfig() relay.Config {
-	rc := relay.DefaultConfig()
-	rc.URLs = c.Lease.Relays
-	rc.DialAddrs = c.DialAddrs
-	rc.PublishTimeout = c.PublishTimeout
-	rc.BackoffMax = min(rc.BackoffMax, RelayBackoffMax)
-	return rc
+	return nil
 }
 
 // newPool builds the default relay layer: relay's supervised pool.
@@ -588,7 +453,7 @@ func (a *Agent) newPool() (RelayPool, error) {
 // database holds), or an empty one.
 func (a *Agent) restore(ctx context.Context) error {
 	a.perf = &performer{a: a, ctx: context.Background()} // Run sets its own
-	d, err := driver.Open(ctx, a.now(), driver.Config{CommitWait: a.cfg.CommitWait, CommitBatch: commitBatch}, a.cfg.Lease, a.me.self, driver.Deps{
+	d, err := driver.Open(ctx, a.now(), driver.Config{CommitWait: a.cfg.CommitWait, CommitBatch: commitBatch}, a.cfg.Lease, a.me.self, driver.Deps[[]byte, commitExtra]{
 		Store: a.data.rows, Outbox: eventBuilder{a}, Performer: a.perf, Events: commitEvents{a},
 		Finished: func(toks []driver.Token) {
 			for _, t := range toks {
@@ -599,7 +464,10 @@ func (a *Agent) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	a.d = d
+	a.sh = driver.NewShell(d, a.now(), driver.ShellConfig{}, driver.ShellDeps{
+		Processes: a.work.act,
+		Cursor:    func() int64 { return a.data.cursor.Cursor() },
+	})
 	if d.Restored() {
 		// Restored holders wait in syncing for M relays (rule 10), and
 		// RelaySynced starts them again.
@@ -617,7 +485,7 @@ func (a *Agent) restore(ctx context.Context) error {
 const commitBatch = 256
 
 // machine is the driven lease machine, for reading (machine goroutine).
-func (a *Agent) machine() *lease.Machine { return a.d.Machine() }
+func (a *Agent) machine() *lease.Machine { return a.sh.Driver().Machine() }
 
 // Addr is the status server's address ("" when disabled).
 func (a *Agent) Addr() string {
@@ -659,12 +527,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	goLoop("courier", func(ctx context.Context) error {
 		select {
-		case <-a.out.restoredDone:
+		case <-a.sh.Started():
 		case <-ctx.Done():
 			return nil
 		}
 		return a.out.courier.Run(ctx, &NostrForwarder{
-			Pool: a.pool, Quorum: a.cfg.Lease.M, Timeout: a.cfg.PublishTimeout, Gate: a.work.act,
+			Pool: a.pool, Quorum: a.cfg.Lease.M, Timeout: a.cfg.PublishTimeout, Gate: a.sh,
 			OnAck: a.onOutboxAck, OnAttempt: a.onOutboxAttempt,
 		})
 	})
@@ -784,149 +652,6 @@ func (a *Agent) noteWrite(err error) {
 	a.data.writeErr.Store(&msg)
 }
 
-// Status returns the latest status document (refreshed every second), with
-// the relay connections as they are now: Synced needs at least M relays
-// connected that delivered EOSE on their current connection.
-func (a *Agent) Status() Status {
-	a.view.mu.Lock()
-	s := a.view.status
-	// The rows are updated in place by refreshStatus: copy them.
-	s.Workloads = slices.Clone(s.Workloads)
-	a.view.mu.Unlock()
-	for i := range s.Workloads {
-		w := &s.Workloads[i]
-		w.Running = a.work.backend.Running(w.ID)
-		if w.Primary == a.me.self {
-			w.Checkpoint = a.heldStateURI(w.ID, w.Epoch)
-		}
-	}
-	s.Relays = a.pool.Status()
-	s.Version = a.me.version
-	synced := 0
-	for _, r := range s.Relays {
-		if r.Connected && r.EOSE {
-			synced++
-		}
-	}
-	s.Synced = s.Synced && synced >= a.cfg.Lease.M
-	a.fillReasons(s.Workloads)
-	return s
-}
-
-// publishHeld publishes the (workload, epoch) pairs held, for heartbeats.
-// The machine goroutine calls it on ticks after transitions (beat.dirty),
-// so a mass transition rebuilds the list a few times a second at most.
-func (a *Agent) publishHeld() {
-	a.beat.dirty = false
-	held := a.machine().Held(nil) // a new slice: readers keep the one they loaded
-	a.beat.held.Store(&held)
-}
-
-// statusRebuildEvery is how often refreshStatus rebuilds every row of the
-// status document; between rebuilds it updates the rows of workloads that
-// changed state (a standby's followed epoch may lag this long).
-const statusRebuildEvery = 30 * time.Second
-
-// refreshStatus updates the status document and the gauges (machine
-// goroutine only): the rows of the workloads that changed state since the
-// last refresh, every row every statusRebuildEvery.
-func (a *Agent) refreshStatus(now time.Time) {
-	a.view.refreshed, a.view.dirty = now, false
-	a.observeCheckpointAge(now)
-	counts := a.machine().StateCounts(nil)
-	for _, s := range lease.States {
-		a.obs.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))
-	}
-	row := func(id string) (WorkloadStatus, bool) {
-		w, ok := a.machine().Workload(id)
-		if !ok {
-			return WorkloadStatus{}, false
-		}
-		return WorkloadView(w, a.me.self), true // Status fills Running; NoStandby is set below
-	}
-	sus, why := a.machine().ClockSuspect()
-	a.view.mu.Lock()
-	ws := a.view.status.Workloads
-	rebuild := a.view.idx == nil || now.Sub(a.view.built) >= statusRebuildEvery
-	for id := range a.view.ids {
-		_, listed := a.view.idx[id]
-		if _, tracked := a.machine().State(id); listed && !tracked {
-			rebuild = true // a removed workload: rebuild the list
-			break
-		}
-	}
-	if rebuild {
-		ids := a.machine().IDs()
-		ws = make([]WorkloadStatus, 0, len(ids))
-		a.view.idx = make(map[string]int, len(ids))
-		for _, id := range ids {
-			if r, ok := row(id); ok {
-				a.view.idx[id] = len(ws)
-				ws = append(ws, r)
-			}
-		}
-		a.view.built = now
-	} else {
-		// New workloads are appended (the machine lists workloads in the
-		// order they came, as a rebuild does): thousands of grants arriving
-		// used to rebuild the whole list on every refresh.
-		for id := range a.view.ids {
-			r, ok := row(id)
-			if !ok {
-				continue
-			}
-			if i, listed := a.view.idx[id]; listed {
-				ws[i] = r
-			} else {
-				a.view.idx[id] = len(ws)
-				ws = append(ws, r)
-			}
-		}
-	}
-	clear(a.view.ids)
-	// Whether a standby is alive changes without any state change: every
-	// refresh sets it on every held row.
-	noStandby := 0
-	for i := range ws {
-		w := &ws[i]
-		w.NoStandby = w.Primary == a.me.self && lease.State(w.State).Holding() && len(w.Standbys) > 0 && !a.machine().StandbyAlive(w.ID)
-		if w.NoStandby {
-			noStandby++
-		}
-	}
-	a.view.status = Status{Provider: a.me.keys.Npub(), Source: "agent", Now: now, Synced: !a.machine().AwaitingSync(), Workloads: ws,
-		ClockSuspect: sus, ClockWhy: why, Draining: a.machine().Draining(), Containment: a.work.containment.Summary, ContainmentWarning: a.work.containment.Warning,
-		Isolation: a.work.isolation.Summary, IsolationWarning: a.work.isolation.Warning}
-	a.view.counts = counts
-	a.view.mu.Unlock()
-	// Quorum of this provider and of every holder it watches (ws is written
-	// only here, on the machine goroutine: no lock needed to read it).
-	providers := map[string]bool{a.me.self: true}
-	for i := range ws {
-		providers[ws[i].Primary] = true
-	}
-	a.obs.met.noStandby.Set(float64(noStandby))
-	for p := range providers {
-		q := 0.0
-		if a.machine().HasQuorum(now, p) {
-			q = 1
-		}
-		a.obs.met.quorum.WithLabelValues(p).Set(q)
-		if p == a.me.self {
-			a.obs.met.ownQuorum.Set(q)
-		}
-	}
-}
-
-// stateCounts are the workloads by state at the last status refresh.
-func (a *Agent) stateCounts() map[lease.State]int {
-	a.view.mu.Lock()
-	defer a.view.mu.Unlock()
-	return maps.Clone(a.view.counts)
-}
-
-// Track adds a lease grant directly (tests and the demo; operators use
-// QueueGrant). It is safe to call while Run runs.
 func (a *Agent) Track(ctx context.Context, spec lease.Spec) {
 	s := spec
 	a.send(ctx, input{grant: &s})

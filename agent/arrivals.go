@@ -2,8 +2,8 @@ package agent
 
 import (
 	"sync"
-	"time"
 
+	"provideragent/driver"
 	"provideragent/internal/fifo"
 )
 
@@ -28,22 +28,11 @@ type arrivals struct {
 	hold fifo.Queue[arrivalMark] // marks, in arrival order
 }
 
-// markKind is what a mark says about its relay's stream.
-type markKind int
-
-const (
-	markGap     markKind = iota + 1 // Received.Gap: lease RelayGap
-	markSynced                      // Received.EOSE: lease RelaySynced
-	markOwnBeat                     // an own heartbeat: lease RelayShown
-)
-
-// arrivalMark is one mark with its arrival number.
+// arrivalMark is one mark (driver.Mark: a gap when Received.Gap, a sync
+// at Received.EOSE, an own heartbeat) with its arrival number.
 type arrivalMark struct {
-	seq      uint64
-	kind     markKind
-	relay    string
-	created  time.Time // markOwnBeat: the heartbeat's created_at
-	received time.Time // markOwnBeat: when it arrived
+	seq uint64
+	driver.Mark
 }
 
 func newArrivals() *arrivals { return &arrivals{done: map[uint64]struct{}{}} }

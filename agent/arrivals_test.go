@@ -3,6 +3,8 @@ package agent
 import (
 	"fmt"
 	"testing"
+
+	"provideragent/driver"
 )
 
 // TestArrivalsReleaseInOrder: a mark waits for every event that arrived
@@ -11,14 +13,14 @@ import (
 func TestArrivalsReleaseInOrder(t *testing.T) {
 	a := newArrivals()
 	e1 := a.event()
-	a.mark(arrivalMark{kind: markGap, relay: "r1"})
+	a.mark(arrivalMark{Mark: driver.Mark{Kind: driver.MarkGap, Relay: "r1"}})
 	e2 := a.event()
-	a.mark(arrivalMark{kind: markOwnBeat, relay: "r1"})
+	a.mark(arrivalMark{Mark: driver.Mark{Kind: driver.MarkOwnBeat, Relay: "r1"}})
 	e3 := a.event()
 	got := func() string {
-		var kinds []markKind
+		var kinds []driver.MarkKind
 		for _, m := range a.released(nil) {
-			kinds = append(kinds, m.kind)
+			kinds = append(kinds, m.Kind)
 		}
 		return fmt.Sprint(kinds)
 	}
@@ -30,7 +32,7 @@ func TestArrivalsReleaseInOrder(t *testing.T) {
 		t.Fatalf("released with e1 in flight (e2 done) = %s, want none", g)
 	}
 	a.Done(e1)
-	if g := got(); g != fmt.Sprint([]markKind{markGap, markOwnBeat}) {
+	if g := got(); g != fmt.Sprint([]driver.MarkKind{driver.MarkGap, driver.MarkOwnBeat}) {
 		t.Fatalf("released after e1 and e2 = %s, want the gap and the own beat (e3 came after both)", g)
 	}
 	a.Done(e3)

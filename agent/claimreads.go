@@ -12,7 +12,7 @@ import (
 	"provideragent/lease"
 )
 
-// Claim reads and claim publishes at volume (issue 10 items 2 and 3): a
+// Claim reads and claim publishes at volume: a
 // mass failover puts thousands of workloads in the claim step at once. One
 // REQ per claim read opened more subscriptions than strfry allows (200 per
 // connection; "too many concurrent REQs"), so reads that are due together

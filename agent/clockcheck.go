@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"provideragent/driver"
 )
 
 // The single-writer guarantee assumes every provider's clock is within
@@ -177,7 +175,7 @@ type clockReport struct {
 
 // clockVerdict feeds a clock check's verdict to the machine through step s
 // (machine goroutine), logging a change loudly.
-func (a *Agent) clockVerdict(s *driver.Step, r clockReport) {
+func (a *Agent) clockVerdict(s *agentStep, r clockReport) {
 	was, _ := a.machine().ClockSuspect()
 	switch {
 	case r.suspect && !was:

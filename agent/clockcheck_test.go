@@ -60,7 +60,7 @@ func TestSampleRelayClock(t *testing.T) {
 	}
 }
 
-// TestFastStandbyNeverTakesOver (issue 16 item 5): a standby whose clock is
+// TestFastStandbyNeverTakesOver: a standby whose clock is
 // an hour fast sees a healthy primary's heartbeats as an hour old: silence.
 // It must find its clock outside the bound of the relays' and refuse to
 // take over, for longer than takeover_after; the primary stays Live and
@@ -96,7 +96,7 @@ func TestFastStandbyNeverTakesOver(t *testing.T) {
 	}
 }
 
-// TestSlowPrimaryFences (issue 16 item 5): a primary whose clock is five
+// TestSlowPrimaryFences: a primary whose clock is five
 // minutes slow publishes heartbeats every other provider reads as stale,
 // and never sees claims made after its clock. It must find its clock
 // outside the bound and fence (stop, then revoke) so the standby's takeover

@@ -20,7 +20,7 @@ const cmdBatch = 256
 // database in one step; a release ends the batch (it removes the workload
 // from the machine once committed). cmdsMore says whether more wait.
 func (a *Agent) applyCommands(ctx context.Context) {
-	lctx, cancel := context.WithTimeout(ctx, a.d.Wait())
+	lctx, cancel := context.WithTimeout(ctx, a.sh.Driver().Wait())
 	cmds, err := listCommands(lctx, a.data.tables, true, cmdBatch+1)
 	cancel()
 	a.in.cmdsMore = false
@@ -36,7 +36,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 		return
 	}
 	now := a.now()
-	s := a.d.Begin(now)
+	s := a.sh.Begin(now)
 	type applied struct {
 		seq    int64
 		result string

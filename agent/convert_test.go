@@ -72,7 +72,7 @@ func decodeInput(t *testing.T, a *Agent, now time.Time, ev *nostr.Event) input {
 // effects; a commit error fails the test.
 func feedCommit(t *testing.T, a *Agent, now time.Time, ins ...input) []lease.Effect {
 	t.Helper()
-	s := a.d.Begin(now)
+	s := a.sh.Begin(now)
 	for _, in := range ins {
 		a.feed(s, in)
 	}
@@ -86,7 +86,7 @@ func feedCommit(t *testing.T, a *Agent, now time.Time, ins ...input) []lease.Eff
 // commitInputs feeds ins to one step at now and commits it, as the machine
 // loop does.
 func commitInputs(ctx context.Context, a *Agent, now time.Time, ins ...input) error {
-	s := a.d.Begin(now)
+	s := a.sh.Begin(now)
 	for _, in := range ins {
 		a.feed(s, in)
 	}
@@ -96,13 +96,13 @@ func commitInputs(ctx context.Context, a *Agent, now time.Time, ins ...input) er
 // commitEffects commits a step that performs effs (driver.Step.Inject),
 // through the agent's real commit path.
 func commitEffects(ctx context.Context, a *Agent, now time.Time, effs ...lease.Effect) error {
-	s := a.d.Begin(now)
+	s := a.sh.Begin(now)
 	s.Inject(effs...)
 	return s.Commit(ctx)
 }
 
 func feedInput(a *Agent, now time.Time, in input) []lease.Effect {
-	s := a.d.Begin(now)
+	s := a.sh.Begin(now)
 	a.feed(s, in)
 	return s.Effects()
 }

@@ -13,7 +13,7 @@ import (
 	"provideragent/lease"
 )
 
-// TestCursorNeverPassesAnUnappliedEvent (issue 15 item 1): the machine loop
+// TestCursorNeverPassesAnUnappliedEvent: the machine loop
 // is held while two revocations arrive (one a minute old, one new); both
 // are ingested and wait for the machine. The agent is then stopped, which
 // saves its cursor. The persisted since must not pass the unapplied old

@@ -1,8 +1,9 @@
 package agent
 
-// The agent's side of the driver: its database (dbStore), the events its
-// outbox sends (eventBuilder), and what an operator is told of commits
-// (commitEvents).
+// The driver's database in the agent (dbStore): one SQLite transaction per
+// commit, and the agent's instances of the driver's generic types. The
+// events a step's outbox effects queue, the performing of effects and what
+// an operator is told of commits are in perform.go.
 
 import (
 	"context"
@@ -39,11 +40,20 @@ type dbStore struct {
 	saved map[string]uint64
 }
 
-var _ driver.Store = (*dbStore)(nil)
+var _ driver.Store[[]byte, commitExtra] = (*dbStore)(nil)
 
-// commitExtra is a step's own rows (Step.Extra): the agent marks operator
-// commands applied with it.
+// commitExtra is a step's own rows (driver.Step.Extra, driver.Batch.Extra):
+// the agent marks operator commands applied with it, in the step's
+// transaction.
 type commitExtra func(ctx context.Context, tx *sql.Tx) error
+
+// The agent's instances of the driver's types: an outbox row carries a
+// signed Nostr event as JSON, and a step's own rows are a commitExtra.
+type (
+	agentShell = driver.Shell[[]byte, commitExtra]
+	agentTurn  = driver.Turn[[]byte, commitExtra]
+	agentStep  = driver.Step[[]byte, commitExtra]
+)
 
 func (s *dbStore) Load(ctx context.Context) (driver.Loaded, error) {
 	var l driver.Loaded
@@ -77,7 +87,7 @@ func (s *dbStore) LastClaimTime(ctx context.Context, id string, wait time.Durati
 	return strconv.ParseInt(string(v), 10, 64)
 }
 
-func (s *dbStore) Commit(ctx context.Context, b *driver.Batch, wait time.Duration) error {
+func (s *dbStore) Commit(ctx context.Context, b *driver.Batch[[]byte, commitExtra], wait time.Duration) error {
 	step := agentdb.Step{Deleted: b.Deleted}
 	hashes := make([]uint64, 0, len(b.Workloads))
 	for i := range b.Workloads {
@@ -116,17 +126,13 @@ func (s *dbStore) Commit(ctx context.Context, b *driver.Batch, wait time.Duratio
 			return fmt.Errorf("save step: %w", err)
 		}
 		for _, r := range b.Outbox {
-			bundle, ok := r.Payload.([]byte)
-			if !ok {
-				return fmt.Errorf("queue %s: payload %T, want a signed event's JSON", r.Key, r.Payload)
-			}
-			if _, err := s.outbox.SendTx(ctx, tx, bundle, "agent", courier.SendOptions{IdempotencyKey: r.Key, Destination: courier.DestinationNostr}); err != nil &&
+			if _, err := s.outbox.SendTx(ctx, tx, r.Payload, "agent", courier.SendOptions{IdempotencyKey: r.Key, Destination: courier.DestinationNostr}); err != nil &&
 				!errors.Is(err, courier.ErrIdempotencyConflict) {
 				return fmt.Errorf("queue %s: %w", r.Key, err)
 			}
 		}
-		if extra, ok := b.Extra.(commitExtra); ok && extra != nil {
-			return extra(ctx, tx)
+		if b.Extra != nil {
+			return b.Extra(ctx, tx)
 		}
 		return nil
 	})

@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkDurable measures a durable workload's recovery point and time
-// (issue 28 item 5) with the counter counting every 10 ms and checkpointing
+// with the counter counting every 10 ms and checkpointing
 // every 200 ms, for the demo timings (1 s heartbeats, takeover_after 12 s)
 // and, with DURABLE_BENCH_ALL=1, the faster profile (fastProfile) and the
 // default timings (defaultProfile: 60 s heartbeats; a run takes about

@@ -77,7 +77,7 @@ func receivedRevocation(ta *testAgent, id string) func() bool {
 	}
 }
 
-// TestDiskFullPrimaryStillFences (issue 16 item 2): the primary's database
+// TestDiskFullPrimaryStillFences: the primary's database
 // refuses every write (disk full) when it is cut off from two of three
 // relays. Its steps do not persist, yet it stops its workload process when
 // it evicts itself; the revocation waits for the disk. Once writes work
@@ -135,7 +135,7 @@ func TestDiskFullPrimaryStillFences(t *testing.T) {
 	}
 }
 
-// TestWriteLockHeldElsewhereDoesNotStallFencing (issue 16 item 6): another
+// TestWriteLockHeldElsewhereDoesNotStallFencing: another
 // process holds SQLite's write lock (BEGIN IMMEDIATE, meant for 25 s) when
 // a standby's claim of epoch 2 reaches the primary; the primary stops its
 // workload while the lock is still held (its fencing step cannot commit:
@@ -206,7 +206,7 @@ func TestWriteLockHeldElsewhereDoesNotStallFencing(t *testing.T) {
 	})
 }
 
-// TestForgedFutureEventDoesNotBlindTheAgent (issue 16 item 3): relays serve
+// TestForgedFutureEventDoesNotBlindTheAgent: relays serve
 // two revocations dated in the year 2100, one with a bad signature and one
 // validly signed by a random key. The standby rejects both, and its
 // subscription cursor does not move: after every relay connection is cut

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"provideragent/driver"
 	"provideragent/internal/logcapture"
 	"provideragent/lease"
 )
@@ -74,7 +75,7 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 		if len(fences) != tt.wantFences {
 			t.Errorf("%s: FENCE timeline lines = %v, want %d", tt.name, fences, tt.wantFences)
 		}
-		waitFor(t, 10*time.Second, tt.name+": actuator idle", func() bool { return a.work.act.Fenced(tt.id) })
+		waitFor(t, 10*time.Second, tt.name+": actuator idle", func() bool { return a.sh.Fenced(tt.id) })
 		if _, stops := b.counts(); stops != tt.wantStops {
 			t.Errorf("%s: backend Stop calls = %d, want %d", tt.name, stops, tt.wantStops)
 		}
@@ -119,9 +120,7 @@ func TestFenceWithAStartPending(t *testing.T) {
 	// The start of epoch 1 is in flight: the backend holds it.
 	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
 	waitFor(t, 10*time.Second, "the start in flight", func() bool {
-		a.work.act.mu.Lock()
-		defer a.work.act.mu.Unlock()
-		return a.work.act.busy["w1"]
+		return a.sh.Pending("w1")
 	})
 	a.perf.Perform(fence, time.Time{})
 	// A start of epoch 2 queued behind that stop, and a fence of it while
@@ -132,7 +131,7 @@ func TestFenceWithAStartPending(t *testing.T) {
 		t.Fatalf("w1 runs before the backend let any start through")
 	}
 	close(gate)
-	waitFor(t, 10*time.Second, "actuator idle", func() bool { return a.work.act.Fenced("w1") })
+	waitFor(t, 10*time.Second, "actuator idle", func() bool { return a.sh.Fenced("w1") })
 	starts, stops := b.counts()
 	if b.Running("w1") || starts != 2 || stops != 2 {
 		t.Errorf("after start, fence, start, fence with the starts pending: running %v, starts %d, stops %d; want not running, 2 starts, 2 stops",
@@ -229,7 +228,7 @@ func TestEffectsFailedStopIsLogged(t *testing.T) {
 	waitFor(t, 10*time.Second, "both started", func() bool { return b.Running("w1") && b.Running("w2") })
 
 	a.perf.Perform(lease.StopWorkload{ID: "w1", Epoch: 1, Reason: "relay quorum lost"}, time.Time{})
-	waitFor(t, 10*time.Second, "w1 stopped", func() bool { return a.work.act.Fenced("w1") })
+	waitFor(t, 10*time.Second, "w1 stopped", func() bool { return a.sh.Fenced("w1") })
 	if got := logs.Find("stop workload"); len(got) != 0 {
 		t.Fatalf("a stop that worked logged %d errors: %+v", len(got), got)
 	}
@@ -244,7 +243,7 @@ func TestEffectsFailedStopIsLogged(t *testing.T) {
 	if r.String("workload") != "w2" || !strings.Contains(r.String("err"), "container w2 is stuck") {
 		t.Errorf("failed stop logged as %+v, want workload w2 and the backend's error", r)
 	}
-	if a.work.act.Fenced("w2") {
+	if a.sh.Fenced("w2") {
 		t.Errorf("Fenced(w2) after its stop failed = true, want false (it still runs)")
 	}
 }
@@ -301,9 +300,9 @@ func TestEffectsStopReasonReachesBackend(t *testing.T) {
 
 	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
 	a.perf.Perform(lease.StopWorkload{ID: "w1", Epoch: 1, Reason: "relay quorum lost"}, time.Time{})
-	a.work.act.enqueue(ctx, "w2", op{kind: opStart, epoch: 1})
-	a.work.act.enqueue(ctx, "w2", op{kind: opStop, epoch: 1, reason: stopReasonMove})
-	waitFor(t, 10*time.Second, "both stopped", func() bool { return a.work.act.Fenced("w1") && a.work.act.Fenced("w2") })
+	a.sh.Enqueue(ctx, driver.Op{Kind: driver.OpStart, Workload: "w2", Epoch: 1})
+	a.sh.Enqueue(ctx, driver.Op{Kind: driver.OpStop, Workload: "w2", Epoch: 1, Reason: stopReasonMove})
+	waitFor(t, 10*time.Second, "both stopped", func() bool { return a.sh.Fenced("w1") && a.sh.Fenced("w2") })
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if want := []string{stopReasonFenced, stopReasonMove}; !slices.Equal(b.reasons, want) && !slices.Equal(b.reasons, []string{want[1], want[0]}) {

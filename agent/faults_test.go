@@ -14,7 +14,7 @@ import (
 	"provideragent/lease"
 )
 
-// TestSingleRelayFaultsKeepQuorum is issue 3's fault drill over three real
+// TestSingleRelayFaultsKeepQuorum is the fault drill over three real
 // relays: relay 0 is killed and restarted mid-test, relay 1 rejects every
 // write, relay 2 ends subscriptions with CLOSED and serves forged, replayed,
 // re-served stale, future-dated and past-dated copies of what it stores

@@ -23,11 +23,15 @@ var ErrNoQuorum = errors.New("fewer than quorum relays accepted")
 // still running or has a start or stop queued here.
 var ErrNotFenced = errors.New("workload not fenced yet")
 
-// FenceGate tells the forwarder whether a workload's process is stopped here,
-// with no start or stop still queued for it (rule 7: the revocation leaves
-// only after the fence).
+// FenceGate tells the forwarder whether an event may leave: a revocation
+// only once its workload's process is stopped here, with no start or stop
+// still queued for it (rule 7). The agent's is its driver.Shell.
 type FenceGate interface {
-	Fenced(workload string) bool
+	// Release reports whether an event may be sent now; revokes is the
+	// workload a revocation revokes, "" for any other event.
+	Release(revokes string) bool
+	// FenceRecheck is how soon an event Release held back is due again.
+	FenceRecheck() time.Duration
 }
 
 // NostrForwarder is the courier Forwarder for Nostr events: a bundle is one
@@ -101,9 +105,8 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 		f.verified.add(&ev)
 	}
 	if f.Gate != nil {
-		// GetFirst with a two-element prefix returns only tags of two or more.
-		if w := ev.Tags.GetFirst([]string{"workload", ""}); w != nil && isRevocation(ev.Kind) && !f.Gate.Fenced((*w)[1]) {
-			return courier.Deferred(fmt.Errorf("revocation of %s waits for the fence: %w", (*w)[1], ErrNotFenced), fenceRecheck)
+		if w := revokes(&ev); !f.Gate.Release(w) {
+			return courier.Deferred(fmt.Errorf("kind %d event of workload %q waits for the fence: %w", ev.Kind, w, ErrNotFenced), f.Gate.FenceRecheck())
 		}
 	}
 	timeout := f.Timeout
@@ -134,11 +137,19 @@ func (f *NostrForwarder) Forward(ctx context.Context, d courier.Delivery) error 
 	return nil
 }
 
-func isRevocation(kind int) bool { return kind == heartbeat.KindRevocation }
+// revokes is the workload a revocation revokes (its workload tag), "" for
+// any other event.
+func revokes(ev *nostr.Event) string {
+	if ev.Kind != heartbeat.KindRevocation {
+		return ""
+	}
+	// GetFirst with a two-element prefix returns only tags of two or more.
+	if w := ev.Tags.GetFirst([]string{"workload", ""}); w != nil {
+		return (*w)[1]
+	}
+	return ""
+}
 
 // cutOffTimeout bounds a publish attempt while fewer than quorum relays are
 // connected.
 const cutOffTimeout = 500 * time.Millisecond
-
-// fenceRecheck is how soon a revocation deferred for its fence is due again.
-const fenceRecheck = 100 * time.Millisecond

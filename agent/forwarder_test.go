@@ -11,18 +11,27 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/courier"
+	"provideragent/driver"
 	"provideragent/heartbeat"
 	"provideragent/internal/relaytest"
 	"provideragent/relay"
 )
 
-// gate is a FenceGate the test flips.
+// gate is a FenceGate the test flips: as the agent's driver.Shell once
+// started, it releases every event that is not a revocation, and a
+// revocation once fenced.
 type gate struct {
 	mu     sync.Mutex
 	fenced bool
 }
 
-func (g *gate) Fenced(string) bool { g.mu.Lock(); defer g.mu.Unlock(); return g.fenced }
+func (g *gate) Release(revokes string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return revokes == "" || g.fenced
+}
+
+func (g *gate) FenceRecheck() time.Duration { return driver.DefaultFenceRecheck }
 
 func (g *gate) set(v bool) { g.mu.Lock(); g.fenced = v; g.mu.Unlock() }
 

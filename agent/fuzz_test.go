@@ -59,6 +59,6 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decode accepted event %s with a bad signature", ev.ID)
 		}
 		// Feeding a verified input must not panic either.
-		a.feed(a.d.Begin(now), in)
+		a.feed(a.sh.Begin(now), in)
 	})
 }

@@ -166,7 +166,7 @@ func TestHeartbeatsListLivePairs(t *testing.T) {
 			t.Errorf("heartbeat kind %d = ephemeral %v, provider %s, lists %v %v, want ephemeral %v, provider %s, lists %v",
 				tc.kind, hb.Ephemeral, hb.Provider, hb.ListsWorkloads, got, tc.ephemeral, ta.pub, want)
 		}
-		// Wire form (issue 12): provider_npub is our hex key, as Paygress
+		// Wire form: provider_npub is our hex key, as Paygress
 		// writes its own, and the NIP-40 expiration is the one heartbeat
 		// TTL, Paygress's 300 s live window (stale + max_skew is shorter
 		// here).
@@ -184,7 +184,7 @@ func TestHeartbeatsListLivePairs(t *testing.T) {
 	}
 }
 
-// Every relay takes our beats one at a time (issue 10): a relay slow to
+// Every relay takes our beats one at a time: a relay slow to
 // answer (every OK 1.5 s late, beats every second) delays no other relay's
 // beats, is never sent a beat while it still answers the one before, and
 // the beats built meanwhile replace each other, counted in
@@ -271,7 +271,7 @@ func TestConfigValidateHeartbeatTTL(t *testing.T) {
 }
 
 // Every event of our beats fits what each relay advertises in NIP-11
-// (issue 10 item 1), over three real relays enforcing their limits: one
+// over three real relays enforcing their limits: one
 // with max_message_length 20,000, one with max_content_length 8,000, one
 // with max_event_tags 4, fewer than a heartbeat's tags, which the agent
 // cannot meet (the tags are Paygress's): it says so in a WARN line naming

@@ -11,6 +11,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/agentdb"
+	"provideragent/driver"
 	"provideragent/heartbeat"
 	"provideragent/internal/fifo"
 	"provideragent/lease"
@@ -46,10 +47,10 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 		case re := <-in:
 			switch {
 			case re.Gap:
-				a.in.arrivals.mark(arrivalMark{kind: markGap, relay: re.Relay})
+				a.in.arrivals.mark(arrivalMark{Mark: driver.Mark{Kind: driver.MarkGap, Relay: re.Relay}})
 				continue
 			case re.EOSE:
-				a.in.arrivals.mark(arrivalMark{kind: markSynced, relay: re.Relay})
+				a.in.arrivals.mark(arrivalMark{Mark: driver.Mark{Kind: driver.MarkSynced, Relay: re.Relay}})
 				continue
 			case re.Event == nil:
 				// One pruned meanwhile is too old to count. It counts for
@@ -57,7 +58,7 @@ func (a *Agent) routeLoop(ctx context.Context) error {
 				// waits for the events that came before it (arrivals).
 				if hb, ok := a.beat.own.input(a.me.self, re.ID, re.Relay, arrivedAt(re, a.now())); ok {
 					hb.Unordered = true
-					a.in.arrivals.mark(arrivalMark{kind: markOwnBeat, relay: re.Relay, created: hb.CreatedAt, received: hb.ReceivedAt})
+					a.in.arrivals.mark(arrivalMark{Mark: driver.Mark{Kind: driver.MarkOwnBeat, Relay: re.Relay, Created: hb.CreatedAt, Received: hb.ReceivedAt}})
 					select {
 					case a.in.beats <- input{hb: &hb}:
 					case <-ctx.Done():

@@ -6,7 +6,6 @@ import (
 
 	"provideragent/driver"
 	"provideragent/heartbeat"
-	"provideragent/lease"
 )
 
 // maxBatch bounds how many inputs one machine step folds into one commit.
@@ -22,23 +21,23 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // ready cases at random): the backlog of a big step one commitBatch at a
 // time, operator commands one cmdBatch at a time.
 func (a *Agent) machineLoop(ctx context.Context) error {
-	if a.d.Restored() {
-		// Restore's effects first (a StopWorkload for every workload not
-		// held here), then Outstanding's: lease/doc.go's restart protocol.
-		// The stops are performed even if the commit fails (then the rest
-		// is held and retried like any step).
-		a.timedCommit(func() error { return a.d.CommitRestored(ctx, a.now()) })
+	// Restore's effects first (a StopWorkload for every workload not held
+	// here), then Outstanding's: lease/doc.go's restart protocol. The
+	// stops are performed even if the commit fails (then the rest is held
+	// and retried like any step); the outbox sends only after them.
+	start := func() error { return a.sh.Start(ctx, a.now()) }
+	if a.sh.Driver().Restored() {
+		a.timedCommit(start)
+	} else {
+		_ = start()
 	}
-	// The outbox may send now: every restored stop is performed or queued
-	// (the fence gate holds a revocation until its stop finished).
-	close(a.out.restoredDone)
 	a.loop.turns.start = a.now()
 	a.loop.turns.lastStep.Store(a.loop.turns.start.UnixNano())
 	tick := time.NewTicker(a.cfg.TickInterval)
 	defer tick.Stop()
 	cmds := time.NewTicker(time.Second)
 	defer cmds.Stop()
-	save := time.NewTicker(5 * time.Second)
+	save := time.NewTicker(driver.SaveEvery)
 	defer save.Stop()
 	a.applyCommands(ctx)
 	for {
@@ -50,7 +49,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			inputs, beats = nil, nil
 		}
 		var backlogTurn, cmdsTurn <-chan struct{}
-		if a.d.Backlogged() {
+		if a.sh.Driver().Backlogged() {
 			backlogTurn = closedChan
 		}
 		if a.in.cmdsMore {
@@ -60,7 +59,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 		kind := ""
 		select {
 		case <-ctx.Done():
-			err := a.d.Close(context.WithoutCancel(ctx), a.now(), a.data.cursor.Cursor())
+			err := a.sh.Close(context.WithoutCancel(ctx), a.now())
 			a.noteWrite(err)
 			return err
 		case in := <-beats:
@@ -74,7 +73,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 		case <-backlogTurn:
 			began = time.Now()
 			kind = "backlog"
-			_ = a.d.DrainBacklog(ctx, a.now())
+			_ = a.sh.Driver().DrainBacklog(ctx, a.now())
 			a.loop.turns.lastStep.Store(a.now().UnixNano())
 		case <-tick.C:
 			began = time.Now()
@@ -87,10 +86,10 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 				a.step(ctx, <-a.in.beats, true)
 			}
 			now := a.now()
-			s := a.d.Begin(now)
-			a.applyMarks(s)
-			s.Tick()
-			a.timedCommit(func() error { return s.Commit(ctx) })
+			t := a.sh.Begin(now)
+			a.applyMarks(t)
+			t.Tick()
+			a.timedCommit(func() error { return t.Commit(ctx) })
 			a.loop.turns.lastStep.Store(now.UnixNano())
 			a.watchQuorum(now)
 			if a.beat.dirty {
@@ -119,10 +118,10 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 	}
 }
 
-// saveMachine is the periodic save (driver.Save, with the subscription
-// cursor), its outcome noted for /healthz.
+// saveMachine is the periodic save (driver.Shell.Save, with the
+// subscription cursor), its outcome noted for /healthz.
 func (a *Agent) saveMachine(ctx context.Context) error {
-	err := a.d.Save(ctx, a.now(), a.data.cursor.Cursor())
+	err := a.sh.Save(ctx, a.now())
 	a.noteWrite(err)
 	return err
 }
@@ -140,8 +139,8 @@ func (a *Agent) timedCommit(commit func() error) {
 // heartbeats when beatsOnly), up to maxBatch, as one step, and commits it.
 func (a *Agent) step(ctx context.Context, in input, beatsOnly bool) {
 	now := a.now()
-	s := a.d.Begin(now)
-	a.feed(s, in)
+	t := a.sh.Begin(now)
+	a.feed(t, in)
 drain:
 	for i := 1; i < maxBatch; i++ {
 		select {
@@ -156,12 +155,12 @@ drain:
 				break drain
 			}
 		}
-		a.feed(s, in)
+		a.feed(t, in)
 	}
-	a.applyMarks(s)
+	a.applyMarks(t)
 	// Errors are logged and counted by commitEvents; a held step is
 	// retried, its cursor tokens finished only once persisted.
-	a.timedCommit(func() error { return s.Commit(ctx) })
+	a.timedCommit(func() error { return t.Commit(ctx) })
 	a.loop.turns.lastStep.Store(now.UnixNano())
 	if a.view.dirty && now.Sub(a.view.refreshed) >= statusEvery {
 		a.refreshStatus(now)
@@ -169,7 +168,7 @@ drain:
 }
 
 // slowTurn is the longest a turn of the machine loop may take before
-// inputs are late (issue 10's bound for a mass transition): a longer one
+// inputs are late (the bound a mass transition must meet): a longer one
 // is a WARN, at most once per slowTurnLogEvery.
 const (
 	slowTurn         = 250 * time.Millisecond
@@ -188,7 +187,7 @@ func (a *Agent) noteTurn(kind string, d time.Duration) {
 	a.loop.turns.slow++
 	if now := time.Now(); now.Sub(a.loop.turns.slowLogged) >= slowTurnLogEvery {
 		a.logger.Warn("machine loop turn slow: inputs waited", "kind", kind, "took", d.Round(time.Millisecond),
-			"slow_turns", a.loop.turns.slow, "backlog", a.d.BacklogLen())
+			"slow_turns", a.loop.turns.slow, "backlog", a.sh.Driver().BacklogLen())
 		a.loop.turns.slowLogged, a.loop.turns.slow = now, 0
 	}
 }
@@ -205,11 +204,14 @@ func (a *Agent) StepMax() time.Duration { return time.Duration(a.loop.turns.step
 // ResetStepMax starts a new StepMax window.
 func (a *Agent) ResetStepMax() { a.loop.turns.stepMax.Store(0) }
 
-// feed applies one input to the driver's step s.
-func (a *Agent) feed(s *driver.Step, in input) {
+// feed applies one input to the turn t: the agent's own bookkeeping
+// (the status view, metrics, the timeline) around driver.Turn.Feed.
+func (a *Agent) feed(t *agentTurn, in input) {
 	defer a.in.arrivals.Done(in.arrival)
+	var din driver.Input
 	if in.hasTok {
-		s.Token(driver.Token(in.cursorTok))
+		tok := driver.Token(in.cursorTok)
+		din.Token = &tok
 	}
 	switch {
 	case in.hb != nil:
@@ -219,7 +221,7 @@ func (a *Agent) feed(s *driver.Step, in input) {
 			// copy, not known by id) shows nothing.
 			in.hb.Unordered = true
 		}
-		s.Heartbeat(*in.hb)
+		din.Heartbeat = in.hb
 		if in.hb.Provider != a.me.self {
 			for _, we := range in.hb.Workloads {
 				if i, ok := a.view.idx[we.ID]; ok && a.view.status.Workloads[i].Epoch != we.Epoch {
@@ -237,57 +239,43 @@ func (a *Agent) feed(s *driver.Step, in input) {
 		if r.Signer != a.me.self {
 			a.emit("received", r.Workload, "revocation of epoch %d from %s, successor %s", r.Epoch, short(r.Signer), short(r.Successor))
 		}
-		s.Revocation(r)
+		din.Revocation = &r
 	case in.grant != nil:
 		a.subs.dirty = true
-		if err := s.Grant(*in.grant); err != nil {
-			a.logger.Warn("lease grant refused", "workload", in.grant.ID, "err", err)
-		} else {
-			a.refreshPolicy([]string{in.grant.ID})
-		}
+		din.Grant = in.grant
 	case in.exit != nil:
-		s.Exited(*in.exit)
+		din.Exit = in.exit
 	case in.respawn != nil:
 		a.obs.met.respawns.Inc()
-		s.RespawnDone(*in.respawn)
+		din.Respawn = in.respawn
 	case in.claimAck != nil:
-		s.ClaimPublished(*in.claimAck)
+		din.ClaimAck = in.claimAck
 	case in.restored != nil:
-		s.Restored(*in.restored)
+		din.Restored = in.restored
 	case in.handover != nil:
-		applyHandover(s, in.handover)
+		applyHandover(t, in.handover)
 	case in.clock != nil:
-		a.clockVerdict(s, *in.clock)
+		a.clockVerdict(t.Step, *in.clock)
 	}
 	// As on the wire: lease decides what a Paygress announcement
 	// (EpochUnknown) counts as.
-	claims := make([]lease.PromotionClaim, 0, len(in.claims))
 	for _, pr := range in.claims {
 		c := heartbeat.ClaimInput(pr.p, pr.relay)
 		a.view.ids.add(c.Workload)
 		a.view.dirty = true
-		claims = append(claims, c)
+		din.Claims = append(din.Claims, c)
 	}
-	if r := in.claimRead; r != nil {
-		s.ClaimsRead(*r, claims)
-		a.emit("read", r.Workload, "read claims for epoch %d on %d relays: %d competing", r.Epoch, r.Relays, competing(a.me.self, *r, claims))
-		return
+	din.ClaimRead = in.claimRead
+	fed := t.Feed(din)
+	switch {
+	case in.grant != nil && fed.Err != nil:
+		a.logger.Warn("lease grant refused", "workload", in.grant.ID, "err", fed.Err)
+	case in.grant != nil:
+		a.refreshPolicy([]string{in.grant.ID})
+	case in.claimRead != nil:
+		r := in.claimRead
+		a.emit("read", r.Workload, "read claims for epoch %d on %d relays: %d competing", r.Epoch, r.Relays, fed.Competing)
 	}
-	for _, c := range claims {
-		s.Claim(c)
-	}
-}
-
-// competing counts, as the driver does, the other providers with an active
-// claim at or above the epoch read (for the timeline).
-func competing(self string, r lease.ClaimRead, claims []lease.PromotionClaim) int {
-	rivals := map[string]bool{}
-	for _, c := range claims {
-		if c.Workload == r.Workload && c.Claimer != self && c.Active && c.Epoch >= r.Epoch {
-			rivals[c.Claimer] = true
-		}
-	}
-	return len(rivals)
 }
 
 // relayClaim is a verified promotion claim (kind 38386) as one relay served
@@ -301,21 +289,15 @@ type relayClaim struct {
 // every event that came before it has been fed: a gap, a sync (EOSE: the
 // relay's stream is watched from now, and after a restart it counts toward
 // rule 10's sync), our own heartbeat (the stream shows silence up to it).
-func (a *Agent) applyMarks(s *driver.Step) {
+func (a *Agent) applyMarks(t *agentTurn) {
 	a.loop.marks = a.in.arrivals.released(a.loop.marks[:0])
 	for _, m := range a.loop.marks {
-		switch m.kind {
-		case markGap:
-			s.RelayGap(m.relay)
-		case markSynced:
-			syncing := a.machine().AwaitingSync()
-			s.RelaySynced(m.relay)
-			a.loop.quorum.synced[m.relay] = true
-			if syncing && !a.machine().AwaitingSync() {
-				a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.loop.quorum.synced))
-			}
-		case markOwnBeat:
-			s.RelayShown(m.relay, m.created, m.received)
+		synced := t.Mark(m.Mark)
+		if m.Kind == driver.MarkSynced {
+			a.loop.quorum.synced[m.Relay] = true
+		}
+		if synced {
+			a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.loop.quorum.synced))
 		}
 	}
 }

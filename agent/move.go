@@ -16,6 +16,7 @@ import (
 
 	"provideragent/agentdb"
 	"provideragent/checkpoint"
+	"provideragent/driver"
 	"provideragent/lease"
 )
 
@@ -137,8 +138,8 @@ func (a *Agent) move(ctx context.Context, w lease.WorkloadSnapshot, job checkpoi
 	// 1. Stop the process (SIGTERM, SIGKILL after stop_grace): it writes
 	// its final checkpoint. No new checkpoint is published meanwhile.
 	a.unwatchCheckpoints(id)
-	a.work.act.enqueue(ctx, id, op{kind: opStop, epoch: epoch, reason: stopReasonMove})
-	for !a.work.act.Fenced(id) {
+	a.sh.Enqueue(ctx, driver.Op{Kind: driver.OpStop, Workload: id, Epoch: epoch, Reason: stopReasonMove})
+	for !a.sh.Fenced(id) {
 		if !sleepCtx(ctx, 20*time.Millisecond) {
 			return "move aborted: agent shutting down"
 		}
@@ -188,7 +189,7 @@ func (a *Agent) abortMove(ctx context.Context, w lease.WorkloadSnapshot, job che
 	if !a.holds(w.Spec.ID, w.Epoch) {
 		return "move aborted: " + why + "; no longer held here"
 	}
-	a.work.act.enqueue(ctx, w.Spec.ID, op{kind: opStart, epoch: w.Epoch, command: w.Spec.Command})
+	a.sh.Enqueue(ctx, driver.Op{Kind: driver.OpStart, Workload: w.Spec.ID, Epoch: w.Epoch, Command: w.Spec.Command})
 	job.Final = false
 	a.ckpt.mu.Lock()
 	a.ckpt.watched[w.Spec.ID] = job

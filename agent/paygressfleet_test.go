@@ -44,7 +44,7 @@ func paygressAnnouncements(t *testing.T, urls []string, workload string, peers [
 	return found
 }
 
-// TestPaygressStandbySeesOnlyTheWinner (issue 12): a Paygress v1 standby
+// TestPaygressStandbySeesOnlyTheWinner: a Paygress v1 standby
 // watching an agent primary runs its announcement query throughout a real
 // failover in which our standby's first claim fails (cut off from two of
 // the three relays, its claim reaches fewer than M) and is withdrawn: the

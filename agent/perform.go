@@ -28,9 +28,9 @@ import (
 // on every core for a big step.
 type eventBuilder struct{ a *Agent }
 
-func (b eventBuilder) Build(jobs []driver.OutboxJob) []driver.OutboxResult {
+func (b eventBuilder) Build(jobs []driver.OutboxJob) []driver.OutboxResult[[]byte] {
 	a := b.a
-	res := make([]driver.OutboxResult, len(jobs))
+	res := make([]driver.OutboxResult[[]byte], len(jobs))
 	// The fence wording reads the relays' refusals once per step time.
 	var words wordingCache
 	for i := range jobs {
@@ -45,7 +45,7 @@ func (b eventBuilder) Build(jobs []driver.OutboxJob) []driver.OutboxResult {
 		if err == nil {
 			var payload []byte
 			if payload, err = json.Marshal(ev); err == nil {
-				res[i].Row = driver.OutboxRow{Key: key, Payload: payload}
+				res[i].Row = driver.OutboxRow[[]byte]{Key: key, Payload: payload}
 				return
 			}
 		}
@@ -120,7 +120,6 @@ func (c commitEvents) Dropped(e lease.Effect, err error) {
 type performer struct {
 	a     *Agent
 	ctx   context.Context
-	at    time.Time    // created_at of the current effect's claim
 	words wordingCache // the fence wording, read at most once a second
 }
 
@@ -142,15 +141,24 @@ func (c *wordingCache) get(now time.Time, maxAge time.Duration, build func(time.
 }
 
 // Perform carries out one effect the driver hands over; at is the
-// created_at of a PublishClaim's claim.
+// created_at the driver gave a PublishClaim's claim (zero for the others).
 func (p *performer) Perform(e lease.Effect, at time.Time) {
 	a := p.a
-	p.at = at
 	p.words.get(a.now(), time.Second, a.fenceWording)
 	a.obs.met.effects.WithLabelValues(effectType(e)).Inc()
 	a.logger.Debug("effect", "effect", e.String())
 	a.refreshPolicy([]string{e.Workload()})
-	lease.Perform(p, e)
+	lease.Perform(performCall{performer: p, at: at}, e)
+}
+
+var _ lease.Performer = performCall{}
+
+// performCall is the lease.Performer of one effect: the performer, and the
+// created_at the driver gave the effect's event (a PublishClaim's claim),
+// which only PublishClaim reads.
+type performCall struct {
+	*performer
+	at time.Time
 }
 
 func (p *performer) Record(e lease.Effect) {
@@ -196,9 +204,9 @@ func (p *performer) Record(e lease.Effect) {
 }
 
 func (p *performer) Start(e lease.StartWorkload) {
-	w, _ := p.a.d.Machine().Workload(e.ID)
+	w, _ := p.a.machine().Workload(e.ID)
 	p.a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
-	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opStart, epoch: e.Epoch, command: w.Spec.Command, prepare: p.a.localRecovery(w)})
+	p.a.sh.Enqueue(p.ctx, driver.Op{Kind: driver.OpStart, Workload: e.ID, Epoch: e.Epoch, Command: w.Spec.Command, Prepare: p.a.localRecovery(w)})
 	p.a.watchCheckpoints(e.ID, e.Epoch)
 }
 
@@ -206,7 +214,7 @@ func (p *performer) Stop(e lease.StopWorkload) {
 	a := p.a
 	a.cancelRestore(e.ID)
 	a.unwatchCheckpoints(e.ID)
-	if a.work.act.Fenced(e.ID) {
+	if a.sh.Fenced(e.ID) {
 		// Repeated stops (Restore re-issues one for every workload not
 		// held here) are no-ops: nothing runs or is queued.
 		a.logger.Debug("stop workload: not running here", "workload", e.ID, "epoch", e.Epoch)
@@ -214,13 +222,13 @@ func (p *performer) Stop(e lease.StopWorkload) {
 	}
 	reason := p.words.word(e.Reason)
 	a.emit("stop", e.ID, "FENCE: stop workload process (epoch %d): %s", e.Epoch, reason)
-	a.work.act.enqueue(p.ctx, e.ID, op{kind: opStop, epoch: e.Epoch})
+	a.sh.Enqueue(p.ctx, driver.Op{Kind: driver.OpStop, Workload: e.ID, Epoch: e.Epoch})
 }
 
 func (p *performer) Respawn(e lease.AttemptRespawn) {
-	w, _ := p.a.d.Machine().Workload(e.ID)
+	w, _ := p.a.machine().Workload(e.ID)
 	p.a.emit("respawn", e.ID, "respawn attempt %d (due %s)", e.Attempt, e.At.Format(time.TimeOnly))
-	p.a.work.act.enqueue(p.ctx, e.ID, op{kind: opRespawn, epoch: e.Epoch, command: w.Spec.Command, attempt: e.Attempt, prepare: p.a.localRecovery(w)})
+	p.a.sh.Enqueue(p.ctx, driver.Op{Kind: driver.OpRespawn, Workload: e.ID, Epoch: e.Epoch, Command: w.Spec.Command, Attempt: e.Attempt, Prepare: p.a.localRecovery(w)})
 }
 
 // Queue reports an outbox effect: its row was committed with the step
@@ -240,8 +248,11 @@ func (p *performer) Queue(e lease.Effect) {
 	}
 }
 
-func (p *performer) PublishClaim(e lease.PublishClaim) {
-	a, at := p.a, p.at
+// PublishClaim publishes the claim, created at c.at, off the machine
+// goroutine, at most maxClaimPublishes at once, and reports how many relays
+// accepted it (ClaimPublished).
+func (c performCall) PublishClaim(e lease.PublishClaim) {
+	p, a, at := c.performer, c.a, c.at
 	a.obs.met.promotions.WithLabelValues("claimed").Inc()
 	a.goFeedback(p.ctx, func(ctx context.Context) {
 		select {

@@ -46,8 +46,8 @@ func claimInput(t *testing.T, a *Agent, now time.Time, claimer *identity.Keys, w
 	return in
 }
 
-// TestFailedCommitStopsAndHoldsTheRest (issue 16 item 2, on one agent's
-// machine step): while every database write fails, a fencing stop is still
+// TestFailedCommitStopsAndHoldsTheRest (on one agent's machine step):
+// while every database write fails, a fencing stop is still
 // performed, a start is not, and the inputs' cursor tokens stay open; once
 // writes work again the held steps are persisted, the start of a workload
 // that was fenced meanwhile never runs, the start of one still held runs,
@@ -86,7 +86,7 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 		}
 	}
 	// The standby's claim of epoch 2 fences w1 and w2 (rule 9).
-	s := a.d.Begin(t0)
+	s := a.sh.Begin(t0)
 	for _, id := range []string{"w1", "w2"} {
 		a.feed(s, claimInput(t, a, t0, standby, id, 2))
 	}
@@ -112,7 +112,7 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 	}
 
 	refuseWrites(t, a, false)
-	if err := a.d.Begin(t0.Add(2 * driver.DefaultConfig().RetryEvery)).Commit(ctx); err != nil {
+	if err := a.sh.Driver().Begin(t0.Add(2 * driver.DefaultConfig().RetryEvery)).Commit(ctx); err != nil {
 		t.Fatalf("commit(retry) once writable = %v, want nil", err)
 	}
 	for id, want := range map[string]lease.State{"w1": lease.StateFenced, "w2": lease.StateFenced, "w3": lease.StateProvisioning} {
@@ -134,8 +134,8 @@ func TestFailedCommitStopsAndHoldsTheRest(t *testing.T) {
 	}
 }
 
-// TestFutureCursorHealedAtStart: a persisted cursor in the year 2100 (set
-// by a forged future-dated event before issue 16 item 3 was fixed) is
+// TestFutureCursorHealedAtStart: a persisted cursor in the year 2100 (as a
+// forged future-dated event could once leave it) is
 // clamped to now when the agent starts, in memory and in the database, so
 // the subscriptions ask for events again.
 func TestFutureCursorHealedAtStart(t *testing.T) {
@@ -193,15 +193,15 @@ func TestShutdownCommitsTheBacklog(t *testing.T) {
 	if err := commitInputs(ctx, a, t0, ins...); err == nil {
 		t.Fatalf("commit(%d grants) with writes failing = nil, want an error", n)
 	}
-	if !a.d.Backlogged() || !a.d.Held() {
-		t.Fatalf("backlog %v, held steps %v: want both", a.d.Backlogged(), a.d.Held())
+	if !a.sh.Driver().Backlogged() || !a.sh.Driver().Held() {
+		t.Fatalf("backlog %v, held steps %v: want both", a.sh.Driver().Backlogged(), a.sh.Driver().Held())
 	}
 	refuseWrites(t, a, false)
-	if err := a.d.Close(ctx, a.now(), a.data.cursor.Cursor()); err != nil {
+	if err := a.sh.Driver().Close(ctx, a.now(), a.data.cursor.Cursor()); err != nil {
 		t.Fatalf("shutdown save = %v, want nil (the held step retried and the backlog committed)", err)
 	}
-	if a.d.Backlogged() || a.d.Held() {
-		t.Fatalf("after the shutdown save: backlog %d, held steps %v; want neither", a.d.BacklogLen(), a.d.Held())
+	if a.sh.Driver().Backlogged() || a.sh.Driver().Held() {
+		t.Fatalf("after the shutdown save: backlog %d, held steps %v; want neither", a.sh.Driver().BacklogLen(), a.sh.Driver().Held())
 	}
 	for _, id := range []string{"w0000", fmt.Sprintf("w%04d", n-1)} {
 		if got := rowState(t, a, id); got == "" {

@@ -41,7 +41,7 @@ func (h *captureHandler) count(level slog.Level, prefix string) int {
 	return n
 }
 
-// TestQuorumChangesLoggedOnce (issue 14 item 4): with every relay cut off
+// TestQuorumChangesLoggedOnce: with every relay cut off
 // and then back, the agent logs losing its own relay quorum, having no
 // relay connected and regaining the quorum at WARN, each once however many
 // ticks pass, and its real /status endpoint says synced only while M relays

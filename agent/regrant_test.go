@@ -8,7 +8,7 @@ import (
 	"provideragent/lease"
 )
 
-// TestOldRevocationAfterRegrantIgnored (issue 16 item 7): revocations are
+// TestOldRevocationAfterRegrantIgnored: revocations are
 // addressable and stay on relays for ever, and a workload granted again
 // starts again at epoch 1. An hour-old revocation of epoch 1 by the same
 // primary, served by the relays after the re-grant, must not send the

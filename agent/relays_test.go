@@ -251,9 +251,9 @@ func rejectedTotal(t *testing.T, reg *prometheus.Registry, name, reason string) 
 	return sum
 }
 
-// Issue 11 item 5: a grant this agent published itself (operators may
-// sign grants with the agent's key) comes back from every relay; it is
-// not a rejection (it was counted wrong_signer once per relay).
+// TestOwnGrantNotCountedAsRejection: a grant this agent published itself
+// (operators may sign grants with the agent's key) comes back from every relay; it is
+// not a rejection (not counted wrong_signer once per relay).
 func TestOwnGrantNotCountedAsRejection(t *testing.T) {
 	key := nostr.GeneratePrivateKey()
 	a, _, reg := newIngestAgent(t, key, nil)
@@ -271,7 +271,8 @@ func TestOwnGrantNotCountedAsRejection(t *testing.T) {
 	}
 }
 
-// Issue 11 item 5: a grant from a trusted issuer that cannot be used is
+// TestTrustedIssuerGrantRefusedWarns: a grant from a trusted issuer that
+// cannot be used is
 // logged at WARN with the reason, once however many relays deliver it; a
 // refused grant from anyone else stays at DEBUG.
 func TestTrustedIssuerGrantRefusedWarns(t *testing.T) {

@@ -29,7 +29,7 @@ import (
 	"provideragent/relay"
 )
 
-// BenchmarkAgentScale (issue 10, "how it is shown"): one agent, primary of
+// BenchmarkAgentScale: one agent, primary of
 // N warm-standby workloads (ids of 40 characters; the standby key named in
 // the leases never runs), over three strfry-emulated relays run as child
 // processes and reached through TCP proxies. The grants are queued in the
@@ -428,7 +428,7 @@ const (
 	foreignWindow   = "AGENT_FOREIGN_WINDOW"
 )
 
-// BenchmarkForeignTraffic (issue 10): an agent holding a few workloads
+// BenchmarkForeignTraffic: an agent holding a few workloads
 // (primary of 5 warm-standby workloads) over three strfry-emulated relays
 // (child processes) while 10,000 foreign providers - other keys, named in
 // none of its leases - heartbeat on the same relays, each a stored and an

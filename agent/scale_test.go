@@ -194,7 +194,7 @@ func refusedForLimits(r *relaytest.Relay) []string {
 	return out
 }
 
-// TestScaleFailover (issue 10): a primary and a standby with 3,000
+// TestScaleFailover: a primary and a standby with 3,000
 // warm-standby workloads (ids of 40 characters) over three strfry-emulated
 // relays run as child processes; agents in process on the in-memory
 // backend. All go Live on the primary, every heartbeat (five events of up
@@ -202,9 +202,9 @@ func refusedForLimits(r *relaytest.Relay) []string {
 // from two relays: every workload ends Live at epoch 2 on the standby
 // within the lease's bound (scaleBound), none failed, never two copies,
 // and no relay refused anything for its limits (event too large, too many
-// REQs, filter item too large). Before issue 10 the primary's one 190 KB
-// heartbeat was refused by every relay and it fenced everything with no
-// fault at all. The variant queues the 3,000 grants in the database before
+// REQs, filter item too large). A primary that put every workload in one
+// heartbeat (190 KB) would be refused by every relay and fence everything
+// with no fault at all. The variant queues the 3,000 grants in the database before
 // Run: no workload leaves provisioning except to Live (before, the grants
 // were applied one per commit with no tick and the first tick evicted
 // hundreds).

@@ -13,7 +13,7 @@ import (
 )
 
 // stallFor is how long the standby's paths stay stalled: longer than
-// khatru's 60 s pong deadline, as in the partition trial of issue 31.
+// khatru's 60 s pong deadline, as in a partition trial between real hosts.
 const stallFor = 75 * time.Second
 
 // sendBuffer is the relays' kernel send buffer per client (SO_SNDBUF; Linux
@@ -22,7 +22,7 @@ const stallFor = 75 * time.Second
 const sendBuffer = 32 << 10
 
 // TestVanishedStandbyDoesNotFenceThePrimary is the vanished-standby trial
-// of issue 31 over three relays of each of the project's kinds: the standby
+// over three relays of each of the project's kinds: the standby
 // is cut from all three by a silent stall (its packets vanish, nothing is
 // closed) for 75 s while the primary is untouched. The relays' writes toward
 // the standby fill the kernel's buffers (the proxy dials as over a real

@@ -1,6 +1,10 @@
 package agent
 
 import (
+	"maps"
+	"slices"
+	"time"
+
 	"provideragent/backend"
 	"provideragent/lease"
 )
@@ -46,3 +50,147 @@ func (a *Agent) fillReasons(ws []WorkloadStatus) {
 func NeedsReason(st lease.State) bool {
 	return st == lease.StateFailed || st == lease.StateRespawning
 }
+
+// Status returns the latest status document (refreshed every second), with
+// the relay connections as they are now: Synced needs at least M relays
+// connected that delivered EOSE on their current connection.
+func (a *Agent) Status() Status {
+	a.view.mu.Lock()
+	s := a.view.status
+	// The rows are updated in place by refreshStatus: copy them.
+	s.Workloads = slices.Clone(s.Workloads)
+	a.view.mu.Unlock()
+	for i := range s.Workloads {
+		w := &s.Workloads[i]
+		w.Running = a.work.backend.Running(w.ID)
+		if w.Primary == a.me.self {
+			w.Checkpoint = a.heldStateURI(w.ID, w.Epoch)
+		}
+	}
+	s.Relays = a.pool.Status()
+	s.Version = a.me.version
+	synced := 0
+	for _, r := range s.Relays {
+		if r.Connected && r.EOSE {
+			synced++
+		}
+	}
+	s.Synced = s.Synced && synced >= a.cfg.Lease.M
+	a.fillReasons(s.Workloads)
+	return s
+}
+
+// publishHeld publishes the (workload, epoch) pairs held, for heartbeats.
+// The machine goroutine calls it on ticks after transitions (beat.dirty),
+// so a mass transition rebuilds the list a few times a second at most.
+func (a *Agent) publishHeld() {
+	a.beat.dirty = false
+	held := a.machine().Held(nil) // a new slice: readers keep the one they loaded
+	a.beat.held.Store(&held)
+}
+
+// statusRebuildEvery is how often refreshStatus rebuilds every row of the
+// status document; between rebuilds it updates the rows of workloads that
+// changed state (a standby's followed epoch may lag this long).
+const statusRebuildEvery = 30 * time.Second
+
+// refreshStatus updates the status document and the gauges (machine
+// goroutine only): the rows of the workloads that changed state since the
+// last refresh, every row every statusRebuildEvery.
+func (a *Agent) refreshStatus(now time.Time) {
+	a.view.refreshed, a.view.dirty = now, false
+	a.observeCheckpointAge(now)
+	counts := a.machine().StateCounts(nil)
+	for _, s := range lease.States {
+		a.obs.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))
+	}
+	row := func(id string) (WorkloadStatus, bool) {
+		w, ok := a.machine().Workload(id)
+		if !ok {
+			return WorkloadStatus{}, false
+		}
+		return WorkloadView(w, a.me.self), true // Status fills Running; NoStandby is set below
+	}
+	sus, why := a.machine().ClockSuspect()
+	a.view.mu.Lock()
+	ws := a.view.status.Workloads
+	rebuild := a.view.idx == nil || now.Sub(a.view.built) >= statusRebuildEvery
+	for id := range a.view.ids {
+		_, listed := a.view.idx[id]
+		if _, tracked := a.machine().State(id); listed && !tracked {
+			rebuild = true // a removed workload: rebuild the list
+			break
+		}
+	}
+	if rebuild {
+		ids := a.machine().IDs()
+		ws = make([]WorkloadStatus, 0, len(ids))
+		a.view.idx = make(map[string]int, len(ids))
+		for _, id := range ids {
+			if r, ok := row(id); ok {
+				a.view.idx[id] = len(ws)
+				ws = append(ws, r)
+			}
+		}
+		a.view.built = now
+	} else {
+		// New workloads are appended (the machine lists workloads in the
+		// order they came, as a rebuild does): thousands of grants arriving
+		// used to rebuild the whole list on every refresh.
+		for id := range a.view.ids {
+			r, ok := row(id)
+			if !ok {
+				continue
+			}
+			if i, listed := a.view.idx[id]; listed {
+				ws[i] = r
+			} else {
+				a.view.idx[id] = len(ws)
+				ws = append(ws, r)
+			}
+		}
+	}
+	clear(a.view.ids)
+	// Whether a standby is alive changes without any state change: every
+	// refresh sets it on every held row.
+	noStandby := 0
+	for i := range ws {
+		w := &ws[i]
+		w.NoStandby = w.Primary == a.me.self && lease.State(w.State).Holding() && len(w.Standbys) > 0 && !a.machine().StandbyAlive(w.ID)
+		if w.NoStandby {
+			noStandby++
+		}
+	}
+	a.view.status = Status{Provider: a.me.keys.Npub(), Source: "agent", Now: now, Synced: !a.machine().AwaitingSync(), Workloads: ws,
+		ClockSuspect: sus, ClockWhy: why, Draining: a.machine().Draining(), Containment: a.work.containment.Summary, ContainmentWarning: a.work.containment.Warning,
+		Isolation: a.work.isolation.Summary, IsolationWarning: a.work.isolation.Warning}
+	a.view.counts = counts
+	a.view.mu.Unlock()
+	// Quorum of this provider and of every holder it watches (ws is written
+	// only here, on the machine goroutine: no lock needed to read it).
+	providers := map[string]bool{a.me.self: true}
+	for i := range ws {
+		providers[ws[i].Primary] = true
+	}
+	a.obs.met.noStandby.Set(float64(noStandby))
+	for p := range providers {
+		q := 0.0
+		if a.machine().HasQuorum(now, p) {
+			q = 1
+		}
+		a.obs.met.quorum.WithLabelValues(p).Set(q)
+		if p == a.me.self {
+			a.obs.met.ownQuorum.Set(q)
+		}
+	}
+}
+
+// stateCounts are the workloads by state at the last status refresh.
+func (a *Agent) stateCounts() map[lease.State]int {
+	a.view.mu.Lock()
+	defer a.view.mu.Unlock()
+	return maps.Clone(a.view.counts)
+}
+
+// Track adds a lease grant directly (tests and the demo; operators use
+// QueueGrant). It is safe to call while Run runs.

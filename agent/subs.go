@@ -10,7 +10,7 @@ import (
 	"provideragent/relay"
 )
 
-// Subscription shape (issue 10 item 2). The agent asks the relays only for
+// Subscription shape. The agent asks the relays only for
 // what its leases need, so that other providers' traffic costs it nothing:
 //
 //   - heartbeats (kinds 38384, 38389 stored, 20384 live) by the providers

@@ -13,7 +13,7 @@ import (
 	"provideragent/relay"
 )
 
-// The agent subscribes only to what its leases need (issue 10 item 2), over
+// The agent subscribes only to what its leases need, over
 // real relays: a heartbeat of a provider no lease names, a revocation
 // addressed to another provider, a grant naming this one from an issuer it
 // does not trust and a claim for a workload it does not track never reach

@@ -252,7 +252,7 @@ func TestCursorMatchesReference(t *testing.T) {
 
 // TestCursorRejectedFutureEventDoesNotMoveIt: an event reserved before
 // validation and dropped (a forgery dated in the year 2100) never moves the
-// cursor, in flight or after; an accepted one does (issue 16 item 3).
+// cursor, in flight or after; an accepted one does.
 func TestCursorRejectedFutureEventDoesNotMoveIt(t *testing.T) {
 	const y2100 = 4102444800
 	c := NewCursorTracker(1000)

@@ -17,7 +17,7 @@ import (
 // before it starts the workload, and every process forked below inherits
 // it, whatever it does to its environment, session or process group. An
 // unprivileged process cannot leave it (moving needs write access to a
-// common ancestor, which only the agent's user has: issue 29 runs workloads
+// common ancestor, which only the agent's user has: isolated workloads run
 // as another user). So a cgroup can be killed whole, and what a crashed
 // agent left is found by walking its directory, not by a tag a workload can
 // drop.

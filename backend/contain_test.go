@@ -123,8 +123,8 @@ func TestContainmentOnThisHost(t *testing.T) {
 	}
 }
 
-// TestScrubbedDaemonOutlivesNoSupervisor is issue 25's trial at the
-// backend: a workload whose daemon clears its environment (env -i) and
+// TestScrubbedDaemonOutlivesNoSupervisor is the scrubbed-daemon trial at
+// the backend: a workload whose daemon clears its environment (env -i) and
 // leaves the supervisor's session (setsid), appending to a file. (a) kill
 // -9 of the supervisor alone: the daemon is dead when the Exit is
 // delivered, so the respawn that follows is the only writer; (b) kill -9

@@ -184,9 +184,50 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
 	}
 	defer unlock()
+	st, err := p.store(ctx, job, tile, maxBytes)
+	if err != nil {
+		return Published{}, err
+	}
+	holding, err := p.upload(ctx, job, k, st.shas)
+	if err != nil {
+		return Published{}, err
+	}
+	pub, prev, err := p.announce(ctx, job, st, holding)
+	if err != nil {
+		return Published{}, err
+	}
+	var keep []string
+	pub.Deleted, pub.DeleteFailed, keep = p.deleteSuperseded(ctx, job, pub)
+	// The local copies (and placements) of the checkpoints whose blobs
+	// went are no longer needed: keep those of the kept checkpoints and of
+	// the one before this.
+	keep = append(keep, prev.Blobs...)
+	if n, err := p.Store.PruneUploaded(ctx, job.Workload, keep); err != nil {
+		p.logger().Warn("prune old checkpoint tiles", "workload", job.Workload, "err", err)
+	} else if n > 0 {
+		p.logger().Debug("pruned old checkpoint tiles", "workload", job.Workload, "tiles", n)
+	}
+	return pub, nil
+}
+
+// stored is a checkpoint in the uploader's store, tiles and manifest,
+// ready to upload.
+type stored struct {
+	m        uploader.Manifest // what is stored: the file's tiles, or their sealed copies
+	size     int64             // the checkpoint's size (plaintext)
+	info     Info              // the file read
+	manifest string            // the manifest blob's hash
+	mb       []byte            // the manifest blob
+	shas     []string          // the manifest's and the tiles' hashes
+}
+
+// store reads the checkpoint in job.Dir (at most maxBytes), cuts it into
+// tiles (sealed with job.Key when set) and stores them and their manifest
+// blob in the uploader's store.
+func (p *Publisher) store(ctx context.Context, job PublishJob, tile int, maxBytes int64) (stored, error) {
 	f, err := Open(job.Dir.Path, job.Dir.UID, maxBytes)
 	if err != nil {
-		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+		return stored{}, fmt.Errorf("publish checkpoint: %w", err)
 	}
 	// m is what is stored: the file's tiles, or their sealed copies.
 	var m uploader.Manifest
@@ -204,10 +245,10 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 	info := f.Info
 	f.Close()
 	if err != nil {
-		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+		return stored{}, fmt.Errorf("publish checkpoint: %w", err)
 	}
 	if m.Size == 0 {
-		return Published{}, errors.New("publish checkpoint: the checkpoint is empty")
+		return stored{}, errors.New("publish checkpoint: the checkpoint is empty")
 	}
 	size := m.Size
 	mb, err := json.Marshal(m)
@@ -217,42 +258,57 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 		mb = job.Key.seal(sealManifest, mb)
 	}
 	if err != nil {
-		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+		return stored{}, fmt.Errorf("publish checkpoint: %w", err)
 	}
 	if len(mb) > uploader.MaxTileSize {
-		return Published{}, fmt.Errorf("publish checkpoint: manifest of %d bytes over one tile (%d)", len(mb), uploader.MaxTileSize)
+		return stored{}, fmt.Errorf("publish checkpoint: manifest of %d bytes over one tile (%d)", len(mb), uploader.MaxTileSize)
 	}
 	mm, _, err := p.Store.AddFile(ctx, job.Workload, bytes.NewReader(mb), len(mb))
 	if err != nil {
-		return Published{}, fmt.Errorf("publish checkpoint: store manifest: %w", err)
+		return stored{}, fmt.Errorf("publish checkpoint: store manifest: %w", err)
 	}
 	manifest := mm.SHA256 // one tile: the blob's hash
 	shas := []string{manifest}
 	for _, t := range m.Tiles {
 		shas = append(shas, t.SHA256)
 	}
+	return stored{m: m, size: size, info: info, manifest: manifest, mb: mb, shas: shas}, nil
+}
+
+// upload uploads the workload's pending blobs to job.Servers and returns
+// the servers (as uploader.ServerKey) that hold every one of shas: at
+// least k of them, or an error.
+func (p *Publisher) upload(ctx context.Context, job PublishJob, k int, shas []string) ([]string, error) {
 	up, err := p.Uploader(job.Servers, k)
 	if err != nil {
-		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+		return nil, fmt.Errorf("publish checkpoint: %w", err)
 	}
 	_, upErr := up.UploadPending(ctx, uploader.Request{Workload: job.Workload})
 	var holding []string
 	for _, srv := range job.Servers {
 		n, err := p.Store.Placed(ctx, job.Workload, shas, []string{srv})
 		if err != nil {
-			return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+			return nil, fmt.Errorf("publish checkpoint: %w", err)
 		}
 		if n == 1 {
 			holding = append(holding, uploader.ServerKey(srv))
 		}
 	}
 	if len(holding) < k {
-		return Published{}, fmt.Errorf("publish checkpoint: every blob on %d of %d servers, need %d (upload: %v)", len(holding), len(job.Servers), k, upErr)
+		return nil, fmt.Errorf("publish checkpoint: every blob on %d of %d servers, need %d (upload: %v)", len(holding), len(job.Servers), k, upErr)
 	}
 	if ctx.Err() != nil {
-		return Published{}, fmt.Errorf("publish checkpoint: %w", context.Cause(ctx))
+		return nil, fmt.Errorf("publish checkpoint: %w", context.Cause(ctx))
 	}
+	return holding, nil
+}
 
+// announce signs the checkpoint's record, next after the workload's last
+// one (prev), and publishes it on Quorum relays, only while Holds says
+// this provider holds the workload at job.Epoch; it remembers the record
+// as the workload's last.
+func (p *Publisher) announce(ctx context.Context, job PublishJob, st stored, holding []string) (pub, prev Published, err error) {
+	m, size, info, manifest, mb, shas := st.m, st.size, st.info, st.manifest, st.mb, st.shas
 	// One publish of a workload at a time (lock): the last record read
 	// here is still the last when this one is stored.
 	p.mu.Lock()
@@ -277,7 +333,7 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 				ahead = time.Second
 			}
 			if created, err = p.recordTime(ctx, prev.CreatedAt.Add(time.Second), ahead); err != nil {
-				return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+				return Published{}, Published{}, fmt.Errorf("publish checkpoint: %w", err)
 			}
 		}
 	}
@@ -286,17 +342,17 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 		rec.TakenAt = created
 	}
 	if !p.Holds(job.Workload, job.Epoch) {
-		return Published{}, fmt.Errorf("publish checkpoint of %s epoch %d: %w", job.Workload, job.Epoch, ErrNotHolder)
+		return Published{}, Published{}, fmt.Errorf("publish checkpoint of %s epoch %d: %w", job.Workload, job.Epoch, ErrNotHolder)
 	}
 	ev, err := heartbeat.BuildCheckpointRecord(p.Keys, rec, created)
 	if err != nil {
-		return Published{}, fmt.Errorf("publish checkpoint: %w", err)
+		return Published{}, Published{}, fmt.Errorf("publish checkpoint: %w", err)
 	}
 	res := p.Relays.PublishQuorum(ctx, ev, p.Quorum)
 	if len(res.Accepted) < p.Quorum {
-		return Published{}, fmt.Errorf("publish checkpoint record %s: accepted by %d relays, need %d", ev.ID, len(res.Accepted), p.Quorum)
+		return Published{}, Published{}, fmt.Errorf("publish checkpoint record %s: accepted by %d relays, need %d", ev.ID, len(res.Accepted), p.Quorum)
 	}
-	pub := Published{
+	pub = Published{
 		Workload: job.Workload, Epoch: job.Epoch, Seq: rec.Seq, EventID: ev.ID, CreatedAt: created,
 		StateURI: rec.StateURI, Manifest: manifest, Size: size, TakenAt: rec.TakenAt, Servers: holding,
 		Relays: res.Accepted, File: info.ID, Blobs: shas, GrantAt: job.GrantAt,
@@ -307,18 +363,7 @@ func (p *Publisher) Publish(ctx context.Context, job PublishJob) (Published, err
 	}
 	p.last[job.Workload] = pub
 	p.mu.Unlock()
-	var keep []string
-	pub.Deleted, pub.DeleteFailed, keep = p.deleteSuperseded(ctx, job, pub)
-	// The local copies (and placements) of the checkpoints whose blobs
-	// went are no longer needed: keep those of the kept checkpoints and of
-	// the one before this.
-	keep = append(keep, prev.Blobs...)
-	if n, err := p.Store.PruneUploaded(ctx, job.Workload, keep); err != nil {
-		p.logger().Warn("prune old checkpoint tiles", "workload", job.Workload, "err", err)
-	} else if n > 0 {
-		p.logger().Debug("pruned old checkpoint tiles", "workload", job.Workload, "tiles", n)
-	}
-	return pub, nil
+	return pub, prev, nil
 }
 
 // maxRecordWait bounds how long a publish waits for the clock to reach

@@ -294,8 +294,8 @@ func TestRestorePlacesTheNewestUsableCheckpoint(t *testing.T) {
 	}
 }
 
-// TestRestoreRefuses: one case per refusal of a forged or stale record
-// (issue 28 item 4). Each record is refused with its reason and nothing
+// TestRestoreRefuses: one case per refusal of a forged or stale record.
+// Each record is refused with its reason and nothing
 // is placed: the attempt fails, naming the refusal; a record of another
 // grant is refused but does not fail it (the lease starts fresh: nothing
 // was published for its grant).

@@ -97,7 +97,7 @@ func TestExampleParsesAndValidates(t *testing.T) {
 }
 
 // TestExampleTrustsNoIssuer: the example config, which operators copy as
-// their config, trusts no lease issuer (issue 16 item 4): a trusted key
+// their config, trusts no lease issuer: a trusted key
 // whose secret someone else holds could make the node run any command. It
 // says how to add one instead.
 func TestExampleTrustsNoIssuer(t *testing.T) {

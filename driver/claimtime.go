@@ -22,22 +22,25 @@ type claimTimes struct {
 	last map[string]int64 // workload id -> last created_at used (unix s)
 }
 
+// lastClaimTime is Store.LastClaimTime.
+type lastClaimTime func(ctx context.Context, id string, wait time.Duration) (int64, error)
+
 // next returns the created_at for the next claim or withdrawn marker of
-// workload id at now and records it; the store is read the first time a
-// workload is seen.
-func (c *claimTimes) next(ctx context.Context, st Store, id string, now time.Time, wait time.Duration) (time.Time, error) {
+// workload id at now and records it; the store is read (last) the first
+// time a workload is seen.
+func (c *claimTimes) next(ctx context.Context, last lastClaimTime, id string, now time.Time, wait time.Duration) (time.Time, error) {
 	if c.last == nil {
 		c.last = map[string]int64{}
 	}
-	last, ok := c.last[id]
+	prev, ok := c.last[id]
 	if !ok {
-		v, err := st.LastClaimTime(ctx, id, wait)
+		v, err := last(ctx, id, wait)
 		if err != nil {
 			return time.Time{}, fmt.Errorf("claim created_at of %s: %w", id, err)
 		}
-		last = v
+		prev = v
 	}
-	at := heartbeat.NextCreatedAt(last, now)
+	at := heartbeat.NextCreatedAt(prev, now)
 	c.last[id] = at
 	return time.Unix(at, 0), nil
 }

@@ -8,18 +8,39 @@ import (
 	"provideragent/lease"
 )
 
-// commitStep persists one step and performs its effects (the package doc):
-// the stops and reports first, then the commit of the workloads the
-// effects concern (in pieces for a big step), then, once committed, the
-// rest. run=false (shutdown) persists without performing the deferred
-// effects: a restart re-derives them (Restore, Outstanding, RelaySynced).
-func (d *Driver) commitStep(ctx context.Context, now time.Time, effs []lease.Effect, toks []Token, release string, extra any, run bool) error {
-	if len(effs) == 0 && extra == nil && release == "" && d.pend.empty() && d.metaSaved {
-		d.finish(toks)
+// commit is what one commit writes and performs besides the pieces of
+// steps it takes: the time, tokens, release and own rows of the step that
+// asks for it (none for a backlog batch or a retry of held steps).
+type commit[X any] struct {
+	now time.Time
+	// toks are tokens to finish with the commit, besides those of the
+	// steps its pieces complete.
+	toks []Token
+	// release is the workload the commit forgets (Step.Release), "" none.
+	release string
+	// extra is the caller's own rows (Step.Extra), when hasExtra.
+	extra    X
+	hasExtra bool
+	// run performs the deferred effects once committed; false at shutdown,
+	// when a restart re-derives them (Restore, Outstanding, RelaySynced).
+	run bool
+}
+
+// own reports whether the commit carries the step's own rows or a
+// release: it is then attempted even while held steps wait for a retry.
+func (c commit[X]) own() bool { return c.hasExtra || c.release != "" }
+
+// commitStep persists one step's effects effs and performs them (the
+// package doc): the stops and reports first, then the commit of the
+// workloads the effects concern (in pieces for a big step), then, once
+// committed, the rest. c.toks are the step's tokens.
+func (d *Driver[P, X]) commitStep(ctx context.Context, effs []lease.Effect, c commit[X]) error {
+	if len(effs) == 0 && !c.own() && d.pend.empty() && d.metaSaved {
+		d.finish(c.toks)
 		return nil
 	}
-	d.performEarly(now, effs)
-	pieces, g := d.bl.split(now, effs, toks)
+	d.performEarly(effs)
+	pieces, g := d.bl.split(c.now, effs, c.toks)
 	if n := d.cfg.CommitBatch; len(pieces) > n {
 		// The rest waits in the backlog, committed one batch per
 		// DrainBacklog.
@@ -27,27 +48,27 @@ func (d *Driver) commitStep(ctx context.Context, now time.Time, effs []lease.Eff
 		d.deps.Events.Backlog(d.bl.len())
 		pieces = pieces[:n]
 	}
-	var early []Token
+	c.toks = nil
 	if len(pieces) == 0 {
-		early = g.toks // no piece: the step's tokens go with this commit
+		c.toks = g.toks // no piece: the step's tokens go with this commit
 	}
-	return d.commitPieces(ctx, now, pieces, early, release, extra, run)
+	return d.commitPieces(ctx, pieces, c)
 }
 
 // DrainBacklog commits the next batch of the backlog.
-func (d *Driver) DrainBacklog(ctx context.Context, now time.Time) error {
+func (d *Driver[P, X]) DrainBacklog(ctx context.Context, now time.Time) error {
 	return d.drain(ctx, now, true)
 }
 
-func (d *Driver) drain(ctx context.Context, now time.Time, run bool) error {
+func (d *Driver[P, X]) drain(ctx context.Context, now time.Time, run bool) error {
 	pieces := d.bl.next(d.cfg.CommitBatch)
 	d.deps.Events.Backlog(d.bl.len())
-	return d.commitPieces(ctx, now, pieces, nil, "", nil, run)
+	return d.commitPieces(ctx, pieces, commit[X]{now: now, run: run})
 }
 
 // performEarly performs the effects that do not wait for the commit
 // (lease.BeforeCommit: stops and reports).
-func (d *Driver) performEarly(now time.Time, effs []lease.Effect) {
+func (d *Driver[P, X]) performEarly(effs []lease.Effect) {
 	for _, e := range effs {
 		if lease.BeforeCommit(e) {
 			d.deps.Performer.Perform(e, time.Time{})
@@ -56,21 +77,21 @@ func (d *Driver) performEarly(now time.Time, effs []lease.Effect) {
 }
 
 // commitPieces persists pieces of steps, then performs their deferred
-// effects: the second half of commitStep. toks are tokens to finish with
-// the commit besides those of the steps the pieces complete.
-func (d *Driver) commitPieces(ctx context.Context, now time.Time, pieces []*piece, toks []Token, release string, extra any, run bool) error {
-	if len(pieces) == 0 && extra == nil && release == "" && d.pend.empty() && d.metaSaved {
-		d.finish(toks)
+// effects: the second half of commitStep.
+func (d *Driver[P, X]) commitPieces(ctx context.Context, pieces []*piece, c commit[X]) error {
+	now := c.now
+	if len(pieces) == 0 && !c.own() && d.pend.empty() && d.metaSaved {
+		d.finish(c.toks)
 		return nil
 	}
 	timed, effs, ids := flatten(pieces)
 	rows := d.outboxRows(ctx, timed)
-	toks = append(toks, done(pieces)...)
+	toks := append(c.toks, done(pieces)...)
 
 	held := !d.pend.empty()
 	if held {
 		d.pend.add(effs, rows, toks)
-		if extra == nil && release == "" && now.Before(d.pend.retryAt) {
+		if !c.own() && now.Before(d.pend.retryAt) {
 			return fmt.Errorf("commit step: %w", ErrUnpersisted)
 		}
 	}
@@ -82,7 +103,7 @@ func (d *Driver) commitPieces(ctx context.Context, now time.Time, pieces []*piec
 	} else {
 		later = lease.AfterCommit(effs)
 	}
-	err := d.persist(ctx, now, writeIDs, writeRows, later, release, extra, run)
+	err := d.persist(ctx, c, writes[P]{ids: writeIDs, rows: writeRows, later: later})
 	d.deps.Events.Attempted(err)
 	if err != nil {
 		if !held {
@@ -101,24 +122,33 @@ func (d *Driver) commitPieces(ctx context.Context, now time.Time, pieces []*piec
 	if held {
 		d.deps.Events.Persisted(d.pend.steps, d.pend.since, now)
 		toks = d.pend.toks
-		d.pend = unpersisted{}
+		d.pend = unpersisted[P]{}
 	}
 	d.finish(toks)
 	return nil
 }
 
-// persist commits the rows of workloads ids (their current snapshots), the
-// outbox rows, the created_at of the claims among later, a release and
-// extra in one transaction; once it committed it performs later when run
-// is set.
-func (d *Driver) persist(ctx context.Context, now time.Time, ids []string, rows []outRow, later []lease.Effect, release string, extra any, run bool) error {
-	b := &Batch{Extra: extra}
-	for _, id := range ids {
+// writes are what a commit writes for the pieces it takes (or the held
+// steps it retries): the workloads whose rows to write (their current
+// snapshots), the outbox rows, and the deferred effects to perform once
+// committed (the created_at of their claims is committed with them).
+type writes[P any] struct {
+	ids   []string
+	rows  []outRow[P]
+	later []lease.Effect
+}
+
+// persist commits w and c's release and own rows in one transaction; once
+// it committed it performs w.later when c.run is set.
+func (d *Driver[P, X]) persist(ctx context.Context, c commit[X], w writes[P]) error {
+	now, release, run, later := c.now, c.release, c.run, w.later
+	b := &Batch[P, X]{Extra: c.extra}
+	for _, id := range w.ids {
 		if id == release {
 			continue
 		}
-		if w, ok := d.m.Workload(id); ok {
-			b.Workloads = append(b.Workloads, w)
+		if snap, ok := d.m.Workload(id); ok {
+			b.Workloads = append(b.Workloads, snap)
 		}
 	}
 	wait := d.dbWait()
@@ -126,7 +156,7 @@ func (d *Driver) persist(ctx context.Context, now time.Time, ids []string, rows 
 	// workload (claimtime.go), persisted with the step.
 	var stamps []time.Time
 	var stamped []string
-	for _, r := range rows {
+	for _, r := range w.rows {
 		b.Outbox = append(b.Outbox, r.OutboxRow)
 		if r.claimTime != "" {
 			stamped = append(stamped, r.claimTime)
@@ -134,11 +164,11 @@ func (d *Driver) persist(ctx context.Context, now time.Time, ids []string, rows 
 	}
 	if run {
 		for i, e := range later {
-			c, ok := e.(lease.PublishClaim)
+			pc, ok := e.(lease.PublishClaim)
 			if !ok {
 				continue
 			}
-			at, err := d.claims.next(ctx, d.deps.Store, c.ID, now, wait)
+			at, err := d.claims.next(ctx, d.deps.Store.LastClaimTime, pc.ID, now, wait)
 			if err != nil {
 				return err
 			}
@@ -146,7 +176,7 @@ func (d *Driver) persist(ctx context.Context, now time.Time, ids []string, rows 
 				stamps = make([]time.Time, len(later))
 			}
 			stamps[i] = at
-			stamped = append(stamped, c.ID)
+			stamped = append(stamped, pc.ID)
 		}
 	}
 	b.ClaimTimes = d.claims.values(stamped)
@@ -162,8 +192,8 @@ func (d *Driver) persist(ctx context.Context, now time.Time, ids []string, rows 
 		return err
 	}
 	d.metaSaved = true
-	for _, w := range b.Workloads {
-		d.dirty.remove(w.Spec.ID)
+	for _, snap := range b.Workloads {
+		d.dirty.remove(snap.Spec.ID)
 	}
 	if release != "" {
 		d.m.Remove(release)
@@ -189,7 +219,7 @@ func (d *Driver) persist(ctx context.Context, now time.Time, ids []string, rows 
 // time the commit must save. An event that cannot be built is reported and
 // left out: for a revocation, the standby's takeover covers one that never
 // comes.
-func (d *Driver) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
+func (d *Driver[P, X]) outboxRows(ctx context.Context, effs []timedEffect) []outRow[P] {
 	var jobs []OutboxJob
 	var claimed []string // per job: the workload whose claim time it used
 	for _, te := range effs {
@@ -199,7 +229,7 @@ func (d *Driver) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
 		}
 		var claimOf string
 		if wc, ok := e.(lease.WithdrawClaim); ok {
-			t, err := d.claims.next(ctx, d.deps.Store, wc.ID, at, d.dbWait())
+			t, err := d.claims.next(ctx, d.deps.Store.LastClaimTime, wc.ID, at, d.dbWait())
 			if err != nil {
 				d.deps.Events.Dropped(e, err)
 				continue
@@ -214,21 +244,21 @@ func (d *Driver) outboxRows(ctx context.Context, effs []timedEffect) []outRow {
 		return nil
 	}
 	res := d.deps.Outbox.Build(jobs)
-	rows := make([]outRow, 0, len(jobs))
+	rows := make([]outRow[P], 0, len(jobs))
 	for i, r := range res {
 		if r.Err != nil {
 			d.deps.Events.Dropped(jobs[i].Effect, r.Err)
 			continue
 		}
-		rows = append(rows, outRow{OutboxRow: r.Row, claimTime: claimed[i]})
+		rows = append(rows, outRow[P]{OutboxRow: r.Row, claimTime: claimed[i]})
 	}
 	return rows
 }
 
 // outRow is an outbox row with the workload whose claim time its event
 // used (a withdrawn marker's), which the commit saves with it.
-type outRow struct {
-	OutboxRow
+type outRow[P any] struct {
+	OutboxRow[P]
 	claimTime string
 }
 
@@ -242,17 +272,17 @@ type outRow struct {
 // nothing is saved (ErrUnpersisted): the metadata would record their state
 // without their outbox rows. Rows of workloads in the backlog wait for
 // their batch.
-func (d *Driver) Save(ctx context.Context, now time.Time, cursor int64) error {
+func (d *Driver[P, X]) Save(ctx context.Context, now time.Time, cursor int64) error {
 	return d.save(ctx, now, cursor, true)
 }
 
 // Close persists everything at shutdown: the backlog and held steps (their
 // deferred effects not performed: a restart re-derives them), then a Save.
-func (d *Driver) Close(ctx context.Context, now time.Time, cursor int64) error {
+func (d *Driver[P, X]) Close(ctx context.Context, now time.Time, cursor int64) error {
 	return d.save(ctx, now, cursor, false)
 }
 
-func (d *Driver) save(ctx context.Context, now time.Time, cursor int64, run bool) error {
+func (d *Driver[P, X]) save(ctx context.Context, now time.Time, cursor int64, run bool) error {
 	if !run {
 		for !d.bl.empty() {
 			d.pend.retryAt = time.Time{}
@@ -263,7 +293,7 @@ func (d *Driver) save(ctx context.Context, now time.Time, cursor int64, run bool
 	}
 	if !d.pend.empty() {
 		d.pend.retryAt = time.Time{}
-		if err := d.commitStep(ctx, now, nil, nil, "", nil, run); err != nil {
+		if err := d.commitStep(ctx, nil, commit[X]{now: now, run: run}); err != nil {
 			return fmt.Errorf("save machine: %w: %w", ErrUnpersisted, err)
 		}
 	}
@@ -289,7 +319,7 @@ func (d *Driver) save(ctx context.Context, now time.Time, cursor int64, run bool
 	}
 	meta := d.m.MetaSnapshot()
 	cur := max(min(cursor, now.Unix()), 0)
-	b := &Batch{Workloads: changed, Meta: &meta, Cursor: &cur}
+	b := &Batch[P, X]{Workloads: changed, Meta: &meta, Cursor: &cur}
 	if err := d.deps.Store.Commit(ctx, b, d.dbWait()); err != nil {
 		return fmt.Errorf("save machine: %w", err)
 	}
@@ -316,10 +346,10 @@ func (d *Driver) save(ctx context.Context, now time.Time, cursor int64, run bool
 //     workloads still held running, outstanding claim-step and respawn
 //     requests), so a start a later step stopped or superseded never runs;
 //   - toks: tokens of the steps' inputs, finished only after that commit.
-type unpersisted struct {
+type unpersisted[P any] struct {
 	ids     []string
 	seen    map[string]bool
-	rows    []outRow
+	rows    []outRow[P]
 	keys    map[string]bool
 	effs    []lease.Effect
 	toks    []Token
@@ -328,11 +358,11 @@ type unpersisted struct {
 	retryAt time.Time // next commit attempt without new effects
 }
 
-func (u *unpersisted) empty() bool { return u.steps == 0 }
+func (u *unpersisted[P]) empty() bool { return u.steps == 0 }
 
 // add folds one step (its effects in order, outbox rows and tokens) into
 // the held steps.
-func (u *unpersisted) add(effs []lease.Effect, rows []outRow, toks []Token) {
+func (u *unpersisted[P]) add(effs []lease.Effect, rows []outRow[P], toks []Token) {
 	if len(effs) == 0 && len(rows) == 0 && len(toks) == 0 {
 		return
 	}

@@ -31,7 +31,21 @@
 // the small interfaces its caller gives it: Store (the database), Outbox
 // (building the events the outbox sends), Performer (starting and stopping
 // processes, publishing claims, logging) and Events (what an operator is
-// told). Open restores it from the Store: every workload row the database
-// holds comes back, with the machine's metadata when it was saved, with
-// empty relay tables when it was not.
+// told). The seam is typed: a Driver[P, X] hands its Store outbox rows
+// carrying a P (the agent's signed Nostr event as JSON, the simulator's
+// event) and a step's own rows of type X (the agent's operator commands,
+// marked applied in the step's transaction). Open restores it from the
+// Store: every workload row the database holds comes back, with the
+// machine's metadata when it was saved, with empty relay tables when it
+// was not.
+//
+// Shell (shell.go, fence.go) is the machine goroutine's shell around the
+// Driver, as etcd's raft has node.go over rawnode.go: a turn (a step fed in
+// the one way every input is fed, relay-stream marks included), the
+// periodic save every SaveEvery, the release of process operations in order
+// per workload, and the fence gate that holds every outbox row until the
+// restored machine's stops were performed and a revocation until its
+// workload is fenced here (rule 7). The agent's machine loop and the
+// simulator's node both create one, so the properties check the gate the
+// agent's outbox asks.
 package driver

@@ -61,8 +61,9 @@ func (c Config) withDefaults() Config {
 }
 
 // Store is the driver's database. Every method that may wait for the
-// database is told how long it may.
-type Store interface {
+// database is told how long it may. P is the event an outbox row carries
+// and X the caller's own rows a step commits with it (Batch).
+type Store[P, X any] interface {
 	// Load reads what Commit wrote: the machine's metadata (nil when none
 	// was committed yet) and every workload row's snapshot.
 	Load(ctx context.Context) (Loaded, error)
@@ -70,7 +71,7 @@ type Store interface {
 	// last claim event, as a Batch's ClaimTimes committed it; 0 when none.
 	LastClaimTime(ctx context.Context, id string, wait time.Duration) (int64, error)
 	// Commit writes b in one transaction, or nothing.
-	Commit(ctx context.Context, b *Batch, wait time.Duration) error
+	Commit(ctx context.Context, b *Batch[P, X], wait time.Duration) error
 }
 
 // Loaded is what Store.Load read.
@@ -84,8 +85,11 @@ type Loaded struct {
 
 // Batch is what one commit writes, in one transaction. Its values are the
 // Store's to keep (copies of the machine's state); the Store encodes them
-// as it likes (the agent as JSON, the simulator not at all).
-type Batch struct {
+// as it likes (the agent as JSON, the simulator not at all). P is the event
+// an outbox row carries (the agent's signed Nostr event as JSON, the
+// simulator's event) and X the caller's own rows (the agent's operator
+// commands marked applied; the simulator has none).
+type Batch[P, X any] struct {
 	// Workloads are the rows to write: each workload's current snapshot.
 	Workloads []lease.WorkloadSnapshot
 	// Deleted are the workloads whose rows (and claim time) to delete.
@@ -96,22 +100,23 @@ type Batch struct {
 	// keep per workload (see Store.LastClaimTime).
 	ClaimTimes map[string]int64
 	// Outbox are the outbox rows the step's outbox effects queue.
-	Outbox []OutboxRow
+	Outbox []OutboxRow[P]
 	// Cursor, when not nil, is the caller's subscription cursor to save
 	// (Save).
 	Cursor *int64
-	// Extra is the caller's own payload for this commit (Step.Extra): the
-	// agent marks operator commands applied with it.
-	Extra any
+	// Extra is the caller's own rows for this commit (Step.Extra), the
+	// zero X when the step set none: the agent marks operator commands
+	// applied with it.
+	Extra X
 }
 
 // Outbox builds the events that outbox effects (lease.DurabilityOf ==
 // lease.Outbox) queue, before the transaction that commits them: the agent
 // signs Nostr events, the simulator makes simulated ones.
-type Outbox interface {
+type Outbox[P any] interface {
 	// Build builds one row per job, in order; a job whose event cannot be
 	// built gets an error instead (its effect is left out of the commit).
-	Build(jobs []OutboxJob) []OutboxResult
+	Build(jobs []OutboxJob) []OutboxResult[P]
 }
 
 // OutboxJob is one outbox effect to build, created at At, of a workload
@@ -123,19 +128,19 @@ type OutboxJob struct {
 }
 
 // OutboxResult is a built row or why it could not be built.
-type OutboxResult struct {
-	Row OutboxRow
+type OutboxResult[P any] struct {
+	Row OutboxRow[P]
 	Err error
 }
 
 // OutboxRow is one event queued in the outbox with a step.
-type OutboxRow struct {
+type OutboxRow[P any] struct {
 	// Key is the row's idempotency key (one revocation per workload and
 	// epoch, say).
 	Key string
 	// Payload is the event itself, as the caller's Store and outbox
 	// understand it.
-	Payload any
+	Payload P
 }
 
 // Performer performs effects: through lease.Perform, the one table of what
@@ -179,9 +184,9 @@ func (NopEvents) Saved(int)                           {}
 func (NopEvents) Dropped(lease.Effect, error)         {}
 
 // Deps are the driver's collaborators.
-type Deps struct {
-	Store     Store
-	Outbox    Outbox
+type Deps[P, X any] struct {
+	Store     Store[P, X]
+	Outbox    Outbox[P]
 	Performer Performer
 	// Events defaults to NopEvents.
 	Events Events
@@ -191,15 +196,17 @@ type Deps struct {
 }
 
 // Driver is the one synchronous driver of a lease.Machine. It is not safe
-// for concurrent use: the caller feeds it from one goroutine.
-type Driver struct {
+// for concurrent use: the caller feeds it from one goroutine. P and X are
+// its Store's: the event an outbox row carries and the caller's own rows a
+// step commits with it.
+type Driver[P, X any] struct {
 	cfg  Config
-	deps Deps
+	deps Deps[P, X]
 	m    *lease.Machine
 
 	dirty      idSet          // workloads an input may have changed without an effect (Save writes them)
 	rivalWatch idSet          // workloads with rival claims: a Tick may adopt one without an effect
-	pend       unpersisted    // steps whose commit failed
+	pend       unpersisted[P] // steps whose commit failed
 	bl         backlog        // pieces of big steps not committed yet
 	claims     claimTimes     // created_at of claim events
 	metaSaved  bool           // the machine's metadata is in the database
@@ -213,7 +220,7 @@ type Driver struct {
 // every committed workload comes back. The restored machine's effects
 // (Restore's stops, then Outstanding's requests) are performed by
 // CommitRestored, before anything else.
-func Open(ctx context.Context, now time.Time, cfg Config, lcfg lease.Config, self string, deps Deps) (*Driver, error) {
+func Open[P, X any](ctx context.Context, now time.Time, cfg Config, lcfg lease.Config, self string, deps Deps[P, X]) (*Driver[P, X], error) {
 	d := newDriver(cfg, deps)
 	loaded, err := deps.Store.Load(ctx)
 	if err != nil {
@@ -253,62 +260,62 @@ func Open(ctx context.Context, now time.Time, cfg Config, lcfg lease.Config, sel
 }
 
 // New wraps an empty machine m (tests; Open restores from a Store).
-func New(cfg Config, m *lease.Machine, deps Deps) *Driver {
+func New[P, X any](cfg Config, m *lease.Machine, deps Deps[P, X]) *Driver[P, X] {
 	d := newDriver(cfg, deps)
 	d.m = m
 	return d
 }
 
-func newDriver(cfg Config, deps Deps) *Driver {
+func newDriver[P, X any](cfg Config, deps Deps[P, X]) *Driver[P, X] {
 	if deps.Events == nil {
 		deps.Events = NopEvents{}
 	}
-	return &Driver{cfg: cfg.withDefaults(), deps: deps}
+	return &Driver[P, X]{cfg: cfg.withDefaults(), deps: deps}
 }
 
 // MetaSaved reports whether the machine's metadata was found in, or
 // committed to, the database: until then every commit writes it too.
-func (d *Driver) MetaSaved() bool { return d.metaSaved }
+func (d *Driver[P, X]) MetaSaved() bool { return d.metaSaved }
 
 // Machine is the driven machine, for reading only (Held, State, Workload,
 // HasQuorum...): an input fed to it directly, not through a Step, would
 // bypass persistence.
-func (d *Driver) Machine() *lease.Machine { return d.m }
+func (d *Driver[P, X]) Machine() *lease.Machine { return d.m }
 
 // Restored reports whether Open restored a machine whose effects
 // CommitRestored has not performed yet.
-func (d *Driver) Restored() bool { return d.restored != nil }
+func (d *Driver[P, X]) Restored() bool { return d.restored != nil }
 
 // CommitRestored performs the restored machine's effects (Restore's stops
 // for every workload not held here, then the claim-step requests
 // Outstanding re-issues) as the first step: lease/doc.go's restart
 // protocol. The stops are performed even when the commit fails.
-func (d *Driver) CommitRestored(ctx context.Context, now time.Time) error {
+func (d *Driver[P, X]) CommitRestored(ctx context.Context, now time.Time) error {
 	effs := d.restored
 	d.restored = nil
 	if len(effs) == 0 {
 		return nil
 	}
-	return d.commitStep(ctx, now, effs, nil, "", nil, true)
+	return d.commitStep(ctx, effs, commit[X]{now: now, run: true})
 }
 
 // Backlogged reports whether pieces of big steps wait for DrainBacklog.
-func (d *Driver) Backlogged() bool { return !d.bl.empty() }
+func (d *Driver[P, X]) Backlogged() bool { return !d.bl.empty() }
 
 // BacklogLen is the number of workloads waiting in the backlog.
-func (d *Driver) BacklogLen() int { return d.bl.len() }
+func (d *Driver[P, X]) BacklogLen() int { return d.bl.len() }
 
 // Held reports whether steps are held (their commit failed).
-func (d *Driver) Held() bool { return !d.pend.empty() }
+func (d *Driver[P, X]) Held() bool { return !d.pend.empty() }
 
 // Wait is how long the caller's own database access on the driver's
 // goroutine should wait, so that it never stalls it longer than a commit
 // would: CommitWait, or ProbeWait while steps are held.
-func (d *Driver) Wait() time.Duration { return d.dbWait() }
+func (d *Driver[P, X]) Wait() time.Duration { return d.dbWait() }
 
 // dbWait is how long the next database access may wait: CommitWait, or
 // ProbeWait while steps are held.
-func (d *Driver) dbWait() time.Duration {
+func (d *Driver[P, X]) dbWait() time.Duration {
 	if !d.pend.empty() {
 		return min(d.cfg.CommitWait, d.cfg.ProbeWait)
 	}
@@ -316,7 +323,7 @@ func (d *Driver) dbWait() time.Duration {
 }
 
 // finish hands the tokens of persisted inputs back.
-func (d *Driver) finish(toks []Token) {
+func (d *Driver[P, X]) finish(toks []Token) {
 	if len(toks) > 0 && d.deps.Finished != nil {
 		d.deps.Finished(toks)
 	}

@@ -15,6 +15,14 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// The tests' seam types: an outbox row carries its event's created_at, and
+// a step's own rows are a string.
+type (
+	testDriver = driver.Driver[time.Time, string]
+	batch      = driver.Batch[time.Time, string]
+	memStore   = drivertest.MemStore[time.Time, string]
+)
+
 func key(name string) string { return fmt.Sprintf("%064x", name) }
 
 var (
@@ -68,10 +76,10 @@ func (p recPerformer) Perform(e lease.Effect, at time.Time) {
 
 type recOutbox struct{}
 
-func (recOutbox) Build(jobs []driver.OutboxJob) []driver.OutboxResult {
-	out := make([]driver.OutboxResult, len(jobs))
+func (recOutbox) Build(jobs []driver.OutboxJob) []driver.OutboxResult[time.Time] {
+	out := make([]driver.OutboxResult[time.Time], len(jobs))
 	for i, j := range jobs {
-		out[i].Row = driver.OutboxRow{Key: fmt.Sprintf("%T:%s:%d", j.Effect, j.Effect.Workload(), j.At.Unix()), Payload: j.At}
+		out[i].Row = driver.OutboxRow[time.Time]{Key: fmt.Sprintf("%T:%s:%d", j.Effect, j.Effect.Workload(), j.At.Unix()), Payload: j.At}
 	}
 	return out
 }
@@ -79,25 +87,25 @@ func (recOutbox) Build(jobs []driver.OutboxJob) []driver.OutboxResult {
 type world struct {
 	t     *testing.T
 	log   *log
-	store *drivertest.MemStore
-	d     *driver.Driver
+	store *memStore
+	d     *testDriver
 	done  []driver.Token
 }
 
-func newWorld(t *testing.T, store *drivertest.MemStore) *world {
+func newWorld(t *testing.T, store *memStore) *world {
 	t.Helper()
 	w := &world{t: t, log: &log{}, store: store}
 	if store == nil {
-		w.store = &drivertest.MemStore{}
+		w.store = &memStore{}
 	}
-	w.store.Wrote = func(*driver.Batch) { w.log.add("commit") }
+	w.store.Wrote = func(*batch) { w.log.add("commit") }
 	w.open()
 	return w
 }
 
 func (w *world) open() {
 	w.t.Helper()
-	d, err := driver.Open(context.Background(), t0, driver.Config{CommitBatch: 4}, leaseConfig(), self, driver.Deps{
+	d, err := driver.Open(context.Background(), t0, driver.Config{CommitBatch: 4}, leaseConfig(), self, driver.Deps[time.Time, string]{
 		Store: w.store, Outbox: recOutbox{}, Performer: recPerformer{w.log},
 		Finished: func(toks []driver.Token) { w.done = append(w.done, toks...) },
 	})
@@ -113,7 +121,7 @@ func (w *world) refuse(on bool) {
 		w.store.Refuse = nil
 		return
 	}
-	w.store.Refuse = func(*driver.Batch, time.Duration) error {
+	w.store.Refuse = func(*batch, time.Duration) error {
 		w.log.add("refused")
 		return errors.New("disk full")
 	}
@@ -150,7 +158,7 @@ func TestStopsBeforeTheCommit(t *testing.T) {
 	}
 	w.log.lines = nil
 	stopped := false
-	w.store.Refuse = func(*driver.Batch, time.Duration) error {
+	w.store.Refuse = func(*batch, time.Duration) error {
 		// Observed while the commit is under way.
 		stopped = w.log.index("stop w1") >= 0
 		return nil
@@ -225,7 +233,7 @@ func TestRetriesNeverStall(t *testing.T) {
 	w := newWorld(t, nil)
 	cfg := driver.DefaultConfig()
 	var waits []time.Duration
-	w.store.Refuse = func(_ *driver.Batch, wait time.Duration) error {
+	w.store.Refuse = func(_ *batch, wait time.Duration) error {
 		waits = append(waits, wait)
 		return errors.New("database is locked")
 	}
@@ -282,7 +290,7 @@ func TestBigStepsAreCommittedInPieces(t *testing.T) {
 func TestEveryCommittedWorkloadIsRestored(t *testing.T) {
 	w := newWorld(t, nil)
 	var metas int
-	w.store.Wrote = func(b *driver.Batch) {
+	w.store.Wrote = func(b *batch) {
 		if b.Meta != nil {
 			metas++
 		}
@@ -331,13 +339,13 @@ func TestSaveWritesChangedRowsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rows []int
-	w.store.Wrote = func(b *driver.Batch) { rows = append(rows, len(b.Workloads)) }
+	w.store.Wrote = func(b *batch) { rows = append(rows, len(b.Workloads)) }
 	w.refuse(true)
 	if err := w.d.Save(context.Background(), t0.Add(2*time.Second), 0); err == nil {
 		t.Fatal("Save() with writes refused = nil, want an error")
 	}
 	w.refuse(false)
-	w.store.Wrote = func(b *driver.Batch) { rows = append(rows, len(b.Workloads)) }
+	w.store.Wrote = func(b *batch) { rows = append(rows, len(b.Workloads)) }
 	if err := w.d.Save(context.Background(), t0.Add(3*time.Second), 42); err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +381,7 @@ func TestClaimTimesIncrease(t *testing.T) {
 		t.Fatalf("committed claim time of w1 = %d, want %d (the claim at %d, the marker one second later)", got, at.Unix()+1, at.Unix())
 	}
 	last := w.store.Outbox[len(w.store.Outbox)-1]
-	if got := last.Payload.(time.Time).Unix(); got != at.Unix()+1 {
+	if got := last.Payload.Unix(); got != at.Unix()+1 {
 		t.Fatalf("withdrawn marker created at %d, want %d", got, at.Unix()+1)
 	}
 	// A restarted driver continues above it.

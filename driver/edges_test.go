@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"provideragent/driver"
-	"provideragent/driver/drivertest"
 	"provideragent/lease"
 )
 
@@ -19,7 +18,7 @@ import (
 func TestEmptyStepsWithAPayloadOrAReleaseCommit(t *testing.T) {
 	w := newWorld(t, nil)
 	var extras []any
-	w.store.Wrote = func(b *driver.Batch) { extras = append(extras, b.Extra) }
+	w.store.Wrote = func(b *batch) { extras = append(extras, b.Extra) }
 	st := w.d.Begin(t0)
 	st.Extra("command 1")
 	if err := st.Commit(context.Background()); err != nil || len(extras) != 1 || extras[0] != "command 1" {
@@ -154,8 +153,8 @@ func TestDefaultConfigIsAsDocumented(t *testing.T) {
 	if got := driver.DefaultConfig(); got != want {
 		t.Fatalf("DefaultConfig() = %+v, want %+v", got, want)
 	}
-	store := &drivertest.MemStore{}
-	d, err := driver.Open(context.Background(), t0, driver.Config{}, leaseConfig(), self, driver.Deps{Store: store, Outbox: recOutbox{}, Performer: recPerformer{&log{}}})
+	store := &memStore{}
+	d, err := driver.Open(context.Background(), t0, driver.Config{}, leaseConfig(), self, driver.Deps[time.Time, string]{Store: store, Outbox: recOutbox{}, Performer: recPerformer{&log{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +209,7 @@ func (e heldEvents) Persisted(steps int, since, now time.Time) {
 func TestHeldStepsAreCounted(t *testing.T) {
 	w := newWorld(t, nil)
 	events := &log{}
-	d, err := driver.Open(context.Background(), t0, driver.Config{}, leaseConfig(), self, driver.Deps{
+	d, err := driver.Open(context.Background(), t0, driver.Config{}, leaseConfig(), self, driver.Deps[time.Time, string]{
 		Store: w.store, Outbox: recOutbox{}, Performer: recPerformer{w.log}, Events: heldEvents{log: events},
 	})
 	if err != nil {
@@ -305,7 +304,7 @@ func TestSaveWritesEveryWorkloadWithRivals(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rows int
-	w.store.Wrote = func(b *driver.Batch) { rows = len(b.Workloads) }
+	w.store.Wrote = func(b *batch) { rows = len(b.Workloads) }
 	if err := w.d.Save(context.Background(), t0.Add(3*time.Second), 0); err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func seedEvents(t testing.TB) []*nostr.Event {
 	}
 	ts := fmt.Sprint(t0.Unix())
 	// Paygress-shaped events with keys as Paygress writes them (hex), then
-	// the same with npub keys, as agents before issue 12 wrote them.
+	// the same with npub keys, as older agents wrote them.
 	var paygress []struct {
 		kind    int
 		tags    nostr.Tags

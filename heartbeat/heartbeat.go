@@ -41,7 +41,7 @@ type Heartbeat struct {
 	// to ProviderNpub).
 	Provider string
 	// ProviderNpub is the content's provider_npub as written: lowercase hex
-	// from Paygress and from us, an npub from agents before issue 12.
+	// from Paygress and from us, an npub from older agents.
 	ProviderNpub string
 	// CreatedAt is the event's created_at.
 	CreatedAt time.Time

@@ -489,8 +489,8 @@ func TestIngestJunkDoesNotEvictVerified(t *testing.T) {
 
 // TestIngestCacheAgesOut: an id the relays stopped delivering is forgotten
 // after CacheTTL (the next delivery is verified again), while one delivered
-// within the TTL stays a duplicate. Against the cache before issue 10 (no
-// age-out, only a size cap) the late delivery is still a duplicate.
+// within the TTL stays a duplicate. Against a cache with no
+// age-out, only a size cap, the late delivery would still be a duplicate.
 func TestIngestCacheAgesOut(t *testing.T) {
 	p := testKeys(t, "p")
 	cfg := DefaultConfig()
@@ -533,8 +533,8 @@ func TestIngestCacheAgesOut(t *testing.T) {
 // RecentTTL and RecentWorkloads: a copy delivered after RecentTTL is decoded
 // again (an equal, separate value; no signature check), and a heartbeat
 // listing more workloads than RecentWorkloads is never kept decoded.
-// Against the cache before issue 10 (decoded events kept with the id) the
-// late copy returns the cached pointer and RecentLen would not drop.
+// Against a cache that kept decoded events with the id the
+// late copy would return the cached pointer and RecentLen would not drop.
 func TestIngestKeepsIDsNotEvents(t *testing.T) {
 	p := testKeys(t, "p")
 	cfg := DefaultConfig()
@@ -595,8 +595,8 @@ func TestIngestKeepsIDsNotEvents(t *testing.T) {
 // claim by a provider the lease does not name, a revocation by another key
 // than the primary, a claim or revocation for a finished workload) are
 // refused without a signature check: at volume (a mass failover, a public
-// relay's traffic) those checks are the agent's largest cost. Against the
-// ingest before issue 10 every one costs a signature check.
+// relay's traffic) those checks are the agent's largest cost. An ingest that
+// verified first would pay a signature check for every one.
 func TestIngestSignerRulesBeforeSignature(t *testing.T) {
 	p, s, stranger := testKeys(t, "p"), testKeys(t, "s"), testKeys(t, "x")
 	pol := newFakePolicy()

@@ -136,8 +136,8 @@ func RevocationDTag(primary, workloadID string) string {
 
 // dTagNamesKey reports whether d is the d tag build makes from the key hexKey
 // in any form a writer may have used: as written in the content (written),
-// lowercase hex (what Paygress and we write) or NIP-19 npub (what agents
-// before issue 12 wrote). Paygress itself never checks these d tags.
+// lowercase hex (what Paygress and we write) or NIP-19 npub (what older
+// agents wrote). Paygress itself never checks these d tags.
 func dTagNamesKey(d, written, hexKey string, build func(key string) string) bool {
 	if d == build(hexKey) || d == build(written) {
 		return true

@@ -24,7 +24,7 @@ func TestNextCreatedAt(t *testing.T) {
 	}
 }
 
-// TestLongestIDFitsFilterItems (issue 10 item 4): every d tag a relay
+// TestLongestIDFitsFilterItems: every d tag a relay
 // filter asks for, built from a workload id of the longest valid length,
 // fits strfry's 255-byte filter items, and one byte more is refused with an
 // error naming the limit.

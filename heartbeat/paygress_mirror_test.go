@@ -502,7 +502,7 @@ func TestPaygressReadsEveryEventWePublish(t *testing.T) {
 	// query_standby_promotion_announcements: kind 38386, the peers as
 	// authors, #d = paygress:promoted:v1:<workload>. Every event it finds is
 	// "a peer already promoted": the claim step's claims and withdrawn
-	// markers must never match it (issue 12 item 2), the announcement of a
+	// markers must never match it, the announcement of a
 	// won claim must.
 	announcementQuery := nostr.Filter{Kinds: []int{38386}, Authors: []string{s1.PublicKey()},
 		Tags: nostr.TagMap{"d": []string{"paygress:promoted:v1:wl-7"}}}

@@ -44,7 +44,7 @@ type Promotion struct {
 	// NewPrimary is the claimer's hex public key.
 	NewPrimary string
 	// NewPrimaryNpub is the content's new_primary_npub as written: lowercase
-	// hex from Paygress and from us, an npub from agents before issue 12.
+	// hex from Paygress and from us, an npub from older agents.
 	NewPrimaryNpub string
 	// PromotedAt is the content's promoted_at.
 	PromotedAt time.Time

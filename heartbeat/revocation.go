@@ -32,8 +32,8 @@ type Revocation struct {
 	// Primary is the revoking primary's hex public key.
 	Primary string
 	// PrimaryNpub is the content's primary_provider_npub as written:
-	// lowercase hex from Paygress and from us, an npub from agents before
-	// issue 12.
+	// lowercase hex from Paygress and from us, an npub from older
+	// agents.
 	PrimaryNpub string
 	// Standbys are the standbys' hex public keys, in order, invalid entries
 	// skipped.

@@ -184,7 +184,7 @@ func TestBuiltEventsReadByPaygress(t *testing.T) {
 }
 
 // TestDecodeAcceptsBothKeyForms: we write keys as hex, but events whose key
-// fields or d tags use the NIP-19 npub form (agents before issue 12, or any
+// fields or d tags use the NIP-19 npub form (older agents, or any
 // writer that used npub) still decode, in every combination, to the hex key;
 // a d tag naming another key, in either form, does not.
 func TestDecodeAcceptsBothKeyForms(t *testing.T) {

@@ -138,8 +138,8 @@ func PublicKeyHex(s string) (string, error) {
 	return h, err
 }
 
-// npubCache remembers recent npub -> hex decodings: heartbeats of agents
-// before issue 12 name their provider by npub, and bech32 decoding costs a
+// npubCache remembers recent npub -> hex decodings: heartbeats of older
+// agents name their provider by npub, and bech32 decoding costs a
 // few microseconds.
 var npubCache = &stringCache{m: map[string]string{}, max: 4096}
 

@@ -11,7 +11,7 @@ import (
 // TestClockSuspect: a provider whose driver finds its clock outside the
 // bound evicts what it holds (other providers cannot judge its heartbeats)
 // and never takes over (silence measured on a wrong clock is no evidence);
-// a revocation naming it still starts the claim step (issue 16 item 5).
+// a revocation naming it still starts the claim step.
 func TestClockSuspect(t *testing.T) {
 	t.Run("holder evicts its warm-standby workloads, keeps the others", func(t *testing.T) {
 		h := liveAlice(t, warmSpec("w1", "alice", "bob"), 600*s, nil)
@@ -98,7 +98,7 @@ func TestClockSuspect(t *testing.T) {
 	})
 }
 
-// TestRetakeAfterSelfFencing (issue 12 item 4): a primary that evicted
+// TestRetakeAfterSelfFencing: a primary that evicted
 // itself after losing quorum, then finds its relays again, takes the
 // workload back through the claim step at epoch+1 once it has been healthy
 // for TakeoverAfter with no higher epoch seen; a standby's claim meanwhile

@@ -201,9 +201,10 @@
 //
 // # Driver protocol
 //
-// The driver (agent/, or the simulator in props/) owns one Machine, feeds it
-// inputs from a single goroutine, persists the new state in the same
-// transaction as any outbox rows, then performs the effects in slice order:
+// The driver (package driver, and its Shell, which the agent and the
+// simulator in props/ both run) owns one Machine, feeds it inputs from a
+// single goroutine, persists the new state in the same transaction as any
+// outbox rows, then performs the effects in slice order:
 //
 //   - StartWorkload / StopWorkload: start or stop the process.
 //     StartWorkload/StopWorkload must be idempotent: the machine re-issues

@@ -6,7 +6,7 @@ import (
 )
 
 // TestSilenceCountsOnlyTheProviderHeardHolding is the fixed schedule behind
-// props' TestProcessExits seed 9280212158 (issue 17). dave, a standby, sees
+// props' TestProcessExits seed 9280212158. dave, a standby, sees
 // bob's claim for epoch 2 and never its withdrawal (a partition and a relay
 // that lost its storage hid it), so after the settle time dave follows bob
 // as the holder of epoch 2. carol is the one who won epoch 2: her heartbeats
@@ -75,7 +75,7 @@ func TestHeardHolderAbortsATakeoverClaim(t *testing.T) {
 // and stay on relays; after the operator released and granted the workload
 // again (epochs start again at 1), an hour-old revocation of epoch 1 by the
 // same primary must not send a standby into the claim step while the
-// primary runs the new grant (issue 16 item 7).
+// primary runs the new grant.
 func TestRevocationFromAnEarlierGrantIsIgnored(t *testing.T) {
 	h := newHarness(t, "bob", nil)
 	spec := warmSpec("w1", "alice", "bob")

@@ -290,8 +290,8 @@ func (m *Machine) StandbyAlive(id string) bool {
 
 // successor is the first standby this provider still sees alive, else the
 // first ranked one: a holder that resumes from a stall longer than stale
-// sees nobody alive because it heard nothing, and naming nobody left the
-// workload down until it retook it (issue 25). Naming a standby that is
+// sees nobody alive because it heard nothing, and naming nobody would leave
+// the workload down until the holder retook it. Naming a standby that is
 // really gone costs nothing (no claim follows, takeover by silence still
 // does), and a named standby that is alive claims through the claim step
 // before the revocation's deadline, as any successor does.

@@ -12,7 +12,7 @@ import (
 	"provideragent/props/sim"
 )
 
-// Durable workloads (issue 28): every epoch that begins restores the
+// Durable workloads: every epoch that begins restores the
 // newest usable checkpoint record before it starts, holders publish their
 // copy's value as records while Live, and a planned move hands the exact
 // last value over. The nodes run lease's own SelectCheckpoints; the

@@ -127,7 +127,7 @@ func faultRelay(t *rapid.T, s *sim.Sim, r sim.RelayID, k int) {
 	}
 }
 
-// TestResumedPrimaryRetakes (issue 12 item 4): the primary is cut off from
+// TestResumedPrimaryRetakes: the primary is cut off from
 // every relay long enough to evict itself (stop, revocation), and meanwhile
 // every standby dies for good, so nobody claims the next epoch. Once the
 // primary reaches max(M, N-M+1) healthy relays again (the others suffer any
@@ -197,7 +197,7 @@ func healBound(k int) time.Duration {
 	return props.LivenessBound(cfg, k, assumed, leaseProtocol().cfg.QueryTimeout) + cfg.ClaimRetryMax + cfg.ProvisionTimeout
 }
 
-// TestLivenessAfterHeal (issue 31 item 5): any schedule of partitions,
+// TestLivenessAfterHeal: any schedule of partitions,
 // relay crashes with or without their storage, relays that freeze (take
 // everything and answer nothing) for a while, lossy links, provider crashes
 // and pauses, for up to an hour; then every fault heals (links, relays,
@@ -316,7 +316,7 @@ func anyLive(s *sim.Sim, k int) bool {
 	return false
 }
 
-// TestLoneHolderCutOff (issue 31 item 2): after a failover the new holder
+// TestLoneHolderCutOff: after a failover the new holder
 // P1 has no standby the lease named left, and the former primary P0 is
 // healthy again. When P1 is cut off every relay it must still fence itself
 // on quorum loss: P0 rejoined as its standby (or, had it never heard epoch

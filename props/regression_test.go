@@ -197,7 +197,7 @@ func TestRestartProtocolRegressions(t *testing.T) {
 }
 
 // TestForgedFutureEventDoesNotBlind: a relay serves a forged claim dated in
-// the year 2100 (issue 16 item 3). If it moved the standby's subscription
+// the year 2100. If it moved the standby's subscription
 // cursor, every later (re)subscription would ask only for events after
 // 2100: the primary's revocation, stored while the standby was away, would
 // never be read, and the standby would fall back on a takeover twelve
@@ -247,7 +247,7 @@ func TestForgedFutureEventDoesNotBlind(t *testing.T) {
 	}
 }
 
-// TestFailedCommitStillFences (issue 16 item 2): the primary's database
+// TestFailedCommitStillFences: the primary's database
 // refuses every commit (a full disk) while it loses its relays, evicts
 // itself and hands over. Its stop must be performed although the step
 // does not persist (lease.BeforeCommit), or it keeps running beside the

@@ -76,7 +76,7 @@ func TestShardedBeats(t *testing.T) {
 // wipes, reboots, and the lateRevocation schedule (a successor that hears
 // its holder's revocation only after another standby took over and a relay
 // lost the new holder's claim). Without lease's revocation deadline it
-// finds issue 24's two holders of epoch 2.
+// finds two holders of epoch 2.
 func TestLateDeliveries(t *testing.T) {
 	var st stats
 	fs := lateDeliveries()

@@ -37,8 +37,8 @@ func publishN(t *testing.T, h *harness, n, same int, tag string) map[string]bool
 // TestPoolCatchupPagesThroughLimit: a relay that returns at most 20 stored
 // events per filter (its NIP-11 max_limit, enforced) still delivers all 57
 // stored events before the subscription counts as synced, six of them in
-// the second where a page ends; a query reads them all too. Before issue 10
-// the subscription and the query stopped at the relay's cut (20).
+// the second where a page ends; a query reads them all too. Without paging
+// the subscription and the query would stop at the relay's cut (20).
 func TestPoolCatchupPagesThroughLimit(t *testing.T) {
 	r := relaytest.Start(t, "--max-limit", "20")
 	pub := newPool(t, fastConfig(r.URL()), relay.Options{})
@@ -127,8 +127,8 @@ func TestPoolInterestNarrowestThatFits(t *testing.T) {
 
 // TestPoolSetInterestsKeepsUnchangedREQs: adding an interest sends only its
 // REQ; the REQ of the unchanged one stays open, so its stored event is not
-// delivered again. Before issue 10 every change closed and re-sent every
-// REQ (the stored event came twice).
+// delivered again. Closing and re-sending every REQ
+// on each change would deliver the stored event twice.
 func TestPoolSetInterestsKeepsUnchangedREQs(t *testing.T) {
 	r := relaytest.Start(t)
 	a := relay.Interest{Name: "a", Alternatives: [][]nostr.Filter{kind1Filter(t)}}

@@ -230,7 +230,7 @@ func TestClosedStrfryAuthRequiredAfterFailedAuthIsPermanent(t *testing.T) {
 	}
 }
 
-// Issue 16: a relay that sends EOSE and closes at once must be backed off
+// TestReconnectBackoffNotResetByEOSE: a relay that sends EOSE and closes at once must be backed off
 // like any failing relay; an EOSE does not reset the reconnect backoff.
 func TestReconnectBackoffNotResetByEOSE(t *testing.T) {
 	p := newProgrammed(t, func(ctx context.Context, c *websocket.Conn, _ int, env nostr.Envelope) bool {

@@ -563,7 +563,7 @@ func TestPoolQuery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	// The relay that cuts at 2 (its max_limit, below the 10 asked for) is
-	// read page by page: all 3 come back (issue 10: reads page through
+	// read page by page: all 3 come back (reads page through
 	// relay limits).
 	got := h.pool.Query(ctx, nostr.Filter{Kinds: []int{1}, Limit: 10})
 	want := []int{3, 3}

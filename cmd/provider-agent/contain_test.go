@@ -20,7 +20,8 @@ import (
 // scrubbedEnv is the whole environment of scrubbedDaemon's daemon.
 const scrubbedEnv = "PATH=/usr/bin:/bin"
 
-// scrubbedDaemon is issue 25's daemon: it clears its environment (so it
+// scrubbedDaemon is a daemon that escapes its group: it clears its
+// environment (so it
 // carries no backend tag) and leaves the shell's session and process group,
 // records its pid in pidFile and, when out is not "", appends
 // "<unix ns> <pid>" to out every 20 ms. It ends with "&".
@@ -132,7 +133,7 @@ func (w writerLog) waitWriter(t *testing.T, what string, not ...int) int {
 	}
 }
 
-// scrubbedSetup is a data dir whose lease's workload is issue 25's: the
+// scrubbedSetup is a data dir whose lease's workload escapes its group: the
 // top shell records its supervisor's pid and starts the scrubbed daemon,
 // which appends to out; run gets config (stop_grace 2 s, respawn backoff
 // 500 ms, and extra).
@@ -179,8 +180,8 @@ func (s *scrubbedSetup) daemonPids() []int {
 }
 
 // waitSaved waits until the agent's database holds its machine snapshot:
-// a run killed before its first save forgets its workloads (issue 25
-// item 2), which is not what these tests are about.
+// a run killed before its first save forgets its workloads, which is not
+// what these tests are about.
 func waitSaved(t *testing.T, dataDir string) {
 	t.Helper()
 	cfg := config.Default()
@@ -203,8 +204,8 @@ func waitSaved(t *testing.T, dataDir string) {
 	}
 }
 
-// TestRunScrubbedDaemonDiesWithItsSupervisor is issue 25 item 3 (a) over
-// the real binary: the workload's daemon clears its environment and leaves
+// TestRunScrubbedDaemonDiesWithItsSupervisor is the scrubbed-daemon trial
+// with its supervisor killed alone, over the real binary: the workload's daemon clears its environment and leaves
 // the session; kill -9 of its supervisor alone. No copy of the daemon
 // survives the supervisor, and the agent respawns exactly one: one writer
 // afterwards. (The agent used to kill what carried its environment tag
@@ -240,8 +241,8 @@ func TestRunScrubbedDaemonDiesWithItsSupervisor(t *testing.T) {
 		s.out.last(first).Sub(killed).Round(time.Millisecond), respawned.Sub(killed).Round(time.Millisecond))
 }
 
-// TestRunScrubbedDaemonDiesWithAgentAndSupervisor is issue 25 item 3 (b)
-// over the real binary: kill -9 of the agent and its supervisor together
+// TestRunScrubbedDaemonDiesWithAgentAndSupervisor is the
+// scrubbed-daemon trial with both killed, over the real binary: kill -9 of the agent and its supervisor together
 // (the agent stopped first, so that neither acts). Within stop_grace
 // nothing writes any more; a restarted run has nothing left to kill, and
 // starts exactly one daemon. (The daemon used to write on, a restarted run

@@ -26,7 +26,7 @@ import (
 	"provideragent/relay"
 )
 
-// counterLine is the durable test workload (issue 28's counter): it
+// counterLine is the durable test workload (a counter): it
 // resumes from its checkpoint (0 without one), appends "epoch value" to
 // starts when it starts, counts every 10 ms and checkpoints every 100
 // counts (about a second) the contract's way: another name, then a rename
@@ -200,7 +200,7 @@ func startDurablePair(t *testing.T, tmp string, relays []string, servers ...stri
 	return d
 }
 
-// TestDurableKill9AndMove (issue 28's end-to-end test): two real
+// TestDurableKill9AndMove (the durable workload end to end): two real
 // agents, three relays, a dev-blossom server and the counter workload,
 // granted durable by the primary (published, trusted by the standby).
 // The primary publishes a checkpoint about every second. kill -9 of the

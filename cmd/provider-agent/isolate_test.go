@@ -67,7 +67,7 @@ func hostileConfig(t *testing.T, tmp, dataDir, relay, backendSection string) str
 	return cfg
 }
 
-// TestRunHostileWorkloadReachesNothing is issue 29's hostile workload over
+// TestRunHostileWorkloadReachesNothing is a hostile workload over
 // the real binary, on both backends, with the agent's defaults (isolation
 // on): a workload granted to the running agent tries to read its key file
 // and database, write into its data dir and database, read another
@@ -77,8 +77,8 @@ func hostileConfig(t *testing.T, tmp, dataDir, relay, backendSection string) str
 // (ESRCH for the agent, outside the workload's PID namespace; EPERM for
 // its supervisor); in a container the agent's paths do not exist (ENOENT).
 // The key file is unchanged, nothing was written into the data dir, the
-// agent runs on and the other workload keeps its checkpoint. Today's
-// binary (before issue 29: PROVIDER_AGENT_TEST_BIN) fails it: its
+// agent runs on and the other workload keeps its checkpoint. A binary
+// without isolation (PROVIDER_AGENT_TEST_BIN) fails it: its
 // workloads run as the agent's user and read the key file.
 func TestRunHostileWorkloadReachesNothing(t *testing.T) {
 	t.Parallel()

@@ -15,7 +15,7 @@ import (
 	"provideragent/lease"
 )
 
-// TestKillStormKeepsEveryHeldWorkload (issue 25 item 2), over the real
+// TestKillStormKeepsEveryHeldWorkload, over the real
 // binary: `run` is killed with kill -9 at a random instant in the first
 // KILL_STORM_WINDOW_MS (default 6 s: past the first periodic save at 5 s)
 // of each of KILL_STORM_RUNS (default 20) runs, and started again. After each kill, every workload the database

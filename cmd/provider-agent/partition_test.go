@@ -16,7 +16,7 @@ import (
 	"provideragent/internal/relaytest"
 )
 
-// The partition trials (issue 31 item 4) run the real binary over real
+// The partition trials run the real binary over real
 // sockets: three relays and two agents, each in a network namespace of its
 // own on a bridge (internal/netlab), the short timings of fastConfig
 // (heartbeats every second, t1 2 s, t2 3 s, stale 3 s, takeover after

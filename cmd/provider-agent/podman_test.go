@@ -55,7 +55,7 @@ func containerProcs(id string, epoch uint64) []int {
 	return out
 }
 
-// TestRunPodmanFailover is issue 29's failover with backend.kind =
+// TestRunPodmanFailover is the failover with backend.kind =
 // podman over the real binary: a primary and a standby, the grant naming
 // an OCI image, published. kill -9 of the primary agent: its container is
 // gone within stop_grace (sampled every 20 ms), and the standby's

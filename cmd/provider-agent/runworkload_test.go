@@ -221,8 +221,8 @@ func killIfOurs(pids []int) {
 
 // TestRunKilledTakesItsWorkloads: kill -9 of `provider-agent run` holding a
 // Live workload that is a pipeline plus a setsid'ed double fork leaves none
-// of the workload's processes running (issue 16: the workload outlived the
-// agent, and the standby's takeover made two writers).
+// of the workload's processes running (a workload that outlived the agent
+// would make two writers once the standby took over).
 func TestRunKilledTakesItsWorkloads(t *testing.T) {
 	t.Parallel()
 	s := newAgentSetup(t)
@@ -295,7 +295,7 @@ func TestRunRestartKillsLeftoversBeforeTheDatabase(t *testing.T) {
 
 // TestSecondRunOnADataDirRefuses: while one run holds the data dir, a
 // second run exits 1 with one line naming the holder's pid and kills
-// nothing; read-only operator commands keep working (issue 14).
+// nothing; read-only operator commands keep working.
 func TestSecondRunOnADataDirRefuses(t *testing.T) {
 	t.Parallel()
 	s := newAgentSetup(t)

@@ -18,7 +18,7 @@ import (
 	"provideragent/internal/relaytest"
 )
 
-// The setup papercuts of issue 14 item 5, each in a child process of the
+// The setup papercuts a new operator meets, each in a child process of the
 // real binary.
 
 // TestKeygenCreatesTheDirectory: the README's first command works on a
@@ -361,7 +361,7 @@ func TestReadOnlyDataDirReportsTheCause(t *testing.T) {
 // up). The primary sees its standby alive. The primary is killed; the standby takes over. Its status shows it
 // as the holder, the former primary as its standby, none of them alive.
 // The former primary is started again: it is fenced by epoch 2 and rejoins
-// as the new holder's standby (issue 31 item 3), and the holder's status
+// as the new holder's standby, and the holder's status
 // says it has a standby again; the test logs how long after the failover.
 func TestStatusAfterFailover(t *testing.T) {
 	t.Parallel()

@@ -95,7 +95,7 @@ func (h *sqliteLocker) release() {
 	_ = h.cmd.Wait()
 }
 
-// TestWriteLockHeldElsewhereDoesNotDelayTheFence (issue 25 item 1), over
+// TestWriteLockHeldElsewhereDoesNotDelayTheFence, over
 // the real binary: a primary and its standby, three relays, the demo's
 // timings (heartbeats every second, t1 2 s, t2 3 s, stale 3 s) and stop
 // grace 2 s; the workload appends to a file shared by both nodes. Another

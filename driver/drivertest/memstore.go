@@ -15,13 +15,14 @@ import (
 
 // MemStore is a driver.Store in memory: what Commit wrote survives as long
 // as the MemStore does (a simulated provider keeps it across its agent's
-// crashes).
-type MemStore struct {
+// crashes). P is the event an outbox row carries and X a step's own rows,
+// which it ignores (Wrote sees them).
+type MemStore[P, X any] struct {
 	Meta       *lease.Snapshot
 	Rows       map[string]lease.WorkloadSnapshot
 	ClaimTimes map[string]int64
 	// Outbox holds every outbox row committed, in order.
-	Outbox []driver.OutboxRow
+	Outbox []driver.OutboxRow[P]
 	Cursor int64
 	// Commits counts the commits that wrote.
 	Commits int
@@ -29,15 +30,15 @@ type MemStore struct {
 	// Refuse, when set, is asked before each commit with its wait: a
 	// non-nil error refuses it and nothing is written (a full disk, a
 	// write lock held elsewhere for longer than wait).
-	Refuse func(b *driver.Batch, wait time.Duration) error
+	Refuse func(b *driver.Batch[P, X], wait time.Duration) error
 	// Wrote, when set, is called after a commit wrote b.
-	Wrote func(b *driver.Batch)
+	Wrote func(b *driver.Batch[P, X])
 }
 
-var _ driver.Store = (*MemStore)(nil)
+var _ driver.Store[[]byte, struct{}] = (*MemStore[[]byte, struct{}])(nil)
 
 // Load implements driver.Store.
-func (s *MemStore) Load(context.Context) (driver.Loaded, error) {
+func (s *MemStore[P, X]) Load(context.Context) (driver.Loaded, error) {
 	// The driver's restore copies what it reads: no copy here.
 	l := driver.Loaded{Meta: s.Meta}
 	for _, id := range slices.Sorted(maps.Keys(s.Rows)) {
@@ -47,12 +48,12 @@ func (s *MemStore) Load(context.Context) (driver.Loaded, error) {
 }
 
 // LastClaimTime implements driver.Store.
-func (s *MemStore) LastClaimTime(_ context.Context, id string, _ time.Duration) (int64, error) {
+func (s *MemStore[P, X]) LastClaimTime(_ context.Context, id string, _ time.Duration) (int64, error) {
 	return s.ClaimTimes[id], nil
 }
 
 // Commit implements driver.Store.
-func (s *MemStore) Commit(_ context.Context, b *driver.Batch, wait time.Duration) error {
+func (s *MemStore[P, X]) Commit(_ context.Context, b *driver.Batch[P, X], wait time.Duration) error {
 	if s.Refuse != nil {
 		if err := s.Refuse(b, wait); err != nil {
 			return err
@@ -93,11 +94,11 @@ func (s *MemStore) Commit(_ context.Context, b *driver.Batch, wait time.Duration
 }
 
 // State is the state workload id's row holds ("" when there is none).
-func (s *MemStore) State(id string) lease.State { return s.Rows[id].State }
+func (s *MemStore[P, X]) State(id string) lease.State { return s.Rows[id].State }
 
 // Clone is a copy of what s holds, without its hooks (the values it holds
 // are never changed in place, so they are shared).
-func (s *MemStore) Clone() *MemStore {
-	return &MemStore{Meta: s.Meta, Rows: maps.Clone(s.Rows), ClaimTimes: maps.Clone(s.ClaimTimes),
+func (s *MemStore[P, X]) Clone() *MemStore[P, X] {
+	return &MemStore[P, X]{Meta: s.Meta, Rows: maps.Clone(s.Rows), ClaimTimes: maps.Clone(s.ClaimTimes),
 		Outbox: slices.Clone(s.Outbox), Cursor: s.Cursor, Commits: s.Commits}
 }

@@ -73,7 +73,7 @@ func (g *generator) heartbeatFiles() {
 	g.add(f, vcase{name: "provider-npub", ev: g.mutate(stored, primary, func(ev *nostr.Event) {
 		ev.Content = g.replace(ev.Content, `"provider_npub":"`+primary.Public+`"`, `"provider_npub":"`+npub+`"`)
 		setTag("d", heartbeat.HeartbeatDTag(npub, Created))(ev)
-	}), about: "provider_npub and the d tag as NIP-19 npub (agents before issue 12 wrote them so): accepted; write hex."})
+	}), about: "provider_npub and the d tag as NIP-19 npub (older agents wrote them so): accepted; write hex."})
 	g.add(f, vcase{name: "provider-npub-hex-d", ev: g.mutate(stored, primary, g.editContent(`"provider_npub":"`+primary.Public+`"`, `"provider_npub":"`+npub+`"`)),
 		about: "provider_npub as npub, the d tag in hex: either form of the same key matches."})
 	g.add(f, vcase{name: "provider-uppercase-hex", ev: g.mutate(stored, primary, g.editContent(primary.Public+`"`, strings.ToUpper(primary.Public)+`"`)),

@@ -137,7 +137,8 @@ type Options struct {
 	// the kernel. Over loopback the kernel grows the buffer of a peer that
 	// stopped reading to hundreds of kilobytes, since its ACKs keep coming;
 	// over a network, a peer that vanished sends no ACK and the buffer stays
-	// at tens of kilobytes (72 KB in issue 31's trial). Tests of vanished
+	// at tens of kilobytes (72 KB in a partition trial
+	// between real hosts). Tests of vanished
 	// peers set it so that the relay meets the stall after as little
 	// traffic as in the field.
 	SendBuffer int

@@ -16,7 +16,8 @@ import (
 // buffer, which over loopback Linux keeps growing for a peer that stopped
 // reading (its ACKs of zero-window probes keep coming), to hundreds of
 // kilobytes within a minute; over a network a vanished peer sends no ACK and
-// the buffer stays small (72 KB in issue 31's trial). Fix the relay's
+// the buffer stays small (72 KB in a partition trial between
+// real hosts). Fix the relay's
 // buffer (KindOptions.SendBuffer) for a relay to meet the stall after as
 // little traffic as in the field.
 const (

@@ -148,7 +148,7 @@ func TestMigrateEmbeddedAppliesAll(t *testing.T) {
 
 // TestOpenCreatesPrivateFiles: a database Open creates, and the -wal and
 // -shm files SQLite creates beside it, are readable by their owner only
-// (issue 16 item 7: they were 0644).
+// (not 0644).
 func TestOpenCreatesPrivateFiles(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "p.db")
@@ -173,7 +173,7 @@ func TestOpenCreatesPrivateFiles(t *testing.T) {
 
 // TestOpenReportsCorruption: a corrupted page in a table that nothing reads
 // at start (SELECTs on the other table still work) stops Open with an error
-// that wraps ErrCorrupt and names the file (issue 16 item 7).
+// that wraps ErrCorrupt and names the file.
 func TestOpenReportsCorruption(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "c.db")

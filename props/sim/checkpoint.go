@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"provideragent/driver"
 	"provideragent/lease"
 )
 
@@ -443,9 +444,7 @@ func (n *LeaseNode) finishRestore(now time.Time, rd *restoreRead) {
 	if !res.OK {
 		env.Logf("restore attempt %d of epoch %d: fresh %v: %s", req.Attempt, req.Epoch, res.Fresh, res.Reason)
 	}
-	s := n.d.Begin(now)
-	s.Restored(res)
-	n.commit(s)
+	n.step(now, driver.Input{Restored: &res}, false)
 }
 
 // restoreRecord places the value of the newest usable record, fetched

@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	"provideragent/driver"
 	"provideragent/lease"
 )
 
@@ -67,7 +69,7 @@ func (n *LeaseNode) Move(env Env, now time.Time, w string) {
 		refuse("no copy of it runs here")
 		return
 	}
-	env.Stop(w)
+	n.sh.Enqueue(context.Background(), driver.Op{Kind: driver.OpStop, Workload: w, Epoch: epoch, Reason: "planned move"})
 	f := n.disk.files[w]
 	rec := n.publishRecord(w, f, now, true)
 	mv := &moveOp{workload: w, epoch: epoch, value: value, rec: rec}
@@ -104,7 +106,7 @@ func (n *LeaseNode) movePublished(now time.Time, mv *moveOp, ok bool) {
 	switch {
 	case mv.acks >= n.cfg.M:
 		mv.done = true
-		s := n.d.Begin(now)
+		s := n.sh.Begin(now)
 		err := s.HandOver(lease.Handover{Workload: mv.workload, Epoch: mv.epoch, StateURI: stateURI(mv.rec.ID), Reason: "planned move"})
 		n.commit(s)
 		if err != nil {
@@ -152,7 +154,7 @@ func (n *LeaseNode) abortMove(mv *moveOp, why string) {
 	n.env.Logf("move of %s aborted: %s", mv.workload, why)
 	if e, _, ok := n.Holding(mv.workload); ok && e == mv.epoch {
 		if st, _ := n.d.Machine().State(mv.workload); st == lease.StateLive || st == lease.StateSuspect {
-			n.startCopy(mv.workload, mv.epoch)
+			n.sh.Enqueue(context.Background(), driver.Op{Kind: driver.OpStart, Workload: mv.workload, Epoch: mv.epoch})
 		}
 	}
 }
