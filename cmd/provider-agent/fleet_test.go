@@ -108,7 +108,7 @@ func TestFleet(t *testing.T) {
 	r.check(t)
 }
 
-// BenchmarkFleet (issue 41): a fleet of real agent processes on three
+// BenchmarkFleet: a fleet of real agent processes on three
 // relays (strfry-emulated, khatru rate-limited per key and connection,
 // @nostr-relay/core), P providers and W workloads (-fleet.providers,
 // -fleet.workloads; default 12 and 300) with the fast profile's timings,

@@ -2,7 +2,7 @@
 
 package main
 
-// The fleet benchmark's backend (issue 41), only in a binary built with
+// The fleet benchmark's backend, only in a binary built with
 // -tags fleetbench, which BenchmarkFleet builds for its record mode: a
 // fleet of 10,000 workloads needs 10,000 supervisors of 3.5 MiB each
 // (35 GiB) beside the agents, more than the benchmark's machine has. With

@@ -31,7 +31,7 @@ import (
 	"provideragent/relay"
 )
 
-// A fleet (issue 41): P providers, each `provider-agent run` in a child
+// A fleet: P providers, each `provider-agent run` in a child
 // process with a data dir and a TOML config of its own, on three child
 // relays of the kinds CI runs, and W workloads granted by one issuer that
 // every provider trusts, each with a primary and two standbys placed so
