@@ -119,7 +119,6 @@ type Agent struct {
 	beat   beatState  // what this provider's heartbeats list (beat.go)
 	claims claimWork  // the claim step's publishes and reads (claimreads.go)
 	ckpt   ckptWork   // durable workloads: restores and checkpoints (checkpoint.go)
-	drains drains     // drains whose moves run (drain.go)
 }
 
 // self is who this agent is: its keys, its hex public key, its name on
@@ -174,6 +173,7 @@ type workloads struct {
 	ownedProc   *backend.Process    // closed by Run when the agent made it
 	containment backend.Containment // shown on /status
 	isolation   backend.Isolation   // likewise
+	drains      drains              // drains whose moves run (drain.go)
 }
 
 // uploads is the checkpoint tile uploader and how often it runs.

@@ -53,14 +53,14 @@ type drains struct {
 // leaves running.
 func (a *Agent) startDrain(seq int64, ids []string, left string) {
 	run := &drainRun{seq: seq, left: left, pending: make(map[string]bool, len(ids))}
-	a.drains.mu.Lock()
-	defer a.drains.mu.Unlock()
-	if a.drains.runs == nil {
-		a.drains.runs = map[string]*drainRun{}
+	a.work.drains.mu.Lock()
+	defer a.work.drains.mu.Unlock()
+	if a.work.drains.runs == nil {
+		a.work.drains.runs = map[string]*drainRun{}
 	}
 	for _, id := range ids {
 		run.pending[id] = true
-		a.drains.runs[id] = run
+		a.work.drains.runs[id] = run
 	}
 }
 
@@ -76,21 +76,21 @@ func (a *Agent) drainMoveDone(ctx context.Context, w lease.WorkloadSnapshot, res
 	} else if !a.waitHeldElsewhere(ctx, id, w.Epoch, a.successorWithin()) {
 		outcome = fmt.Sprintf("handed over, but not seen held by a successor within %v", a.successorWithin())
 	}
-	a.drains.mu.Lock()
-	run := a.drains.runs[id]
+	a.work.drains.mu.Lock()
+	run := a.work.drains.runs[id]
 	if run == nil || !run.pending[id] {
-		a.drains.mu.Unlock()
+		a.work.drains.mu.Unlock()
 		return
 	}
 	delete(run.pending, id)
-	delete(a.drains.runs, id)
+	delete(a.work.drains.runs, id)
 	if outcome == "" {
 		run.moved = append(run.moved, id)
 	} else {
 		run.failed = append(run.failed, id+" ("+outcome+")")
 	}
 	last := len(run.pending) == 0
-	a.drains.mu.Unlock()
+	a.work.drains.mu.Unlock()
 	if !last {
 		return
 	}

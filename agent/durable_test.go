@@ -335,8 +335,15 @@ func TestDurableDrain(t *testing.T) {
 	if !strings.Contains(result, "moved 1, each held by its successor: [dr1]") || !strings.Contains(result, "plain") || !DrainMovedAll(result) {
 		t.Errorf("drain result %q, want dr1 moved and held by its successor, plain left running", result)
 	}
-	if w, ok := primary.a.machine().Workload("dr1"); !ok || w.State != lease.StateStandby || w.Epoch != 2 {
-		t.Errorf("after the drain dr1 is %s at epoch %d on the primary, want standby at epoch 2", w.State, w.Epoch)
+	// The status rows, not the machine: the machine goroutine owns it.
+	var dr1 WorkloadStatus
+	for _, w := range primary.a.Status().Workloads {
+		if w.ID == "dr1" {
+			dr1 = w
+		}
+	}
+	if dr1.State != string(lease.StateStandby) || dr1.Epoch != 2 {
+		t.Errorf("after the drain dr1 is %q at epoch %d on the primary, want standby at epoch 2", dr1.State, dr1.Epoch)
 	}
 	if !primary.a.Status().Draining || !primary.backend.Running("plain") {
 		t.Errorf("while draining: /status draining %v, plain running %v; want both", primary.a.Status().Draining, primary.backend.Running("plain"))
