@@ -117,7 +117,9 @@ func (l *rotatingLog) rotate() error {
 		}
 		return l.open()
 	}
-	_ = os.Remove(l.path + "." + strconv.Itoa(l.keep))
+	// No remove of the oldest first: each rename replaces its target, so
+	// every kept part exists at every moment (a reader that lists them
+	// never finds one missing mid-rotation).
 	for i := l.keep - 1; i >= 1; i-- {
 		_ = os.Rename(l.path+"."+strconv.Itoa(i), l.path+"."+strconv.Itoa(i+1))
 	}

@@ -101,6 +101,9 @@ func TestFleet(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("workloads run as users of their own: needs root")
 	}
+	if raceEnabled {
+		t.Skip("the fleet's agents are child processes without the race detector: .ci/run runs TestFleet without -race")
+	}
 	t.Parallel()
 	o := fleetOptsFromEnv(t, ciFleet)
 	r := runFleet(t, o)
