@@ -279,6 +279,8 @@ func (d *Driver[P, X]) Save(ctx context.Context, now time.Time, cursor int64) er
 // Close persists everything at shutdown: the backlog and held steps (their
 // deferred effects not performed: a restart re-derives them), then a Save.
 func (d *Driver[P, X]) Close(ctx context.Context, now time.Time, cursor int64) error {
+	d.closing = true
+	defer func() { d.closing = false }()
 	return d.save(ctx, now, cursor, false)
 }
 

@@ -29,6 +29,11 @@ type Config struct {
 	// database: the failure showed it busy, so a retry only looks whether
 	// that ended. Default 20 ms.
 	ProbeWait time.Duration
+	// CloseWait bounds how long the final save at Close waits for the
+	// database: nothing else waits on the machine goroutine then, and a
+	// connection held a moment by the courier or the uploader must not
+	// leave the last steps unpersisted. Default 5 s.
+	CloseWait time.Duration
 	// RetryEvery is how often held steps are retried when no new step
 	// asks for a commit: the next retry is due this long after the step
 	// whose commit failed began. Default 1 s.
@@ -40,7 +45,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults documented on Config's fields.
 func DefaultConfig() Config {
-	return Config{CommitWait: 250 * time.Millisecond, ProbeWait: 20 * time.Millisecond, RetryEvery: time.Second, CommitBatch: 256}
+	return Config{CommitWait: 250 * time.Millisecond, ProbeWait: 20 * time.Millisecond, CloseWait: 5 * time.Second, RetryEvery: time.Second, CommitBatch: 256}
 }
 
 func (c Config) withDefaults() Config {
@@ -50,6 +55,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProbeWait <= 0 {
 		c.ProbeWait = d.ProbeWait
+	}
+	if c.CloseWait <= 0 {
+		c.CloseWait = d.CloseWait
 	}
 	if c.RetryEvery <= 0 {
 		c.RetryEvery = d.RetryEvery
@@ -207,6 +215,7 @@ type Driver[P, X any] struct {
 	dirty      idSet          // workloads an input may have changed without an effect (Save writes them)
 	rivalWatch idSet          // workloads with rival claims: a Tick may adopt one without an effect
 	pend       unpersisted[P] // steps whose commit failed
+	closing    bool           // Close's final save: waits CloseWait for the database
 	bl         backlog        // pieces of big steps not committed yet
 	claims     claimTimes     // created_at of claim events
 	metaSaved  bool           // the machine's metadata is in the database
@@ -316,6 +325,9 @@ func (d *Driver[P, X]) Wait() time.Duration { return d.dbWait() }
 // dbWait is how long the next database access may wait: CommitWait, or
 // ProbeWait while steps are held.
 func (d *Driver[P, X]) dbWait() time.Duration {
+	if d.closing {
+		return max(d.cfg.CommitWait, d.cfg.CloseWait)
+	}
 	if !d.pend.empty() {
 		return min(d.cfg.CommitWait, d.cfg.ProbeWait)
 	}

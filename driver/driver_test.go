@@ -427,3 +427,35 @@ func TestReleaseForgetsAfterTheCommit(t *testing.T) {
 		t.Fatalf("after the release: tracked %v, row %q; want neither", ok, w.store.State("w1"))
 	}
 }
+
+// TestCloseWaitsForTheDatabase: held steps (their commit found the
+// database busy) are committed by Close with CloseWait for the database,
+// not ProbeWait: at shutdown a connection held a moment elsewhere must not
+// leave the last steps unpersisted.
+func TestCloseWaitsForTheDatabase(t *testing.T) {
+	w := newWorld(t, nil)
+	cfg := driver.DefaultConfig()
+	busy := true
+	var closeWaits []time.Duration
+	closing := false
+	w.store.Refuse = func(_ *batch, wait time.Duration) error {
+		if closing {
+			closeWaits = append(closeWaits, wait)
+		}
+		if busy && wait < cfg.CloseWait {
+			return errors.New("wait for the database connection: context deadline exceeded")
+		}
+		return nil
+	}
+	_ = w.grant(0, spec("w1", self, other))
+	if !w.d.Held() {
+		t.Fatalf("steps not held after a refused commit")
+	}
+	closing = true
+	if err := w.d.Close(context.Background(), t0.Add(time.Second), 0); err != nil {
+		t.Fatalf("Close() with the database busy for less than CloseWait = %v, want nil", err)
+	}
+	if len(closeWaits) == 0 || closeWaits[0] != cfg.CloseWait || w.d.Held() {
+		t.Fatalf("Close's commit waits %v, held %v; want CloseWait %v and nothing held", closeWaits, w.d.Held(), cfg.CloseWait)
+	}
+}
