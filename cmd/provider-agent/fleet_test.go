@@ -102,7 +102,7 @@ func TestFleet(t *testing.T) {
 		t.Skip("workloads run as users of their own: needs root")
 	}
 	if raceEnabled {
-		t.Skip("the fleet's agents are child processes without the race detector: .ci/run runs TestFleet without -race")
+		t.Skip("the fleet's agents are child processes without the race detector: run TestFleet without -race")
 	}
 	t.Parallel()
 	o := fleetOptsFromEnv(t, ciFleet)
