@@ -149,7 +149,7 @@ func TestDrainCommitsOneBatch(t *testing.T) {
 // TestDefaultConfigIsAsDocumented: the zero Config means the defaults its
 // fields document.
 func TestDefaultConfigIsAsDocumented(t *testing.T) {
-	want := driver.Config{CommitWait: 250 * time.Millisecond, ProbeWait: 20 * time.Millisecond, RetryEvery: time.Second, CommitBatch: 256}
+	want := driver.Config{CommitWait: 250 * time.Millisecond, ProbeWait: 20 * time.Millisecond, CloseWait: 5 * time.Second, RetryEvery: time.Second, CommitBatch: 256}
 	if got := driver.DefaultConfig(); got != want {
 		t.Fatalf("DefaultConfig() = %+v, want %+v", got, want)
 	}
