@@ -123,13 +123,25 @@ func TestRunPodmanFailover(t *testing.T) {
 	if w, _ := workloadIn(st, "web-1"); w.Primary != pubB {
 		t.Errorf("holder after the failover = %s, want the standby %s", w.Primary, pubB)
 	}
-	out, err := exec.Command("podman", "ps", "--filter", "label="+backend.PodmanLabelWorkload+"=web-1",
-		"--filter", "label="+backend.PodmanLabelEpoch+"=2", "--format", "{{.Image}}").Output()
+	// podman run may still be creating the container when the supervisor
+	// reports it started (seconds on a loaded machine): wait for it to run
+	// and print its line.
+	var out []byte
+	var log []byte
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, err = exec.Command("podman", "ps", "--filter", "label="+backend.PodmanLabelWorkload+"=web-1",
+			"--filter", "label="+backend.PodmanLabelEpoch+"=2", "--format", "{{.Image}}").Output()
+		log, _ = os.ReadFile(filepath.Join(dirB, "logs", "web-1.log"))
+		if (err == nil && strings.TrimSpace(string(out)) == image && strings.Contains(string(log), "epoch 2 up")) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || strings.TrimSpace(string(out)) != image {
 		t.Errorf("image of the standby's running container = %q (%v), want %s", out, err, image)
 	}
-	if log, _ := os.ReadFile(filepath.Join(dirB, "logs", "web-1.log")); !strings.Contains(string(log), "epoch 2 up") {
-		t.Errorf("the standby's container log lacks its line at epoch 2:\n%s", log)
+	if !strings.Contains(string(log), "epoch 2 up") {
+		t.Errorf("the standby's container log lacks its line at epoch 2 after 30 s:\n%s", log)
 	}
 	// The primary's container record is left (its processes died with
 	// their supervisor); its next run removes it before the database opens.
