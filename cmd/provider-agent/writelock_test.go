@@ -194,3 +194,43 @@ func appendTo(t *testing.T, path, text string) {
 		t.Fatal(err)
 	}
 }
+
+// TestShutdownBehindAWriteLockPersists: SIGTERM while another process
+// holds the database's write lock and the agent holds a step that could
+// not commit (its workload exited under the lock). The final save waits
+// for the lock (driver.Config.CloseWait), which is released 1.5 s later:
+// the agent persists its steps and exits 0 instead of giving up after the
+// 20 ms probe of held steps and exiting with "machine steps not persisted
+// yet".
+func TestShutdownBehindAWriteLockPersists(t *testing.T) {
+	t.Parallel()
+	p := newPair(t)
+	flag := filepath.Join(sharedDir(t), "exit-now")
+	must(t, nil, "workloads", "grant", "--config", p.cfgA, "--id", "w1",
+		"--command", fmt.Sprintf("while [ ! -e %s ]; do sleep 0.1; done; exit 3", flag),
+		"--standby", npubOf(t, p.pubB), "--publish")
+	a := startRun(t, "--config", p.cfgA)
+	a.waitStatus(t, "w1 running", 60*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, "w1")
+		return ok && w.Running
+	})
+	lock := holdWriteLock(t, filepath.Join(p.dirA, "provider-agent.db"))
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for metricValue(t, a.metricsURL(), "agent_step_errors_total") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no step failed to commit within 30 s of the workload's exit under the write lock")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		lock.release()
+	}()
+	a.stop(t) // exit 0: the held steps were persisted on the way out
+	if strings.Contains(a.stderr.String(), "not persisted yet") {
+		t.Errorf("run's stderr says steps were not persisted:\n%s", a.stderr.String())
+	}
+}
