@@ -18,19 +18,27 @@ type fixedClock struct{ now time.Time }
 
 func (c *fixedClock) Now() time.Time { return c.now }
 
-// openCourier opens a courier on a fresh SQLite file in dir, with a clock
-// of its own and no jitter.
-func openCourier(dir string, clock courier.Clock, cfg courier.Config) (*courier.Courier, func(), error) {
+// openCourier opens a courier on a fresh SQLite file in a temporary
+// directory, with a clock of its own (which the returned fixedClock moves)
+// and no jitter; closeAll closes it and removes the directory.
+func openCourier() (c *courier.Courier, clock *fixedClock, closeAll func(), err error) {
+	dir, err := os.MkdirTemp("", "courier-")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	clock = &fixedClock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
 	db, err := sqlitedb.Open(context.Background(), filepath.Join(dir, "outbox.db"), sqlitedb.Options{})
 	if err != nil {
-		return nil, nil, err
+		os.RemoveAll(dir)
+		return nil, nil, nil, err
 	}
-	c, err := courier.Open(context.Background(), db, cfg, courier.Deps{Clock: clock, Rand: func() float64 { return 0.5 }})
+	c, err = courier.Open(context.Background(), db, courier.DefaultConfig(), courier.Deps{Clock: clock, Rand: func() float64 { return 0.5 }})
 	if err != nil {
 		db.Close()
-		return nil, nil, err
+		os.RemoveAll(dir)
+		return nil, nil, nil, err
 	}
-	return c, func() { c.Close(); db.Close() }, nil
+	return c, clock, func() { c.Close(); db.Close(); os.RemoveAll(dir) }, nil
 }
 
 // Send stores a bundle durably and returns its receipt; Flush hands the
@@ -39,10 +47,7 @@ func openCourier(dir string, clock courier.Clock, cfg courier.Config) (*courier.
 // return the first receipt.
 func ExampleCourier_Flush() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "courier-")
-	defer os.RemoveAll(dir)
-	clock := &fixedClock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
-	c, closeAll, err := openCourier(dir, clock, courier.DefaultConfig())
+	c, clock, closeAll, err := openCourier()
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -83,10 +88,7 @@ func ExampleCourier_Flush() {
 // dead-letter queue and may resend a receipt once the cause is fixed.
 func ExampleCourier_Resend() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "courier-")
-	defer os.RemoveAll(dir)
-	clock := &fixedClock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
-	c, closeAll, err := openCourier(dir, clock, courier.DefaultConfig())
+	c, _, closeAll, err := openCourier()
 	if err != nil {
 		fmt.Println(err)
 		return

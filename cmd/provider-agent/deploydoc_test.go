@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"net"
@@ -235,16 +234,7 @@ func startUnit(t *testing.T, root, unit string, moved *strings.Replacer, env []s
 			t.Logf("the agent's log:\n%s", stderr.String())
 		}
 	})
-	first := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			select {
-			case first <- sc.Text():
-			default:
-			}
-		}
-	}()
+	first := followLines(out, nil, nil)
 	select {
 	case line := <-first:
 		t.Logf("the unit's agent: %s", line)

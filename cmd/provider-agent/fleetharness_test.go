@@ -456,18 +456,10 @@ func (f *fleet) start(bin string, p *fleetProvider) error {
 	if err := r.cmd.Start(); err != nil {
 		return err
 	}
-	first := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			select {
-			case first <- sc.Text():
-			default:
-			}
-		}
+	first := followLines(out, nil, func() {
 		_ = r.cmd.Wait()
 		close(r.done)
-	}()
+	})
 	p.run = r
 	p.runs = append(p.runs, runSpan{start: time.Now()})
 	f.tb.Cleanup(func() {

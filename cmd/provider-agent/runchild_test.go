@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -55,18 +56,7 @@ func startRunWrapped(t *testing.T, wrap []string, args ...string) *runChild {
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			r.stdout.Write([]byte(sc.Text() + "\n"))
-			select {
-			case first <- sc.Text():
-			default:
-			}
-		}
-		r.done <- r.cmd.Wait()
-	}()
+	first := followLines(out, func(line string) { r.stdout.Write([]byte(line + "\n")) }, func() { r.done <- r.cmd.Wait() })
 	t.Cleanup(func() {
 		if !r.exited {
 			_ = r.cmd.Process.Kill()
@@ -297,4 +287,27 @@ func npubOf(t *testing.T, hex string) string {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// followLines reads a child's output line by line until EOF, passing each
+// line to each (when not nil) and calling atEOF (when not nil) after the
+// last; the returned channel gets the first line.
+func followLines(out io.Reader, each func(line string), atEOF func()) <-chan string {
+	first := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if each != nil {
+				each(sc.Text())
+			}
+			select {
+			case first <- sc.Text():
+			default:
+			}
+		}
+		if atEOF != nil {
+			atEOF()
+		}
+	}()
+	return first
 }
