@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,6 +54,7 @@ type sqliteLocker struct {
 	cmd   *exec.Cmd
 	stdin interface{ Close() error }
 	since time.Time
+	once  sync.Once // release may run from a test's goroutine and from its cleanup
 }
 
 // holdWriteLock starts a process that takes the write lock on the database
@@ -88,11 +90,10 @@ func holdWriteLock(t *testing.T, path string) *sqliteLocker {
 }
 
 func (h *sqliteLocker) release() {
-	if h.cmd.Process == nil || h.cmd.ProcessState != nil {
-		return
-	}
-	_ = h.stdin.Close()
-	_ = h.cmd.Wait()
+	h.once.Do(func() {
+		_ = h.stdin.Close()
+		_ = h.cmd.Wait()
+	})
 }
 
 // TestWriteLockHeldElsewhereDoesNotDelayTheFence, over
