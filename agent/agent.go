@@ -118,7 +118,7 @@ type Agent struct {
 	view   statusView // what /status shows (statusview.go)
 	beat   beatState  // what this provider's heartbeats list (beat.go)
 	claims claimWork  // the claim step's publishes and reads (claimreads.go)
-	ckpt   ckptWork   // durable workloads: restores and checkpoints (checkpoint.go)
+	ckpt   *durables  // durable workloads: restores, checkpoints, moves (durables.go)
 }
 
 // self is who this agent is: its keys, its hex public key, its name on
@@ -424,7 +424,7 @@ func (a *Agent) initOutbound(ctx context.Context, deps Deps) error {
 		return err
 	}
 	a.data.rows.outbox = a.out.courier
-	if err := a.initCheckpoints(ctx, deps.Checkpoints); err != nil {
+	if err := a.initDurables(ctx, deps.Checkpoints); err != nil {
 		_ = a.out.courier.Close()
 		return err
 	}
@@ -435,6 +435,28 @@ func (a *Agent) initOutbound(ctx context.Context, deps Deps) error {
 		}
 	}
 	return nil
+}
+
+// initDurables builds the durable-workload cluster over the agent's
+// relays, ingest and ledger, with the workloads the restored machine
+// holds.
+func (a *Agent) initDurables(ctx context.Context, deps CheckpointDeps) error {
+	holding := map[string]uint64{}
+	for _, id := range a.machine().IDs() {
+		if w, ok := a.machine().Workload(id); ok && w.Holder == a.me.self && w.State.Holding() {
+			holding[id] = w.Epoch
+		}
+	}
+	env := durableEnv{
+		keys: a.me.keys, self: a.me.self, issuers: a.cfg.TrustedIssuers, logger: a.logger, met: a.obs.met,
+		now: a.now, emit: a.emit, ledger: a.data.tables, backend: a.work.backend,
+	}
+	wire := durableWiring{
+		pool: a.pool, verifier: a.inbound.ingestor, lease: a.cfg.Lease, readTimeout: a.claimIOTimeout(), secretKey: a.cfg.SecretKey,
+	}
+	var err error
+	a.ckpt, err = newDurables(ctx, deps, env, wire, holding)
+	return err
 }
 
 // newPool builds the default relay layer: relay's supervised pool.
@@ -543,8 +565,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.up.uploader != nil {
 		goLoop("uploads", a.uploadLoop)
 	}
-	if a.ckpt.watcher != nil {
-		goLoop("checkpoints", a.checkpointLoop)
+	if a.ckpt.publishes() {
+		goLoop("checkpoints", a.ckpt.run)
 	}
 
 	err := a.machineLoop(runCtx)

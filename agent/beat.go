@@ -40,7 +40,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 	defer wait()
 	for {
 		now := a.now()
-		held := a.withCheckpointMarks(a.heldList())
+		held := a.ckpt.withCheckpointMarks(a.heldList())
 		maxEvent, maxContent := a.beatBudget()
 		beat, err := heartbeat.BuildBeat(a.me.keys, heartbeat.HeartbeatParams{
 			At: now, Workloads: held, TTL: ttl, MaxEventBytes: maxEvent, MaxContentBytes: maxContent,

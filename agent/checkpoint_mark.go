@@ -12,13 +12,13 @@ import (
 // the heartbeats, which reach the standbys on the relays' live streams
 // whatever the relays keep of the records. held itself is not changed
 // (readers share it); without any mark it is returned as it is.
-func (a *Agent) withCheckpointMarks(held []heartbeat.WorkloadEpoch) []heartbeat.WorkloadEpoch {
-	if a.ckpt.publisher == nil {
+func (d *durables) withCheckpointMarks(held []heartbeat.WorkloadEpoch) []heartbeat.WorkloadEpoch {
+	if d.publisher == nil {
 		return held
 	}
 	var out []heartbeat.WorkloadEpoch
 	for i, we := range held {
-		m := a.checkpointMark(we.ID, we.Epoch)
+		m := d.checkpointMark(we.ID, we.Epoch)
 		if m.IsZero() {
 			if out != nil {
 				out = append(out, we)
@@ -39,8 +39,8 @@ func (a *Agent) withCheckpointMarks(held []heartbeat.WorkloadEpoch) []heartbeat.
 
 // checkpointMark is the newest checkpoint this provider published of
 // workload id at epoch (zero: none).
-func (a *Agent) checkpointMark(id string, epoch uint64) lease.CheckpointMark {
-	last, ok := a.ckpt.publisher.Named(id) // its blobs stay while a standby may hold this mark
+func (d *durables) checkpointMark(id string, epoch uint64) lease.CheckpointMark {
+	last, ok := d.publisher.Named(id) // its blobs stay while a standby may hold this mark
 	if !ok || last.Epoch != epoch || last.Seq == 0 {
 		return lease.CheckpointMark{}
 	}

@@ -16,52 +16,48 @@ import (
 
 	"provideragent/backend"
 	"provideragent/checkpoint"
+	"provideragent/lease"
 	"provideragent/uploader"
 )
 
 // leaseUploader is the uploader of a lease's server set with K, built
-// once per set.
-func (a *Agent) leaseUploader(servers []string, k int) (uploader.Uploader, error) {
+// once per set; secretKey authorizes its uploads.
+func (d *durables) leaseUploader(servers []string, k int, secretKey string) (up uploader.Uploader, err error) {
 	key := strconv.Itoa(k) + " " + strings.Join(servers, " ")
-	a.ckpt.mu.Lock()
-	defer a.ckpt.mu.Unlock()
-	if up := a.ckpt.uploaders[key]; up != nil {
-		return up, nil
-	}
-	cfg := a.ckpt.deps.Uploader
-	cfg.Servers, cfg.MinReplicas = slices.Clone(servers), k
-	up, err := uploader.BuildUploader(cfg, uploader.Deps{Store: a.ckpt.deps.Store, SecretKey: a.cfg.SecretKey, Logger: a.logger, Metrics: a.ckpt.deps.Metrics})
-	if err != nil {
-		return nil, err
-	}
-	a.ckpt.uploaders[key] = up
-	return up, nil
+	d.books.with(func(b *durableBooks) {
+		if up = b.uploaders[key]; up != nil {
+			return
+		}
+		cfg := d.deps.Uploader
+		cfg.Servers, cfg.MinReplicas = slices.Clone(servers), k
+		if up, err = uploader.BuildUploader(cfg, uploader.Deps{Store: d.deps.Store, SecretKey: secretKey, Logger: d.env.logger, Metrics: d.deps.Metrics}); err == nil {
+			b.uploaders[key] = up
+		}
+	})
+	return up, err
 }
 
-// watchCheckpoints starts looking for new checkpoints of a durable
-// workload started at epoch (machine goroutine, at its StartWorkload).
-func (a *Agent) watchCheckpoints(id string, epoch uint64) {
-	if a.ckpt.watcher == nil {
+// watch starts looking for new checkpoints of durable workload w started
+// at epoch (machine goroutine, at its StartWorkload).
+func (d *durables) watch(w lease.WorkloadSnapshot, epoch uint64) {
+	if d.watcher == nil || w.Spec.Checkpoint == nil {
 		return
 	}
-	w, ok := a.machine().Workload(id)
-	if !ok || w.Spec.Checkpoint == nil {
-		return
-	}
-	cp, ok := a.work.backend.(backend.Checkpointer)
+	id := w.Spec.ID
+	cp, ok := d.env.backend.(backend.Checkpointer)
 	if !ok {
 		return
 	}
 	dir, err := cp.CheckpointDir(id, epoch)
 	if err != nil {
-		a.logger.Error("checkpoint directory", "workload", id, "epoch", epoch, "err", err)
+		d.env.logger.Error("checkpoint directory", "workload", id, "epoch", epoch, "err", err)
 		return
 	}
-	key, err := a.checkpointKey(w.Spec)
+	key, err := d.checkpointKey(w.Spec)
 	if err != nil {
 		// Never in plaintext what the grant says to seal.
-		a.logger.Error("checkpoints not published: the grant's checkpoint key cannot be opened here", "workload", id, "epoch", epoch, "err", err)
-		a.emit("checkpoint", id, "checkpoints of epoch %d not published: %v", epoch, err)
+		d.env.logger.Error("checkpoints not published: the grant's checkpoint key cannot be opened here", "workload", id, "epoch", epoch, "err", err)
+		d.env.emit("checkpoint", id, "checkpoints of epoch %d not published: %v", epoch, err)
 		return
 	}
 	p := w.Spec.Checkpoint
@@ -70,50 +66,50 @@ func (a *Agent) watchCheckpoints(id string, epoch uint64) {
 		Servers: p.Servers, MinServers: p.MinServers, GrantAt: w.Spec.CreatedAt, Key: key,
 	}
 	if len(job.Servers) == 0 {
-		job.Servers, job.MinServers = a.ckpt.deps.Servers, 0
+		job.Servers, job.MinServers = d.deps.Servers, 0
 	}
-	a.exportServers(job.Servers)
-	a.ckpt.mu.Lock()
-	if par := a.ckpt.parents[id]; par.epoch == epoch && par.grant == w.Spec.CreatedAt.Unix() {
-		job.Parent = par.uri
-	}
-	a.ckpt.watched[id] = job
-	a.ckpt.watchedAt[id] = a.now()
-	a.ckpt.durable[id] = true
-	a.ckpt.mu.Unlock()
+	d.exportServers(job.Servers)
+	d.books.with(func(b *durableBooks) {
+		if par := b.parents[id]; par.epoch == epoch && par.grant == w.Spec.CreatedAt.Unix() {
+			job.Parent = par.uri
+		}
+		b.watched[id] = job
+		b.watchedAt[id] = d.env.now()
+		b.durable[id] = true
+	})
 	// The file already there (restored, or the newest local checkpoint of
 	// a restarted run) is published too: the epoch's first record names
 	// the state it started from.
-	a.ckpt.watcher.Watch(id, epoch, dir.Path, checkpoint.FileID{})
+	d.watcher.Watch(id, epoch, dir.Path, checkpoint.FileID{})
 }
 
-// unwatchCheckpoints stops publishing the workload's checkpoints and
-// cancels a publish in flight (a stop never waits for one).
-func (a *Agent) unwatchCheckpoints(id string) {
-	if a.ckpt.watcher == nil {
+// unwatch stops publishing the workload's checkpoints and cancels a
+// publish in flight (a stop never waits for one).
+func (d *durables) unwatch(id string) {
+	if d.watcher == nil {
 		return
 	}
-	a.ckpt.watcher.Unwatch(id)
-	a.ckpt.mu.Lock()
-	delete(a.ckpt.watched, id)
-	delete(a.ckpt.watchedAt, id)
-	if cancel := a.ckpt.busy[id]; cancel != nil {
-		cancel()
-	}
-	a.ckpt.mu.Unlock()
+	d.watcher.Unwatch(id)
+	d.books.with(func(b *durableBooks) {
+		delete(b.watched, id)
+		delete(b.watchedAt, id)
+		if cancel := b.busy[id]; cancel != nil {
+			cancel()
+		}
+	})
 }
 
-// checkpointLoop polls the watched checkpoint directories and publishes
+// run polls the watched checkpoint directories and publishes
 // each new checkpoint, paced (checkpoint.Pacer): one publish per workload
 // at a time, starts at least a second apart, and of the checkpoints
 // written meanwhile only the newest, until ctx ends.
-func (a *Agent) checkpointLoop(ctx context.Context) error {
+func (d *durables) run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		a.ckpt.watcher.Run(ctx)
+		d.watcher.Run(ctx)
 	}()
 	pacer := checkpoint.NewPacer(checkpoint.DefaultPublishEvery)
 	wake := time.NewTimer(time.Hour)
@@ -124,19 +120,17 @@ func (a *Agent) checkpointLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case id := <-finished:
-			a.ckpt.mu.Lock()
-			delete(a.ckpt.busy, id)
-			a.ckpt.mu.Unlock()
+			d.books.with(func(b *durableBooks) { delete(b.busy, id) })
 			pacer.Done(id)
-		case <-a.ckpt.watcher.Ready():
-			for _, c := range a.ckpt.watcher.Take() {
+		case <-d.watcher.Ready():
+			for _, c := range d.watcher.Take() {
 				pacer.Offer(c)
 			}
 		case <-wake.C:
 		}
-		now := a.now()
+		now := d.env.now()
 		for _, c := range pacer.Due(now) {
-			if !a.startPublish(ctx, &wg, c, finished) {
+			if !d.startPublish(ctx, &wg, c, finished) {
 				pacer.Done(c.Workload)
 			}
 		}
@@ -149,16 +143,22 @@ func (a *Agent) checkpointLoop(ctx context.Context) error {
 
 // startPublish starts publishing the workload's current checkpoint; false
 // when it is no longer watched at c's epoch (nothing started).
-func (a *Agent) startPublish(ctx context.Context, wg *sync.WaitGroup, c checkpoint.Change, finished chan<- string) bool {
-	a.ckpt.mu.Lock()
-	job, ok := a.ckpt.watched[c.Workload]
-	if !ok || job.Epoch != c.Epoch {
-		a.ckpt.mu.Unlock()
+func (d *durables) startPublish(ctx context.Context, wg *sync.WaitGroup, c checkpoint.Change, finished chan<- string) bool {
+	var job checkpoint.PublishJob
+	var pctx context.Context
+	var cancel context.CancelFunc
+	d.books.with(func(b *durableBooks) {
+		j, ok := b.watched[c.Workload]
+		if !ok || j.Epoch != c.Epoch {
+			return
+		}
+		job = j
+		pctx, cancel = context.WithTimeout(ctx, d.deps.PublishTimeout)
+		b.busy[c.Workload] = cancel
+	})
+	if cancel == nil {
 		return false
 	}
-	pctx, cancel := context.WithTimeout(ctx, a.ckpt.deps.PublishTimeout)
-	a.ckpt.busy[c.Workload] = cancel
-	a.ckpt.mu.Unlock()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -169,28 +169,28 @@ func (a *Agent) startPublish(ctx context.Context, wg *sync.WaitGroup, c checkpoi
 			case <-ctx.Done():
 			}
 		}()
-		a.publishCheckpoint(pctx, job)
+		d.publish(pctx, job)
 	}()
 	return true
 }
 
-// publishCheckpoint publishes the workload's current checkpoint.
-func (a *Agent) publishCheckpoint(ctx context.Context, job checkpoint.PublishJob) {
+// publish publishes the workload's current checkpoint.
+func (d *durables) publish(ctx context.Context, job checkpoint.PublishJob) {
 	start := time.Now()
-	pub, err := a.ckpt.publisher.Publish(ctx, job)
-	log := a.logger.With("workload", job.Workload, "epoch", job.Epoch, "took", time.Since(start).Round(time.Millisecond))
+	pub, err := d.publisher.Publish(ctx, job)
+	log := d.env.logger.With("workload", job.Workload, "epoch", job.Epoch, "took", time.Since(start).Round(time.Millisecond))
 	switch {
 	case err == nil:
-		a.published(ctx, pub)
+		d.published(ctx, pub)
 		log.Info("checkpoint published", "seq", pub.Seq, "bytes", pub.Size, "record", pub.EventID,
 			"servers", len(pub.Servers), "relays", len(pub.Relays), "state_uri", pub.StateURI)
-		a.emit("checkpoint", job.Workload, "checkpoint epoch %d seq %d published (%d bytes on %d servers, record on %d relays)",
+		d.env.emit("checkpoint", job.Workload, "checkpoint epoch %d seq %d published (%d bytes on %d servers, record on %d relays)",
 			job.Epoch, pub.Seq, pub.Size, len(pub.Servers), len(pub.Relays))
 	case errors.Is(err, checkpoint.ErrNotHolder), errors.Is(err, context.Canceled):
-		a.obs.met.ckptPublished.WithLabelValues("abandoned").Inc()
+		d.env.met.ckptPublished.WithLabelValues("abandoned").Inc()
 		log.Info("checkpoint not published: no longer held here at its epoch", "err", err)
 	default:
-		a.obs.met.ckptPublished.WithLabelValues("failed").Inc()
+		d.env.met.ckptPublished.WithLabelValues("failed").Inc()
 		log.Warn("checkpoint not published", "err", err)
 	}
 }

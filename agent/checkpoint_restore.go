@@ -34,38 +34,38 @@ func restoreMargin(timeout time.Duration) time.Duration {
 // beginRestore registers a restore attempt of e and returns its context,
 // bounded by the attempt's timeout; a previous attempt of the workload is
 // cancelled.
-func (a *Agent) beginRestore(ctx context.Context, e lease.RestoreCheckpoint) (context.Context, func()) {
+func (d *durables) beginRestore(ctx context.Context, e lease.RestoreCheckpoint) (context.Context, func()) {
 	timeout := e.Timeout
 	if timeout <= 0 {
 		timeout = lease.DefaultRestoreTimeout
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout-restoreMargin(timeout))
 	run := &restoreRun{epoch: e.Epoch, attempt: e.Attempt, cancel: cancel}
-	a.ckpt.mu.Lock()
-	if old := a.ckpt.restores[e.ID]; old != nil {
-		old.cancel()
-	}
-	a.ckpt.restores[e.ID] = run
-	a.ckpt.mu.Unlock()
+	d.books.with(func(b *durableBooks) {
+		if old := b.restores[e.ID]; old != nil {
+			old.cancel()
+		}
+		b.restores[e.ID] = run
+	})
 	return rctx, func() {
 		cancel()
-		a.ckpt.mu.Lock()
-		if a.ckpt.restores[e.ID] == run {
-			delete(a.ckpt.restores, e.ID)
-		}
-		a.ckpt.mu.Unlock()
+		d.books.with(func(b *durableBooks) {
+			if b.restores[e.ID] == run {
+				delete(b.restores, e.ID)
+			}
+		})
 	}
 }
 
 // cancelRestore cancels the workload's restore in flight, if any: a stop
 // never waits for a download, and nothing is placed after it.
-func (a *Agent) cancelRestore(id string) {
-	a.ckpt.mu.Lock()
-	if run := a.ckpt.restores[id]; run != nil {
-		run.cancel()
-		delete(a.ckpt.restores, id)
-	}
-	a.ckpt.mu.Unlock()
+func (d *durables) cancelRestore(id string) {
+	d.books.with(func(b *durableBooks) {
+		if run := b.restores[id]; run != nil {
+			run.cancel()
+			delete(b.restores, id)
+		}
+	})
 }
 
 // restoreJob is a restore attempt's request, and why the grant's
@@ -75,34 +75,35 @@ type restoreJob struct {
 	keyErr error
 }
 
-// restoreRequest is what the restorer needs for e, read from the machine
-// (machine goroutine).
-func (a *Agent) restoreRequest(e lease.RestoreCheckpoint) restoreJob {
+// restoreRequest is what the restorer needs for e, of workload w as the
+// machine holds it (ok false: the machine has no such workload; machine
+// goroutine).
+func (d *durables) restoreRequest(e lease.RestoreCheckpoint, w lease.WorkloadSnapshot, ok bool) restoreJob {
 	req := restoreJob{RestoreRequest: checkpoint.RestoreRequest{RestoreCheckpoint: e}}
-	if w, ok := a.machine().Workload(e.ID); ok {
+	if ok {
 		req.Members = append([]string{w.Spec.Primary}, w.Spec.Standbys...)
 		if p := w.Spec.Checkpoint; p != nil {
 			req.Servers = append(req.Servers, p.Servers...)
 		}
-		req.Key, req.keyErr = a.checkpointKey(w.Spec)
+		req.Key, req.keyErr = d.checkpointKey(w.Spec)
 	}
-	req.Servers = append(req.Servers, a.ckpt.deps.Servers...)
-	a.exportServers(req.Servers)
+	req.Servers = append(req.Servers, d.deps.Servers...)
+	d.exportServers(req.Servers)
 	return req
 }
 
 // runRestore carries out one restore attempt (off the machine goroutine)
 // and returns the machine's input.
-func (a *Agent) runRestore(ctx context.Context, job restoreJob) lease.RestoreResult {
+func (d *durables) runRestore(ctx context.Context, job restoreJob) lease.RestoreResult {
 	req := job.RestoreRequest
 	fail := func(reason string) lease.RestoreResult {
 		return lease.RestoreResult{Workload: req.ID, Epoch: req.Epoch, Attempt: req.Attempt, Reason: reason}
 	}
 	if job.keyErr != nil {
-		a.logger.Error("checkpoint restore failed: the grant's checkpoint key cannot be opened here", "workload", req.ID, "epoch", req.Epoch, "err", job.keyErr)
+		d.env.logger.Error("checkpoint restore failed: the grant's checkpoint key cannot be opened here", "workload", req.ID, "epoch", req.Epoch, "err", job.keyErr)
 		return fail(job.keyErr.Error())
 	}
-	cp, ok := a.work.backend.(backend.Checkpointer)
+	cp, ok := d.env.backend.(backend.Checkpointer)
 	if !ok {
 		return fail("the backend gives workloads no checkpoint directory")
 	}
@@ -112,28 +113,27 @@ func (a *Agent) runRestore(ctx context.Context, job restoreJob) lease.RestoreRes
 	}
 	req.Dir = checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID}
 	start := time.Now()
-	out := a.ckpt.restorer.Restore(ctx, req)
-	log := a.logger.With("workload", req.ID, "epoch", req.Epoch, "attempt", req.Attempt, "took", time.Since(start).Round(time.Millisecond))
+	out := d.restorer.Restore(ctx, req)
+	log := d.env.logger.With("workload", req.ID, "epoch", req.Epoch, "attempt", req.Attempt, "took", time.Since(start).Round(time.Millisecond))
 	for _, f := range out.Refused {
-		a.obs.met.ckptRefused.WithLabelValues(f.Reason).Inc()
+		d.env.met.ckptRefused.WithLabelValues(f.Reason).Inc()
 		log.Warn("checkpoint refused", "record", f.EventID, "reason", f.Reason, "detail", f.Detail)
 	}
 	switch r := out.Result; {
 	case r.OK:
-		a.setStateURI(req.ID, req.GrantAt, req.Epoch, out.StateURI)
-		row := agentdb.CheckpointRow{Workload: req.ID, GrantAt: req.GrantAt, Epoch: req.Epoch, StateURI: out.StateURI, CreatedAt: a.now()}
-		if a.ckpt.publisher != nil {
-			a.ckpt.publisher.Protect(req.ID, req.Epoch, out.Blobs)
+		d.setStateURI(req.ID, req.GrantAt, req.Epoch, out.StateURI)
+		row := agentdb.CheckpointRow{Workload: req.ID, GrantAt: req.GrantAt, Epoch: req.Epoch, StateURI: out.StateURI, CreatedAt: d.env.now()}
+		if d.publisher != nil {
+			d.publisher.Protect(req.ID, req.Epoch, out.Blobs)
 		}
 		if out.Record != nil {
-			a.ckpt.mu.Lock()
-			a.ckpt.parents[req.ID] = epochState{grant: req.GrantAt.Unix(), epoch: req.Epoch, uri: out.Record.EventID}
-			a.ckpt.mu.Unlock()
+			parent := epochState{grant: req.GrantAt.Unix(), epoch: req.Epoch, uri: out.Record.EventID}
+			d.books.with(func(b *durableBooks) { b.parents[req.ID] = parent })
 			row.EventID = out.Record.EventID
 		}
-		a.saveCheckpoint(ctx, row)
+		d.saveCheckpoint(ctx, row)
 		log.Info("checkpoint restored", "from", r.From, "dir", dir.Path)
-		a.emit("restore", req.ID, "checkpoint restored for epoch %d: %s", req.Epoch, r.From)
+		d.env.emit("restore", req.ID, "checkpoint restored for epoch %d: %s", req.Epoch, r.From)
 	case r.Fresh:
 		log.Info("no checkpoint to restore", "reason", r.Reason)
 	default:
@@ -146,30 +146,30 @@ func (a *Agent) runRestore(ctx context.Context, job restoreJob) lease.RestoreRes
 // it: restored, fresh (the workload starts from nothing: nothing was
 // published, or a best-effort attempt failed) or failed (a required
 // attempt failed: it is retried).
-func (a *Agent) countRestore(mode lease.RestoreMode, r lease.RestoreResult) {
+func (d *durables) countRestore(mode lease.RestoreMode, r lease.RestoreResult) {
 	switch {
 	case r.OK:
-		a.obs.met.restores.WithLabelValues("restored").Inc()
+		d.env.met.restores.WithLabelValues("restored").Inc()
 	case r.Fresh || mode != lease.RestoreRequired:
-		a.obs.met.restores.WithLabelValues("fresh").Inc()
+		d.env.met.restores.WithLabelValues("fresh").Inc()
 	default:
-		a.obs.met.restores.WithLabelValues("failed").Inc()
+		d.env.met.restores.WithLabelValues("failed").Inc()
 	}
 }
 
 // badCopy counts a server's bad copy of a checkpoint blob (the restorer
 // logged it).
-func (a *Agent) badCopy(b checkpoint.BadCopy) {
-	a.obs.met.badCopies.WithLabelValues(b.Server, b.Reason).Inc()
+func (d *durables) badCopy(b checkpoint.BadCopy) {
+	d.env.met.badCopies.WithLabelValues(b.Server, b.Reason).Inc()
 }
 
 // exportServers exports agent_checkpoint_blobs_refused_total at 0 for
 // servers (a lease's, or uploader.servers) with every reason, so that an
 // alert's increase() sees a server's first bad copy.
-func (a *Agent) exportServers(servers []string) {
+func (d *durables) exportServers(servers []string) {
 	for _, s := range servers {
 		for _, r := range BadCopyReasons {
-			a.obs.met.badCopies.WithLabelValues(uploader.ServerKey(s), r)
+			d.env.met.badCopies.WithLabelValues(uploader.ServerKey(s), r)
 		}
 	}
 }
@@ -184,27 +184,27 @@ func (a *Agent) exportServers(servers []string) {
 // policy decides what follows: a start from nothing would publish its
 // fresh state over the good checkpoint). nil when there is nothing to
 // recover (machine goroutine). A stop cancels it (errStartDropped).
-func (a *Agent) localRecovery(w lease.WorkloadSnapshot) func(context.Context) error {
+func (d *durables) localRecovery(w lease.WorkloadSnapshot) func(context.Context) error {
 	if w.Spec.Checkpoint == nil {
 		return nil
 	}
 	id, epoch := w.Spec.ID, w.Epoch
-	uri := a.stateURI(id, w.Spec.CreatedAt, epoch)
+	uri := d.stateURI(id, w.Spec.CreatedAt, epoch)
 	if uri == "" {
 		return nil
 	}
-	servers := append(append([]string(nil), w.Spec.Checkpoint.Servers...), a.ckpt.deps.Servers...)
+	servers := append(append([]string(nil), w.Spec.Checkpoint.Servers...), d.deps.Servers...)
 	timeout := w.Spec.Checkpoint.Timeout()
 	required := w.Spec.Checkpoint.Mode() == lease.RestoreRequired
-	key, keyErr := a.checkpointKey(w.Spec)
+	key, keyErr := d.checkpointKey(w.Spec)
 	return func(ctx context.Context) error {
-		cp, ok := a.work.backend.(backend.Checkpointer)
+		cp, ok := d.env.backend.(backend.Checkpointer)
 		if !ok {
 			return nil
 		}
 		dir, err := cp.CheckpointDir(id, epoch)
 		if err != nil {
-			a.logger.Error("checkpoint directory", "workload", id, "epoch", epoch, "err", err)
+			d.env.logger.Error("checkpoint directory", "workload", id, "epoch", epoch, "err", err)
 			if required {
 				return fmt.Errorf("restore required: checkpoint directory: %w", err)
 			}
@@ -214,34 +214,34 @@ func (a *Agent) localRecovery(w lease.WorkloadSnapshot) func(context.Context) er
 			return nil // the run's own checkpoint is there: newer than any published
 		}
 		if keyErr != nil {
-			a.logger.Error("checkpoint of the restarted run not recovered: the grant's checkpoint key cannot be opened here", "workload", id, "epoch", epoch, "err", keyErr)
+			d.env.logger.Error("checkpoint of the restarted run not recovered: the grant's checkpoint key cannot be opened here", "workload", id, "epoch", epoch, "err", keyErr)
 			if required {
 				return fmt.Errorf("restore required: %w", keyErr)
 			}
 			return nil
 		}
-		rctx, done := a.beginRestore(ctx, lease.RestoreCheckpoint{ID: id, Epoch: epoch, Timeout: timeout})
+		rctx, done := d.beginRestore(ctx, lease.RestoreCheckpoint{ID: id, Epoch: epoch, Timeout: timeout})
 		defer done()
 		start := time.Now()
 		for {
-			_, err = a.ckpt.restorer.PlaceURI(rctx, id, uri, key, servers, checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID})
+			_, err = d.restorer.PlaceURI(rctx, id, uri, key, servers, checkpoint.Dir{Path: dir.Path, UID: dir.UID, GID: dir.GID})
 			if err == nil || !sleepCtx(rctx, time.Second) {
 				break // placed, or the restore timeout (or a stop) ended the tries
 			}
 		}
 		switch {
 		case err == nil:
-			a.logger.Info("checkpoint recovered for the run's restart", "workload", id, "epoch", epoch, "state_uri", uri,
+			d.env.logger.Info("checkpoint recovered for the run's restart", "workload", id, "epoch", epoch, "state_uri", uri,
 				"took", time.Since(start).Round(time.Millisecond))
-			a.emit("restore", id, "epoch %d restarts from its last checkpoint %s", epoch, uri)
+			d.env.emit("restore", id, "epoch %d restarts from its last checkpoint %s", epoch, uri)
 		case rctx.Err() != nil && ctx.Err() == nil && !errors.Is(context.Cause(rctx), context.DeadlineExceeded):
 			return errStartDropped // a stop cancelled it: the stop comes next
 		case required:
-			a.logger.Error("checkpoint of the restarted run not recovered: restore required, the start fails", "workload", id, "epoch", epoch,
+			d.env.logger.Error("checkpoint of the restarted run not recovered: restore required, the start fails", "workload", id, "epoch", epoch,
 				"state_uri", uri, "err", err)
 			return fmt.Errorf("restore required: the checkpoint epoch %d stands on (%s) was not recovered within %v: %w", epoch, uri, timeout, err)
 		default:
-			a.logger.Error("checkpoint of the restarted run not recovered: it starts without it", "workload", id, "epoch", epoch,
+			d.env.logger.Error("checkpoint of the restarted run not recovered: it starts without it", "workload", id, "epoch", epoch,
 				"state_uri", uri, "err", err)
 		}
 		return nil

@@ -220,7 +220,7 @@ func TestRevocationNamesTheLedgersCheckpointAfterARestart(t *testing.T) {
 	first := newStepAgent(t, stepOpts{key: key, dbPath: path})
 	uri := "blossom:" + strings.Repeat("ab", 32) + ".json?xs=http://b.example"
 	grantAt := time.Now().Add(-time.Hour).Truncate(time.Second)
-	first.published(ctx, checkpoint.Published{Workload: "d1", GrantAt: grantAt, Epoch: 3, Seq: 7, EventID: strings.Repeat("cd", 32), StateURI: uri, CreatedAt: time.Now()})
+	first.ckpt.published(ctx, checkpoint.Published{Workload: "d1", GrantAt: grantAt, Epoch: 3, Seq: 7, EventID: strings.Repeat("cd", 32), StateURI: uri, CreatedAt: time.Now()})
 	_ = first.out.courier.Close()
 
 	again := newStepAgent(t, stepOpts{key: key, dbPath: path})
@@ -238,7 +238,7 @@ func TestRevocationNamesTheLedgersCheckpointAfterARestart(t *testing.T) {
 		{lease.PublishRevocation{ID: "d1", Epoch: 3, StateURI: "blossom:final.json"}, durable, "blossom:final.json"},
 		{lease.PublishRevocation{ID: "d1", Epoch: 3}, lease.Spec{ID: "d1", StateURI: "blossom:grant-seed.bin"}, "blossom:grant-seed.bin"},
 	} {
-		if got := again.revocationStateURI(c.e, c.spec); got != c.want {
+		if got := again.ckpt.revocationStateURI(c.e, c.spec); got != c.want {
 			t.Errorf("revocationStateURI(%v, checkpoint policy %v) = %q, want %q", c.e, c.spec.Checkpoint != nil, got, c.want)
 		}
 	}

@@ -70,17 +70,14 @@ func (a *Agent) moveCheck(id string) (lease.WorkloadSnapshot, string) {
 		return w, fmt.Sprintf("it is %s at epoch %d here, not held live", w.State, w.Epoch)
 	case w.Spec.Checkpoint == nil:
 		return w, "not a durable workload (its grant has no checkpoint policy): a move would lose its state"
-	case a.ckpt.publisher == nil:
+	case !a.ckpt.publishes():
 		return w, "this agent publishes no checkpoints (no tile store)"
 	case len(lease.StandbysOf(w)) == 0:
 		return w, "its lease names no standby"
 	case !a.machine().StandbyAlive(id):
 		return w, "no standby alive: moving it would stop it with nobody to take over"
 	}
-	a.ckpt.mu.Lock()
-	moving := a.ckpt.moving[id]
-	a.ckpt.mu.Unlock()
-	if moving {
+	if a.ckpt.moving(id) {
 		return w, "already moving"
 	}
 	return w, ""
@@ -90,17 +87,10 @@ func (a *Agent) moveCheck(id string) (lease.WorkloadSnapshot, string) {
 // on its own goroutine; the command seq gets the outcome.
 func (a *Agent) startMove(ctx context.Context, seq int64, w lease.WorkloadSnapshot, successor string) {
 	id := w.Spec.ID
-	a.ckpt.mu.Lock()
-	a.ckpt.moving[id] = true
-	job, watched := a.ckpt.watched[id]
-	a.ckpt.mu.Unlock()
+	job, watched := a.ckpt.beginMove(id)
 	a.emit("move", id, "planned move of epoch %d started: stopping the workload for its final checkpoint", w.Epoch)
 	a.goFeedback(ctx, func(ctx context.Context) {
-		defer func() {
-			a.ckpt.mu.Lock()
-			delete(a.ckpt.moving, id)
-			a.ckpt.mu.Unlock()
-		}()
+		defer a.ckpt.endMove(id)
 		select { // a drain moves maxMoves at a time
 		case a.ckpt.moveSem <- struct{}{}:
 		case <-ctx.Done():
@@ -137,36 +127,17 @@ func (a *Agent) move(ctx context.Context, w lease.WorkloadSnapshot, job checkpoi
 	}
 	// 1. Stop the process (SIGTERM, SIGKILL after stop_grace): it writes
 	// its final checkpoint. No new checkpoint is published meanwhile.
-	a.unwatchCheckpoints(id)
+	a.ckpt.unwatch(id)
 	a.sh.Enqueue(ctx, driver.Op{Kind: driver.OpStop, Workload: id, Epoch: epoch, Reason: stopReasonMove})
 	for !a.sh.Fenced(id) {
 		if !sleepCtx(ctx, 20*time.Millisecond) {
 			return "move aborted: agent shutting down"
 		}
 	}
-	// 2. Publish the final checkpoint. Always: an inode number does not
-	// tell it from the one published last (a freed inode is reused), and
-	// its tiles are on the servers already when it is the same.
-	uri := ""
-	last, ok := a.ckpt.publisher.Last(id)
-	_, statErr := checkpoint.Stat(job.Dir.Path)
-	switch {
-	case statErr == nil:
-		job.Final = true
-		pctx, cancel := context.WithTimeout(ctx, a.ckpt.deps.MoveTimeout)
-		pub, err := a.ckpt.publisher.Publish(pctx, job)
-		cancel()
-		if err != nil {
-			return a.abortMove(ctx, w, job, fmt.Sprintf("final checkpoint not published: %v", err))
-		}
-		a.published(ctx, pub)
-		a.emit("checkpoint", id, "final checkpoint epoch %d seq %d published (%d bytes on %d servers, record on %d relays)",
-			epoch, pub.Seq, pub.Size, len(pub.Servers), len(pub.Relays))
-		uri = pub.StateURI
-	case ok && last.Epoch == epoch:
-		uri = last.StateURI // it wrote none on SIGTERM: the last one stands
-	default:
-		return a.abortMove(ctx, w, job, fmt.Sprintf("no checkpoint to hand over: %v", statErr))
+	// 2. Publish the final checkpoint.
+	uri, err := a.ckpt.finalCheckpoint(ctx, job)
+	if err != nil {
+		return a.abortMove(ctx, w, job, err.Error())
 	}
 	// 3. Hand over: the machine enters Evicted and queues the revocation
 	// naming the final checkpoint.
@@ -186,16 +157,72 @@ func (a *Agent) move(ctx context.Context, w lease.WorkloadSnapshot, job checkpoi
 // abortMove starts the workload here again (its final checkpoint is in
 // its directory) and says why the move was aborted.
 func (a *Agent) abortMove(ctx context.Context, w lease.WorkloadSnapshot, job checkpoint.PublishJob, why string) string {
-	if !a.holds(w.Spec.ID, w.Epoch) {
+	if !a.ckpt.holds(w.Spec.ID, w.Epoch) {
 		return "move aborted: " + why + "; no longer held here"
 	}
 	a.sh.Enqueue(ctx, driver.Op{Kind: driver.OpStart, Workload: w.Spec.ID, Epoch: w.Epoch, Command: w.Spec.Command})
-	job.Final = false
-	a.ckpt.mu.Lock()
-	a.ckpt.watched[w.Spec.ID] = job
-	a.ckpt.mu.Unlock()
-	a.ckpt.watcher.Watch(w.Spec.ID, w.Epoch, job.Dir.Path, checkpoint.FileID{})
+	a.ckpt.rewatch(job)
 	return "move aborted: " + why + "; restarted here"
+}
+
+// The durable side of a move: marking it, its final checkpoint, and
+// watching the run again when the move is aborted.
+
+// moving reports whether a planned move is handing workload id over.
+func (d *durables) moving(id string) (moving bool) {
+	d.books.with(func(b *durableBooks) { moving = b.moving[id] })
+	return moving
+}
+
+// beginMove marks workload id as moving and returns what its run's new
+// checkpoints are published as (watched false: its directory is not
+// watched).
+func (d *durables) beginMove(id string) (job checkpoint.PublishJob, watched bool) {
+	d.books.with(func(b *durableBooks) {
+		b.moving[id] = true
+		job, watched = b.watched[id]
+	})
+	return job, watched
+}
+
+// endMove clears the mark beginMove set.
+func (d *durables) endMove(id string) {
+	d.books.with(func(b *durableBooks) { delete(b.moving, id) })
+}
+
+// finalCheckpoint is the checkpoint a move hands over once job's run has
+// stopped: the one it wrote on SIGTERM, published now (always: an inode
+// number does not tell it from the one published last, as a freed inode is
+// reused, and its tiles are on the servers already when it is the same),
+// else the last one its epoch published. An error says why there is none.
+func (d *durables) finalCheckpoint(ctx context.Context, job checkpoint.PublishJob) (string, error) {
+	last, ok := d.publisher.Last(job.Workload)
+	_, statErr := checkpoint.Stat(job.Dir.Path)
+	switch {
+	case statErr == nil:
+		job.Final = true
+		pctx, cancel := context.WithTimeout(ctx, d.deps.MoveTimeout)
+		pub, err := d.publisher.Publish(pctx, job)
+		cancel()
+		if err != nil {
+			return "", fmt.Errorf("final checkpoint not published: %w", err)
+		}
+		d.published(ctx, pub)
+		d.env.emit("checkpoint", job.Workload, "final checkpoint epoch %d seq %d published (%d bytes on %d servers, record on %d relays)",
+			job.Epoch, pub.Seq, pub.Size, len(pub.Servers), len(pub.Relays))
+		return pub.StateURI, nil
+	case ok && last.Epoch == job.Epoch:
+		return last.StateURI, nil // it wrote none on SIGTERM: the last one stands
+	}
+	return "", fmt.Errorf("no checkpoint to hand over: %w", statErr)
+}
+
+// rewatch watches job's run again after an aborted move (its final
+// checkpoint is in its directory, published again as an ordinary one).
+func (d *durables) rewatch(job checkpoint.PublishJob) {
+	job.Final = false
+	d.books.with(func(b *durableBooks) { b.watched[job.Workload] = job })
+	d.watcher.Watch(job.Workload, job.Epoch, job.Dir.Path, checkpoint.FileID{})
 }
 
 // applyHandover feeds a handover to the step (machine goroutine).

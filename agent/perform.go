@@ -41,7 +41,7 @@ func (b eventBuilder) Build(jobs []driver.OutboxJob) []driver.OutboxResult[[]byt
 	}
 	build := func(i int) {
 		j := jobs[i]
-		ev, key, err := a.outboxEvent(j.Effect, j.At, a.revocationStateURI(j.Effect, j.Workload.Spec))
+		ev, key, err := a.outboxEvent(j.Effect, j.At, a.ckpt.revocationStateURI(j.Effect, j.Workload.Spec))
 		if err == nil {
 			var payload []byte
 			if payload, err = json.Marshal(ev); err == nil {
@@ -165,7 +165,7 @@ func (p *performer) Record(e lease.Effect) {
 	a := p.a
 	switch e := e.(type) {
 	case lease.EnteredState:
-		a.noteState(e)
+		a.ckpt.noteState(e)
 		from := string(e.From)
 		if from == "" {
 			from = "new"
@@ -206,14 +206,14 @@ func (p *performer) Record(e lease.Effect) {
 func (p *performer) Start(e lease.StartWorkload) {
 	w, _ := p.a.machine().Workload(e.ID)
 	p.a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
-	p.a.sh.Enqueue(p.ctx, driver.Op{Kind: driver.OpStart, Workload: e.ID, Epoch: e.Epoch, Command: w.Spec.Command, Prepare: p.a.localRecovery(w)})
-	p.a.watchCheckpoints(e.ID, e.Epoch)
+	p.a.sh.Enqueue(p.ctx, driver.Op{Kind: driver.OpStart, Workload: e.ID, Epoch: e.Epoch, Command: w.Spec.Command, Prepare: p.a.ckpt.localRecovery(w)})
+	p.a.ckpt.watch(w, e.Epoch)
 }
 
 func (p *performer) Stop(e lease.StopWorkload) {
 	a := p.a
-	a.cancelRestore(e.ID)
-	a.unwatchCheckpoints(e.ID)
+	a.ckpt.cancelRestore(e.ID)
+	a.ckpt.unwatch(e.ID)
 	if a.sh.Fenced(e.ID) {
 		// Repeated stops (Restore re-issues one for every workload not
 		// held here) are no-ops: nothing runs or is queued.
@@ -228,7 +228,7 @@ func (p *performer) Stop(e lease.StopWorkload) {
 func (p *performer) Respawn(e lease.AttemptRespawn) {
 	w, _ := p.a.machine().Workload(e.ID)
 	p.a.emit("respawn", e.ID, "respawn attempt %d (due %s)", e.Attempt, e.At.Format(time.TimeOnly))
-	p.a.sh.Enqueue(p.ctx, driver.Op{Kind: driver.OpRespawn, Workload: e.ID, Epoch: e.Epoch, Command: w.Spec.Command, Attempt: e.Attempt, Prepare: p.a.localRecovery(w)})
+	p.a.sh.Enqueue(p.ctx, driver.Op{Kind: driver.OpRespawn, Workload: e.ID, Epoch: e.Epoch, Command: w.Spec.Command, Attempt: e.Attempt, Prepare: p.a.ckpt.localRecovery(w)})
 }
 
 // Queue reports an outbox effect: its row was committed with the step
@@ -270,13 +270,14 @@ func (c performCall) PublishClaim(e lease.PublishClaim) {
 // the machine's input. A stop of the workload cancels it.
 func (p *performer) Restore(e lease.RestoreCheckpoint) {
 	a := p.a
-	req := a.restoreRequest(e)
-	ctx, done := a.beginRestore(p.ctx, e)
+	w, ok := a.machine().Workload(e.ID)
+	req := a.ckpt.restoreRequest(e, w, ok)
+	ctx, done := a.ckpt.beginRestore(p.ctx, e)
 	a.emit("restore", e.ID, "restoring the checkpoint of epoch %d's predecessors (attempt %d, %s, within %v)", e.Epoch, e.Attempt, e.Mode, e.Timeout)
 	a.goFeedback(ctx, func(ctx context.Context) {
 		defer done()
-		r := a.runRestore(ctx, req)
-		a.countRestore(e.Mode, r)
+		r := a.ckpt.runRestore(ctx, req)
+		a.ckpt.countRestore(e.Mode, r)
 		a.send(p.ctx, input{restored: &r})
 	})
 }

@@ -64,7 +64,7 @@ func (a *Agent) Status() Status {
 		w := &s.Workloads[i]
 		w.Running = a.work.backend.Running(w.ID)
 		if w.Primary == a.me.self {
-			w.Checkpoint = a.heldStateURI(w.ID, w.Epoch)
+			w.Checkpoint = a.ckpt.heldStateURI(w.ID, w.Epoch)
 		}
 	}
 	s.Relays = a.pool.Status()
@@ -99,7 +99,7 @@ const statusRebuildEvery = 30 * time.Second
 // last refresh, every row every statusRebuildEvery.
 func (a *Agent) refreshStatus(now time.Time) {
 	a.view.refreshed, a.view.dirty = now, false
-	a.observeCheckpointAge(now)
+	a.ckpt.observeCheckpointAge(now)
 	counts := a.machine().StateCounts(nil)
 	for _, s := range lease.States {
 		a.obs.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))

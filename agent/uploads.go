@@ -35,7 +35,7 @@ func (a *Agent) uploadLoop(ctx context.Context) error {
 		var ids []string
 		count := map[string]int{}
 		for _, tile := range pending {
-			if count[tile.Workload] == 0 && !a.durableWorkload(tile.Workload) {
+			if count[tile.Workload] == 0 && !a.ckpt.durableWorkload(tile.Workload) {
 				ids = append(ids, tile.Workload)
 			}
 			count[tile.Workload]++
