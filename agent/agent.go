@@ -94,7 +94,12 @@ type input struct {
 	arrival   uint64 // the event's arrival number (arrivals), 0: none
 }
 
-// Agent is one running provider agent.
+// Agent is one running provider agent. Who may touch a field is in its
+// type: the first five are set by New and only read after it; m is the
+// machine goroutine's alone (onMachine); every other field is safe for
+// any goroutine by its own type (a lock behind its methods or guarded,
+// atomics, channels, or a collaborator that synchronizes itself), with
+// what is not said so on its declaration.
 type Agent struct {
 	cfg    Config
 	logger *slog.Logger
@@ -102,23 +107,39 @@ type Agent struct {
 	me     self       // who this agent is
 	obs    observable // its own metrics, their registry and the status server
 
-	sh   *agentShell // the one driver of the lease machine in its shell: turns, saves, process operations, the fence gate (machine goroutine, but for the gate)
-	perf *performer  // the driver's Performer
-	data dataState   // the SQLite file and what the agent keeps in it
+	m onMachine // the machine goroutine's own state
+
+	sh    *agentShell // the one driver of the lease machine in its shell: turns, saves, process operations; its fence gate answers any goroutine
+	steps stepClock   // when the machine last stepped, for /healthz and the benchmarks
+	data  dataState   // the SQLite file and what the agent keeps in it
 
 	pool    RelayPool
-	subs    subscriptions // the relay subscription's sets (machine goroutine; subs.go)
-	inbound inbound       // verifying and admitting what the relays deliver
-	in      inputFeed     // what the machine loop applies
-	out     outbound      // the durable outbox
-	work    workloads     // the backend that runs workloads, and its actuator
-	up      uploads       // the checkpoint tile uploader
+	inbound inbound   // verifying and admitting what the relays deliver
+	in      inputFeed // what the machine loop applies
+	out     outbound  // the durable outbox
+	work    workloads // the backend that runs workloads, and its actuator
+	up      uploads   // the checkpoint tile uploader
 
-	loop   loopState  // the machine loop's timing and this provider's quorum
-	view   statusView // what /status shows (statusview.go)
-	beat   beatState  // what this provider's heartbeats list (beat.go)
-	claims claimWork  // the claim step's publishes and reads (claimreads.go)
-	ckpt   *durables  // durable workloads: restores, checkpoints, moves (durables.go)
+	view   guarded[statusView] // what /status shows (statusview.go)
+	beat   beatState           // what this provider's heartbeats list (beat.go)
+	claims claimWork           // the claim step's publishes and reads (claimreads.go)
+	ckpt   *durables           // durable workloads: restores, checkpoints, moves (durables.go)
+}
+
+// onMachine is the state only the machine goroutine reads and writes:
+// machineLoop and what it calls (the driver's Performer, the
+// subscription refresh, the loop's bookkeeping). Nothing in it is locked;
+// another goroutine that needs any of it gets a copy (statusView,
+// beatState.held, stepClock).
+type onMachine struct {
+	perf      *performer    // the driver's Performer
+	subs      subscriptions // the relay subscription's sets (subs.go)
+	quorum    quorumWatch   // this provider's own relay quorum as last logged
+	turns     loopTurns     // the machine loop's timing
+	marks     []arrivalMark // applyMarks' buffer
+	status    statusWork    // what changed since the status document's refresh
+	heldDirty bool          // the held list changed since publishHeld
+	cmdsMore  bool          // operator commands wait beyond the last batch
 }
 
 // self is who this agent is: its keys, its hex public key, its name on
@@ -162,7 +183,7 @@ type inbound struct {
 // announcements.
 type outbound struct {
 	courier    *courier.Courier
-	revReports revocationReports // revocations whose first short attempt was reported
+	revReports guarded[revocationReports] // revocations whose first short attempt was reported
 }
 
 // workloads is the backend that runs workloads and the actuator that
@@ -173,7 +194,7 @@ type workloads struct {
 	ownedProc   *backend.Process    // closed by Run when the agent made it
 	containment backend.Containment // shown on /status
 	isolation   backend.Isolation   // likewise
-	drains      drains              // drains whose moves run (drain.go)
+	drains      guarded[drains]     // drains whose moves run (drain.go)
 }
 
 // uploads is the checkpoint tile uploader and how often it runs.
@@ -182,18 +203,9 @@ type uploads struct {
 	interval time.Duration
 }
 
-// loopState is the machine loop's timing and this provider's own relay
-// quorum as last logged.
-type loopState struct {
-	turns  loopTurns
-	quorum quorumWatch
-	marks  []arrivalMark // applyMarks' buffer
-}
-
 // beatState is what this provider's heartbeats list and what it published.
 type beatState struct {
 	held       atomic.Pointer[[]heartbeat.WorkloadEpoch] // the held list the heartbeat loop publishes (publishHeld)
-	dirty      bool                                      // held changed since publishHeld (machine goroutine)
 	own        *ownBeats                                 // our recent heartbeat events (ownbeats.go)
 	tagsWarned atomic.Bool                               // a relay's max_event_tags was reported
 }
@@ -206,13 +218,10 @@ type claimWork struct {
 	wg    sync.WaitGroup
 }
 
-// revocationReports remembers the revocation events whose first attempt
+// revocationReports are the revocation events (by id) whose first attempt
 // reached fewer than M relays and was reported (the outbox retries many
 // times; the timeline says it once).
-type revocationReports struct {
-	mu   sync.Mutex
-	seen map[string]bool
-}
+type revocationReports map[string]bool
 
 // inputFeed carries what the machine loop applies.
 type inputFeed struct {
@@ -233,23 +242,24 @@ type inputFeed struct {
 	// hold (tests only) makes the machine loop leave inputs in their
 	// channel, ingested but not applied, while it keeps ticking and saving.
 	hold atomic.Bool
-	// cmdsMore: operator commands wait beyond the last batch (machine
-	// goroutine).
-	cmdsMore bool
 }
 
-// statusView is what /status shows. status and its rows are written by the
-// machine goroutine only, under mu; other goroutines read them under it
-// (Status copies the rows).
+// statusView is what /status shows: the machine goroutine writes it
+// (refreshStatus), any goroutine reads it (Status copies the rows), all
+// under its lock (Agent.view).
 type statusView struct {
-	mu        sync.Mutex
-	status    Status
-	idx       map[string]int      // workload id -> row in status.Workloads (machine goroutine)
-	built     time.Time           // last full rebuild of the rows
-	counts    map[lease.State]int // by state, at the last refresh
-	refreshed time.Time           // last refresh
-	dirty     bool                // a transition happened since the last refresh
-	ids       dirtySet            // workloads whose row changed since the last refresh
+	status Status
+	idx    map[string]int      // workload id -> row in status.Workloads
+	counts map[lease.State]int // by state, at the last refresh
+}
+
+// statusWork is the machine goroutine's bookkeeping of the status
+// document: what changed since its last refresh.
+type statusWork struct {
+	built     time.Time // last full rebuild of the rows
+	refreshed time.Time // last refresh
+	dirty     bool      // a transition happened since the last refresh
+	ids       dirtySet  // workloads whose row changed since the last refresh
 }
 
 // quorumWatch is this provider's own relay quorum as the machine goroutine
@@ -263,13 +273,18 @@ type quorumWatch struct {
 
 // loopTurns is the machine loop's timing.
 type loopTurns struct {
-	start    time.Time    // the machine loop began (machine goroutine only)
-	lastStep atomic.Int64 // a.now() of the last step, unix ns; 0 before Run
-	stepMax  atomic.Int64 // longest step since ResetStepMax, ns (benchmarks)
+	start time.Time // the machine loop began
 	// slow counts turns over slowTurn since the last WARN, logged at
-	// slowLogged (machine goroutine only).
+	// slowLogged.
 	slow       int
 	slowLogged time.Time
+}
+
+// stepClock is when the machine last stepped and its longest step, for
+// any goroutine.
+type stepClock struct {
+	last atomic.Int64 // a.now() of the last step, unix ns; 0 before Run
+	max  atomic.Int64 // longest step since ResetStepMax, ns (benchmarks)
 }
 
 // New builds an agent: it migrates the agent and courier tables, restores
@@ -318,8 +333,8 @@ func newAgent(cfg Config, deps Deps, keys *identity.Keys) *Agent {
 			inputs: make(chan input, 1024), beats: make(chan input, 1024),
 			raw: make(chan arrival, 256), received: make(chan relay.Received, 256), arrivals: newArrivals(),
 		},
-		out:    outbound{revReports: revocationReports{seen: map[string]bool{}}},
-		loop:   loopState{quorum: quorumWatch{synced: map[string]bool{}}},
+		out:    outbound{revReports: guarded[revocationReports]{v: revocationReports{}}},
+		m:      onMachine{quorum: quorumWatch{synced: map[string]bool{}}},
 		beat:   beatState{own: newOwnBeats()},
 		claims: claimWork{sem: make(chan struct{}, maxClaimPublishes), reads: claimReads{kick: make(chan struct{}, 1)}},
 	}
@@ -394,7 +409,7 @@ func (a *Agent) openData(ctx context.Context) error {
 func (a *Agent) initInbound(ctx context.Context) error {
 	a.inbound.policy = newSignerPolicy(a.cfg.TrustedIssuers)
 	a.refreshPolicy(a.machine().IDs())
-	a.subs.refresh(a)
+	a.m.subs.refresh(a)
 	icfg := a.cfg.Ingest
 	icfg.MaxSkew = a.cfg.Lease.MaxSkew
 	icfg.HeartbeatMaxAge = a.cfg.Lease.Stale
@@ -466,7 +481,7 @@ func (a *Agent) newPool() (RelayPool, error) {
 		return nil, err
 	}
 	return newRelayPool(a.cfg.RelayConfig(), relay.Options{
-		Interests: a.subs.interests(a), SinceFor: a.sinceFor, SecretKey: secret, Logger: a.logger, Registerer: a.obs.reg, Now: a.now,
+		Interests: a.m.subs.interests(a), SinceFor: a.sinceFor, SecretKey: secret, Logger: a.logger, Registerer: a.obs.reg, Now: a.now,
 		Known: a.beat.own.known,
 	})
 }
@@ -474,9 +489,9 @@ func (a *Agent) newPool() (RelayPool, error) {
 // restore opens the driver: the persisted machine (every workload row the
 // database holds), or an empty one.
 func (a *Agent) restore(ctx context.Context) error {
-	a.perf = &performer{a: a, ctx: context.Background()} // Run sets its own
+	a.m.perf = &performer{a: a, ctx: context.Background()} // Run sets its own
 	d, err := driver.Open(ctx, a.now(), driver.Config{CommitWait: a.cfg.CommitWait, CommitBatch: commitBatch}, a.cfg.Lease, a.me.self, driver.Deps[[]byte, commitExtra]{
-		Store: a.data.rows, Outbox: eventBuilder{a}, Performer: a.perf, Events: commitEvents{a},
+		Store: a.data.rows, Outbox: eventBuilder{a}, Performer: a.m.perf, Events: commitEvents{a},
 		Finished: func(toks []driver.Token) {
 			for _, t := range toks {
 				a.data.cursor.Done(agentdb.Token(t))
@@ -528,7 +543,7 @@ func (a *Agent) Npub() string { return a.me.keys.Npub() }
 func (a *Agent) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a.perf.ctx = runCtx
+	a.m.perf.ctx = runCtx
 	var wg sync.WaitGroup
 	goLoop := func(name string, f func(context.Context) error) {
 		wg.Add(1)
@@ -651,7 +666,7 @@ func (a *Agent) healthy() error {
 	if up := a.connected(); up < a.cfg.Lease.M {
 		return fmt.Errorf("%d relays connected, quorum needs %d", up, a.cfg.Lease.M)
 	}
-	last := a.loop.turns.lastStep.Load()
+	last := a.steps.last.Load()
 	if last == 0 {
 		return errors.New("machine loop not running")
 	}

@@ -186,7 +186,7 @@ func (a *Agent) clockVerdict(s *agentStep, r clockReport) {
 		a.logger.Warn("clock back within the bound of the relays", "offset", r.offset.Round(time.Millisecond), "relays", r.relays)
 		a.emit("clock", "", "clock trusted again (offset %v)", r.offset.Round(time.Millisecond))
 	}
-	a.view.dirty = true
+	a.m.status.dirty = true
 	if r.suspect {
 		a.obs.met.clockSuspect.Set(1)
 	} else {

@@ -23,13 +23,13 @@ func (a *Agent) applyCommands(ctx context.Context) {
 	lctx, cancel := context.WithTimeout(ctx, a.sh.Driver().Wait())
 	cmds, err := listCommands(lctx, a.data.tables, true, cmdBatch+1)
 	cancel()
-	a.in.cmdsMore = false
+	a.m.cmdsMore = false
 	if err != nil {
 		a.logger.Error("read operator commands", "err", err)
 		return
 	}
 	if len(cmds) > cmdBatch {
-		a.in.cmdsMore = true
+		a.m.cmdsMore = true
 		cmds = cmds[:cmdBatch]
 	}
 	if len(cmds) == 0 {
@@ -66,7 +66,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 			if err := s.Grant(*c.Spec); err != nil {
 				result = "error: " + err.Error()
 			}
-			a.subs.dirty = true
+			a.m.subs.dirty = true
 			a.emit("grant", c.Workload, "local operator grant applied: %s", result)
 		case agentdb.ActionMove:
 			w, why := a.moveCheck(c.Workload)
@@ -101,7 +101,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 				}
 			}
 			a.emit("drain", "", "%s", result)
-			a.view.dirty = true
+			a.m.status.dirty = true
 		case agentdb.ActionRelease:
 			if !s.Release(c.Workload) {
 				result = "error: workload not tracked"
@@ -111,7 +111,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 		}
 		marks = append(marks, applied{seq: c.Seq, result: result})
 		if release != "" {
-			a.in.cmdsMore = a.in.cmdsMore || i < len(cmds)-1
+			a.m.cmdsMore = a.m.cmdsMore || i < len(cmds)-1
 			break
 		}
 	}
@@ -125,7 +125,7 @@ func (a *Agent) applyCommands(ctx context.Context) {
 	}))
 	if err := s.Commit(ctx); err != nil {
 		a.logger.Error("apply operator commands", "first_seq", cmds[0].Seq, "commands", len(marks), "err", err)
-		a.in.cmdsMore = false // retried with the next second's turn
+		a.m.cmdsMore = false // retried with the next second's turn
 		return
 	}
 	for _, d := range drainRuns {
@@ -135,8 +135,8 @@ func (a *Agent) applyCommands(ctx context.Context) {
 		a.startMove(ctx, m.seq, m.w, m.successor)
 	}
 	if release != "" {
-		a.beat.dirty, a.view.dirty, a.subs.dirty = true, true, true
-		a.view.ids.add(release)
+		a.m.heldDirty, a.m.status.dirty, a.m.subs.dirty = true, true, true
+		a.m.status.ids.add(release)
 		a.refreshPolicy([]string{release})
 	}
 }

@@ -92,5 +92,5 @@ func holdMachineInputs(t *testing.T, a *Agent) {
 	t.Helper()
 	a.in.hold.Store(true)
 	mark := a.now().UnixNano()
-	waitFor(t, 10*time.Second, "machine loop holding its inputs", func() bool { return a.loop.turns.lastStep.Load() > mark })
+	waitFor(t, 10*time.Second, "machine loop holding its inputs", func() bool { return a.steps.last.Load() > mark })
 }

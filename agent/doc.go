@@ -29,6 +29,17 @@
 // releases against the backend (actuator.go), and the Nostr forwarder whose
 // fence gate is the Shell's (forwarder.go).
 //
+// # Who owns what
+//
+// The Agent type says which goroutine may touch each field: its first
+// fields are set by New and only read after it; onMachine (Agent.m) is the
+// machine goroutine's alone, unlocked; state any goroutine reads sits in a
+// guarded[T], reachable only under its lock through with, or in atomics,
+// channels, and collaborators that lock behind their own methods. The
+// durable-workload cluster (restores, checkpoint publishing, moves'
+// bookkeeping) is its own type, durables, which reaches the agent only
+// through durableEnv; the machine goroutine hands it the workload it reads.
+//
 // The subscription cursor (docs/protocol.md, "Relay connections") reserves
 // an event's point before the event is verified and accepts it only once it
 // passed every check, so a rejected event never moves the cursor; since is

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"provideragent/lease"
@@ -44,24 +43,21 @@ type drainRun struct {
 }
 
 // drains are the drain runs in progress, by workload moved.
-type drains struct {
-	mu   sync.Mutex
-	runs map[string]*drainRun
-}
+type drains map[string]*drainRun
 
 // startDrain follows the moves ids of drain command seq; left is what it
 // leaves running.
 func (a *Agent) startDrain(seq int64, ids []string, left string) {
 	run := &drainRun{seq: seq, left: left, pending: make(map[string]bool, len(ids))}
-	a.work.drains.mu.Lock()
-	defer a.work.drains.mu.Unlock()
-	if a.work.drains.runs == nil {
-		a.work.drains.runs = map[string]*drainRun{}
-	}
-	for _, id := range ids {
-		run.pending[id] = true
-		a.work.drains.runs[id] = run
-	}
+	a.work.drains.with(func(runs *drains) {
+		if *runs == nil {
+			*runs = drains{}
+		}
+		for _, id := range ids {
+			run.pending[id] = true
+			(*runs)[id] = run
+		}
+	})
 }
 
 // drainMoveDone ends the part of a drain that moves w: result is the
@@ -76,21 +72,22 @@ func (a *Agent) drainMoveDone(ctx context.Context, w lease.WorkloadSnapshot, res
 	} else if !a.waitHeldElsewhere(ctx, id, w.Epoch, a.successorWithin()) {
 		outcome = fmt.Sprintf("handed over, but not seen held by a successor within %v", a.successorWithin())
 	}
-	a.work.drains.mu.Lock()
-	run := a.work.drains.runs[id]
-	if run == nil || !run.pending[id] {
-		a.work.drains.mu.Unlock()
-		return
-	}
-	delete(run.pending, id)
-	delete(a.work.drains.runs, id)
-	if outcome == "" {
-		run.moved = append(run.moved, id)
-	} else {
-		run.failed = append(run.failed, id+" ("+outcome+")")
-	}
-	last := len(run.pending) == 0
-	a.work.drains.mu.Unlock()
+	var run *drainRun
+	last := false
+	a.work.drains.with(func(runs *drains) {
+		r := (*runs)[id]
+		if r == nil || !r.pending[id] {
+			return
+		}
+		delete(r.pending, id)
+		delete(*runs, id)
+		if outcome == "" {
+			r.moved = append(r.moved, id)
+		} else {
+			r.failed = append(r.failed, id+" ("+outcome+")")
+		}
+		run, last = r, len(r.pending) == 0
+	})
 	if !last {
 		return
 	}
@@ -117,13 +114,15 @@ func (a *Agent) successorWithin() time.Duration {
 func (a *Agent) waitHeldElsewhere(ctx context.Context, id string, epoch uint64, limit time.Duration) bool {
 	deadline := a.now().Add(limit)
 	for {
-		a.view.mu.Lock()
 		var w WorkloadStatus
-		i, ok := a.view.idx[id]
-		if ok && i < len(a.view.status.Workloads) {
-			w = a.view.status.Workloads[i]
-		}
-		a.view.mu.Unlock()
+		var ok bool
+		a.view.with(func(v *statusView) {
+			var i int
+			i, ok = v.idx[id]
+			if ok && i < len(v.status.Workloads) {
+				w = v.status.Workloads[i]
+			}
+		})
 		if ok && w.Epoch > epoch && w.Primary != a.me.self && w.State == string(lease.StateStandby) {
 			return true
 		}

@@ -45,8 +45,8 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 	now := time.Now()
 
 	// Due in an hour by its schedule, performed now all the same.
-	a.perf.ctx = ctx
-	a.perf.Perform(lease.AttemptRespawn{ID: "w1", Epoch: 1, Attempt: 1, At: now.Add(time.Hour)}, time.Time{})
+	a.m.perf.ctx = ctx
+	a.m.perf.Perform(lease.AttemptRespawn{ID: "w1", Epoch: 1, Attempt: 1, At: now.Add(time.Hour)}, time.Time{})
 	select {
 	case in := <-a.in.inputs:
 		if in.respawn == nil || !in.respawn.OK || in.respawn.Attempt != 1 {
@@ -71,7 +71,7 @@ func TestEffectsFollowDriverProtocol(t *testing.T) {
 		{"repeated stop once stopped", "w1", 1, 1},
 	}
 	for _, tt := range tests {
-		a.perf.Perform(lease.StopWorkload{ID: tt.id, Epoch: 1, Reason: "restart: not held here (standby)"}, time.Time{})
+		a.m.perf.Perform(lease.StopWorkload{ID: tt.id, Epoch: 1, Reason: "restart: not held here (standby)"}, time.Time{})
 		if len(fences) != tt.wantFences {
 			t.Errorf("%s: FENCE timeline lines = %v, want %d", tt.name, fences, tt.wantFences)
 		}
@@ -114,19 +114,19 @@ func TestFenceWithAStartPending(t *testing.T) {
 	b.startGate = gate
 	defer a.work.act.wait()
 	defer cancel()
-	a.perf.ctx = ctx
+	a.m.perf.ctx = ctx
 	fence := lease.StopWorkload{ID: "w1", Epoch: 1, Reason: "relay quorum lost"}
 
 	// The start of epoch 1 is in flight: the backend holds it.
-	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
+	a.m.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
 	waitFor(t, 10*time.Second, "the start in flight", func() bool {
 		return a.sh.Pending("w1")
 	})
-	a.perf.Perform(fence, time.Time{})
+	a.m.perf.Perform(fence, time.Time{})
 	// A start of epoch 2 queued behind that stop, and a fence of it while
 	// it is queued.
-	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 2}, time.Time{})
-	a.perf.Perform(lease.StopWorkload{ID: "w1", Epoch: 2, Reason: "relay quorum lost"}, time.Time{})
+	a.m.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 2}, time.Time{})
+	a.m.perf.Perform(lease.StopWorkload{ID: "w1", Epoch: 2, Reason: "relay quorum lost"}, time.Time{})
 	if b.Running("w1") {
 		t.Fatalf("w1 runs before the backend let any start through")
 	}
@@ -153,10 +153,10 @@ func TestEffectsRebuildSubscriptionsForNewAndEndedWorkloads(t *testing.T) {
 		{lease.StateLive, lease.StateFailed, true},
 		{lease.StateStandby, lease.StateExpired, true},
 	} {
-		a.subs.dirty = false
-		a.perf.Record(lease.EnteredState{ID: "w1", From: tt.from, To: tt.to, Epoch: 1})
-		if a.subs.dirty != tt.rebuild {
-			t.Errorf("entered %q -> %q: subscriptions marked for rebuilding %v, want %v", tt.from, tt.to, a.subs.dirty, tt.rebuild)
+		a.m.subs.dirty = false
+		a.m.perf.Record(lease.EnteredState{ID: "w1", From: tt.from, To: tt.to, Epoch: 1})
+		if a.m.subs.dirty != tt.rebuild {
+			t.Errorf("entered %q -> %q: subscriptions marked for rebuilding %v, want %v", tt.from, tt.to, a.m.subs.dirty, tt.rebuild)
 		}
 	}
 }
@@ -196,8 +196,8 @@ func TestEffectsClaimIOTimeoutFitsTheRound(t *testing.T) {
 // state left otherwise.
 func TestEffectsTransitionsLabelANewWorkload(t *testing.T) {
 	a := newStepAgent(t, stepOpts{})
-	a.perf.Record(lease.EnteredState{ID: "w1", To: lease.StateStandby, Epoch: 1})
-	a.perf.Record(lease.EnteredState{ID: "w1", From: lease.StateStandby, To: lease.StatePromoting, Epoch: 1})
+	a.m.perf.Record(lease.EnteredState{ID: "w1", To: lease.StateStandby, Epoch: 1})
+	a.m.perf.Record(lease.EnteredState{ID: "w1", From: lease.StateStandby, To: lease.StatePromoting, Epoch: 1})
 	if got := testutil.ToFloat64(a.obs.met.transitions.WithLabelValues("new", "standby")); got != 1 {
 		t.Errorf(`transitions{from="new",to="standby"} = %v, want 1`, got)
 	}
@@ -221,13 +221,13 @@ func TestEffectsFailedStopIsLogged(t *testing.T) {
 	b := a.work.backend.(*memBackend)
 	defer a.work.act.wait()
 	defer cancel()
-	a.perf.ctx = ctx
+	a.m.perf.ctx = ctx
 
-	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
-	a.perf.Perform(lease.StartWorkload{ID: "w2", Epoch: 1}, time.Time{})
+	a.m.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
+	a.m.perf.Perform(lease.StartWorkload{ID: "w2", Epoch: 1}, time.Time{})
 	waitFor(t, 10*time.Second, "both started", func() bool { return b.Running("w1") && b.Running("w2") })
 
-	a.perf.Perform(lease.StopWorkload{ID: "w1", Epoch: 1, Reason: "relay quorum lost"}, time.Time{})
+	a.m.perf.Perform(lease.StopWorkload{ID: "w1", Epoch: 1, Reason: "relay quorum lost"}, time.Time{})
 	waitFor(t, 10*time.Second, "w1 stopped", func() bool { return a.sh.Fenced("w1") })
 	if got := logs.Find("stop workload"); len(got) != 0 {
 		t.Fatalf("a stop that worked logged %d errors: %+v", len(got), got)
@@ -236,7 +236,7 @@ func TestEffectsFailedStopIsLogged(t *testing.T) {
 	b.mu.Lock()
 	b.stopErr = errors.New("podman: container w2 is stuck")
 	b.mu.Unlock()
-	a.perf.Perform(lease.StopWorkload{ID: "w2", Epoch: 1, Reason: "relay quorum lost"}, time.Time{})
+	a.m.perf.Perform(lease.StopWorkload{ID: "w2", Epoch: 1, Reason: "relay quorum lost"}, time.Time{})
 	waitFor(t, 10*time.Second, "w2's stop attempted", func() bool { _, stops := b.counts(); return stops == 2 })
 	waitFor(t, 10*time.Second, "the failed stop logged", func() bool { return len(logs.Find("stop workload")) == 1 })
 	r := logs.Find("stop workload")[0]
@@ -296,10 +296,10 @@ func TestEffectsStopReasonReachesBackend(t *testing.T) {
 	b := a.work.backend.(*memBackend)
 	defer a.work.act.wait()
 	defer cancel()
-	a.perf.ctx = ctx
+	a.m.perf.ctx = ctx
 
-	a.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
-	a.perf.Perform(lease.StopWorkload{ID: "w1", Epoch: 1, Reason: "relay quorum lost"}, time.Time{})
+	a.m.perf.Perform(lease.StartWorkload{ID: "w1", Epoch: 1}, time.Time{})
+	a.m.perf.Perform(lease.StopWorkload{ID: "w1", Epoch: 1, Reason: "relay quorum lost"}, time.Time{})
 	a.sh.Enqueue(ctx, driver.Op{Kind: driver.OpStart, Workload: "w2", Epoch: 1})
 	a.sh.Enqueue(ctx, driver.Op{Kind: driver.OpStop, Workload: "w2", Epoch: 1, Reason: stopReasonMove})
 	waitFor(t, 10*time.Second, "both stopped", func() bool { return a.sh.Fenced("w1") && a.sh.Fenced("w2") })

@@ -92,14 +92,14 @@ func TestHealthz(t *testing.T) {
 		want  string // "" means healthy
 	}{
 		{"loop not started", func(*testing.T) {}, "machine loop not running"},
-		{"healthy", func(*testing.T) { a.loop.turns.lastStep.Store(a.now().UnixNano()) }, ""},
+		{"healthy", func(*testing.T) { a.steps.last.Store(a.now().UnixNano()) }, ""},
 		{"relays below quorum", func(*testing.T) { pool.up.Store(1) }, "1 relays connected"},
 		{"loop stuck", func(*testing.T) {
 			pool.up.Store(3)
-			a.loop.turns.lastStep.Store(a.now().Add(-a.cfg.MaxStepAge - time.Second).UnixNano())
+			a.steps.last.Store(a.now().Add(-a.cfg.MaxStepAge - time.Second).UnixNano())
 		}, "machine loop stuck"},
 		{"database locked", func(t *testing.T) {
-			a.loop.turns.lastStep.Store(a.now().UnixNano())
+			a.steps.last.Store(a.now().UnixNano())
 			if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 				t.Fatal(err)
 			}

@@ -31,8 +31,8 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 	} else {
 		_ = start()
 	}
-	a.loop.turns.start = a.now()
-	a.loop.turns.lastStep.Store(a.loop.turns.start.UnixNano())
+	a.m.turns.start = a.now()
+	a.steps.last.Store(a.m.turns.start.UnixNano())
 	tick := time.NewTicker(a.cfg.TickInterval)
 	defer tick.Stop()
 	cmds := time.NewTicker(time.Second)
@@ -52,7 +52,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 		if a.sh.Driver().Backlogged() {
 			backlogTurn = closedChan
 		}
-		if a.in.cmdsMore {
+		if a.m.cmdsMore {
 			cmdsTurn = closedChan
 		}
 		var began time.Time
@@ -74,7 +74,7 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			began = time.Now()
 			kind = "backlog"
 			_ = a.sh.Driver().DrainBacklog(ctx, a.now())
-			a.loop.turns.lastStep.Store(a.now().UnixNano())
+			a.steps.last.Store(a.now().UnixNano())
 		case <-tick.C:
 			began = time.Now()
 			kind = "tick"
@@ -90,13 +90,13 @@ func (a *Agent) machineLoop(ctx context.Context) error {
 			a.applyMarks(t)
 			t.Tick()
 			a.timedCommit(func() error { return t.Commit(ctx) })
-			a.loop.turns.lastStep.Store(now.UnixNano())
+			a.steps.last.Store(now.UnixNano())
 			a.watchQuorum(now)
-			if a.beat.dirty {
+			if a.m.heldDirty {
 				a.publishHeld()
 			}
 			a.updateSubs(now)
-			if now.Sub(a.view.refreshed) >= time.Second || (a.view.dirty && now.Sub(a.view.refreshed) >= statusEvery) {
+			if now.Sub(a.m.status.refreshed) >= time.Second || (a.m.status.dirty && now.Sub(a.m.status.refreshed) >= statusEvery) {
 				a.refreshStatus(now)
 			}
 		case <-cmds.C:
@@ -161,8 +161,8 @@ drain:
 	// Errors are logged and counted by commitEvents; a held step is
 	// retried, its cursor tokens finished only once persisted.
 	a.timedCommit(func() error { return t.Commit(ctx) })
-	a.loop.turns.lastStep.Store(now.UnixNano())
-	if a.view.dirty && now.Sub(a.view.refreshed) >= statusEvery {
+	a.steps.last.Store(now.UnixNano())
+	if a.m.status.dirty && now.Sub(a.m.status.refreshed) >= statusEvery {
 		a.refreshStatus(now)
 	}
 }
@@ -178,17 +178,17 @@ const (
 // noteTurn records how long a turn of the machine loop took (StepMax) and
 // warns, rate-limited, when it kept inputs waiting longer than slowTurn.
 func (a *Agent) noteTurn(kind string, d time.Duration) {
-	if int64(d) > a.loop.turns.stepMax.Load() {
-		a.loop.turns.stepMax.Store(int64(d))
+	if int64(d) > a.steps.max.Load() {
+		a.steps.max.Store(int64(d))
 	}
 	if d <= slowTurn {
 		return
 	}
-	a.loop.turns.slow++
-	if now := time.Now(); now.Sub(a.loop.turns.slowLogged) >= slowTurnLogEvery {
+	a.m.turns.slow++
+	if now := time.Now(); now.Sub(a.m.turns.slowLogged) >= slowTurnLogEvery {
 		a.logger.Warn("machine loop turn slow: inputs waited", "kind", kind, "took", d.Round(time.Millisecond),
-			"slow_turns", a.loop.turns.slow, "backlog", a.sh.Driver().BacklogLen())
-		a.loop.turns.slowLogged, a.loop.turns.slow = now, 0
+			"slow_turns", a.m.turns.slow, "backlog", a.sh.Driver().BacklogLen())
+		a.m.turns.slowLogged, a.m.turns.slow = now, 0
 	}
 }
 
@@ -199,10 +199,10 @@ const statusEvery = 100 * time.Millisecond
 // StepMax returns the longest turn of the machine loop (a step with its
 // commit, a backlog batch, a tick, a save) since the last ResetStepMax:
 // how long inputs waited at worst (the mass-evict-step-ms benchmark).
-func (a *Agent) StepMax() time.Duration { return time.Duration(a.loop.turns.stepMax.Load()) }
+func (a *Agent) StepMax() time.Duration { return time.Duration(a.steps.max.Load()) }
 
 // ResetStepMax starts a new StepMax window.
-func (a *Agent) ResetStepMax() { a.loop.turns.stepMax.Store(0) }
+func (a *Agent) ResetStepMax() { a.steps.max.Store(0) }
 
 // feed applies one input to the turn t: the agent's own bookkeeping
 // (the status view, metrics, the timeline) around driver.Turn.Feed.
@@ -223,16 +223,18 @@ func (a *Agent) feed(t *agentTurn, in input) {
 		}
 		din.Heartbeat = in.hb
 		if in.hb.Provider != a.me.self {
-			for _, we := range in.hb.Workloads {
-				if i, ok := a.view.idx[we.ID]; ok && a.view.status.Workloads[i].Epoch != we.Epoch {
-					a.view.ids.add(we.ID) // a standby learns the epoch held
-					a.view.dirty = true
+			a.view.with(func(v *statusView) {
+				for _, we := range in.hb.Workloads {
+					if i, ok := v.idx[we.ID]; ok && v.status.Workloads[i].Epoch != we.Epoch {
+						a.m.status.ids.add(we.ID) // a standby learns the epoch held
+						a.m.status.dirty = true
+					}
 				}
-			}
+			})
 		}
 	case in.rev != nil:
-		a.view.ids.add(in.rev.WorkloadID)
-		a.view.dirty = true
+		a.m.status.ids.add(in.rev.WorkloadID)
+		a.m.status.dirty = true
 		w, _ := a.machine().Workload(in.rev.WorkloadID)
 		r := heartbeat.RevocationInput(in.rev, w)
 		a.obs.met.revocations.WithLabelValues("received").Inc()
@@ -241,7 +243,7 @@ func (a *Agent) feed(t *agentTurn, in input) {
 		}
 		din.Revocation = &r
 	case in.grant != nil:
-		a.subs.dirty = true
+		a.m.subs.dirty = true
 		din.Grant = in.grant
 	case in.exit != nil:
 		din.Exit = in.exit
@@ -261,8 +263,8 @@ func (a *Agent) feed(t *agentTurn, in input) {
 	// (EpochUnknown) counts as.
 	for _, pr := range in.claims {
 		c := heartbeat.ClaimInput(pr.p, pr.relay)
-		a.view.ids.add(c.Workload)
-		a.view.dirty = true
+		a.m.status.ids.add(c.Workload)
+		a.m.status.dirty = true
 		din.Claims = append(din.Claims, c)
 	}
 	din.ClaimRead = in.claimRead
@@ -290,14 +292,14 @@ type relayClaim struct {
 // relay's stream is watched from now, and after a restart it counts toward
 // rule 10's sync), our own heartbeat (the stream shows silence up to it).
 func (a *Agent) applyMarks(t *agentTurn) {
-	a.loop.marks = a.in.arrivals.released(a.loop.marks[:0])
-	for _, m := range a.loop.marks {
+	a.m.marks = a.in.arrivals.released(a.m.marks[:0])
+	for _, m := range a.m.marks {
 		synced := t.Mark(m.Mark)
 		if m.Kind == driver.MarkSynced {
-			a.loop.quorum.synced[m.Relay] = true
+			a.m.quorum.synced[m.Relay] = true
 		}
 		if synced {
-			a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.loop.quorum.synced))
+			a.emit("sync", "", "synced with %d relays: restored workloads may resume", len(a.m.quorum.synced))
 		}
 	}
 }
@@ -310,12 +312,12 @@ func (a *Agent) applyMarks(t *agentTurn) {
 // have time to come up); connections coming back after that are INFO.
 func (a *Agent) watchQuorum(now time.Time) {
 	q := a.machine().HasQuorum(now, a.me.self)
-	if q != a.loop.quorum.had {
-		a.loop.quorum.had = q
+	if q != a.m.quorum.had {
+		a.m.quorum.had = q
 		up := a.connected()
 		switch {
-		case q && !a.loop.quorum.ever:
-			a.loop.quorum.ever = true
+		case q && !a.m.quorum.ever:
+			a.m.quorum.ever = true
 			a.logger.Info("relay quorum reached: own heartbeats seen on enough relays", "quorum", a.cfg.Lease.M, "relays", a.cfg.Lease.N, "connected", up)
 		case q:
 			a.logger.Warn("relay quorum regained: own heartbeats seen on enough relays again", "quorum", a.cfg.Lease.M, "relays", a.cfg.Lease.N, "connected", up)
@@ -328,14 +330,14 @@ func (a *Agent) watchQuorum(now time.Time) {
 			a.emit("quorum", "", "own heartbeats on fewer than %d relays: quorum LOST", a.cfg.Lease.M)
 		}
 	}
-	if now.Sub(a.loop.turns.start) < a.cfg.PublishTimeout {
+	if now.Sub(a.m.turns.start) < a.cfg.PublishTimeout {
 		return
 	}
 	none := a.connected() == 0
-	if none == a.loop.quorum.noRelays {
+	if none == a.m.quorum.noRelays {
 		return
 	}
-	a.loop.quorum.noRelays = none
+	a.m.quorum.noRelays = none
 	if none {
 		a.logger.Warn("no relay connected", "relays", a.cfg.Lease.N)
 		a.emit("relays", "", "no relay connected")

@@ -172,16 +172,16 @@ func (p *performer) Record(e lease.Effect) {
 		}
 		a.obs.met.transitions.WithLabelValues(from, string(e.To)).Inc()
 		a.logger.Info("workload state", "workload", e.ID, "from", from, "to", e.To, "epoch", e.Epoch)
-		a.view.ids.add(e.ID)
+		a.m.status.ids.add(e.ID)
 		if e.From == "" || e.To.Terminal() {
-			a.subs.dirty = true
+			a.m.subs.dirty = true
 		}
 		if a.me.onEvent != nil {
 			a.me.onEvent(Event{Time: a.now(), Agent: a.me.name, Kind: "state", Workload: e.ID,
 				Detail: fmt.Sprintf("%s -> %s (epoch %d)", from, e.To, e.Epoch), State: string(e.To), Epoch: e.Epoch})
 		}
-		a.beat.dirty = true // publishHeld on the next tick
-		a.view.dirty = true
+		a.m.heldDirty = true // publishHeld on the next tick
+		a.m.status.dirty = true
 	case lease.Failed:
 		a.logger.Error("workload failed", "workload", e.ID, "epoch", e.Epoch, "reason", e.Reason)
 		a.emit("failed", e.ID, "failed at epoch %d: %s", e.Epoch, e.Reason)
@@ -385,10 +385,11 @@ func (a *Agent) onOutboxAttempt(ev *nostr.Event, res relay.PublishResult) {
 		return
 	}
 	// Once per event: the outbox may retry many times.
-	a.out.revReports.mu.Lock()
-	seen := a.out.revReports.seen[ev.ID]
-	a.out.revReports.seen[ev.ID] = true
-	a.out.revReports.mu.Unlock()
+	var seen bool
+	a.out.revReports.with(func(r *revocationReports) {
+		seen = (*r)[ev.ID]
+		(*r)[ev.ID] = true
+	})
 	if seen {
 		return
 	}

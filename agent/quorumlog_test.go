@@ -61,7 +61,7 @@ func TestQuorumChangesLoggedOnce(t *testing.T) {
 	// ticks waits until the machine loop has stepped for another d.
 	ticks := func(d time.Duration) {
 		mark := ta.a.now().Add(d).UnixNano()
-		waitFor(t, d+10*time.Second, "machine loop ticks on", func() bool { return ta.a.loop.turns.lastStep.Load() > mark })
+		waitFor(t, d+10*time.Second, "machine loop ticks on", func() bool { return ta.a.steps.last.Load() > mark })
 	}
 	type line struct {
 		level  slog.Level

@@ -55,11 +55,12 @@ func NeedsReason(st lease.State) bool {
 // the relay connections as they are now: Synced needs at least M relays
 // connected that delivered EOSE on their current connection.
 func (a *Agent) Status() Status {
-	a.view.mu.Lock()
-	s := a.view.status
-	// The rows are updated in place by refreshStatus: copy them.
-	s.Workloads = slices.Clone(s.Workloads)
-	a.view.mu.Unlock()
+	var s Status
+	a.view.with(func(v *statusView) {
+		s = v.status
+		// The rows are updated in place by refreshStatus: copy them.
+		s.Workloads = slices.Clone(s.Workloads)
+	})
 	for i := range s.Workloads {
 		w := &s.Workloads[i]
 		w.Running = a.work.backend.Running(w.ID)
@@ -84,7 +85,7 @@ func (a *Agent) Status() Status {
 // The machine goroutine calls it on ticks after transitions (beat.dirty),
 // so a mass transition rebuilds the list a few times a second at most.
 func (a *Agent) publishHeld() {
-	a.beat.dirty = false
+	a.m.heldDirty = false
 	held := a.machine().Held(nil) // a new slice: readers keep the one they loaded
 	a.beat.held.Store(&held)
 }
@@ -98,82 +99,34 @@ const statusRebuildEvery = 30 * time.Second
 // goroutine only): the rows of the workloads that changed state since the
 // last refresh, every row every statusRebuildEvery.
 func (a *Agent) refreshStatus(now time.Time) {
-	a.view.refreshed, a.view.dirty = now, false
+	a.m.status.refreshed, a.m.status.dirty = now, false
 	a.ckpt.observeCheckpointAge(now)
 	counts := a.machine().StateCounts(nil)
 	for _, s := range lease.States {
 		a.obs.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
-	row := func(id string) (WorkloadStatus, bool) {
-		w, ok := a.machine().Workload(id)
-		if !ok {
-			return WorkloadStatus{}, false
-		}
-		return WorkloadView(w, a.me.self), true // Status fills Running; NoStandby is set below
-	}
 	sus, why := a.machine().ClockSuspect()
-	a.view.mu.Lock()
-	ws := a.view.status.Workloads
-	rebuild := a.view.idx == nil || now.Sub(a.view.built) >= statusRebuildEvery
-	for id := range a.view.ids {
-		_, listed := a.view.idx[id]
-		if _, tracked := a.machine().State(id); listed && !tracked {
-			rebuild = true // a removed workload: rebuild the list
-			break
-		}
-	}
-	if rebuild {
-		ids := a.machine().IDs()
-		ws = make([]WorkloadStatus, 0, len(ids))
-		a.view.idx = make(map[string]int, len(ids))
-		for _, id := range ids {
-			if r, ok := row(id); ok {
-				a.view.idx[id] = len(ws)
-				ws = append(ws, r)
-			}
-		}
-		a.view.built = now
-	} else {
-		// New workloads are appended (the machine lists workloads in the
-		// order they came, as a rebuild does): thousands of grants arriving
-		// used to rebuild the whole list on every refresh.
-		for id := range a.view.ids {
-			r, ok := row(id)
-			if !ok {
-				continue
-			}
-			if i, listed := a.view.idx[id]; listed {
-				ws[i] = r
-			} else {
-				a.view.idx[id] = len(ws)
-				ws = append(ws, r)
-			}
-		}
-	}
-	clear(a.view.ids)
+	var ws []WorkloadStatus
+	a.view.with(func(v *statusView) {
+		ws = a.refreshRows(v, now)
+		v.status = Status{Provider: a.me.keys.Npub(), Source: "agent", Now: now, Synced: !a.machine().AwaitingSync(), Workloads: ws,
+			ClockSuspect: sus, ClockWhy: why, Draining: a.machine().Draining(), Containment: a.work.containment.Summary, ContainmentWarning: a.work.containment.Warning,
+			Isolation: a.work.isolation.Summary, IsolationWarning: a.work.isolation.Warning}
+		v.counts = counts
+	})
 	// Whether a standby is alive changes without any state change: every
-	// refresh sets it on every held row.
+	// refresh sets it on every held row, and counts them. ws is written
+	// only by the machine goroutine, this one: no lock needed to read it.
 	noStandby := 0
-	for i := range ws {
-		w := &ws[i]
-		w.NoStandby = w.Primary == a.me.self && lease.State(w.State).Holding() && len(w.Standbys) > 0 && !a.machine().StandbyAlive(w.ID)
-		if w.NoStandby {
-			noStandby++
-		}
-	}
-	a.view.status = Status{Provider: a.me.keys.Npub(), Source: "agent", Now: now, Synced: !a.machine().AwaitingSync(), Workloads: ws,
-		ClockSuspect: sus, ClockWhy: why, Draining: a.machine().Draining(), Containment: a.work.containment.Summary, ContainmentWarning: a.work.containment.Warning,
-		Isolation: a.work.isolation.Summary, IsolationWarning: a.work.isolation.Warning}
-	a.view.counts = counts
-	a.view.mu.Unlock()
-	// Quorum of this provider and of every holder it watches (ws is written
-	// only here, on the machine goroutine: no lock needed to read it).
 	providers := map[string]bool{a.me.self: true}
 	for i := range ws {
 		providers[ws[i].Primary] = true
+		if ws[i].NoStandby {
+			noStandby++
+		}
 	}
 	a.obs.met.noStandby.Set(float64(noStandby))
-	for p := range providers {
+	for p := range providers { // quorum of this provider and of every holder it watches
 		q := 0.0
 		if a.machine().HasQuorum(now, p) {
 			q = 1
@@ -185,11 +138,70 @@ func (a *Agent) refreshStatus(now time.Time) {
 	}
 }
 
+// statusRow is workload id's row as the machine holds it (false: not
+// tracked). Status fills Running; refreshRows sets NoStandby.
+func (a *Agent) statusRow(id string) (WorkloadStatus, bool) {
+	w, ok := a.machine().Workload(id)
+	if !ok {
+		return WorkloadStatus{}, false
+	}
+	return WorkloadView(w, a.me.self), true
+}
+
+// refreshRows updates the rows of v (under its lock, machine goroutine)
+// and returns them: those of the workloads that changed state since the
+// last refresh, or all of them every statusRebuildEvery; NoStandby on
+// every row.
+func (a *Agent) refreshRows(v *statusView, now time.Time) []WorkloadStatus {
+	ws := v.status.Workloads
+	rebuild := v.idx == nil || now.Sub(a.m.status.built) >= statusRebuildEvery
+	for id := range a.m.status.ids {
+		_, listed := v.idx[id]
+		if _, tracked := a.machine().State(id); listed && !tracked {
+			rebuild = true // a removed workload: rebuild the list
+			break
+		}
+	}
+	if rebuild {
+		ids := a.machine().IDs()
+		ws = make([]WorkloadStatus, 0, len(ids))
+		v.idx = make(map[string]int, len(ids))
+		for _, id := range ids {
+			if r, ok := a.statusRow(id); ok {
+				v.idx[id] = len(ws)
+				ws = append(ws, r)
+			}
+		}
+		a.m.status.built = now
+	} else {
+		// New workloads are appended (the machine lists workloads in the
+		// order they came, as a rebuild does): thousands of grants arriving
+		// used to rebuild the whole list on every refresh.
+		for id := range a.m.status.ids {
+			r, ok := a.statusRow(id)
+			if !ok {
+				continue
+			}
+			if i, listed := v.idx[id]; listed {
+				ws[i] = r
+			} else {
+				v.idx[id] = len(ws)
+				ws = append(ws, r)
+			}
+		}
+	}
+	clear(a.m.status.ids)
+	for i := range ws {
+		w := &ws[i]
+		w.NoStandby = w.Primary == a.me.self && lease.State(w.State).Holding() && len(w.Standbys) > 0 && !a.machine().StandbyAlive(w.ID)
+	}
+	return ws
+}
+
 // stateCounts are the workloads by state at the last status refresh.
-func (a *Agent) stateCounts() map[lease.State]int {
-	a.view.mu.Lock()
-	defer a.view.mu.Unlock()
-	return maps.Clone(a.view.counts)
+func (a *Agent) stateCounts() (counts map[lease.State]int) {
+	a.view.with(func(v *statusView) { counts = maps.Clone(v.counts) })
+	return counts
 }
 
 // Track adds a lease grant directly (tests and the demo; operators use

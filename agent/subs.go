@@ -170,15 +170,15 @@ func (s *subscriptions) interests(a *Agent) []relay.Interest {
 // updateSubs sends the subscription again when the tracked sets changed,
 // at most every subsEvery (machine goroutine, on ticks).
 func (a *Agent) updateSubs(now time.Time) {
-	if !a.subs.dirty || now.Sub(a.subs.lastSet) < subsEvery {
+	if !a.m.subs.dirty || now.Sub(a.m.subs.lastSet) < subsEvery {
 		return
 	}
-	a.subs.lastSet = now
-	if !a.subs.refresh(a) {
+	a.m.subs.lastSet = now
+	if !a.m.subs.refresh(a) {
 		return
 	}
-	a.pool.SetInterests(a.subs.interests(a))
-	a.logger.Debug("subscription updated", "workloads", len(a.subs.workloads.where), "providers", len(a.subs.providers.where))
+	a.pool.SetInterests(a.m.subs.interests(a))
+	a.logger.Debug("subscription updated", "workloads", len(a.m.subs.workloads.where), "providers", len(a.m.subs.providers.where))
 }
 
 // sinceFor is the since of each subscription filter at a (re)subscription:
