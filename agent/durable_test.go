@@ -283,6 +283,12 @@ func startDurableScript(t testing.TB, id string, cut int, profile func([]string)
 	}
 	d.primary = startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: dial, blossom: []string{blobs.URL()}})
 	d.standby = startAgent(t, agentOpts{name: "standby", lcfg: lcfg, blossom: []string{blobs.URL()}, issuers: []string{d.primary.pub}})
+	t.Cleanup(func() {
+		if t.Failed() { // the timelines say where a move or a failover stopped
+			d.primary.log.dump(t, "primary")
+			d.standby.log.dump(t, "standby")
+		}
+	})
 	spec := warmSpec(id, d.primary.pub, d.standby.pub, lcfg.Relays)
 	spec.Command = []string{"sh", "-c", script(d.starts)}
 	spec.Checkpoint = &lease.CheckpointPolicy{Restore: lease.RestoreRequired, RestoreTimeout: 3 * time.Second}
