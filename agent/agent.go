@@ -250,6 +250,7 @@ type statusView struct {
 	status Status
 	idx    map[string]int      // workload id -> row in status.Workloads
 	counts map[lease.State]int // by state, at the last refresh
+	watch  []lease.RelayWatch  // the relays' live streams as evidence of silence
 }
 
 // statusWork is the machine goroutine's bookkeeping of the status

@@ -120,6 +120,18 @@ type RelayStatus struct {
 	// first: 0 is the narrow filter).
 	REQs      int            `json:"reqs,omitempty"`
 	Interests []relay.Choice `json:"interests,omitempty"`
+	// WatchedSince is when the relay's current live stream began to count
+	// as evidence (its catch-up ended); zero while none does (never
+	// synced, or a new connection or a replaced subscription whose
+	// catch-up has not ended). SilenceShownUntil is up to when that stream
+	// shows the silence of a holder: the newest own heartbeat that came
+	// back on it, less relay_delay; it stops while the link is down or
+	// stalled. A takeover or retake by silence counts only between the
+	// two, on at least N-M+1 relays at once (docs/reliability.md): a
+	// standby that does not take over although the holder is gone shows
+	// here which relays do not count yet.
+	WatchedSince      time.Time `json:"watched_since,omitzero"`
+	SilenceShownUntil time.Time `json:"silence_shown_until,omitzero"`
 }
 
 // httpServer serves /metrics, /healthz (200 "ok", or 503 naming the failed

@@ -386,3 +386,69 @@ func TestStatusShowsARelaysLastRejection(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusShowsEachRelaysWatch: /status, over real HTTP, shows per
+// relay the stretch its live stream counts as evidence of a holder's
+// silence: watched since its catch-up, shown up to the newest own beat
+// that came back on it. A stalled link (bytes held, nothing closed) and a
+// cut one show nothing past what came through before; the reconnect
+// watches the relay anew from its new catch-up.
+func TestStatusShowsEachRelaysWatch(t *testing.T) {
+	t.Parallel()
+	rs, urls := startRelays(t, 3)
+	proxies, dial := cutProxies(t, rs, urls, 1)
+	lcfg := lease.DemoConfig(urls)
+	ta := startAgent(t, agentOpts{name: "watcher", lcfg: lcfg, dial: dial})
+	ta.a.Track(context.Background(), soloSpec("w1", ta.pub))
+	base := "http://" + ta.a.Addr()
+	relays := func() map[string]RelayStatus {
+		var st Status
+		getJSON(t, base+"/status", &st)
+		out := map[string]RelayStatus{}
+		for _, r := range st.Relays {
+			out[r.URL] = r
+		}
+		return out
+	}
+	stalled, other := urls[0], urls[1]
+	waitFor(t, 15*time.Second, "every relay watched with silence shown", func() bool {
+		rs := relays()
+		for _, u := range urls {
+			if r := rs[u]; r.WatchedSince.IsZero() || !r.SilenceShownUntil.After(r.WatchedSince) {
+				return false
+			}
+		}
+		return true
+	})
+
+	proxies[0].Hold()
+	heldAt := time.Now()
+	time.Sleep(3 * lcfg.HeartbeatInterval)
+	waitFor(t, 10*time.Second, "the other relays showing silence past the stall", func() bool {
+		return relays()[other].SilenceShownUntil.After(heldAt)
+	})
+	got := relays()[stalled]
+	proxies[0].Release()
+	if got.WatchedSince.IsZero() {
+		t.Fatalf("stalled relay's watched_since is zero after a %v stall: a stall is no gap the agent can see", time.Since(heldAt))
+	}
+	// A beat created before the stall may come back after it: shown until
+	// is its created_at less relay_delay, never past the stall.
+	if got.SilenceShownUntil.After(heldAt) {
+		t.Fatalf("stalled relay's silence_shown_until = %v, past the stall at %v: nothing came through it since", got.SilenceShownUntil, heldAt)
+	}
+
+	proxies[0].Cut()
+	cutAt := time.Now()
+	time.Sleep(3 * lcfg.HeartbeatInterval)
+	if r := relays()[stalled]; r.SilenceShownUntil.After(cutAt) {
+		t.Fatalf("cut relay's silence_shown_until = %v, past the cut at %v", r.SilenceShownUntil, cutAt)
+	}
+	if err := proxies[0].Restore(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the cut relay watched anew after its reconnect", func() bool {
+		r := relays()[stalled]
+		return r.WatchedSince.After(cutAt) && r.SilenceShownUntil.After(r.WatchedSince)
+	})
+}

@@ -56,10 +56,12 @@ func NeedsReason(st lease.State) bool {
 // connected that delivered EOSE on their current connection.
 func (a *Agent) Status() Status {
 	var s Status
+	var watch []lease.RelayWatch
 	a.view.with(func(v *statusView) {
 		s = v.status
 		// The rows are updated in place by refreshStatus: copy them.
 		s.Workloads = slices.Clone(s.Workloads)
+		watch = v.watch // replaced, never changed in place
 	})
 	for i := range s.Workloads {
 		w := &s.Workloads[i]
@@ -69,6 +71,18 @@ func (a *Agent) Status() Status {
 		}
 	}
 	s.Relays = a.pool.Status()
+	for i := range s.Relays {
+		r := &s.Relays[i]
+		url, err := lease.NormalizeRelayURL(r.URL)
+		if err != nil {
+			url = r.URL
+		}
+		for _, w := range watch {
+			if w.Relay == url || w.Relay == r.URL {
+				r.WatchedSince, r.SilenceShownUntil = w.Since, w.ShownUntil
+			}
+		}
+	}
 	s.Version = a.me.version
 	synced := 0
 	for _, r := range s.Relays {
@@ -113,6 +127,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 			ClockSuspect: sus, ClockWhy: why, Draining: a.machine().Draining(), Containment: a.work.containment.Summary, ContainmentWarning: a.work.containment.Warning,
 			Isolation: a.work.isolation.Summary, IsolationWarning: a.work.isolation.Warning}
 		v.counts = counts
+		v.watch = a.machine().Watching()
 	})
 	// Whether a standby is alive changes without any state change: every
 	// refresh sets it on every held row, and counts them. ws is written

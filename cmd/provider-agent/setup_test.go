@@ -398,7 +398,7 @@ func TestStatusAfterFailover(t *testing.T) {
 			w.Standbys, w.Role, w.Epoch)
 	}
 	st := must(t, nil, "status", "--config", cfgB, "--url", b.status)
-	for _, want := range []string{"source: agent", "(none alive)", "web-1: no standby alive"} {
+	for _, want := range []string{"source: agent", "(none alive)", "web-1: no standby alive", "SILENCE COUNTS"} {
 		if !strings.Contains(st.stdout, want) {
 			t.Errorf("status after the failover = %q, want it to contain %q", st.stdout, want)
 		}

@@ -186,9 +186,9 @@ func printStatus(w io.Writer, st agent.Status) {
 	printWorkloadNotes(w, st.Workloads)
 	if len(st.Relays) > 0 {
 		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "RELAY\tCONNECTED\tEOSE\tRECONNECTS\tLAST ERROR")
+		fmt.Fprintln(tw, "RELAY\tCONNECTED\tEOSE\tRECONNECTS\tSILENCE COUNTS\tLAST ERROR")
 		for _, r := range st.Relays {
-			fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%s\n", r.URL, r.Connected, r.EOSE, r.Reconnects, dash(r.LastError))
+			fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%s\t%s\n", r.URL, r.Connected, r.EOSE, r.Reconnects, silenceColumn(r), dash(r.LastError))
 		}
 		tw.Flush()
 		for _, r := range st.Relays {
@@ -198,6 +198,20 @@ func printStatus(w io.Writer, st agent.Status) {
 			}
 		}
 	}
+}
+
+// silenceColumn shows the stretch over which a relay's live stream counts
+// as evidence of a holder's silence (takeover, retake): from when it was
+// watched to what its own heartbeats came back to show; "no (not watched)"
+// from a new connection's start until its catch-up ends.
+func silenceColumn(r agent.RelayStatus) string {
+	switch {
+	case r.WatchedSince.IsZero():
+		return "no (not watched)"
+	case r.SilenceShownUntil.IsZero() || r.SilenceShownUntil.Before(r.WatchedSince):
+		return "watched since " + r.WatchedSince.UTC().Format(time.TimeOnly) + ", nothing shown yet"
+	}
+	return r.WatchedSince.UTC().Format(time.TimeOnly) + " to " + r.SilenceShownUntil.UTC().Format(time.TimeOnly)
 }
 
 // standbysColumn shows the standbys of a workload's holder: their short

@@ -125,3 +125,30 @@ func TestPrintStatusShowsLastRejection(t *testing.T) {
 		t.Fatalf("status output:\n%s\nwant no refusal line for ws://a", b.String())
 	}
 }
+
+// TestSilenceColumn: the relay table says over which stretch each relay's
+// live stream counts as evidence of a holder's silence, or that it does
+// not count (not watched, or nothing shown yet).
+func TestSilenceColumn(t *testing.T) {
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339, "2026-11-28T"+s+"Z")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, tt := range []struct {
+		r    agent.RelayStatus
+		want string
+	}{
+		{agent.RelayStatus{}, "no (not watched)"},
+		{agent.RelayStatus{SilenceShownUntil: at("10:00:00")}, "no (not watched)"},
+		{agent.RelayStatus{WatchedSince: at("10:00:00")}, "watched since 10:00:00, nothing shown yet"},
+		{agent.RelayStatus{WatchedSince: at("10:00:00"), SilenceShownUntil: at("09:59:59")}, "watched since 10:00:00, nothing shown yet"},
+		{agent.RelayStatus{WatchedSince: at("10:00:00"), SilenceShownUntil: at("10:12:30")}, "10:00:00 to 10:12:30"},
+	} {
+		if got := silenceColumn(tt.r); got != tt.want {
+			t.Errorf("silenceColumn(watched %v, shown %v) = %q, want %q", tt.r.WatchedSince, tt.r.SilenceShownUntil, got, tt.want)
+		}
+	}
+}
