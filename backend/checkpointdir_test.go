@@ -16,6 +16,7 @@ import (
 // PROVIDER_AGENT_CHECKPOINT_DIR, owned by the user it runs as, and a file
 // the agent placed there (owned by that user) is the workload's to read.
 func TestCheckpointDirIsTheStartsDir(t *testing.T) {
+	t.Parallel()
 	b := newTest(t, time.Second)
 	d, err := b.CheckpointDir("ck.1", 4)
 	if err != nil {

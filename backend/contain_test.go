@@ -133,6 +133,7 @@ func TestContainmentOnThisHost(t *testing.T) {
 // supervisor; with a cgroup alone it runs on until a restarted agent's
 // KillLeftovers kills it by its cgroup.
 func TestScrubbedDaemonOutlivesNoSupervisor(t *testing.T) {
+	t.Parallel()
 	for _, c := range containCases(t) {
 		if c.mode == ContainNone {
 			continue // TestUncontainedBackendWarns
@@ -243,6 +244,7 @@ func TestUncontainedBackendWarns(t *testing.T) {
 // TestCgroupKill: a cgroup is killed whole, also while its processes
 // fork as fast as they can, in both hierarchies; it is then removed.
 func TestCgroupKill(t *testing.T) {
+	t.Parallel()
 	for _, c := range containCases(t) {
 		if c.mode != ContainCgroup {
 			continue

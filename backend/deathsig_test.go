@@ -183,6 +183,7 @@ func readPids(t *testing.T, file string, n int) []int {
 // daemon leaves the shell's session and is reparented, and a daemon that
 // also clears its environment. No cgroup is left behind either.
 func TestWorkloadTreeDiesWithKilledAgent(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		line func(pids string) string

@@ -80,6 +80,7 @@ func TestDirUsage(t *testing.T) {
 // its end line and in ExitReason), and cannot start again while its
 // directory stays full.
 func TestHostileWriterIsBounded(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultProcessConfig()
 	cfg.StopGrace = time.Second
 	cfg.LogDir = filepath.Join(t.TempDir(), "logs")

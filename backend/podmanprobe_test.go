@@ -15,6 +15,7 @@ import (
 // runtime podman needs here, or with a podman that does not exist, it
 // fails naming the cause.
 func TestProbePodman(t *testing.T) {
+	t.Parallel()
 	backendtest.Busybox(t) // root, podman, runc
 	ctx := context.Background()
 	cfg := backend.DefaultPodmanConfig()

@@ -65,6 +65,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestNaturalExits(t *testing.T) {
+	t.Parallel()
 	b := newTest(t, 5*time.Second)
 	ctx := context.Background()
 	cases := []struct {
@@ -160,6 +161,7 @@ func TestStopKillsAfterGrace(t *testing.T) {
 }
 
 func TestOrphansDieWithLeader(t *testing.T) {
+	t.Parallel()
 	b := newTest(t, 5*time.Second)
 	ctx := context.Background()
 	pidFile := filepath.Join(sharedDir(t), "child")
@@ -228,6 +230,7 @@ func TestStartErrors(t *testing.T) {
 }
 
 func TestEnvDirAndLogFile(t *testing.T) {
+	t.Parallel()
 	b := newTest(t, time.Second)
 	dir := t.TempDir()
 	spec := StartSpec{
@@ -367,6 +370,7 @@ func openFDs(t *testing.T) int {
 }
 
 func TestExitsAreQueuedForSlowReaders(t *testing.T) {
+	t.Parallel()
 	b := newTest(t, time.Second)
 	ctx := context.Background()
 	const n = 30
@@ -439,6 +443,7 @@ func TestLogName(t *testing.T) {
 // new backend on the same LogDir kills it; a process tagged for another
 // LogDir survives.
 func TestLeftoversOfADeadAgentAreKilled(t *testing.T) {
+	t.Parallel()
 	logDir := filepath.Join(t.TempDir(), "logs")
 	first, err := NewProcess(ProcessConfig{StopGrace: time.Second, LogDir: logDir}, nil)
 	if err != nil {

@@ -26,6 +26,7 @@ func allDead(pids []int) bool {
 // ignores SIGTERM and one that cleared its environment; once Stop returns,
 // none of them runs. Under every containment this host offers.
 func TestStopReachesTheWholeTree(t *testing.T) {
+	t.Parallel()
 	for _, c := range containCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel() // its own log dir, marker and cgroup: the modes wait on their timers side by side
@@ -55,6 +56,7 @@ func TestStopReachesTheWholeTree(t *testing.T) {
 // own, its exact status is reported and nothing it started survives it,
 // not even a double-forked daemon or one that cleared its environment.
 func TestMainExitTakesTheTree(t *testing.T) {
+	t.Parallel()
 	for _, c := range containCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel() // its own log dir, marker and cgroup: the modes wait on their timers side by side
@@ -92,6 +94,7 @@ func TestMainExitTakesTheTree(t *testing.T) {
 // backend kills the cgroup. Without either, such a daemon survives (the
 // containment's warning says so); the rest of the tree does not.
 func TestKilledShimLeavesNothing(t *testing.T) {
+	t.Parallel()
 	for _, c := range containCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel() // its own log dir, marker and cgroup: the modes wait on their timers side by side
@@ -129,6 +132,7 @@ func TestKilledShimLeavesNothing(t *testing.T) {
 // SIGSTOPped) is killed with its tree once the grace and the margin have
 // passed, so Stop stays bounded.
 func TestStuckShimIsKilled(t *testing.T) {
+	t.Parallel()
 	for _, c := range containCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel() // its own log dir, marker and cgroup: the modes wait on their timers side by side
