@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"provideragent/agentdb"
@@ -67,7 +66,7 @@ type CheckpointDeps struct {
 // Who owns what is in the types: the fields up to books are set by
 // newDurables and only read after it; books is reached only under its
 // lock (guarded), from whichever goroutine calls: the machine goroutine
-// (noteState, watch, unwatch, restoreJob), the checkpoint loop and its
+// (noteState, watch, unwatch, restoreRequest), the checkpoint loop and its
 // publishes, restores, moves and /status. The methods say which goroutine
 // calls them where it matters.
 type durables struct {
@@ -109,20 +108,6 @@ type durableBooks struct {
 	watchedAt map[string]time.Time             // when its run's directory began to be watched
 	moving    map[string]bool                  // workloads a planned move is handing over
 	keys      map[string]grantKey              // its grant's checkpoint key, opened
-}
-
-// guarded is state any goroutine may reach, but only under its lock: with
-// is the one way in.
-type guarded[T any] struct {
-	mu sync.Mutex
-	v  T
-}
-
-// with runs f on the state under the lock.
-func (g *guarded[T]) with(f func(*T)) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	f(&g.v)
 }
 
 // grantKey is the checkpoint key of a grant (its created_at, unix
