@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,32 +28,53 @@ type containCase struct {
 
 // containCases returns every containment this host offers (a PID
 // namespace, a v2 cgroup, a v1 freezer cgroup) and none. A host that
-// offers none of the first three fails the test: CI must cover them.
+// offers none of the first three fails the test: CI must cover them. The
+// host is probed once per test process: probes of one marker must not run
+// side by side (they share the marker's cgroup and its probe group), and
+// the parallel tests all ask.
 func containCases(t testing.TB) []containCase {
 	t.Helper()
+	hostCases.once.Do(probeContainCases)
+	for _, why := range hostCases.missing {
+		t.Logf("containment %s", why)
+	}
+	if hostCases.err != nil {
+		t.Fatal(hostCases.err)
+	}
+	if len(hostCases.cases) < 2 {
+		t.Fatalf("containments available here: %v; want a PID namespace or a cgroup at least", hostCases.cases)
+	}
+	return hostCases.cases
+}
+
+// hostCases is what probeContainCases found, once per test process.
+var hostCases struct {
+	once    sync.Once
+	cases   []containCase
+	missing []string // "NAME not available here: why"
+	err     error
+}
+
+func probeContainCases() {
 	all := []containCase{
 		{"pidns", ContainPIDNS, 0, ""},
 		{"cgroup-v2", ContainCgroup, 2, ""},
 		{"cgroup-v1", ContainCgroup, 1, ""},
 		{"none", ContainNone, 0, ""},
 	}
-	var out []containCase
 	for _, c := range all {
 		got, err := detectContainment(c.mode, "probe-"+strconv.Itoa(os.Getpid()), c.cgroupVersion)
 		switch {
 		case err == nil:
 			got.close()
-			out = append(out, c)
+			hostCases.cases = append(hostCases.cases, c)
 		case errors.Is(err, ErrNoContainment):
-			t.Logf("containment %s not available here: %v", c.name, err)
+			hostCases.missing = append(hostCases.missing, fmt.Sprintf("%s not available here: %v", c.name, err))
 		default:
-			t.Fatal(err)
+			hostCases.err = err
+			return
 		}
 	}
-	if len(out) < 2 {
-		t.Fatalf("containments available here: %v; want a PID namespace or a cgroup at least", out)
-	}
-	return out
 }
 
 // newTestMode is newTest under containment c.
@@ -81,10 +104,11 @@ func newTestMode(t *testing.T, grace time.Duration, c containCase) *Process {
 // when it has no PID namespace; a mode that needs a cgroup refuses a
 // backend without a log dir to name it by.
 func TestContainmentOnThisHost(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("not root: TestUnprivilegedAgentUsesAUserNamespace covers this")
 	}
-	marker := "probe-" + strconv.Itoa(os.Getpid())
+	marker := "host-" + strconv.Itoa(os.Getpid()) // not containCases' marker
 	auto, err := detectContainment(ContainAuto, marker, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 // TestProbeContainment: doctor's probe finds what NewProcess would on this
 // host, refuses an unknown mode, and leaves no cgroup directory behind.
 func TestProbeContainment(t *testing.T) {
+	t.Parallel()
 	want, err := detectContainment(ContainAuto, fmt.Sprintf("probe-test-%d", os.Getpid()), 0)
 	if err != nil {
 		t.Fatal(err)
