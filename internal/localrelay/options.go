@@ -162,29 +162,27 @@ type Options struct {
 
 // Validate reports the first invalid field.
 func (o Options) Validate() error {
-	switch {
-	case o.WriteDelay < 0:
-		return fmt.Errorf("%w: WriteDelay = %v, want >= 0", ErrInvalidOptions, o.WriteDelay)
-	case o.ClosedAfter < 0:
-		return fmt.Errorf("%w: ClosedAfter = %v, want >= 0", ErrInvalidOptions, o.ClosedAfter)
-	case o.ClosedTimes < 0:
-		return fmt.Errorf("%w: ClosedTimes = %d, want >= 0", ErrInvalidOptions, o.ClosedTimes)
-	case o.WriteTimeout < 0:
-		return fmt.Errorf("%w: WriteTimeout = %v, want >= 0", ErrInvalidOptions, o.WriteTimeout)
-	case o.MaxPendingOutbound < 0:
-		return fmt.Errorf("%w: MaxPendingOutbound = %d, want >= 0", ErrInvalidOptions, o.MaxPendingOutbound)
-	case o.PingInterval < 0:
-		return fmt.Errorf("%w: PingInterval = %v, want >= 0", ErrInvalidOptions, o.PingInterval)
-	case o.SendBuffer < 0:
-		return fmt.Errorf("%w: SendBuffer = %d, want >= 0", ErrInvalidOptions, o.SendBuffer)
-	case o.ReplayEvery < 0:
-		return fmt.Errorf("%w: ReplayEvery = %v, want >= 0", ErrInvalidOptions, o.ReplayEvery)
-	case o.FutureShift < 0:
-		return fmt.Errorf("%w: FutureShift = %v, want >= 0", ErrInvalidOptions, o.FutureShift)
-	case o.PastShift < 0:
-		return fmt.Errorf("%w: PastShift = %v, want >= 0", ErrInvalidOptions, o.PastShift)
-	case o.Limits.MaxMessageLength < 0 || o.Limits.MaxSubscriptions < 0 || o.Limits.MaxLimit < 0 ||
-		o.Limits.MaxContentLength < 0 || o.Limits.MaxEventTags < 0:
+	for _, f := range []struct {
+		name string
+		v    int64 // negative is invalid
+		show any
+	}{
+		{"WriteDelay", int64(o.WriteDelay), o.WriteDelay},
+		{"ClosedAfter", int64(o.ClosedAfter), o.ClosedAfter},
+		{"ClosedTimes", int64(o.ClosedTimes), o.ClosedTimes},
+		{"WriteTimeout", int64(o.WriteTimeout), o.WriteTimeout},
+		{"MaxPendingOutbound", int64(o.MaxPendingOutbound), o.MaxPendingOutbound},
+		{"PingInterval", int64(o.PingInterval), o.PingInterval},
+		{"SendBuffer", int64(o.SendBuffer), o.SendBuffer},
+		{"ReplayEvery", int64(o.ReplayEvery), o.ReplayEvery},
+		{"FutureShift", int64(o.FutureShift), o.FutureShift},
+		{"PastShift", int64(o.PastShift), o.PastShift},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: %s = %v, want >= 0", ErrInvalidOptions, f.name, f.show)
+		}
+	}
+	if l := o.Limits; l.MaxMessageLength < 0 || l.MaxSubscriptions < 0 || l.MaxLimit < 0 || l.MaxContentLength < 0 || l.MaxEventTags < 0 {
 		return fmt.Errorf("%w: Limits = %+v, want no negative value", ErrInvalidOptions, o.Limits)
 	}
 	if err := o.RateLimit.validate(); err != nil {
