@@ -63,3 +63,15 @@ func CheckCI(t *testing.T, ciChecks int, prop func(*rapid.T)) {
 	t.Logf("rapid seed %s, %s checks", seedFlag.Value.String(), flag.Lookup("rapid.checks").Value.String())
 	rapid.Check(t, prop)
 }
+
+// SkipSearchUnderRace skips a counterexample search under the race
+// detector: the simulator runs on one goroutine, so the detector has
+// nothing to find there, and the searches (minutes of shrinking under it)
+// run without -race at their full depth (.ci/run runs ./props so beside the
+// race run).
+func SkipSearchUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("a counterexample search of the one-goroutine simulator: run without -race")
+	}
+}

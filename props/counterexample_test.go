@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"provideragent/props"
 )
 
 // recordingTB is a rapid.TB that records instead of failing, so a test can
@@ -95,6 +97,7 @@ const shrinkTime = 5 * time.Second
 // expected outcome, not a regression.
 func expectCounterexample(t *testing.T, name string, prop func(*rapid.T)) (found bool, out string) {
 	t.Helper()
+	props.SkipSearchUnderRace(t)
 	setRapidFlag(t, "rapid.nofailfile", "true")
 	setRapidFlag(t, "rapid.shrinktime", shrinkTime.String())
 	rec := &recordingTB{name: t.Name() + "/" + name}
