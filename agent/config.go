@@ -171,17 +171,22 @@ func (c Config) Validate() error {
 }
 
 // normaliseKeys is m with its relay URL keys in lease's canonical form
-// (NormalizeRelayURL; a key that does not parse is kept as it is).
+// (canonicalRelay).
 func normaliseKeys(m map[string]string) map[string]string {
 	out := make(map[string]string, len(m))
 	for k, v := range m {
-		if n, err := lease.NormalizeRelayURL(k); err == nil {
-			out[n] = v
-		} else {
-			out[k] = v
-		}
+		out[canonicalRelay(k)] = v
 	}
 	return out
+}
+
+// canonicalRelay is relay URL r in lease's canonical form
+// (NormalizeRelayURL), or r as it is when it does not parse.
+func canonicalRelay(r string) string {
+	if n, err := lease.NormalizeRelayURL(r); err == nil {
+		return n
+	}
+	return r
 }
 
 // RelayConfig is the relay pool for this agent's relays, the agent's own

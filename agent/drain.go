@@ -50,9 +50,6 @@ type drains map[string]*drainRun
 func (a *Agent) startDrain(seq int64, ids []string, left string) {
 	run := &drainRun{seq: seq, left: left, pending: make(map[string]bool, len(ids))}
 	a.work.drains.with(func(runs *drains) {
-		if *runs == nil {
-			*runs = drains{}
-		}
 		for _, id := range ids {
 			run.pending[id] = true
 			(*runs)[id] = run

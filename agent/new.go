@@ -61,7 +61,7 @@ func newAgent(cfg Config, deps Deps, keys *identity.Keys) *Agent {
 		me:   self{keys: keys, self: keys.PublicKey(), onEvent: deps.OnEvent, version: deps.Version},
 		obs:  observable{reg: deps.Registerer, gatherer: deps.Gatherer},
 		data: dataState{db: deps.DB},
-		work: workloads{backend: deps.Backend},
+		work: workloads{backend: deps.Backend, drains: guarded[drains]{v: drains{}}},
 		up:   uploads{uploader: deps.Uploader, interval: deps.UploadInterval},
 		in: inputFeed{
 			inputs: make(chan input, 1024), beats: make(chan input, 1024),

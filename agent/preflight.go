@@ -95,10 +95,7 @@ func CheckClock(ctx context.Context, cfg Config, now func() time.Time) ClockChec
 	bound := max(cfg.Lease.MaxSkew/2, clockResolution)
 	var relays []string
 	for _, r := range cfg.Lease.Relays {
-		if n, err := lease.NormalizeRelayURL(r); err == nil {
-			r = n
-		}
-		relays = append(relays, r)
+		relays = append(relays, canonicalRelay(r))
 	}
 	samples := sampleClocks(ctx, client, relays, normaliseKeys(cfg.DialAddrs), now)
 	c := ClockCheck{Bound: bound, Need: cfg.Lease.M, Errors: map[string]error{}}

@@ -73,12 +73,9 @@ func (a *Agent) Status() Status {
 	s.Relays = a.pool.Status()
 	for i := range s.Relays {
 		r := &s.Relays[i]
-		url, err := lease.NormalizeRelayURL(r.URL)
-		if err != nil {
-			url = r.URL
-		}
+		url := canonicalRelay(r.URL)
 		for _, w := range watch {
-			if w.Relay == url || w.Relay == r.URL {
+			if w.Relay == url {
 				r.WatchedSince, r.SilenceShownUntil = w.Since, w.ShownUntil
 			}
 		}
