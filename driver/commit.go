@@ -24,6 +24,17 @@ type commit[X any] struct {
 	// run performs the deferred effects once committed; false at shutdown,
 	// when a restart re-derives them (Restore, Outstanding, RelaySynced).
 	run bool
+	// wait bounds the commit's waits for the database when set (Close's
+	// CloseWait); zero: dbWait.
+	wait time.Duration
+}
+
+// waitOf is how long c's database accesses may wait.
+func (d *Driver[P, X]) waitOf(c commit[X]) time.Duration {
+	if c.wait > 0 {
+		return c.wait
+	}
+	return d.dbWait()
 }
 
 // own reports whether the commit carries the step's own rows or a
@@ -57,13 +68,15 @@ func (d *Driver[P, X]) commitStep(ctx context.Context, effs []lease.Effect, c co
 
 // DrainBacklog commits the next batch of the backlog.
 func (d *Driver[P, X]) DrainBacklog(ctx context.Context, now time.Time) error {
-	return d.drain(ctx, now, true)
+	return d.drain(ctx, commit[X]{now: now, run: true})
 }
 
-func (d *Driver[P, X]) drain(ctx context.Context, now time.Time, run bool) error {
+// drain commits the next batch of the backlog as c (its time, whether it
+// performs, how long it waits).
+func (d *Driver[P, X]) drain(ctx context.Context, c commit[X]) error {
 	pieces := d.bl.next(d.cfg.CommitBatch)
 	d.deps.Events.Backlog(d.bl.len())
-	return d.commitPieces(ctx, pieces, commit[X]{now: now, run: run})
+	return d.commitPieces(ctx, pieces, c)
 }
 
 // performEarly performs the effects that do not wait for the commit
@@ -85,7 +98,7 @@ func (d *Driver[P, X]) commitPieces(ctx context.Context, pieces []*piece, c comm
 		return nil
 	}
 	timed, effs, ids := flatten(pieces)
-	rows := d.outboxRows(ctx, timed)
+	rows := d.outboxRows(ctx, timed, d.waitOf(c))
 	toks := append(c.toks, done(pieces)...)
 
 	held := !d.pend.empty()
@@ -151,7 +164,7 @@ func (d *Driver[P, X]) persist(ctx context.Context, c commit[X], w writes[P]) er
 			b.Workloads = append(b.Workloads, snap)
 		}
 	}
-	wait := d.dbWait()
+	wait := d.waitOf(c)
 	// created_at of claims and withdrawn markers, strictly increasing per
 	// workload (claimtime.go), persisted with the step.
 	var stamps []time.Time
@@ -219,7 +232,7 @@ func (d *Driver[P, X]) persist(ctx context.Context, c commit[X], w writes[P]) er
 // time the commit must save. An event that cannot be built is reported and
 // left out: for a revocation, the standby's takeover covers one that never
 // comes.
-func (d *Driver[P, X]) outboxRows(ctx context.Context, effs []timedEffect) []outRow[P] {
+func (d *Driver[P, X]) outboxRows(ctx context.Context, effs []timedEffect, wait time.Duration) []outRow[P] {
 	var jobs []OutboxJob
 	var claimed []string // per job: the workload whose claim time it used
 	for _, te := range effs {
@@ -229,7 +242,7 @@ func (d *Driver[P, X]) outboxRows(ctx context.Context, effs []timedEffect) []out
 		}
 		var claimOf string
 		if wc, ok := e.(lease.WithdrawClaim); ok {
-			t, err := d.claims.next(ctx, d.deps.Store.LastClaimTime, wc.ID, at, d.dbWait())
+			t, err := d.claims.next(ctx, d.deps.Store.LastClaimTime, wc.ID, at, wait)
 			if err != nil {
 				d.deps.Events.Dropped(e, err)
 				continue
@@ -273,29 +286,32 @@ type outRow[P any] struct {
 // without their outbox rows. Rows of workloads in the backlog wait for
 // their batch.
 func (d *Driver[P, X]) Save(ctx context.Context, now time.Time, cursor int64) error {
-	return d.save(ctx, now, cursor, true)
+	return d.save(ctx, cursor, commit[X]{now: now, run: true})
 }
 
 // Close persists everything at shutdown: the backlog and held steps (their
 // deferred effects not performed: a restart re-derives them), then a Save.
 func (d *Driver[P, X]) Close(ctx context.Context, now time.Time, cursor int64) error {
-	d.closing = true
-	defer func() { d.closing = false }()
-	return d.save(ctx, now, cursor, false)
+	// Nothing else waits on the machine goroutine now: its waits for the
+	// database are CloseWait's.
+	return d.save(ctx, cursor, commit[X]{now: now, wait: max(d.cfg.CommitWait, d.cfg.CloseWait)})
 }
 
-func (d *Driver[P, X]) save(ctx context.Context, now time.Time, cursor int64, run bool) error {
+// save commits the held steps (with the backlog first when c does not
+// run: at shutdown) as c, then the changed rows and the metadata.
+func (d *Driver[P, X]) save(ctx context.Context, cursor int64, c commit[X]) error {
+	now, run := c.now, c.run
 	if !run {
 		for !d.bl.empty() {
 			d.pend.retryAt = time.Time{}
-			if err := d.drain(ctx, now, false); err != nil {
+			if err := d.drain(ctx, c); err != nil {
 				return fmt.Errorf("save machine: %w", err)
 			}
 		}
 	}
 	if !d.pend.empty() {
 		d.pend.retryAt = time.Time{}
-		if err := d.commitStep(ctx, nil, commit[X]{now: now, run: run}); err != nil {
+		if err := d.commitStep(ctx, nil, c); err != nil {
 			return fmt.Errorf("save machine: %w: %w", ErrUnpersisted, err)
 		}
 	}
@@ -322,7 +338,7 @@ func (d *Driver[P, X]) save(ctx context.Context, now time.Time, cursor int64, ru
 	meta := d.m.MetaSnapshot()
 	cur := max(min(cursor, now.Unix()), 0)
 	b := &Batch[P, X]{Workloads: changed, Meta: &meta, Cursor: &cur}
-	if err := d.deps.Store.Commit(ctx, b, d.dbWait()); err != nil {
+	if err := d.deps.Store.Commit(ctx, b, d.waitOf(c)); err != nil {
 		return fmt.Errorf("save machine: %w", err)
 	}
 	d.metaSaved = true

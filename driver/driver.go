@@ -215,7 +215,6 @@ type Driver[P, X any] struct {
 	dirty      idSet          // workloads an input may have changed without an effect (Save writes them)
 	rivalWatch idSet          // workloads with rival claims: a Tick may adopt one without an effect
 	pend       unpersisted[P] // steps whose commit failed
-	closing    bool           // Close's final save: waits CloseWait for the database
 	bl         backlog        // pieces of big steps not committed yet
 	claims     claimTimes     // created_at of claim events
 	metaSaved  bool           // the machine's metadata is in the database
@@ -325,9 +324,6 @@ func (d *Driver[P, X]) Wait() time.Duration { return d.dbWait() }
 // dbWait is how long the next database access may wait: CommitWait, or
 // ProbeWait while steps are held.
 func (d *Driver[P, X]) dbWait() time.Duration {
-	if d.closing {
-		return max(d.cfg.CommitWait, d.cfg.CloseWait)
-	}
 	if !d.pend.empty() {
 		return min(d.cfg.CommitWait, d.cfg.ProbeWait)
 	}
