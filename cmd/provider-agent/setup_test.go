@@ -392,6 +392,17 @@ func TestStatusAfterFailover(t *testing.T) {
 		return ok && w.State == "live" && w.Primary == pubB && w.NoStandby
 	})
 	failover := time.Now()
+	// The real binary's /status shows each relay's silence evidence: the
+	// standby took over by silence counted on N-M+1 of them (2 of 3).
+	shown := 0
+	for _, r := range after.Relays {
+		if !r.WatchedSince.IsZero() && r.SilenceShownUntil.After(r.WatchedSince) {
+			shown++
+		}
+	}
+	if shown < len(after.Relays)-1 {
+		t.Errorf("/status after the takeover: %d of %d relays show a watched stream with silence shown, want at least %d: %+v", shown, len(after.Relays), len(after.Relays)-1, after.Relays)
+	}
 	w, _ := workloadIn(after, "web-1")
 	if len(w.Standbys) != 1 || w.Standbys[0] != pubA || w.Role != "primary" || w.Epoch != 2 {
 		t.Errorf("/status after the failover = standbys %v role %s epoch %d, want [former primary], primary, epoch 2",
