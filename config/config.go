@@ -121,8 +121,10 @@ type LeaseSection struct {
 	// EvictWithoutStandby lets loss of quorum stop workloads that have no
 	// standby (off by default: they are only reported).
 	EvictWithoutStandby bool `toml:"evict_without_standby"`
-	// ClaimRetryBase is the claim step's retry backoff base and the stagger
-	// per standby rank; it doubles up to ClaimRetryMax. Defaults 15s and 5m.
+	// ClaimRetryBase is the claim step's retry backoff base; it doubles up
+	// to ClaimRetryMax. Each standby rank waits claim_retry_base +
+	// 2*relay_delay longer than the rank before it (lease.Config.RankStagger).
+	// Defaults 15s and 5m.
 	ClaimRetryBase time.Duration `toml:"claim_retry_base"`
 	ClaimRetryMax  time.Duration `toml:"claim_retry_max"`
 	// ClaimTimeout is how long a claim waits for relay feedback before it

@@ -76,7 +76,8 @@ restart_backoff_reset_after = "10m"
 restart_max_attempts = 5
 # Also stop workloads without a standby when quorum is lost.
 evict_without_standby = false
-# Claim step retries: base doubling up to max, plus base per standby rank;
+# Claim step retries: base doubling up to max; each standby rank claims
+# claim_retry_base + 2 x relay_delay (35s) after the rank before it;
 # a claim without relay feedback within claim_timeout is withdrawn.
 claim_retry_base = "15s"
 claim_retry_max = "5m"

@@ -54,7 +54,7 @@ func (w *WorkloadSnapshot) activeRival(e uint64) bool {
 // takeoverDue is rule 8's takeover trigger: this standby can show, on at
 // least N-M+1 relays, that the holder made no Live claim of the workload
 // (listed at the current epoch, or any heartbeat for a peer that lists
-// none) for TakeoverAfter (plus rank*ClaimRetryBase, so that standbys try
+// none) for TakeoverAfter (plus rank*RankStagger, so that standbys try
 // in rank order), counted from the latest of the holder's last claim on the
 // relay and the start of watching the holder, over one stretch of time in
 // which this standby watched each of those relays' live streams
@@ -62,7 +62,7 @@ func (w *WorkloadSnapshot) activeRival(e uint64) bool {
 // missed never passes for the holder's silence.
 func (m *Machine) takeoverDue(w *WorkloadSnapshot, now time.Time) bool {
 	holder := &m.provs[w.holder]
-	wait := m.cfg.TakeoverAfter + time.Duration(w.rank)*m.cfg.ClaimRetryBase
+	wait := m.cfg.TakeoverAfter + time.Duration(w.rank)*m.cfg.RankStagger()
 	shown, due := m.silenceShown(now, wait, func(r int) time.Time {
 		return maxTime(maxTime(w.ClaimAt[r], holder.Unlisted[r]), w.WatchFrom)
 	})

@@ -64,8 +64,8 @@ type Config struct {
 	// EvictWithoutStandby makes quorum loss evict workloads that have no
 	// standby too (rule 6). Default false: they are only reported.
 	EvictWithoutStandby bool
-	// ClaimRetryBase is the base of the claim step's retry backoff, and the
-	// stagger per standby rank (see ClaimBackoff). Default 15 s.
+	// ClaimRetryBase is the base of the claim step's retry backoff, and
+	// part of the stagger per standby rank (see RankStagger). Default 15 s.
 	ClaimRetryBase time.Duration
 	// ClaimRetryMax caps the doubling part of the claim backoff. Default 5 min.
 	ClaimRetryMax time.Duration
@@ -239,15 +239,29 @@ func (c Config) ClaimRetryPolicy() backoff.Policy {
 	return backoff.Policy{Initial: c.ClaimRetryBase, Factor: 2, Max: c.ClaimRetryMax}
 }
 
+// RankStagger is how much later each standby rank starts a claim step than
+// the rank before it, both for the takeover (TakeoverAfter + rank *
+// RankStagger) and for a retry after a failed step (ClaimBackoff):
+// ClaimRetryBase + 2*RelayDelay. Two standbys count the holder's silence
+// from its last heartbeat as each received it, up to RelayDelay apart, and
+// the lower rank's claim reaches the higher one up to RelayDelay after it
+// is published: 2*RelayDelay apart they cannot cross, so the higher rank
+// sees the claim and stands by instead of claiming beside it (both would
+// withdraw and try again). ClaimRetryBase is the margin for ticks and busy
+// machine loops. Default 35 s.
+func (c Config) RankStagger() time.Duration {
+	return c.ClaimRetryBase + 2*c.RelayDelay
+}
+
 // ClaimBackoff is the delay before retrying the claim step after attempt
 // number attempt (1-based) failed, for a standby of the given rank (0 is the
 // first standby): ClaimRetryBase doubled per earlier attempt and capped at
-// ClaimRetryMax, plus rank*ClaimRetryBase so that lower ranks retry first.
+// ClaimRetryMax, plus rank*RankStagger so that lower ranks retry first.
 func (c Config) ClaimBackoff(attempt, rank int) time.Duration {
 	if rank < 0 {
 		rank = 0
 	}
-	return c.ClaimRetryPolicy().Delay(attempt-1, 0) + time.Duration(rank)*c.ClaimRetryBase
+	return c.ClaimRetryPolicy().Delay(attempt-1, 0) + time.Duration(rank)*c.RankStagger()
 }
 
 // NormalizeRelayURL returns the canonical form of a relay URL, so that two

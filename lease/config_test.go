@@ -397,3 +397,16 @@ func TestRegrantRefusesAnyOtherChange(t *testing.T) {
 		})
 	}
 }
+
+// TestRankStaggerCoversTwoRelayDelays: each rank waits ClaimRetryBase plus
+// two relay delays (the standbys' views of the holder's last beat, and the
+// lower rank's claim on its way), for the takeover and for a retry.
+func TestRankStaggerCoversTwoRelayDelays(t *testing.T) {
+	c := DefaultConfig()
+	if got, want := c.RankStagger(), 35*time.Second; got != want {
+		t.Errorf("DefaultConfig().RankStagger() = %v, want %v (claim_retry_base 15s + 2 x relay_delay 10s)", got, want)
+	}
+	if got, want := c.ClaimBackoff(1, 2)-c.ClaimBackoff(1, 0), 2*c.RankStagger(); got != want {
+		t.Errorf("ClaimBackoff(1, 2) - ClaimBackoff(1, 0) = %v, want 2 x RankStagger = %v", got, want)
+	}
+}

@@ -470,7 +470,7 @@ func TestRule8_CompetingClaimRetriesAfterRankedBackoff(t *testing.T) {
 	h.m.ObserveClaim(at(retry-1), PromotionClaim{Workload: "w1", Claimer: key("bob"), Epoch: 2, Active: false})
 	h.wantEffects("Tick(retry)", h.tick(retry), "claim w1 epoch=2")
 	effs = claimStep(h, retry+s, 2)
-	h.wantEffects("claim step", effs, "read-claims w1 epoch=2 at=+2m32s", "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2", "announce w1 epoch=2")
+	h.wantEffects("claim step", effs, "read-claims w1 epoch=2 at=+2m52s", "entered w1 promoting -> provisioning epoch=2", "start w1 epoch=2", "announce w1 epoch=2")
 }
 
 // TestRule8_CompetingCountAloneWithdraws: a claim read that counted one

@@ -108,7 +108,7 @@ type RelayWatch struct {
 // proof takes to come when own heartbeats come back in time. So the rule
 // fires at a time set by the silence, not by the phase of this provider's
 // own heartbeats, and standbys keep the order their waits give them (rank
-// * ClaimRetryBase apart).
+// * RankStagger apart).
 //
 // due is when it can become true at the earliest without an input that
 // touches the workload (since(r) and the streams' starts only grow); the

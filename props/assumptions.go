@@ -150,7 +150,7 @@ func (a Assumptions) Validate(cfg lease.Config) error {
 // for a relay's answer to a claim read:
 //
 //	TakeoverAfter                       the takeover rule's silence
-//	+ (k-2)*ClaimRetryBase              stagger: the healthy standby's worst rank
+//	+ (k-2)*RankStagger                 stagger: the healthy standby's worst rank
 //	+ propagation:
 //	    RelayDelay                      the primary's last heartbeat reaches the standby
 //	    HeartbeatInterval + 2*RelayDelay the standby's own heartbeat shows the silence
@@ -162,7 +162,7 @@ func (a Assumptions) Validate(cfg lease.Config) error {
 //
 // stretched by the drift bound.
 func LivenessBound(cfg lease.Config, k int, a Assumptions, readTimeout time.Duration) time.Duration {
-	stagger := time.Duration(max(k-2, 0)) * cfg.ClaimRetryBase
+	stagger := time.Duration(max(k-2, 0)) * cfg.RankStagger()
 	proofLag := cfg.HeartbeatInterval + 2*cfg.RelayDelay
 	propagation := cfg.RelayDelay + proofLag + 2*cfg.RelayDelay + cfg.RelayDelay + readTimeout + 3*a.TickInterval
 	b := cfg.TakeoverAfter + stagger + propagation
