@@ -62,6 +62,11 @@ import (
 //     committed (s-to-evictions-done: every workload stopped and its
 //     revocation queued in the outbox, which happens once its batch is
 //     committed).
+//  6. every proxy restored: the agent takes every evicted workload back
+//     at once (the retake rule: takeover_after of watching the relays,
+//     then a claim step each) until all N are Live (s-to-all-retaken);
+//     retake-peak-rss-MiB is the peak RSS from the restore until then,
+//     the mass re-claim's.
 //
 // Also reported: start-step-ms (the longest machine-loop turn up to all
 // Live) and shutdown-errors (graceful stops whose Run returned an error;
@@ -72,7 +77,8 @@ import (
 // workloads=1000 runs unless SCALE_BENCH_ALL=1 (10,000 and 100,000 take
 // minutes and gigabytes). Targets: at 10,000 rss-MiB under 100,
 // rss-growth-pct under 10 and mass-evict-step-ms under 250; at 100,000
-// rss-MiB under 1024 and s-to-all-live under 60.
+// s-to-all-live under 60 and the RSS under 1024 at every moment:
+// peak-rss-MiB, cut-peak-rss-MiB and retake-peak-rss-MiB.
 func BenchmarkAgentScale(b *testing.B) {
 	soak := 60 * time.Second
 	if s, ok := os.LookupEnv("SCALE_SOAK"); ok {
@@ -202,7 +208,7 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	if err := resetPeakRSS(); err != nil {
 		b.Logf("reset the peak RSS: %v", err)
 	}
-	stopProfiles := profileAtPeaks(b, n)
+	stopProfiles := profileAtPeaks(b, n, "cut")
 	b.StartTimer()
 	sa.a.ResetStepMax()
 	cut := time.Now()
@@ -230,6 +236,29 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	if f := sa.count(lease.StateFailed); f != 0 {
 		b.Errorf("%d workloads failed", f)
 	}
+
+	// 6. Every relay back: the agent retakes every evicted workload at
+	// once (the retake rule, then n claim steps): the mass re-claim's own
+	// peak RSS.
+	if err := resetPeakRSS(); err != nil {
+		b.Logf("reset the peak RSS: %v", err)
+	}
+	stopProfiles = profileAtPeaks(b, n, "retake")
+	b.StartTimer()
+	healed := time.Now()
+	for _, p := range proxies {
+		if err := p.Restore(); err != nil {
+			b.Fatalf("restore a relay's proxy: %v", err)
+		}
+	}
+	waitScale(b, sa, liveWithin+scaleBound(lcfg), n, lease.StateLive)
+	toRetaken := time.Since(healed)
+	retakeStep := sa.a.StepMax()
+	b.StopTimer()
+	stopProfiles()
+	retakePeak := peakRSSMiB()
+	writeHeapProfile(b, n, ".retake")
+	b.Logf("workloads=%d: all Live again %.1fs after every relay came back (the retake), peak RSS %.0f MiB, longest step %v", n, toRetaken.Seconds(), retakePeak, retakeStep)
 	// Sizes and limits do not depend on the machine's speed: these fail
 	// the benchmark (in CI too); times and publish timeouts are reported.
 	if maxEvent > heartbeat.DefaultMaxEventBytes {
@@ -242,6 +271,8 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	b.ReportMetric(rss, "rss-MiB")
 	b.ReportMetric(startPeak, "peak-rss-MiB")
 	b.ReportMetric(cutPeak, "cut-peak-rss-MiB")
+	b.ReportMetric(retakePeak, "retake-peak-rss-MiB")
+	b.ReportMetric(toRetaken.Seconds(), "s-to-all-retaken")
 	b.ReportMetric(base, "baseline-rss-MiB")
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
 	b.ReportMetric(growth, "rss-growth-pct")
@@ -673,10 +704,10 @@ func TestForeignPublisherChild(t *testing.T) {
 
 // profileAtPeaks, with SCALE_HEAP_PROFILE set, samples the RSS every
 // 100 ms until the returned stop is called and writes a heap profile to
-// $SCALE_HEAP_PROFILE.<n>.peak each time the RSS is 32 MiB over the last
-// one written: the heap of the highest peak, to read beside the steady
+// $SCALE_HEAP_PROFILE.<n>.<phase>.peak each time the RSS is 32 MiB over
+// the last one written: the heap of the highest peak, to read beside the steady
 // profile's (go tool pprof -base).
-func profileAtPeaks(b *testing.B, n int) (stop func()) {
+func profileAtPeaks(b *testing.B, n int, phase string) (stop func()) {
 	p := os.Getenv("SCALE_HEAP_PROFILE")
 	if p == "" {
 		return func() {}
@@ -696,14 +727,14 @@ func profileAtPeaks(b *testing.B, n int) (stop func()) {
 			}
 			if r := rssMiB(); r > last+32 {
 				last = r
-				f, err := os.Create(fmt.Sprintf("%s.%d.peak", p, n))
+				f, err := os.Create(fmt.Sprintf("%s.%d.%s.peak", p, n, phase))
 				if err != nil {
 					b.Error(err)
 					return
 				}
 				_ = pprof.WriteHeapProfile(f)
 				_ = f.Close()
-				b.Logf("heap profile at RSS %.0f MiB, %v into the cut", r, time.Now().Format(time.StampMilli))
+				b.Logf("heap profile at RSS %.0f MiB, %v (%s)", r, time.Now().Format(time.StampMilli), phase)
 			}
 		}
 	}()
@@ -712,7 +743,8 @@ func profileAtPeaks(b *testing.B, n int) (stop func()) {
 
 // writeHeapProfile writes the heap to $SCALE_HEAP_PROFILE.<n><suffix> when
 // that is set: once every workload is Live (no suffix) and once the cut's
-// evictions are done (".cut"; -memprofile only sees the heap after the
+// evictions are done (".cut"), and once every workload is retaken
+// (".retake"; -memprofile only sees the heap after the
 // agent stopped).
 func writeHeapProfile(b *testing.B, n int, suffix string) {
 	p := os.Getenv("SCALE_HEAP_PROFILE")
