@@ -66,7 +66,8 @@ import (
 //     at once (the retake rule: takeover_after of watching the relays,
 //     then a claim step each) until all N are Live (s-to-all-retaken);
 //     retake-peak-rss-MiB is the peak RSS from the restore until then,
-//     the mass re-claim's.
+//     the mass re-claim's, and retake-step-ms its longest machine-loop
+//     turn.
 //
 // Also reported: start-step-ms (the longest machine-loop turn up to all
 // Live) and shutdown-errors (graceful stops whose Run returned an error;
@@ -205,32 +206,25 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	// at once. The peak RSS of the whole run so far (the start's) is read
 	// before the cut, the cut's own peak after it.
 	startPeak := peakRSSMiB()
-	if err := resetPeakRSS(); err != nil {
-		b.Logf("reset the peak RSS: %v", err)
-	}
-	stopProfiles := profileAtPeaks(b, n, "cut")
-	b.StartTimer()
-	sa.a.ResetStepMax()
-	cut := time.Now()
-	for _, p := range proxies {
-		p.Cut()
-	}
-	waitScale(b, sa, liveWithin+scaleBound(lcfg), n, lease.StateEvicted)
-	toEvicted := time.Since(cut)
-	// The status shows Evicted (and the backend stopped them: stops are
-	// performed before the commit) while the machine may still be
-	// committing the eviction's batches (its backlog). The eviction is
-	// done once every batch is committed and its effects performed: each
-	// evicted workload's revocation queued in the outbox.
-	waitFor(b, liveWithin, "every evicted workload stopped and its revocation queued", func() bool {
-		return be.memBackend.count() == 0 && counterWith(b, sa.reg, "agent_revocations_total", "direction", "queued") >= float64(n)
+	var toEvicted, toDone, evictStep time.Duration
+	cutPeak := phasePeak(b, sa, n, "cut", func() {
+		cut := time.Now()
+		for _, p := range proxies {
+			p.Cut()
+		}
+		waitScale(b, sa, liveWithin+scaleBound(lcfg), n, lease.StateEvicted)
+		toEvicted = time.Since(cut)
+		// The status shows Evicted (and the backend stopped them: stops are
+		// performed before the commit) while the machine may still be
+		// committing the eviction's batches (its backlog). The eviction is
+		// done once every batch is committed and its effects performed: each
+		// evicted workload's revocation queued in the outbox.
+		waitFor(b, liveWithin, "every evicted workload stopped and its revocation queued", func() bool {
+			return be.memBackend.count() == 0 && counterWith(b, sa.reg, "agent_revocations_total", "direction", "queued") >= float64(n)
+		})
+		toDone = time.Since(cut)
+		evictStep = sa.a.StepMax()
 	})
-	toDone := time.Since(cut)
-	evictStep := sa.a.StepMax()
-	b.StopTimer()
-	stopProfiles()
-	cutPeak := peakRSSMiB()
-	writeHeapProfile(b, n, ".cut")
 	b.Logf("workloads=%d: peak RSS %.0f MiB from the start to the cut, %.0f MiB from the cut until the evictions were done", n, startPeak, cutPeak)
 	b.Logf("workloads=%d: all Evicted %.1fs after the cut, eviction committed after %.1fs, longest step %v", n, toEvicted.Seconds(), toDone.Seconds(), evictStep)
 	if f := sa.count(lease.StateFailed); f != 0 {
@@ -240,24 +234,18 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	// 6. Every relay back: the agent retakes every evicted workload at
 	// once (the retake rule, then n claim steps): the mass re-claim's own
 	// peak RSS.
-	if err := resetPeakRSS(); err != nil {
-		b.Logf("reset the peak RSS: %v", err)
-	}
-	stopProfiles = profileAtPeaks(b, n, "retake")
-	b.StartTimer()
-	healed := time.Now()
-	for _, p := range proxies {
-		if err := p.Restore(); err != nil {
-			b.Fatalf("restore a relay's proxy: %v", err)
+	var toRetaken, retakeStep time.Duration
+	retakePeak := phasePeak(b, sa, n, "retake", func() {
+		healed := time.Now()
+		for _, p := range proxies {
+			if err := p.Restore(); err != nil {
+				b.Fatalf("restore a relay's proxy: %v", err)
+			}
 		}
-	}
-	waitScale(b, sa, liveWithin+scaleBound(lcfg), n, lease.StateLive)
-	toRetaken := time.Since(healed)
-	retakeStep := sa.a.StepMax()
-	b.StopTimer()
-	stopProfiles()
-	retakePeak := peakRSSMiB()
-	writeHeapProfile(b, n, ".retake")
+		waitScale(b, sa, liveWithin+scaleBound(lcfg), n, lease.StateLive)
+		toRetaken = time.Since(healed)
+		retakeStep = sa.a.StepMax()
+	})
 	b.Logf("workloads=%d: all Live again %.1fs after every relay came back (the retake), peak RSS %.0f MiB, longest step %v", n, toRetaken.Seconds(), retakePeak, retakeStep)
 	// Sizes and limits do not depend on the machine's speed: these fail
 	// the benchmark (in CI too); times and publish timeouts are reported.
@@ -273,6 +261,7 @@ func agentScaleOnce(b *testing.B, n int, soak time.Duration) {
 	b.ReportMetric(cutPeak, "cut-peak-rss-MiB")
 	b.ReportMetric(retakePeak, "retake-peak-rss-MiB")
 	b.ReportMetric(toRetaken.Seconds(), "s-to-all-retaken")
+	b.ReportMetric(float64(retakeStep)/float64(time.Millisecond), "retake-step-ms")
 	b.ReportMetric(base, "baseline-rss-MiB")
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
 	b.ReportMetric(growth, "rss-growth-pct")
@@ -739,6 +728,25 @@ func profileAtPeaks(b *testing.B, n int, phase string) (stop func()) {
 		}
 	}()
 	return func() { close(done); <-exited }
+}
+
+// phasePeak runs one phase of the benchmark under the timer, with the
+// agent's longest step reset before it, and returns the peak RSS over it
+// (VmHWM reset before it); with SCALE_HEAP_PROFILE set, heap profiles at
+// its peaks and at its end.
+func phasePeak(b *testing.B, sa *scaleAgent, n int, phase string, run func()) float64 {
+	if err := resetPeakRSS(); err != nil {
+		b.Logf("reset the peak RSS: %v", err)
+	}
+	stop := profileAtPeaks(b, n, phase)
+	b.StartTimer()
+	sa.a.ResetStepMax()
+	run()
+	b.StopTimer()
+	stop()
+	peak := peakRSSMiB()
+	writeHeapProfile(b, n, "."+phase)
+	return peak
 }
 
 // writeHeapProfile writes the heap to $SCALE_HEAP_PROFILE.<n><suffix> when

@@ -16,6 +16,9 @@ import (
 //	go test ./cmd/provider-agent -run '^$' -bench BenchmarkFleet -benchtime 1x -timeout 3h \
 //	    -args -fleet.providers 100 -fleet.workloads 10000
 //	FLEET_PROVIDERS=100 FLEET_WORKLOADS=10000 go test ./cmd/provider-agent -run '^$' -bench BenchmarkFleet -benchtime 1x -timeout 3h
+//
+// FLEET_LOGDIR keeps each agent's log (p<i>.log) there, and
+// FLEET_LOGLEVEL=debug makes them log every claim step and read.
 var (
 	fleetProvidersFlag = flag.Int("fleet.providers", 0, "BenchmarkFleet/TestFleet: providers (env FLEET_PROVIDERS; default 12)")
 	fleetWorkloadsFlag = flag.Int("fleet.workloads", 0, "BenchmarkFleet/TestFleet: workloads (env FLEET_WORKLOADS; default 300)")

@@ -253,8 +253,12 @@ interval = %q
 [backend]
 workload_dir = %q
 stop_grace = %q
+
+[log]
+level = %q
 `, p.dir, f.issuer.Npub(), pr.publishTimeout, quoteList(f.urls), lt.T1, lt.T2, lt.Stale, lt.MaxSkew, lt.RelayDelay,
-		lt.ProvisionTimeout, lt.TakeoverAfter, pr.claimBase, pr.claimMax, pr.claimTimeout, lt.Heartbeat, workloadDir, pr.stopGrace)
+		lt.ProvisionTimeout, lt.TakeoverAfter, pr.claimBase, pr.claimMax, pr.claimTimeout, lt.Heartbeat, workloadDir, pr.stopGrace,
+		cmp.Or(os.Getenv("FLEET_LOGLEVEL"), "info"))
 	path := filepath.Join(f.tmp, fmt.Sprintf("p%03d.toml", p.i))
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		f.tb.Fatal(err)

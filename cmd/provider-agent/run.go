@@ -176,6 +176,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	a, err := agent.New(ctx, cfg.AgentConfig(secret), agent.Deps{
 		DB: db, Logger: logger, Backend: proc, Registerer: reg, Gatherer: reg, Uploader: up,
 		Listener: ln, UploadInterval: uploadInterval, Checkpoints: ckpt, Version: build.String(),
+		OnEvent: debugEvents(ctx, logger),
 	})
 	if err != nil {
 		_ = proc.Close(context.Background())
@@ -300,4 +301,16 @@ func newLogger(l config.LogSection, w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("log.format = %q: want text or json: %w", l.Format, config.ErrInvalid)
+}
+
+// debugEvents logs the agent's timeline (every claim step, read, restore,
+// revocation, start and stop, as the demo prints it) at debug level, or is
+// nil when the logger drops debug: the events are not even formatted then.
+func debugEvents(ctx context.Context, logger *slog.Logger) func(agent.Event) {
+	if !logger.Enabled(ctx, slog.LevelDebug) {
+		return nil
+	}
+	return func(e agent.Event) {
+		logger.Debug("event", "kind", e.Kind, "workload", e.Workload, "detail", e.Detail)
+	}
 }

@@ -5,7 +5,9 @@
 // the relay directly; Restore opens the path again on the same address.
 // Hold instead stalls the path without closing anything (a network that
 // drops packets while TCP retransmits them): what either side sends waits,
-// in order, until Release.
+// in order, until Release. Delay slows one direction: what the target
+// sends reaches the client a fixed time later (a slow path to one
+// subscriber), in order.
 package cutproxy
 
 import (
@@ -30,6 +32,9 @@ type Proxy struct {
 	// held is open while the path is held (Hold): forwarding waits for it
 	// to close; nil when not held.
 	held chan struct{}
+	// delay is how long bytes from the target wait before they are
+	// written to the client (Delay).
+	delay time.Duration
 }
 
 // ErrClosed is returned by Restore after Close.
@@ -112,6 +117,22 @@ func (p *Proxy) Release() {
 	}
 }
 
+// Delay makes every byte the target sends, on open connections and new
+// ones, reach the client d after the proxy read it (0: at once); what the
+// client sends is not delayed. Order is kept: a smaller delay set later
+// does not let newer bytes overtake older ones.
+func (p *Proxy) Delay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = max(d, 0)
+}
+
+func (p *Proxy) currentDelay() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.delay
+}
+
 // gate returns a channel to wait on before forwarding: closed unless held.
 func (p *Proxy) gate() <-chan struct{} {
 	p.mu.Lock()
@@ -173,28 +194,77 @@ func (p *Proxy) forward(c net.Conn) {
 	p.mu.Unlock()
 	defer p.forget(up)
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
+	pipe := func(dst, src net.Conn, delayed bool) {
+		defer func() {
+			_ = dst.Close()
+			_ = src.Close()
+			done <- struct{}{}
+		}()
+		if delayed {
+			p.delayedCopy(dst, src)
+			return
+		}
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := src.Read(buf)
 			if n > 0 {
 				<-p.gate()
 				if _, werr := dst.Write(buf[:n]); werr != nil {
-					break
+					return
 				}
 			}
 			if err != nil {
-				break
+				return
 			}
 		}
-		_ = dst.Close()
-		_ = src.Close()
-		done <- struct{}{}
 	}
-	go pipe(up, c)
-	go pipe(c, up)
+	go pipe(up, c, false)
+	go pipe(c, up, true)
 	<-done
 	<-done
+}
+
+// chunk is bytes read from the target and when.
+type chunk struct {
+	at time.Time
+	b  []byte
+}
+
+// delayedCopy copies src to dst, each read written no earlier than the
+// proxy's delay after it was read (Delay) and after Hold is released. While
+// held it stops reading too, so that the target sees the stall as before
+// (TCP's backpressure); at most 64 reads wait for their delay. It returns
+// when src ends or dst fails, with src closed so that its reader stops too.
+func (p *Proxy) delayedCopy(dst, src net.Conn) {
+	chunks := make(chan chunk, 64)
+	go func() {
+		defer close(chunks)
+		for {
+			<-p.gate()
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				chunks <- chunk{at: time.Now(), b: buf[:n]}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		_ = src.Close()
+		for range chunks { // let the reader end
+		}
+	}()
+	for c := range chunks {
+		if wait := time.Until(c.at.Add(p.currentDelay())); wait > 0 {
+			time.Sleep(wait)
+		}
+		<-p.gate()
+		if _, err := dst.Write(c.b); err != nil {
+			return
+		}
+	}
 }
 
 func (p *Proxy) forget(c net.Conn) {

@@ -34,18 +34,7 @@ func roundTrip(addr string) error {
 		return err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte("ping")); err != nil {
-		return err
-	}
-	b := make([]byte, 4)
-	if _, err := io.ReadFull(c, b); err != nil {
-		return err
-	}
-	if string(b) != "ping" {
-		return errors.New("echo mismatch")
-	}
-	return nil
+	return roundTripOn(c)
 }
 
 // The proxy forwards; Cut drops open connections and refuses new ones;
@@ -114,4 +103,58 @@ func TestHoldAndRelease(t *testing.T) {
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "held" {
 		t.Fatalf("after Release read %q, %v, want the held bytes", buf, err)
 	}
+}
+
+// Delay holds back what the target sends, not what the client sends, and
+// keeps order; 0 ends it.
+func TestDelay(t *testing.T) {
+	p, err := New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const d = 300 * time.Millisecond
+	p.Delay(d)
+	sent := time.Now()
+	for _, s := range []string{"one ", "two "} {
+		if _, err := c.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 8)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "one two " {
+		t.Fatalf("read %q, %v through a delayed path, want %q", buf, err, "one two ")
+	}
+	if took := time.Since(sent); took < d {
+		t.Fatalf("the echo came back after %v, want at least the delay %v", took, d)
+	}
+	p.Delay(0)
+	sent = time.Now()
+	if err := roundTripOn(c); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(sent); took >= d {
+		t.Fatalf("after Delay(0) the echo took %v, want less than %v", took, d)
+	}
+}
+
+func roundTripOn(c net.Conn) error {
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		return err
+	}
+	b := make([]byte, 4)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return err
+	}
+	if string(b) != "ping" {
+		return errors.New("echo mismatch")
+	}
+	return nil
 }
