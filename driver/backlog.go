@@ -71,9 +71,12 @@ func (b *backlog) split(now time.Time, effs []lease.Effect, toks []Token) ([]*pi
 			p = &piece{id: id, groups: []*tokGroup{g}}
 			if old := b.byID[id]; old != nil {
 				delete(b.byID, id)
-				old.taken = true
 				p.effs = append(p.effs, old.effs...)
 				p.groups = append(old.groups, g)
+				// The taken piece stays in the queue until next skips
+				// it: it must not hold its effects there too (a mass
+				// event's steps would keep every earlier copy).
+				old.taken, old.effs, old.groups = true, nil, nil
 			}
 			idx[id] = p
 			out = append(out, p)

@@ -239,12 +239,12 @@ func (p *Proxy) delayedCopy(dst, src net.Conn) {
 	chunks := make(chan chunk, 64)
 	go func() {
 		defer close(chunks)
+		buf := make([]byte, 32<<10)
 		for {
 			<-p.gate()
-			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
-				chunks <- chunk{at: time.Now(), b: buf[:n]}
+				chunks <- chunk{at: time.Now(), b: append([]byte(nil), buf[:n]...)}
 			}
 			if err != nil {
 				return
