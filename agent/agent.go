@@ -212,9 +212,9 @@ type beatState struct {
 // claimWork is the claim step's feedback: publishes bounded by sem, reads
 // batched, both on goroutines wg waits for.
 type claimWork struct {
-	reads claimReads    // claim reads waiting to be batched (claimreads.go)
-	sem   chan struct{} // bounds the claim publishes in flight
-	wg    sync.WaitGroup
+	reads     claimReads     // claim reads waiting to be batched (claimreads.go)
+	publishes claimPublishes // claim publishes waiting for a publisher (claimpublish.go)
+	wg        sync.WaitGroup
 }
 
 // revocationReports are the revocation events (by id) whose first attempt
@@ -346,6 +346,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	goLoop("heartbeat", a.heartbeatLoop)
 	goLoop("claim-reads", a.claimReadLoop)
+	goLoop("claim-publishes", a.claimPublishLoop)
 	goLoop("backend-exits", a.exitLoop)
 	goLoop("clock-check", a.clockCheckLoop)
 	if a.up.uploader != nil {

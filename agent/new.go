@@ -70,7 +70,7 @@ func newAgent(cfg Config, deps Deps, keys *identity.Keys) *Agent {
 		out:    outbound{revReports: guarded[revocationReports]{v: revocationReports{}}},
 		m:      onMachine{quorum: quorumWatch{synced: map[string]bool{}}},
 		beat:   beatState{own: newOwnBeats()},
-		claims: claimWork{sem: make(chan struct{}, maxClaimPublishes), reads: claimReads{kick: make(chan struct{}, 1)}},
+		claims: claimWork{publishes: newClaimPublishes(), reads: claimReads{kick: make(chan struct{}, 1)}},
 	}
 	if a.logger == nil {
 		a.logger = slog.New(slog.DiscardHandler)

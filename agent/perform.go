@@ -248,21 +248,13 @@ func (p *performer) Queue(e lease.Effect) {
 	}
 }
 
-// PublishClaim publishes the claim, created at c.at, off the machine
-// goroutine, at most maxClaimPublishes at once, and reports how many relays
-// accepted it (ClaimPublished).
+// PublishClaim queues the claim, created at c.at, for the claim
+// publishers (claimPublishLoop: at most maxClaimPublishes at once, off the
+// machine goroutine), which report how many relays accepted it
+// (ClaimPublished).
 func (c performCall) PublishClaim(e lease.PublishClaim) {
-	p, a, at := c.performer, c.a, c.at
-	a.obs.met.promotions.WithLabelValues("claimed").Inc()
-	a.goFeedback(p.ctx, func(ctx context.Context) {
-		select {
-		case a.claims.sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		defer func() { <-a.claims.sem }()
-		a.publishClaim(ctx, e, at)
-	})
+	c.a.obs.met.promotions.WithLabelValues("claimed").Inc()
+	c.a.claims.publishes.add(e, c.at)
 }
 
 // Restore fetches and places the checkpoint a new epoch starts from, off

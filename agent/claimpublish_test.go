@@ -1,0 +1,75 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"provideragent/lease"
+)
+
+// Queued claims are published once each by at most n workers at a time,
+// which all wake for a burst, oldest first; queueing a burst starts no
+// goroutine (a mass retake queues 100,000).
+func TestClaimPublishesBoundedAndOnce(t *testing.T) {
+	const n, claims = 4, 2000
+	q := newClaimPublishes()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var order []string
+	var inFlight, most atomic.Int32
+	all := make(chan struct{})
+	go q.run(ctx, n, func(_ context.Context, c queuedClaim) {
+		now := inFlight.Add(1)
+		for {
+			m := most.Load()
+			if now <= m || most.CompareAndSwap(m, now) {
+				break
+			}
+		}
+		time.Sleep(100 * time.Microsecond)
+		mu.Lock()
+		seen[c.e.ID]++
+		order = append(order, c.e.ID)
+		if len(order) == claims {
+			close(all)
+		}
+		mu.Unlock()
+		inFlight.Add(-1)
+	})
+	time.Sleep(50 * time.Millisecond) // the workers wait for claims
+	before := runtime.NumGoroutine()
+	at := time.Unix(1_700_000_000, 0)
+	for i := range claims {
+		q.add(lease.PublishClaim{ID: fmt.Sprintf("w%04d", i), Epoch: 2}, at)
+	}
+	if g := runtime.NumGoroutine(); g > before {
+		t.Fatalf("%d goroutines after queueing %d claims, %d before: want none started", g, claims, before)
+	}
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("%d of %d claims published in 30 s", len(order), claims)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range claims {
+		if id := fmt.Sprintf("w%04d", i); seen[id] != 1 {
+			t.Fatalf("claim %s published %d times, want once", id, seen[id])
+		}
+	}
+	if m := most.Load(); m > n || m < 2 {
+		t.Fatalf("at most %d claims in flight, want between 2 (the waiting workers woke) and %d", m, n)
+	}
+	if first := order[0]; first >= fmt.Sprintf("w%04d", n) {
+		t.Fatalf("first claim published %s, want one of the %d oldest (taken oldest first)", first, n)
+	}
+}
