@@ -74,6 +74,10 @@ import (
 // logged, not failed, so that the numbers are still reported; 0 since
 // the fix TestShutdownCommitsTheBacklog holds).
 //
+// SCALE_MEMORY_LIMIT_MIB sets the Go runtime's soft memory limit for the
+// run, as agent.memory_limit_mib does for run (docs/operations.md,
+// "Memory").
+//
 // Relays, proxies and queued grants are set up outside the timer. Only
 // workloads=1000 runs unless SCALE_BENCH_ALL=1 (10,000 and 100,000 take
 // minutes and gigabytes). Targets: at 10,000 rss-MiB under 100,
@@ -90,6 +94,15 @@ func BenchmarkAgentScale(b *testing.B) {
 		soak = d
 	} else if os.Getenv("SCALE_BENCH_ALL") != "1" {
 		soak = 5 * time.Second
+	}
+	if s, ok := os.LookupEnv("SCALE_MEMORY_LIMIT_MIB"); ok {
+		mib, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || mib <= 0 {
+			b.Fatalf("SCALE_MEMORY_LIMIT_MIB=%q: want a positive number of MiB", s)
+		}
+		// What run does with agent.memory_limit_mib.
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(mib << 20))
+		b.Logf("Go runtime soft memory limit %d MiB", mib)
 	}
 	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprintf("workloads=%d", n), func(b *testing.B) {

@@ -66,7 +66,16 @@ type AgentSection struct {
 	// MaxStepAge is how long the machine loop may go without a step before
 	// /healthz reports it stuck (503); more than tick_interval. Default 30s.
 	MaxStepAge time.Duration `toml:"max_step_age"`
+	// MemoryLimitMiB is the Go runtime's soft memory limit
+	// (runtime/debug.SetMemoryLimit, what GOMEMLIMIT sets): near it the
+	// garbage collector runs more often instead of letting the heap double
+	// over what is live. 0 (the default) leaves the runtime's own (no
+	// limit, or GOMEMLIMIT's). docs/operations.md, "Memory".
+	MemoryLimitMiB int64 `toml:"memory_limit_mib"`
 }
+
+// MaxMemoryLimitMiB bounds agent.memory_limit_mib (1 TiB).
+const MaxMemoryLimitMiB = 1 << 20
 
 // LeaseSection is the [lease] section: the relay set, quorum and the timings
 // of the lease state machine (docs/reliability.md "Rules" and lease/doc.go).

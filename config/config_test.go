@@ -208,6 +208,8 @@ func TestValidate(t *testing.T) {
 		{"tick interval zero", func(c *Config) { c.Agent.TickInterval = 0 }, "agent.tick_interval = 0s: must be > 0"},
 		{"tick interval above stale", func(c *Config) { c.Agent.TickInterval = 4 * time.Minute }, "agent.tick_interval = 4m0s: must be at most lease.stale (3m0s)"},
 		{"publish timeout", func(c *Config) { c.Agent.PublishTimeout = -time.Second }, "agent.publish_timeout = -1s: must be > 0"},
+		{"memory limit negative", func(c *Config) { c.Agent.MemoryLimitMiB = -1 }, "agent.memory_limit_mib = -1: must be 0 (no limit) to 1048576"},
+		{"memory limit too large", func(c *Config) { c.Agent.MemoryLimitMiB = MaxMemoryLimitMiB + 1 }, "agent.memory_limit_mib = 1048577: must be 0 (no limit) to 1048576"},
 		{"max step age below tick", func(c *Config) { c.Agent.MaxStepAge = 100 * time.Millisecond }, "agent.max_step_age = 100ms: must exceed agent.tick_interval (250ms)"},
 		{"dial addr ok", func(c *Config) { c.Lease.DialAddrs = map[string]string{"WSS://A.example/": "ws://127.0.0.1:7000"} }, ""},
 		{"dial addr for unknown relay", func(c *Config) { c.Lease.DialAddrs = map[string]string{"wss://c.example": "ws://127.0.0.1:7000"} },

@@ -38,6 +38,10 @@ tick_interval = "250ms"
 publish_timeout = "5s"
 # /healthz answers 503 when the machine loop made no step for this long.
 max_step_age = "30s"
+# The Go runtime's soft memory limit in MiB (what GOMEMLIMIT sets): 0 leaves
+# none. Set it below the node's memory for the agent, above its steady RSS
+# (docs/operations.md, "Memory": 900 at 100,000 workloads).
+memory_limit_mib = 0
 
 [lease]
 # The N relays all providers of a workload judge quorum over (at most 32).

@@ -101,6 +101,9 @@ func (c *Config) check(relays []string) error {
 	if a.TickInterval > l.Stale {
 		return invalid("agent.tick_interval", a.TickInterval, fmt.Sprintf("must be at most lease.stale (%s)", l.Stale))
 	}
+	if a.MemoryLimitMiB < 0 || a.MemoryLimitMiB > MaxMemoryLimitMiB {
+		return invalid("agent.memory_limit_mib", a.MemoryLimitMiB, fmt.Sprintf("must be 0 (no limit) to %d", MaxMemoryLimitMiB))
+	}
 	if a.MaxStepAge <= a.TickInterval {
 		return invalid("agent.max_step_age", a.MaxStepAge, fmt.Sprintf("must exceed agent.tick_interval (%s)", a.TickInterval))
 	}

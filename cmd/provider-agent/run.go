@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -115,6 +116,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	logger, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		return err
+	}
+	if mib := cfg.Agent.MemoryLimitMiB; mib > 0 {
+		debug.SetMemoryLimit(mib << 20)
+		logger.Info("Go runtime soft memory limit set", "memory_limit_mib", mib)
 	}
 	// The status port first: a port in use is reported before any file is
 	// created and any relay is dialled.
