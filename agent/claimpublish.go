@@ -64,9 +64,27 @@ func (q *claimPublishes) len() int {
 // the claim step times out and withdraws them (lease.Config.ClaimTimeout).
 func (a *Agent) claimPublishLoop(ctx context.Context) error {
 	a.claims.publishes.run(ctx, maxClaimPublishes, func(ctx context.Context, c queuedClaim) {
+		if a.claimExpired(c, a.now()) {
+			a.obs.met.promotions.WithLabelValues("expired").Inc()
+			a.emit("claim", c.e.ID, "claim for epoch %d not published: it waited %v for a publisher, and its claim step times out before the relays' answers could count",
+				c.e.Epoch, a.now().Sub(c.at).Round(time.Millisecond))
+			return
+		}
 		a.publishClaim(ctx, c.e, c.at)
 	})
 	return nil
+}
+
+// claimExpired reports whether a queued claim, taken at now, would be
+// answered too late: its claim step times out lease.Config.ClaimTimeout
+// after it was made, and a publish may take claimIOTimeout. Publishing it
+// would only load the relays (a mass retake queues more claims than the
+// relays take in a claim timeout: each round's publishes then all came
+// after their step had timed out, and the retake never ended); the machine
+// times the step out and retries it after its backoff, as for a claim no
+// relay answered.
+func (a *Agent) claimExpired(c queuedClaim, now time.Time) bool {
+	return now.Add(a.claimIOTimeout()).After(c.at.Add(a.cfg.Lease.ClaimTimeout))
 }
 
 // run takes queued claims with n workers, oldest first, until ctx ends.

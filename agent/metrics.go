@@ -56,7 +56,7 @@ var (
 	// queued in our outbox, sent (reached quorum), received from a holder.
 	RevocationDirections = []string{"queued", "sent", "received"}
 	// PromotionOutcomes are agent_promotions_total's outcome values.
-	PromotionOutcomes = []string{"claimed", "withdrawn", "announced"}
+	PromotionOutcomes = []string{"claimed", "expired", "withdrawn", "announced"}
 	// EffectTypes are agent_effects_total's type values (effectType).
 	EffectTypes = []string{"entered_state", "start", "stop", "publish_revocation", "publish_claim",
 		"withdraw_claim", "read_claims", "announce_promotion", "attempt_respawn", "failed", "quorum_report",
@@ -123,7 +123,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "agent_revocations_total", Help: "Lease revocations, by direction (queued in our outbox, sent to quorum, received).",
 		}, []string{"direction"}),
 		promotions: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "agent_promotions_total", Help: "Promotion claims, by outcome (claimed, withdrawn, announced).",
+			Name: "agent_promotions_total", Help: "Promotion claims, by outcome (claimed, expired before it could be published, withdrawn, announced).",
 		}, []string{"outcome"}),
 		respawns: f.NewCounter(prometheus.CounterOpts{
 			Name: "agent_respawns_total", Help: "Workload process respawn attempts.",
