@@ -15,9 +15,20 @@ import (
 // each, parked until its turn to publish, cost each its stack (100,000
 // claims took the agent from 0.9 to over 1.9 GiB in BenchmarkAgentScale's
 // retake); a queued claim costs a few dozen bytes.
+//
+// It also knows which claims no relay was ever sent (still queued, or
+// dropped as expired), so that their withdrawn markers are not sent
+// either (withdrawNeeded): a mass retake whose claims time out in the queue
+// would otherwise sign and queue a withdrawn marker for each of them every
+// round.
 type claimPublishes struct {
 	mu    sync.Mutex
 	queue fifo.Queue[queuedClaim]
+	// unsent is the latest attempt of each claim that no relay has been
+	// sent yet: queued, or dropped by take. A claim taken for publishing
+	// leaves it (sent: its withdrawal is needed, as for any claim this
+	// table does not know).
+	unsent map[claimKey]unsentClaim
 	// kick holds a token for each worker that may have to wake up: a
 	// claim queued while every worker is busy is taken by the first one
 	// that finishes, and one queued while they wait wakes one of them.
@@ -31,13 +42,26 @@ type queuedClaim struct {
 	at time.Time
 }
 
+type claimKey struct {
+	id    string
+	epoch uint64
+}
+
+// unsentClaim is a claim attempt (by its time) and whether it is still
+// queued (else take dropped it).
+type unsentClaim struct {
+	at     time.Time
+	queued bool
+}
+
 func newClaimPublishes() claimPublishes {
-	return claimPublishes{kick: make(chan struct{}, maxClaimPublishes)}
+	return claimPublishes{unsent: map[claimKey]unsentClaim{}, kick: make(chan struct{}, maxClaimPublishes)}
 }
 
 func (q *claimPublishes) add(e lease.PublishClaim, at time.Time) {
 	q.mu.Lock()
 	q.queue.Push(queuedClaim{e: e, at: at})
+	q.unsent[claimKey{e.ID, e.Epoch}] = unsentClaim{at: at, queued: true}
 	q.mu.Unlock()
 	select {
 	case q.kick <- struct{}{}:
@@ -45,10 +69,47 @@ func (q *claimPublishes) add(e lease.PublishClaim, at time.Time) {
 	}
 }
 
-func (q *claimPublishes) next() (queuedClaim, bool) {
+// take returns the oldest queued claim that is still to be published, or
+// ok false when none is queued. A claim whose attempt was withdrawn while
+// it waited, or superseded by a later attempt, is passed over; one that
+// expired (expired reports it; then expiredClaim is called) stays unsent.
+func (q *claimPublishes) take(expired func(queuedClaim) bool, expiredClaim func(queuedClaim)) (c queuedClaim, ok bool) {
+	for {
+		q.mu.Lock()
+		c, ok = q.queue.Pop()
+		if !ok {
+			q.mu.Unlock()
+			return c, false
+		}
+		k := claimKey{c.e.ID, c.e.Epoch}
+		u, known := q.unsent[k]
+		if !known || !u.queued || !u.at.Equal(c.at) {
+			q.mu.Unlock()
+			continue // withdrawn while queued, or an earlier attempt
+		}
+		if expired(c) {
+			q.unsent[k] = unsentClaim{at: c.at}
+			q.mu.Unlock()
+			expiredClaim(c)
+			continue
+		}
+		delete(q.unsent, k) // sent from here on
+		q.mu.Unlock()
+		return c, true
+	}
+}
+
+// withdrawNeeded reports whether the latest claim attempt of id at epoch
+// may have reached a relay, so that its withdrawn marker must be sent; it
+// is asked once per withdrawal. A claim still queued is taken out of the
+// queue: it will not be sent.
+func (q *claimPublishes) withdrawNeeded(id string, epoch uint64) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.queue.Pop()
+	k := claimKey{id, epoch}
+	_, unsent := q.unsent[k]
+	delete(q.unsent, k)
+	return !unsent
 }
 
 // len is the number of claims waiting for a worker.
@@ -63,13 +124,13 @@ func (q *claimPublishes) len() int {
 // machine (ClaimPublished). Claims still queued when ctx ends are dropped:
 // the claim step times out and withdraws them (lease.Config.ClaimTimeout).
 func (a *Agent) claimPublishLoop(ctx context.Context) error {
-	a.claims.publishes.run(ctx, maxClaimPublishes, func(ctx context.Context, c queuedClaim) {
-		if a.claimExpired(c, a.now()) {
-			a.obs.met.promotions.WithLabelValues("expired").Inc()
-			a.emit("claim", c.e.ID, "claim for epoch %d not published: it waited %v for a publisher, and its claim step times out before the relays' answers could count",
-				c.e.Epoch, a.now().Sub(c.at).Round(time.Millisecond))
-			return
-		}
+	expired := func(c queuedClaim) bool { return a.claimExpired(c, a.now()) }
+	dropped := func(c queuedClaim) {
+		a.obs.met.promotions.WithLabelValues("expired").Inc()
+		a.emit("claim", c.e.ID, "claim for epoch %d not published: it waited %v for a publisher, and its claim step times out before the relays' answers could count",
+			c.e.Epoch, a.now().Sub(c.at).Round(time.Millisecond))
+	}
+	a.claims.publishes.run(ctx, maxClaimPublishes, expired, dropped, func(ctx context.Context, c queuedClaim) {
 		a.publishClaim(ctx, c.e, c.at)
 	})
 	return nil
@@ -82,18 +143,18 @@ func (a *Agent) claimPublishLoop(ctx context.Context) error {
 // relays take in a claim timeout: each round's publishes then all came
 // after their step had timed out, and the retake never ended); the machine
 // times the step out and retries it after its backoff, as for a claim no
-// relay answered.
+// relay answered, and its withdrawal sends nothing (withdrawNeeded).
 func (a *Agent) claimExpired(c queuedClaim, now time.Time) bool {
 	return now.Add(a.claimIOTimeout()).After(c.at.Add(a.cfg.Lease.ClaimTimeout))
 }
 
 // run takes queued claims with n workers, oldest first, until ctx ends.
-func (q *claimPublishes) run(ctx context.Context, n int, publish func(context.Context, queuedClaim)) {
+func (q *claimPublishes) run(ctx context.Context, n int, expired func(queuedClaim) bool, dropped func(queuedClaim), publish func(context.Context, queuedClaim)) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
 			for {
-				for c, ok := q.next(); ok && ctx.Err() == nil; c, ok = q.next() {
+				for c, ok := q.take(expired, dropped); ok && ctx.Err() == nil; c, ok = q.take(expired, dropped) {
 					publish(ctx, c)
 				}
 				select {

@@ -25,7 +25,7 @@ func TestClaimPublishesBoundedAndOnce(t *testing.T) {
 	var order []string
 	var inFlight, most atomic.Int32
 	all := make(chan struct{})
-	go q.run(ctx, n, func(_ context.Context, c queuedClaim) {
+	go q.run(ctx, n, never, nil, func(_ context.Context, c queuedClaim) {
 		now := inFlight.Add(1)
 		for {
 			m := most.Load()
@@ -89,5 +89,50 @@ func TestClaimExpiredBeforeItsStepTimesOut(t *testing.T) {
 		if got := a.claimExpired(c, made.Add(tc.waited)); got != tc.want {
 			t.Errorf("claimExpired after waiting %v = %v, want %v (claim_timeout 30s, publish within 5s)", tc.waited, got, tc.want)
 		}
+	}
+}
+
+func never(queuedClaim) bool { return false }
+
+// A withdrawn marker is sent only for a claim that may have reached a
+// relay: not for one still queued (which is then not published either),
+// nor for one dropped as expired; for one taken for publishing, and for
+// one this agent does not know (made before a restart), it is.
+func TestWithdrawNeededOnlyForClaimsSent(t *testing.T) {
+	q := newClaimPublishes()
+	at := time.Unix(1_700_000_000, 0)
+	claim := func(id string) lease.PublishClaim { return lease.PublishClaim{ID: id, Epoch: 2} }
+	q.add(claim("queued"), at)
+	q.add(claim("expired"), at)
+	q.add(claim("sent"), at)
+	if q.withdrawNeeded("queued", 2) {
+		t.Error("withdrawNeeded(a claim still queued) = true, want false")
+	}
+	expired := func(c queuedClaim) bool { return c.e.ID == "expired" }
+	var dropped []string
+	c, ok := q.take(expired, func(c queuedClaim) { dropped = append(dropped, c.e.ID) })
+	if !ok || c.e.ID != "sent" {
+		t.Fatalf("take = %q, %v; want the claim \"sent\" (\"queued\" was withdrawn, \"expired\" expired)", c.e.ID, ok)
+	}
+	if len(dropped) != 1 || dropped[0] != "expired" {
+		t.Fatalf("dropped as expired: %q, want [expired]", dropped)
+	}
+	if q.withdrawNeeded("expired", 2) {
+		t.Error("withdrawNeeded(a claim dropped as expired) = true, want false")
+	}
+	if !q.withdrawNeeded("sent", 2) {
+		t.Error("withdrawNeeded(a claim taken for publishing) = false, want true")
+	}
+	if !q.withdrawNeeded("unknown", 2) {
+		t.Error("withdrawNeeded(a claim this agent never queued) = false, want true")
+	}
+	// A retry supersedes the attempt still queued: only the retry is taken.
+	q.add(claim("retry"), at)
+	q.add(claim("retry"), at.Add(time.Second))
+	if c, ok := q.take(never, nil); !ok || !c.at.Equal(at.Add(time.Second)) {
+		t.Fatalf("take = %v at %v, want the later attempt", ok, c.at)
+	}
+	if _, ok := q.take(never, nil); ok {
+		t.Fatal("take found a claim after the last, want none")
 	}
 }

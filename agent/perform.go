@@ -41,6 +41,10 @@ func (b eventBuilder) Build(jobs []driver.OutboxJob) []driver.OutboxResult[[]byt
 	}
 	build := func(i int) {
 		j := jobs[i]
+		if w, ok := j.Effect.(lease.WithdrawClaim); ok && !a.claims.publishes.withdrawNeeded(w.ID, w.Epoch) {
+			res[i].Unneeded = true // no relay was sent the claim
+			return
+		}
 		ev, key, err := a.outboxEvent(j.Effect, j.At, a.ckpt.revocationStateURI(j.Effect, j.Workload.Spec))
 		if err == nil {
 			var payload []byte
@@ -241,7 +245,7 @@ func (p *performer) Queue(e lease.Effect) {
 		a.emit("revocation", e.ID, "revocation of epoch %d queued in the outbox (successor %s): %s", e.Epoch, short(e.Successor), e.Reason)
 	case lease.WithdrawClaim:
 		a.obs.met.promotions.WithLabelValues("withdrawn").Inc()
-		a.emit("claim", e.ID, "claim for epoch %d withdrawn: the withdrawn marker is queued in the outbox", e.Epoch)
+		a.emit("claim", e.ID, "claim for epoch %d withdrawn: the withdrawn marker is queued in the outbox (none when no relay was sent the claim)", e.Epoch)
 	case lease.AnnouncePromotion:
 		a.obs.met.promotions.WithLabelValues("announced").Inc()
 		a.emit("claim", e.ID, "claim for epoch %d won: the Paygress-form announcement is queued in the outbox", e.Epoch)

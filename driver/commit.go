@@ -259,6 +259,9 @@ func (d *Driver[P, X]) outboxRows(ctx context.Context, effs []timedEffect, wait 
 	res := d.deps.Outbox.Build(jobs)
 	rows := make([]outRow[P], 0, len(jobs))
 	for i, r := range res {
+		if r.Unneeded {
+			continue
+		}
 		if r.Err != nil {
 			d.deps.Events.Dropped(jobs[i].Effect, r.Err)
 			continue

@@ -139,6 +139,10 @@ type OutboxJob struct {
 type OutboxResult[P any] struct {
 	Row OutboxRow[P]
 	Err error
+	// Unneeded says there is nothing to queue: the event would change
+	// nothing anywhere (a withdrawn marker for a claim no relay was ever
+	// sent). The effect is done without a row.
+	Unneeded bool
 }
 
 // OutboxRow is one event queued in the outbox with a step.
