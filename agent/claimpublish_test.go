@@ -136,3 +136,14 @@ func TestWithdrawNeededOnlyForClaimsSent(t *testing.T) {
 		t.Fatal("take found a claim after the last, want none")
 	}
 }
+
+// publishQueuedClaims publishes the claims queued for the publishers, as
+// claimPublishLoop would (a step agent runs no loops), and returns how many.
+func publishQueuedClaims(ctx context.Context, a *Agent) int {
+	n := 0
+	for c, ok := a.claims.publishes.take(never, nil); ok; c, ok = a.claims.publishes.take(never, nil) {
+		a.publishClaim(ctx, c.e, c.at)
+		n++
+	}
+	return n
+}

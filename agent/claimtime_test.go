@@ -75,12 +75,14 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 	if !hasEffect[lease.PublishClaim](effs) {
 		t.Fatalf("feed(revocation naming us) = %v, want PublishClaim", effs)
 	}
+	if n := publishQueuedClaims(ctx, a); n != 1 {
+		t.Fatalf("claims queued for the publishers = %d, want 1", n)
+	}
 	// No relay accepted it: the machine withdraws, in the same second.
 	effs = feedCommit(t, a, t0.Add(200*time.Millisecond), input{claimAck: &lease.ClaimAck{Workload: "w1", Epoch: 2}})
 	if !hasEffect[lease.WithdrawClaim](effs) {
 		t.Fatalf("feed(claim ack 0) = %v, want WithdrawClaim", effs)
 	}
-	a.claims.wg.Wait()
 	// The claim is published directly (a feedback effect); the withdrawn
 	// marker is queued in the durable outbox (lease.DurabilityOf).
 	evs := pool.published(heartbeat.KindPromotion)

@@ -44,6 +44,7 @@ func TestAgentPerformsEveryEffectAsWanted(t *testing.T) {
 				t.Fatalf("commit(%s) = %v", e, err)
 			}
 			a.work.act.wait()
+			publishQueuedClaims(ctx, a)
 			a.claims.wg.Wait()
 			st, err := a.out.courier.Stats(ctx)
 			if err != nil {
