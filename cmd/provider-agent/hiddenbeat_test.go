@@ -10,7 +10,6 @@ import (
 	"provideragent/agent"
 	"provideragent/heartbeat"
 	"provideragent/internal/cutproxy"
-	"provideragent/internal/relaytest"
 	"provideragent/relay"
 )
 
@@ -34,30 +33,9 @@ import (
 func TestHiddenQuorumBeatNoSecondWriter(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
-	var relays []*relaytest.Relay
-	var urls []string
-	for range 3 {
-		r := relaytest.Start(t)
-		relays = append(relays, r)
-		urls = append(urls, r.URL())
-	}
-	proxy := func(r *relaytest.Relay) *cutproxy.Proxy {
-		p, err := cutproxy.New(r.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		return p
-	}
-	a0, a1 := proxy(relays[0]), proxy(relays[1]) // the primary's paths to R0, R1
-	b0, b2 := proxy(relays[0]), proxy(relays[2]) // the standby's paths to R0, R2
-	dialOf := func(ps map[int]*cutproxy.Proxy) string {
-		s := "\n[lease.dial_addrs]\n"
-		for i, p := range ps {
-			s += `"` + urls[i] + `" = "` + p.URL() + `"` + "\n"
-		}
-		return s
-	}
+	relays, urls := startRelays(t, 3)
+	a0, a1 := proxyTo(t, relays[0]), proxyTo(t, relays[1]) // the primary's paths to R0, R1
+	b0, b2 := proxyTo(t, relays[0]), proxyTo(t, relays[2]) // the standby's paths to R0, R2
 	lt := leaseTimings{T1: 3 * time.Second, T2: 5 * time.Second, Stale: 6 * time.Second, MaxSkew: time.Second,
 		RelayDelay: time.Second, ProvisionTimeout: 8 * time.Second, TakeoverAfter: 20 * time.Second, Heartbeat: 3 * time.Second}
 	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
@@ -65,8 +43,8 @@ func TestHiddenQuorumBeatNoSecondWriter(t *testing.T) {
 	pubB := newKey(t, filepath.Join(dirB, "identity.key"))
 	cfgA := timedConfig(t, lt, tmp, dirA, "127.0.0.1:0", urls, 2)
 	cfgB := timedConfig(t, lt, tmp, dirB, "127.0.0.1:0", urls, 2, npubOf(t, pubA))
-	appendTo(t, cfgA, "stop_grace = \"2s\"\n"+dialOf(map[int]*cutproxy.Proxy{0: a0, 1: a1}))
-	appendTo(t, cfgB, "stop_grace = \"2s\"\n"+dialOf(map[int]*cutproxy.Proxy{0: b0, 2: b2}))
+	appendTo(t, cfgA, "stop_grace = \"2s\"\n"+dialVia(urls, map[int]*cutproxy.Proxy{0: a0, 1: a1}))
+	appendTo(t, cfgB, "stop_grace = \"2s\"\n"+dialVia(urls, map[int]*cutproxy.Proxy{0: b0, 2: b2}))
 	out := filepath.Join(sharedDir(t), "writes.txt")
 	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "w1", "--command", appendLoop(out, "w1"),
 		"--standby", npubOf(t, pubB), "--publish")

@@ -9,7 +9,6 @@ import (
 
 	"provideragent/agent"
 	"provideragent/internal/cutproxy"
-	"provideragent/internal/relaytest"
 )
 
 // TestStandbysClaimInRankOrderRealRelays is props'
@@ -27,34 +26,16 @@ import (
 func TestStandbysClaimInRankOrderRealRelays(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
-	var relays []*relaytest.Relay
-	var urls []string
-	for range 3 {
-		r := relaytest.Start(t)
-		relays = append(relays, r)
-		urls = append(urls, r.URL())
-	}
-	proxies := func() []*cutproxy.Proxy {
-		var ps []*cutproxy.Proxy
-		for _, r := range relays {
-			p, err := cutproxy.New(r.Addr())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(p.Close)
-			ps = append(ps, p)
+	relays, urls := startRelays(t, 3)
+	proxies := func() map[int]*cutproxy.Proxy {
+		ps := map[int]*cutproxy.Proxy{}
+		for i, r := range relays {
+			ps[i] = proxyTo(t, r)
 		}
 		return ps
 	}
 	toB, toC := proxies(), proxies()
-	dialVia := func(ps []*cutproxy.Proxy) string {
-		s := "\n[lease.dial_addrs]\n"
-		for i, p := range ps {
-			s += `"` + urls[i] + `" = "` + p.URL() + `"` + "\n"
-		}
-		return s
-	}
-	delay := func(ps []*cutproxy.Proxy, d time.Duration) {
+	delay := func(ps map[int]*cutproxy.Proxy, d time.Duration) {
 		for _, p := range ps {
 			p.Delay(d)
 		}
@@ -77,8 +58,8 @@ func TestStandbysClaimInRankOrderRealRelays(t *testing.T) {
 		replaceIn(t, cfg, `claim_timeout = "5s"`, `claim_timeout = "16s"`)
 	}
 	appendTo(t, cfgA, "stop_grace = \"2s\"\n")
-	appendTo(t, cfgB, "stop_grace = \"2s\"\n"+dialVia(toB)+"\n[log]\nlevel = \"debug\"\n")
-	appendTo(t, cfgC, "stop_grace = \"2s\"\n"+dialVia(toC)+"\n[log]\nlevel = \"debug\"\n")
+	appendTo(t, cfgB, "stop_grace = \"2s\"\n"+dialVia(urls, toB)+"\n[log]\nlevel = \"debug\"\n")
+	appendTo(t, cfgC, "stop_grace = \"2s\"\n"+dialVia(urls, toC)+"\n[log]\nlevel = \"debug\"\n")
 	out := filepath.Join(sharedDir(t), "writes.txt")
 	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "w1", "--command", appendLoop(out, "w1"),
 		"--standby", npubOf(t, pubB), "--standby", npubOf(t, pubC), "--publish")

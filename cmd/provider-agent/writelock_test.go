@@ -17,7 +17,6 @@ import (
 
 	"provideragent/agent"
 	"provideragent/internal/cutproxy"
-	"provideragent/internal/relaytest"
 )
 
 // holdLockEnv makes this test binary, run as a child, hold SQLite's write
@@ -112,25 +111,10 @@ func (h *sqliteLocker) release() {
 func TestWriteLockHeldElsewhereDoesNotDelayTheFence(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
-	var relays []*relaytest.Relay
-	var urls []string
-	for range 3 {
-		r := relaytest.Start(t)
-		relays = append(relays, r)
-		urls = append(urls, r.URL())
-	}
+	relays, urls := startRelays(t, 3)
 	// The primary reaches relays 1 and 2 through proxies that the test cuts.
-	var proxies []*cutproxy.Proxy
-	dial := "\n[lease.dial_addrs]\n"
-	for _, r := range relays[1:] {
-		p, err := cutproxy.New(r.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		proxies = append(proxies, p)
-		dial += fmt.Sprintf("%q = %q\n", r.URL(), p.URL())
-	}
+	proxies := []*cutproxy.Proxy{proxyTo(t, relays[1]), proxyTo(t, relays[2])}
+	dial := dialVia(urls, map[int]*cutproxy.Proxy{1: proxies[0], 2: proxies[1]})
 	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
 	pubA := newKey(t, filepath.Join(dirA, "identity.key"))
 	pubB := newKey(t, filepath.Join(dirB, "identity.key"))

@@ -77,18 +77,26 @@ func TestCutAndRestore(t *testing.T) {
 	}
 }
 
-// Hold stalls the path without closing it; Release forwards what waited.
-func TestHoldAndRelease(t *testing.T) {
+// echoThrough is a proxy to an echo server and a connection through it,
+// both closed when the test ends.
+func echoThrough(t *testing.T) (*Proxy, net.Conn) {
+	t.Helper()
 	p, err := New(echo(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(p.Close)
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return p, c
+}
+
+// Hold stalls the path without closing it; Release forwards what waited.
+func TestHoldAndRelease(t *testing.T) {
+	p, c := echoThrough(t)
 	p.Hold()
 	if _, err := c.Write([]byte("held")); err != nil {
 		t.Fatal(err)
@@ -108,16 +116,7 @@ func TestHoldAndRelease(t *testing.T) {
 // Delay holds back what the target sends, not what the client sends, and
 // keeps order; 0 ends it.
 func TestDelay(t *testing.T) {
-	p, err := New(echo(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	p, c := echoThrough(t)
 	const d = 300 * time.Millisecond
 	p.Delay(d)
 	sent := time.Now()
