@@ -127,7 +127,7 @@ func (a *Agent) claimPublishLoop(ctx context.Context) error {
 	expired := func(c queuedClaim) bool { return a.claimExpired(c, a.now()) }
 	dropped := func(c queuedClaim) {
 		a.obs.met.promotions.WithLabelValues("expired").Inc()
-		a.emit("claim", c.e.ID, "claim for epoch %d not published: it waited %v for a publisher, and its claim step times out before the relays' answers could count",
+		a.emit("claim", c.e.ID, "claim for epoch %d not published: it waited %v for a publisher, and its claim step timed out",
 			c.e.Epoch, a.now().Sub(c.at).Round(time.Millisecond))
 	}
 	a.claims.publishes.run(ctx, maxClaimPublishes, expired, dropped, func(ctx context.Context, c queuedClaim) {
@@ -136,16 +136,22 @@ func (a *Agent) claimPublishLoop(ctx context.Context) error {
 	return nil
 }
 
-// claimExpired reports whether a queued claim, taken at now, would be
-// answered too late: its claim step times out lease.Config.ClaimTimeout
-// after it was made, and a publish may take claimIOTimeout. Publishing it
-// would only load the relays (a mass retake queues more claims than the
-// relays take in a claim timeout: each round's publishes then all came
-// after their step had timed out, and the retake never ended); the machine
-// times the step out and retries it after its backoff, as for a claim no
-// relay answered, and its withdrawal sends nothing (withdrawNeeded).
+// claimExpired reports whether a queued claim, taken at now, comes too
+// late: its claim step timed out (lease.Config.ClaimTimeout after the
+// claim was made), so no answer can count. Publishing it would only load
+// the relays (a mass retake queues more claims than the relays take in a
+// claim timeout: each round's publishes then all came after their step had
+// timed out, and the retake never ended); the machine retries the step
+// after its backoff, as for a claim no relay answered, and its withdrawal
+// sends nothing (withdrawNeeded). A claim taken before that is published
+// with what is left of its step as its deadline (claimDeadline).
 func (a *Agent) claimExpired(c queuedClaim, now time.Time) bool {
-	return now.Add(a.claimIOTimeout()).After(c.at.Add(a.cfg.Lease.ClaimTimeout))
+	return !now.Before(claimDeadline(c.at, a.cfg.Lease.ClaimTimeout))
+}
+
+// claimDeadline is when the claim step of a claim made at at times out.
+func claimDeadline(at time.Time, claimTimeout time.Duration) time.Time {
+	return at.Add(claimTimeout)
 }
 
 // run takes queued claims with n workers, oldest first, until ctx ends.

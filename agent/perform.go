@@ -359,7 +359,9 @@ func (a *Agent) publishClaim(ctx context.Context, e lease.PublishClaim, at time.
 		a.send(ctx, input{claimAck: &lease.ClaimAck{Workload: e.ID, Epoch: e.Epoch}})
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, a.claimIOTimeout())
+	// No longer than the claim step has left: an answer after it cannot count.
+	wait := min(a.claimIOTimeout(), claimDeadline(at, a.cfg.Lease.ClaimTimeout).Sub(a.now()))
+	pctx, cancel := context.WithTimeout(ctx, wait)
 	res := a.pool.Publish(pctx, ev)
 	cancel()
 	a.noteClaimAnswers(res)

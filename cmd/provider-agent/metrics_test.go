@@ -75,7 +75,7 @@ var documentedMetrics = []metricDoc{
 		help:   "revocations queued in our outbox, sent (reached quorum), received from a holder"},
 	{section: "agent", name: "agent_promotions_total", typ: "counter", labels: []string{"outcome"},
 		values: map[string][]string{"outcome": {"claimed", "expired", "withdrawn", "announced"}},
-		help:   "promotion claims made (claimed), not published because their claim step would time out before the relays could answer (expired: a queue of claims longer than the relays take in `claim_timeout`), withdrawn, and won (announced)"},
+		help:   "promotion claims made (claimed), not published because their claim step timed out while they waited for a publisher (expired: a queue of claims longer than the relays take in `claim_timeout`), withdrawn, and won (announced)"},
 	{section: "agent", name: "agent_respawns_total", typ: "counter",
 		help: "workload process respawn attempts"},
 	{section: "agent", name: "agent_effects_total", typ: "counter", labels: []string{"type"},
