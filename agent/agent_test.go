@@ -263,18 +263,6 @@ func soloSpec(id, primary string) lease.Spec {
 	}
 }
 
-func startRelays(t testing.TB, n int) ([]*relaytest.Relay, []string) {
-	t.Helper()
-	var rs []*relaytest.Relay
-	var urls []string
-	for range n {
-		r := relaytest.Start(t)
-		rs = append(rs, r)
-		urls = append(urls, r.URL())
-	}
-	return rs, urls
-}
-
 // cutProxies puts a TCP proxy in front of the first n relays and returns
 // the proxies with the dial map that routes an agent through them.
 func cutProxies(t testing.TB, rs []*relaytest.Relay, urls []string, n int) ([]*cutproxy.Proxy, map[string]string) {
@@ -313,7 +301,7 @@ func startPair(t testing.TB, lcfg lease.Config, primaryDial map[string]string) (
 // before the new one started.
 func TestPartitionedPrimaryHandsOver(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	proxies, dial := cutProxies(t, rs, urls, 2)
 	primary, standby := startPair(t, lcfg, dial)
@@ -429,7 +417,7 @@ func metricSum(body, name string, labels map[string]string) (sum float64, ok boo
 // eviction path would take.
 func TestOneRelayDownNoFalseEviction(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	primary, standby := startPair(t, lcfg, nil)
 	rs[2].Kill()
@@ -511,7 +499,7 @@ func getJSON(t *testing.T, url string, v any) {
 // resumes Live at the same epoch.
 func TestRestartRestoresState(t *testing.T) {
 	t.Parallel()
-	_, urls := startRelays(t, 3)
+	_, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	key := nostr.GeneratePrivateKey()
 	pub, _ := nostr.GetPublicKey(key)
@@ -535,7 +523,7 @@ func TestRestartRestoresState(t *testing.T) {
 // counted as rejected (or not counted at all).
 func TestBadEventsChangeNothing(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	primaryKey := nostr.GeneratePrivateKey()
 	primaryPub, _ := nostr.GetPublicKey(primaryKey)
@@ -611,7 +599,7 @@ func TestBadEventsChangeNothing(t *testing.T) {
 // grant from an untrusted key is ignored.
 func TestLeaseGrantFromTrustedIssuer(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	issuer, _ := identity.NewKeys(nostr.GeneratePrivateKey())
 	stranger, _ := identity.NewKeys(nostr.GeneratePrivateKey())
@@ -645,7 +633,7 @@ func TestLeaseGrantFromTrustedIssuer(t *testing.T) {
 // agent: the grant starts the workload, the release stops and forgets it.
 func TestOperatorGrantAndRelease(t *testing.T) {
 	t.Parallel()
-	_, urls := startRelays(t, 3)
+	_, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg})
 	ctx := context.Background()
@@ -683,7 +671,7 @@ func TestOperatorGrantAndRelease(t *testing.T) {
 // relays leaves no goroutine behind once Run returned and its backend closed.
 // Not parallel, so that the count is this test's alone.
 func TestShutdownLeavesNoGoroutines(t *testing.T) {
-	_, urls := startRelays(t, 3)
+	_, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	runtime.GC()
 	before := runtime.NumGoroutine()

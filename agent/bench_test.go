@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"provideragent/internal/cutproxy"
+	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
 
@@ -58,7 +59,7 @@ func resetPeakRSS() error { return os.WriteFile("/proc/self/clear_refs", []byte(
 // started (the baseline). Target: rss-MiB under 100.
 func BenchmarkAgentMemory10k(b *testing.B) {
 	const n = 10000
-	_, urls := startRelays(b, 3)
+	_, urls := relaytest.StartN(b, 3)
 	lcfg := lease.DemoConfig(urls)
 	lcfg.ProvisionTimeout = lcfg.T1 + lcfg.T2
 	for i := 0; i < b.N; i++ {
@@ -102,7 +103,7 @@ func BenchmarkAgentMemory10k(b *testing.B) {
 func BenchmarkFailover(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		rs, urls := startRelays(b, 3)
+		rs, urls := relaytest.StartN(b, 3)
 		lcfg := lease.DemoConfig(urls)
 		var proxies []*cutproxy.Proxy
 		dial := map[string]string{}

@@ -10,6 +10,7 @@ import (
 
 	"provideragent/heartbeat"
 	"provideragent/identity"
+	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
 
@@ -21,7 +22,7 @@ import (
 // silence towards a takeover.
 func TestStoredHeartbeatsReadBackAfterReconnect(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	proxies, dial := cutProxies(t, rs, urls, 3)
 	holderKey := nostr.GeneratePrivateKey()

@@ -14,6 +14,7 @@ import (
 	"provideragent/internal/devblossom"
 	"provideragent/internal/devblossom/devblossomtest"
 	"provideragent/internal/logcapture"
+	"provideragent/internal/relaytest"
 	"provideragent/lease"
 	"provideragent/uploader"
 )
@@ -67,7 +68,7 @@ func TestBadCopyCountedPerServer(t *testing.T) {
 		servers, dirs = append(servers, s.URL()), append(dirs, dir)
 	}
 	_, shared := durableFixtures(t)
-	_, urls := startRelays(t, 3)
+	_, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	logs := logcapture.New(slog.LevelWarn)
 	holder := startAgent(t, agentOpts{name: "holder", lcfg: lcfg, blossom: servers, logger: slog.New(logs)})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
 
@@ -27,7 +28,7 @@ func TestHolderDeletesSupersededBlobs(t *testing.T) {
 	}
 	t.Parallel()
 	blobs, shared := durableFixtures(t)
-	_, urls := startRelays(t, 3)
+	_, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	holder := startAgent(t, agentOpts{name: "holder", lcfg: lcfg, blossom: []string{blobs.URL()}, logger: slog.New(slog.DiscardHandler)})
 	spec := soloSpec("gc1", holder.pub)

@@ -20,6 +20,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/backend"
+	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
 )
@@ -185,7 +186,7 @@ func processAlive(pid int) bool {
 // decides).
 func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	proxies, dial := cutProxies(t, rs, urls, 3)
 	lcfg := lease.DemoConfig(urls)
 	lcfg.TakeoverAfter = 2 * time.Minute
@@ -281,7 +282,7 @@ func TestKill9MidFailoverNoSecondWriter(t *testing.T) {
 // primary's relays come back it stays fenced.
 func TestCutOffPrimaryTakeover(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	proxies, dial := cutProxies(t, rs, urls, 3)
 	lcfg := lease.DemoConfig(urls)
 	primary, standby := startPair(t, lcfg, dial)

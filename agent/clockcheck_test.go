@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
 
@@ -67,7 +68,7 @@ func TestSampleRelayClock(t *testing.T) {
 // nothing runs twice. Without the clock check it takes over.
 func TestFastStandbyNeverTakesOver(t *testing.T) {
 	t.Parallel()
-	_, urls := startRelays(t, 3)
+	_, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg})
 	fast := func() time.Time { return time.Now().Add(time.Hour) }
@@ -104,7 +105,7 @@ func TestFastStandbyNeverTakesOver(t *testing.T) {
 // standby takes over.
 func TestSlowPrimaryFences(t *testing.T) {
 	t.Parallel()
-	_, urls := startRelays(t, 3)
+	_, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	slow := func() time.Time { return time.Now().Add(-5 * time.Minute) }
 	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, now: slow, clockCheck: 200 * time.Millisecond})

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/identity"
+	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
 )
@@ -23,7 +24,7 @@ import (
 func TestCursorNeverPassesAnUnappliedEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	lcfg.TakeoverAfter = 5 * time.Minute // the silent primary must not be taken over meanwhile
 	if err := lcfg.Validate(); err != nil {

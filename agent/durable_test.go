@@ -19,6 +19,7 @@ import (
 	"provideragent/internal/cutproxy"
 	"provideragent/internal/devblossom"
 	"provideragent/internal/devblossom/devblossomtest"
+	"provideragent/internal/relaytest"
 	"provideragent/lease"
 	"provideragent/uploader/uploadertest"
 )
@@ -91,7 +92,7 @@ func TestDurableFailover(t *testing.T) {
 	blobs, shared := durableFixtures(t)
 	starts := filepath.Join(shared, "starts")
 
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	proxies, dial := cutProxies(t, rs, urls, 2)
 	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: dial, blossom: []string{blobs.URL()}})
@@ -275,7 +276,7 @@ func startDurableScript(t testing.TB, id string, cut int, profile func([]string)
 	t.Helper()
 	blobs, shared := durableFixtures(t)
 	d := &durableSetup{starts: filepath.Join(shared, "starts")}
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := profile(urls)
 	var dial map[string]string
 	if cut > 0 {
@@ -379,7 +380,7 @@ func TestCheckpointNeverDelaysAStop(t *testing.T) {
 	if err := os.Chmod(shared, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	_, urls := startRelays(t, 3)
+	_, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, blossom: []string{slow.URL}})
 	absent, _ := nostr.GetPublicKey(nostr.GeneratePrivateKey()) // a standby that never runs
@@ -468,7 +469,7 @@ func holderRestart(t *testing.T, persistent, blossomDown bool) {
 		}
 	}
 	starts := filepath.Join(shared, "starts")
-	_, urls := startRelays(t, 3)
+	_, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	key, dbPath := nostr.GeneratePrivateKey(), filepath.Join(t.TempDir(), "holder.db")
 	opts := agentOpts{name: "holder", key: key, dbPath: dbPath, lcfg: lcfg, blossom: []string{blobs.URL()}, workloadDir: wdir}

@@ -13,6 +13,7 @@ import (
 
 	"provideragent/heartbeat"
 	"provideragent/identity"
+	"provideragent/internal/relaytest"
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
 )
@@ -86,7 +87,7 @@ func receivedRevocation(ta *testAgent, id string) func() bool {
 // catches up.
 func TestDiskFullPrimaryStillFences(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	lcfg.TakeoverAfter = 90 * time.Second // the handover must come from the revocation
 	if err := lcfg.Validate(); err != nil {
@@ -144,7 +145,7 @@ func TestDiskFullPrimaryStillFences(t *testing.T) {
 func TestWriteLockHeldElsewhereDoesNotStallFencing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	standbyKeys, err := identity.NewKeys(nostr.GeneratePrivateKey())
 	if err != nil {
@@ -215,7 +216,7 @@ func TestWriteLockHeldElsewhereDoesNotStallFencing(t *testing.T) {
 func TestForgedFutureEventDoesNotBlindTheAgent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	lcfg.TakeoverAfter = 5 * time.Minute // the silent primary must not be taken over meanwhile
 	if err := lcfg.Validate(); err != nil {

@@ -118,7 +118,7 @@ func (p *recordingPool) last(kind int, since time.Time) (publishRecord, bool) {
 // kind.
 func TestHeartbeatsListLivePairs(t *testing.T) {
 	t.Parallel()
-	_, urls := startRelays(t, 3)
+	_, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	// The standby of w3 never sees its primary: keep it a standby for the
 	// whole test.

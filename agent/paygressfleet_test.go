@@ -52,7 +52,7 @@ func paygressAnnouncements(t *testing.T, urls []string, workload string, peers [
 // one announcement, from the winner at epoch 2, once the failover is done.
 func TestPaygressStandbySeesOnlyTheWinner(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	primaryCut, primaryDial := cutProxies(t, rs, urls, 2)
 	standbyCut, standbyDial := cutProxies(t, rs, urls, 2)

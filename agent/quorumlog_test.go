@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
 
@@ -48,7 +49,7 @@ func (h *captureHandler) count(level slog.Level, prefix string) int {
 // are connected and synced.
 func TestQuorumChangesLoggedOnce(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	proxies, dial := cutProxies(t, rs, urls, 3)
 	logs := &captureHandler{}
 	ta := startAgent(t, agentOpts{name: "agent", lcfg: lease.DemoConfig(urls), dial: dial, logger: slog.New(logs)})

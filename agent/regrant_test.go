@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"provideragent/identity"
+	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
 
@@ -16,7 +17,7 @@ import (
 // fresh one of the current grant still does.
 func TestOldRevocationAfterRegrantIgnored(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	primary, standby := startPair(t, lcfg, nil)
 	keys, err := identity.NewKeys(primary.key)

@@ -359,7 +359,7 @@ func (p *statusPool) Status() []RelayStatus { return p.relays }
 // refusal: when, which kind and event, and the relay's words.
 func TestStatusShowsARelaysLastRejection(t *testing.T) {
 	t.Parallel()
-	_, urls := startRelays(t, 2)
+	_, urls := relaytest.StartN(t, 2)
 	refusing := relaytest.Start(t, "--reject-writes")
 	urls = append(urls, refusing.URL())
 	lcfg := lease.DemoConfig(urls)
@@ -395,7 +395,7 @@ func TestStatusShowsARelaysLastRejection(t *testing.T) {
 // watches the relay anew from its new catch-up.
 func TestStatusShowsEachRelaysWatch(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	proxies, dial := cutProxies(t, rs, urls, 1)
 	lcfg := lease.DemoConfig(urls)
 	ta := startAgent(t, agentOpts{name: "watcher", lcfg: lcfg, dial: dial})

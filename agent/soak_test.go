@@ -12,6 +12,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/backend"
+	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
 
@@ -159,7 +160,7 @@ func TestSoakThousandWorkloads(t *testing.T) {
 	// Not parallel: it counts the process's goroutines, and other tests
 	// starting and stopping agents meanwhile made it flaky (318 -> 372 in
 	// one of 9 -race runs). Sequential tests run alone.
-	_, urls := startRelays(t, 3)
+	_, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	a, be, stop := startBulkAgent(t, 1000, lcfg, t.TempDir()+"/soak.db")
 	defer stop()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"provideragent/internal/relaytest"
 	"provideragent/lease"
 )
 
@@ -14,7 +15,7 @@ import (
 // the workload.
 func TestOtherStandbysStandDown(t *testing.T) {
 	t.Parallel()
-	rs, urls := startRelays(t, 3)
+	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	proxies, dial := cutProxies(t, rs, urls, 2)
 	primary := startAgent(t, agentOpts{name: "primary", lcfg: lcfg, dial: dial})

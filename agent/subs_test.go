@@ -9,6 +9,7 @@ import (
 
 	"provideragent/heartbeat"
 	"provideragent/identity"
+	"provideragent/internal/relaytest"
 	"provideragent/lease"
 	"provideragent/relay"
 )
@@ -21,7 +22,7 @@ import (
 // standby its lease names does.
 func TestOtherProvidersTrafficNeverReachesTheAgent(t *testing.T) {
 	t.Parallel()
-	_, urls := startRelays(t, 3)
+	_, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
 	lcfg.TakeoverAfter = 10 * time.Minute
 	trusted := newTestKeys(t)

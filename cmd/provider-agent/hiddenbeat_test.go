@@ -10,6 +10,7 @@ import (
 	"provideragent/agent"
 	"provideragent/heartbeat"
 	"provideragent/internal/cutproxy"
+	"provideragent/internal/relaytest"
 	"provideragent/relay"
 )
 
@@ -33,7 +34,7 @@ import (
 func TestHiddenQuorumBeatNoSecondWriter(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
-	relays, urls := startRelays(t, 3)
+	relays, urls := relaytest.StartN(t, 3)
 	a0, a1 := proxyTo(t, relays[0]), proxyTo(t, relays[1]) // the primary's paths to R0, R1
 	b0, b2 := proxyTo(t, relays[0]), proxyTo(t, relays[2]) // the standby's paths to R0, R2
 	lt := leaseTimings{T1: 3 * time.Second, T2: 5 * time.Second, Stale: 6 * time.Second, MaxSkew: time.Second,

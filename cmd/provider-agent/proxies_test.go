@@ -10,20 +10,6 @@ import (
 	"provideragent/internal/relaytest"
 )
 
-// startRelays starts n local relays for the test and returns them and
-// their URLs.
-func startRelays(t *testing.T, n int) ([]*relaytest.Relay, []string) {
-	t.Helper()
-	var relays []*relaytest.Relay
-	var urls []string
-	for range n {
-		r := relaytest.Start(t)
-		relays = append(relays, r)
-		urls = append(urls, r.URL())
-	}
-	return relays, urls
-}
-
 // proxyTo is a cut proxy in front of r, closed when the test ends.
 func proxyTo(t *testing.T, r *relaytest.Relay) *cutproxy.Proxy {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 
 	"provideragent/agent"
 	"provideragent/internal/cutproxy"
+	"provideragent/internal/relaytest"
 )
 
 // TestStandbysClaimInRankOrderRealRelays is props'
@@ -26,7 +27,7 @@ import (
 func TestStandbysClaimInRankOrderRealRelays(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
-	relays, urls := startRelays(t, 3)
+	relays, urls := relaytest.StartN(t, 3)
 	proxies := func() map[int]*cutproxy.Proxy {
 		ps := map[int]*cutproxy.Proxy{}
 		for i, r := range relays {

@@ -17,6 +17,7 @@ import (
 
 	"provideragent/agent"
 	"provideragent/internal/cutproxy"
+	"provideragent/internal/relaytest"
 )
 
 // holdLockEnv makes this test binary, run as a child, hold SQLite's write
@@ -111,7 +112,7 @@ func (h *sqliteLocker) release() {
 func TestWriteLockHeldElsewhereDoesNotDelayTheFence(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
-	relays, urls := startRelays(t, 3)
+	relays, urls := relaytest.StartN(t, 3)
 	// The primary reaches relays 1 and 2 through proxies that the test cuts.
 	proxies := []*cutproxy.Proxy{proxyTo(t, relays[1]), proxyTo(t, relays[2])}
 	dial := dialVia(urls, map[int]*cutproxy.Proxy{1: proxies[0], 2: proxies[1]})

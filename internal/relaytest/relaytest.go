@@ -199,6 +199,20 @@ type child struct {
 	stderr *lockedBuffer
 }
 
+// StartN starts n relays as Start does and returns them and their URLs,
+// in the same order.
+func StartN(tb testing.TB, n int) ([]*Relay, []string) {
+	tb.Helper()
+	var rs []*Relay
+	var urls []string
+	for range n {
+		r := Start(tb)
+		rs = append(rs, r)
+		urls = append(urls, r.URL())
+	}
+	return rs, urls
+}
+
 // Start runs a child relay on a free 127.0.0.1 port with the given extra
 // localrelayd flags (e.g. "--reject-writes"; --admin is always on) and waits
 // until it accepts a websocket. The relay is stopped when the test ends.
