@@ -112,13 +112,6 @@ func (q *claimPublishes) withdrawNeeded(id string, epoch uint64) bool {
 	return !unsent
 }
 
-// len is the number of claims waiting for a worker.
-func (q *claimPublishes) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.queue.Len()
-}
-
 // claimPublishLoop runs maxClaimPublishes workers until ctx ends; each
 // publishes queued claims one at a time and reports each outcome to the
 // machine (ClaimPublished). Claims still queued when ctx ends are dropped:
