@@ -55,31 +55,15 @@ func (p *recPool) published(kind int) []*nostr.Event {
 func TestClaimCreatedAtIncreases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	primary, second := newTestKeys(t), newTestKeys(t)
 	key := nostr.GeneratePrivateKey()
-	self, _ := identity.NewKeys(key)
 	dbPath := filepath.Join(t.TempDir(), "agent.db")
 	pool := &recPool{}
-	a := newStepAgent(t, stepOpts{key: key, dbPath: dbPath, pool: pool})
-	t0 := time.Now().Truncate(time.Second).Add(100 * time.Millisecond)
-	spec := stepSpec(primary.PublicKey(), self.PublicKey(), second.PublicKey())
-	if err := commitInputs(ctx, a, t0, input{grant: &spec}); err != nil {
-		t.Fatalf("commit(grant) = %v", err)
-	}
-	rev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
-		Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1, QuorumAt: t0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	effs := feedCommit(t, a, t0, decodeInput(t, a, t0, rev))
-	if !hasEffect[lease.PublishClaim](effs) {
-		t.Fatalf("feed(revocation naming us) = %v, want PublishClaim", effs)
-	}
+	a, t0 := inClaimStep(t, key, dbPath, pool)
 	if n := publishQueuedClaims(ctx, a); n != 1 {
 		t.Fatalf("claims queued for the publishers = %d, want 1", n)
 	}
 	// No relay accepted it: the machine withdraws, in the same second.
-	effs = feedCommit(t, a, t0.Add(200*time.Millisecond), input{claimAck: &lease.ClaimAck{Workload: "w1", Epoch: 2}})
+	effs := feedCommit(t, a, t0.Add(200*time.Millisecond), input{claimAck: &lease.ClaimAck{Workload: "w1", Epoch: 2}})
 	if !hasEffect[lease.WithdrawClaim](effs) {
 		t.Fatalf("feed(claim ack 0) = %v, want WithdrawClaim", effs)
 	}
@@ -109,6 +93,56 @@ func TestClaimCreatedAtIncreases(t *testing.T) {
 	}
 	if got, err := b.data.rows.LastClaimTime(ctx, "w2", time.Second); err != nil || got != 0 {
 		t.Fatalf("LastClaimTime(w2) = %d, %v, want 0", got, err)
+	}
+}
+
+// inClaimStep is a step agent with key on dbPath that a revocation naming
+// it has put in the claim step for w1 at epoch 2 at t0 (its claim queued
+// for the publishers, not yet sent).
+func inClaimStep(t *testing.T, key, dbPath string, pool *recPool) (*Agent, time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	primary, second := newTestKeys(t), newTestKeys(t)
+	self, _ := identity.NewKeys(key)
+	a := newStepAgent(t, stepOpts{key: key, dbPath: dbPath, pool: pool})
+	t0 := time.Now().Truncate(time.Second).Add(100 * time.Millisecond)
+	spec := stepSpec(primary.PublicKey(), self.PublicKey(), second.PublicKey())
+	if err := commitInputs(ctx, a, t0, input{grant: &spec}); err != nil {
+		t.Fatalf("commit(grant) = %v", err)
+	}
+	rev, err := heartbeat.BuildRevocation(primary, heartbeat.RevocationParams{WorkloadID: "w1",
+		Standbys: []string{self.PublicKey(), second.PublicKey()}, Reason: "fenced", At: t0, Successor: self.PublicKey(), Epoch: 1, QuorumAt: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	effs := feedCommit(t, a, t0, decodeInput(t, a, t0, rev))
+	if !hasEffect[lease.PublishClaim](effs) {
+		t.Fatalf("feed(revocation naming us) = %v, want PublishClaim", effs)
+	}
+	return a, t0
+}
+
+// TestNoWithdrawnMarkerForAClaimNeverSent: a claim step that ends while its
+// claim still waits for a publisher queues no withdrawn marker (no relay
+// has the claim to mark inactive), and the claim is then never sent.
+func TestNoWithdrawnMarkerForAClaimNeverSent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := &recPool{}
+	a, t0 := inClaimStep(t, nostr.GeneratePrivateKey(), filepath.Join(t.TempDir(), "agent.db"), pool)
+	effs := feedCommit(t, a, t0.Add(200*time.Millisecond), input{claimAck: &lease.ClaimAck{Workload: "w1", Epoch: 2}})
+	if !hasEffect[lease.WithdrawClaim](effs) {
+		t.Fatalf("feed(claim ack 0) = %v, want WithdrawClaim", effs)
+	}
+	if n := publishQueuedClaims(ctx, a); n != 0 {
+		t.Fatalf("claims published after the withdrawal = %d, want 0", n)
+	}
+	rs, err := a.out.courier.List(ctx, courier.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 0 || len(pool.published(heartbeat.KindPromotion)) != 0 {
+		t.Fatalf("outbox rows %d, promotions published %d; want none of either", len(rs), len(pool.published(heartbeat.KindPromotion)))
 	}
 }
 
