@@ -1,9 +1,12 @@
 package localrelay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/fiatjaf/eventstore"
@@ -23,6 +26,14 @@ type memStore struct {
 	// publish thousands of events a second.
 	byID   map[string]*nostr.Event
 	byAddr map[string]*nostr.Event
+	// byD indexes the stored events by each of their d tag values, so that
+	// a query of many d tags (the agent's batched claim reads: 2,048
+	// workloads a query) reads those events instead of scanning the whole
+	// store; strfry answers such queries from its tag index too. At 100,000
+	// workloads the scans made the relay the retake's bottleneck.
+	byD map[string][]*nostr.Event
+	// maxLimit is the inner store's clamp of a filter's limit.
+	maxLimit int
 	// refuseOlder answers an addressable or replaceable event older than
 	// the stored one with errReplaced, as strfry does (khatru keeps quiet).
 	refuseOlder bool
@@ -33,11 +44,12 @@ type memStore struct {
 var errReplaced = errors.New("replaced: have newer event")
 
 func newMemStore(maxLimit int) (*memStore, error) {
-	s := &memStore{byID: map[string]*nostr.Event{}, byAddr: map[string]*nostr.Event{}}
+	s := &memStore{byID: map[string]*nostr.Event{}, byAddr: map[string]*nostr.Event{}, byD: map[string][]*nostr.Event{}}
 	s.inner.MaxLimit = maxLimit
 	if err := s.inner.Init(); err != nil {
 		return nil, fmt.Errorf("init slicestore: %w", err)
 	}
+	s.maxLimit = s.inner.MaxLimit // Init's default when maxLimit is 0
 	return s, nil
 }
 
@@ -60,6 +72,9 @@ func (s *memStore) queryLocked(filter nostr.Filter) []*nostr.Event {
 		}
 		return out
 	}
+	if ds := filter.Tags["d"]; len(filter.IDs) == 0 && len(ds) > 0 {
+		return s.queryByD(filter, ds)
+	}
 	ch, err := s.inner.QueryEvents(context.Background(), filter)
 	if err != nil {
 		return nil
@@ -67,6 +82,53 @@ func (s *memStore) queryLocked(filter nostr.Filter) []*nostr.Event {
 	var out []*nostr.Event
 	for ev := range ch {
 		out = append(out, ev)
+	}
+	return out
+}
+
+// queryByD answers a filter with d tags from the byD index with what the
+// inner store's scan would return: the matching events newest first (then
+// by id, descending), at most the filter's limit, clamped as the inner
+// store clamps it (TestQueryByDMatchesTheScan).
+func (s *memStore) queryByD(filter nostr.Filter, ds []string) []*nostr.Event {
+	limit := filter.Limit
+	if limit > s.maxLimit || (limit == 0 && !filter.LimitZero) {
+		limit = s.maxLimit
+	}
+	var out []*nostr.Event
+	for i, d := range ds {
+		if slices.Contains(ds[:i], d) {
+			continue // listed twice
+		}
+		for _, ev := range s.byD[d] {
+			// The inner store's scan starts after the events at since
+			// (its binary search): since is exclusive there.
+			if filter.Matches(ev) && (filter.Since == nil || ev.CreatedAt > *filter.Since) {
+				out = append(out, ev)
+			}
+		}
+	}
+	slices.SortFunc(out, newestFirst)
+	out = slices.Compact(out) // an event with two of the filter's d tags
+	return out[:min(len(out), limit)]
+}
+
+// newestFirst is the inner store's order: created_at descending, then id
+// descending.
+func newestFirst(a, b *nostr.Event) int {
+	if c := cmp.Compare(b.CreatedAt, a.CreatedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(b.ID, a.ID)
+}
+
+// dValues are the values of ev's d tags.
+func dValues(ev *nostr.Event) []string {
+	var out []string
+	for _, t := range ev.Tags {
+		if len(t) >= 2 && t[0] == "d" && !slices.Contains(out, t[1]) {
+			out = append(out, t[1])
+		}
 	}
 	return out
 }
@@ -85,6 +147,9 @@ func (s *memStore) saveLocked(evt *nostr.Event) error {
 	if k, ok := addrKey(evt); ok {
 		s.byAddr[k] = evt
 	}
+	for _, d := range dValues(evt) {
+		s.byD[d] = append(s.byD[d], evt)
+	}
 	return nil
 }
 
@@ -102,6 +167,13 @@ func (s *memStore) deleteLocked(evt *nostr.Event) error {
 		delete(s.byID, evt.ID)
 		if k, ok := addrKey(cur); ok && s.byAddr[k] == cur {
 			delete(s.byAddr, k)
+		}
+		for _, d := range dValues(cur) {
+			if rest := slices.DeleteFunc(s.byD[d], func(e *nostr.Event) bool { return e == cur }); len(rest) > 0 {
+				s.byD[d] = rest
+			} else {
+				delete(s.byD, d)
+			}
 		}
 	}
 	return nil

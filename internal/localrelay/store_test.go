@@ -1,0 +1,120 @@
+package localrelay
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/nbd-wtf/go-nostr"
+)
+
+// TestQueryByDMatchesTheScan checks the d tag index against the inner
+// store's scan: over random saves, replacements and deletions, every query
+// with d tags returns the same events in the same order.
+func TestQueryByDMatchesTheScan(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			maxLimit := []int{0, 3, 50}[rng.IntN(3)]
+			s, err := newMemStore(maxLimit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds := []string{"a", "b", "c", "d", "e", ""}
+			var stored []*nostr.Event
+			for i := range 300 {
+				ev := randomEvent(rng, i, ds)
+				switch op := rng.IntN(10); {
+				case op < 6 && nostr.IsAddressableKind(ev.Kind):
+					_ = s.replace(ev)
+				case op < 8:
+					_ = s.save(ev)
+				case len(stored) > 0:
+					_ = s.delete(stored[rng.IntN(len(stored))])
+				}
+				stored = append(stored, ev)
+				f := randomDFilter(rng, ds)
+				got := s.queryByD(f, f.Tags["d"])
+				want := scan(t, s, f)
+				if !slices.Equal(ids(got), ids(want)) {
+					t.Fatalf("after %d operations, filter %v: index gave %v, scan %v", i+1, f, ids(got), ids(want))
+				}
+			}
+		})
+	}
+}
+
+// scan is the inner store's answer to f.
+func scan(t *testing.T, s *memStore, f nostr.Filter) []*nostr.Event {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, err := s.inner.QueryEvents(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*nostr.Event
+	for ev := range ch {
+		out = append(out, ev)
+	}
+	return out
+}
+
+func ids(evs []*nostr.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.ID
+	}
+	return out
+}
+
+func randomEvent(rng *rand.Rand, i int, ds []string) *nostr.Event {
+	ev := &nostr.Event{
+		ID:        fmt.Sprintf("%064x", rng.Uint64()),
+		PubKey:    []string{"p1", "p2"}[rng.IntN(2)],
+		CreatedAt: nostr.Timestamp(1000 + rng.IntN(20)), // ties are common
+		Kind:      []int{1, 30000, 38383, 38384}[rng.IntN(4)],
+	}
+	for range rng.IntN(3) { // none, one or two d tags
+		ev.Tags = append(ev.Tags, nostr.Tag{"d", ds[rng.IntN(len(ds))]})
+	}
+	if rng.IntN(4) == 0 {
+		ev.Tags = append(ev.Tags, nostr.Tag{"t", fmt.Sprint(i % 2)})
+	}
+	return ev
+}
+
+func randomDFilter(rng *rand.Rand, ds []string) nostr.Filter {
+	f := nostr.Filter{Tags: nostr.TagMap{"d": nil}}
+	for range 1 + rng.IntN(4) { // may list a value twice
+		f.Tags["d"] = append(f.Tags["d"], ds[rng.IntN(len(ds))])
+	}
+	if rng.IntN(2) == 0 {
+		f.Kinds = []int{[]int{1, 30000, 38383, 38384}[rng.IntN(4)]}
+	}
+	if rng.IntN(3) == 0 {
+		f.Authors = []string{"p1"}
+	}
+	if rng.IntN(4) == 0 {
+		f.Tags["t"] = []string{"0"}
+	}
+	if rng.IntN(3) == 0 {
+		since := nostr.Timestamp(1000 + rng.IntN(20))
+		f.Since = &since
+	}
+	if rng.IntN(3) == 0 {
+		until := nostr.Timestamp(1000 + rng.IntN(20))
+		f.Until = &until
+	}
+	switch rng.IntN(4) {
+	case 0:
+		f.Limit = 1 + rng.IntN(5)
+	case 1:
+		f.LimitZero = true
+	case 2:
+		f.Limit = 1000
+	}
+	return f
+}
