@@ -26,12 +26,15 @@ type memStore struct {
 	// publish thousands of events a second.
 	byID   map[string]*nostr.Event
 	byAddr map[string]*nostr.Event
-	// byD indexes the stored events by each of their d tag values, so that
-	// a query of many d tags (the agent's batched claim reads: 2,048
-	// workloads a query) reads those events instead of scanning the whole
-	// store; strfry answers such queries from its tag index too. At 100,000
-	// workloads the scans made the relay the retake's bottleneck.
-	byD map[string][]*nostr.Event
+	// byTag indexes the stored events by each value of their indexedTags
+	// (key tagKey), so that a query of those tags reads the events that
+	// carry them instead of scanning the whole store, as strfry answers
+	// them from its tag index: the agent's batched claim reads (#d of 2,048
+	// workloads a query) and khatru's check for a NIP-09 deletion of every
+	// addressable event it takes (kind 5, #a of the event's address). At
+	// 100,000 workloads those scans made the relays the bottleneck of a
+	// mass retake.
+	byTag map[string][]*nostr.Event
 	// maxLimit is the inner store's clamp of a filter's limit.
 	maxLimit int
 	// refuseOlder answers an addressable or replaceable event older than
@@ -44,7 +47,7 @@ type memStore struct {
 var errReplaced = errors.New("replaced: have newer event")
 
 func newMemStore(maxLimit int) (*memStore, error) {
-	s := &memStore{byID: map[string]*nostr.Event{}, byAddr: map[string]*nostr.Event{}, byD: map[string][]*nostr.Event{}}
+	s := &memStore{byID: map[string]*nostr.Event{}, byAddr: map[string]*nostr.Event{}, byTag: map[string][]*nostr.Event{}}
 	s.inner.MaxLimit = maxLimit
 	if err := s.inner.Init(); err != nil {
 		return nil, fmt.Errorf("init slicestore: %w", err)
@@ -72,8 +75,8 @@ func (s *memStore) queryLocked(filter nostr.Filter) []*nostr.Event {
 		}
 		return out
 	}
-	if ds := filter.Tags["d"]; len(filter.IDs) == 0 && len(ds) > 0 {
-		return s.queryByD(filter, ds)
+	if name, values := indexedIn(filter); len(filter.IDs) == 0 && name != "" {
+		return s.queryByTag(filter, name, values)
 	}
 	ch, err := s.inner.QueryEvents(context.Background(), filter)
 	if err != nil {
@@ -86,21 +89,38 @@ func (s *memStore) queryLocked(filter nostr.Filter) []*nostr.Event {
 	return out
 }
 
-// queryByD answers a filter with d tags from the byD index with what the
-// inner store's scan would return: the matching events newest first (then
-// by id, descending), at most the filter's limit, clamped as the inner
-// store clamps it (TestQueryByDMatchesTheScan).
-func (s *memStore) queryByD(filter nostr.Filter, ds []string) []*nostr.Event {
+// indexedTags are the tag names byTag indexes.
+const indexedTags = "dae"
+
+// indexedIn returns the first of indexedTags the filter asks for, and its
+// values ("" when none).
+func indexedIn(f nostr.Filter) (name string, values []string) {
+	for _, n := range indexedTags {
+		if vs := f.Tags[string(n)]; len(vs) > 0 {
+			return string(n), vs
+		}
+	}
+	return "", nil
+}
+
+// tagKey is byTag's key of a tag value.
+func tagKey(name, value string) string { return name + "\x00" + value }
+
+// queryByTag answers a filter with values of an indexed tag from the byTag
+// index with what the inner store's scan would return: the matching events
+// newest first (then by id, descending), at most the filter's limit,
+// clamped as the inner store clamps it (TestQueryByTagMatchesTheScan).
+func (s *memStore) queryByTag(filter nostr.Filter, name string, values []string) []*nostr.Event {
 	limit := filter.Limit
 	if limit > s.maxLimit || (limit == 0 && !filter.LimitZero) {
 		limit = s.maxLimit
 	}
 	var out []*nostr.Event
-	for i, d := range ds {
-		if slices.Contains(ds[:i], d) {
+	for i, v := range values {
+		if slices.Contains(values[:i], v) {
 			continue // listed twice
 		}
-		for _, ev := range s.byD[d] {
+		for _, ev := range s.byTag[tagKey(name, v)] {
 			// The inner store's scan starts after the events at since
 			// (its binary search): since is exclusive there.
 			if filter.Matches(ev) && (filter.Since == nil || ev.CreatedAt > *filter.Since) {
@@ -109,7 +129,7 @@ func (s *memStore) queryByD(filter nostr.Filter, ds []string) []*nostr.Event {
 		}
 	}
 	slices.SortFunc(out, newestFirst)
-	out = slices.Compact(out) // an event with two of the filter's d tags
+	out = slices.Compact(out) // an event with two of the filter's values
 	return out[:min(len(out), limit)]
 }
 
@@ -122,12 +142,14 @@ func newestFirst(a, b *nostr.Event) int {
 	return strings.Compare(b.ID, a.ID)
 }
 
-// dValues are the values of ev's d tags.
-func dValues(ev *nostr.Event) []string {
+// tagKeys are the byTag keys of ev's indexed tags, each once.
+func tagKeys(ev *nostr.Event) []string {
 	var out []string
 	for _, t := range ev.Tags {
-		if len(t) >= 2 && t[0] == "d" && !slices.Contains(out, t[1]) {
-			out = append(out, t[1])
+		if len(t) >= 2 && len(t[0]) == 1 && strings.Contains(indexedTags, t[0]) {
+			if k := tagKey(t[0], t[1]); !slices.Contains(out, k) {
+				out = append(out, k)
+			}
 		}
 	}
 	return out
@@ -147,8 +169,8 @@ func (s *memStore) saveLocked(evt *nostr.Event) error {
 	if k, ok := addrKey(evt); ok {
 		s.byAddr[k] = evt
 	}
-	for _, d := range dValues(evt) {
-		s.byD[d] = append(s.byD[d], evt)
+	for _, k := range tagKeys(evt) {
+		s.byTag[k] = append(s.byTag[k], evt)
 	}
 	return nil
 }
@@ -168,11 +190,11 @@ func (s *memStore) deleteLocked(evt *nostr.Event) error {
 		if k, ok := addrKey(cur); ok && s.byAddr[k] == cur {
 			delete(s.byAddr, k)
 		}
-		for _, d := range dValues(cur) {
-			if rest := slices.DeleteFunc(s.byD[d], func(e *nostr.Event) bool { return e == cur }); len(rest) > 0 {
-				s.byD[d] = rest
+		for _, k := range tagKeys(cur) {
+			if rest := slices.DeleteFunc(s.byTag[k], func(e *nostr.Event) bool { return e == cur }); len(rest) > 0 {
+				s.byTag[k] = rest
 			} else {
-				delete(s.byD, d)
+				delete(s.byTag, k)
 			}
 		}
 	}

@@ -10,10 +10,11 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 )
 
-// TestQueryByDMatchesTheScan checks the d tag index against the inner
+// TestQueryByTagMatchesTheScan checks the tag index against the inner
 // store's scan: over random saves, replacements and deletions, every query
-// with d tags returns the same events in the same order.
-func TestQueryByDMatchesTheScan(t *testing.T) {
+// with values of an indexed tag (and others) returns the same events in
+// the same order.
+func TestQueryByTagMatchesTheScan(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
@@ -35,8 +36,12 @@ func TestQueryByDMatchesTheScan(t *testing.T) {
 					_ = s.delete(stored[rng.IntN(len(stored))])
 				}
 				stored = append(stored, ev)
-				f := randomDFilter(rng, ds)
-				got := s.queryByD(f, f.Tags["d"])
+				f := randomTagFilter(rng, ds)
+				name, values := indexedIn(f)
+				if name == "" {
+					t.Fatalf("filter %v: no indexed tag", f)
+				}
+				got := s.queryByTag(f, name, values)
 				want := scan(t, s, f)
 				if !slices.Equal(ids(got), ids(want)) {
 					t.Fatalf("after %d operations, filter %v: index gave %v, scan %v", i+1, f, ids(got), ids(want))
@@ -75,10 +80,10 @@ func randomEvent(rng *rand.Rand, i int, ds []string) *nostr.Event {
 		ID:        fmt.Sprintf("%064x", rng.Uint64()),
 		PubKey:    []string{"p1", "p2"}[rng.IntN(2)],
 		CreatedAt: nostr.Timestamp(1000 + rng.IntN(20)), // ties are common
-		Kind:      []int{1, 30000, 38383, 38384}[rng.IntN(4)],
+		Kind:      []int{1, 5, 30000, 38383, 38384}[rng.IntN(5)],
 	}
-	for range rng.IntN(3) { // none, one or two d tags
-		ev.Tags = append(ev.Tags, nostr.Tag{"d", ds[rng.IntN(len(ds))]})
+	for range rng.IntN(4) { // none to three indexed tags, maybe one twice
+		ev.Tags = append(ev.Tags, nostr.Tag{string(indexedTags[rng.IntN(len(indexedTags))]), ds[rng.IntN(len(ds))]})
 	}
 	if rng.IntN(4) == 0 {
 		ev.Tags = append(ev.Tags, nostr.Tag{"t", fmt.Sprint(i % 2)})
@@ -86,13 +91,16 @@ func randomEvent(rng *rand.Rand, i int, ds []string) *nostr.Event {
 	return ev
 }
 
-func randomDFilter(rng *rand.Rand, ds []string) nostr.Filter {
-	f := nostr.Filter{Tags: nostr.TagMap{"d": nil}}
-	for range 1 + rng.IntN(4) { // may list a value twice
-		f.Tags["d"] = append(f.Tags["d"], ds[rng.IntN(len(ds))])
+func randomTagFilter(rng *rand.Rand, ds []string) nostr.Filter {
+	f := nostr.Filter{Tags: nostr.TagMap{}}
+	for range 1 + rng.IntN(2) { // one or two indexed tags
+		name := string(indexedTags[rng.IntN(len(indexedTags))])
+		for range 1 + rng.IntN(4) { // may list a value twice
+			f.Tags[name] = append(f.Tags[name], ds[rng.IntN(len(ds))])
+		}
 	}
 	if rng.IntN(2) == 0 {
-		f.Kinds = []int{[]int{1, 30000, 38383, 38384}[rng.IntN(4)]}
+		f.Kinds = []int{[]int{1, 5, 30000, 38383, 38384}[rng.IntN(5)]}
 	}
 	if rng.IntN(3) == 0 {
 		f.Authors = []string{"p1"}
