@@ -19,7 +19,9 @@ import (
 //   - lease grants (38388) naming this provider (#p) from trusted issuers
 //     only (none when no issuer is trusted: grants then come from the
 //     local operator alone);
-//   - claims and announcements (38386) of the tracked workloads, by #d.
+//   - claims and announcements (38386) of the tracked workloads, by #d,
+//     or by the providers named once the workloads need more than
+//     claimDFilters filters (claimAlternatives).
 //
 // Lists are chunked to what every relay takes: at most 256 values per tag
 // or author filter (@nostr-relay/core's limit), items of at most 255 bytes
@@ -158,13 +160,45 @@ func (s *subscriptions) interests(a *Agent) []relay.Interest {
 			byD = append(byD, heartbeat.ClaimsFilter(ch))
 		}
 		for _, ch := range s.providers.chunks {
-			byAuthor = append(byAuthor, nostr.Filter{Kinds: []int{heartbeat.KindPromotion}, Authors: ch})
+			// Our own claims come back only to be dropped (decode): not
+			// asked for (a mass retake's 100,000 claims, each sent back by
+			// every relay and paged through at every reconnection).
+			if ch = slices.DeleteFunc(slices.Clone(ch), func(p string) bool { return p == a.me.self }); len(ch) > 0 {
+				byAuthor = append(byAuthor, nostr.Filter{Kinds: []int{heartbeat.KindPromotion}, Authors: ch})
+			}
 		}
-		out = append(out, relay.Interest{Name: "claims", Alternatives: [][]nostr.Filter{
-			byD, byAuthor, {{Kinds: []int{heartbeat.KindPromotion}}},
-		}})
+		out = append(out, relay.Interest{Name: "claims", Alternatives: claimAlternatives(byD, byAuthor)})
 	}
 	return out
+}
+
+// claimDFilters is the most claim filters by workload (claimWorkloads each)
+// the agent subscribes with before it prefers claims by author. A relay
+// matches every event it stores against every open filter, and khatru (as
+// go-nostr's Filter.Matches) does so by scanning each filter's lists: the
+// 782 filters of 100,000 workloads cost it 200,000 string comparisons for
+// each claim and a kind check of each filter for every other event, which
+// made three khatru-based relays the bottleneck of BenchmarkAgentScale's
+// retake on two cores. Claims by the providers the leases name are a
+// superset of what the lease machine reads (it ignores claims by anyone
+// else, and the ingest drops claims for workloads not tracked), in one
+// filter per 256 providers; this provider is left out (its own claims are
+// dropped as they arrive).
+const claimDFilters = 8
+
+// claimAlternatives orders the claims subscription's alternatives, most
+// preferred first (relay takes the first that fits the relay's limits):
+// by workload while they fit in claimDFilters filters, else by author
+// first; by kind alone last.
+func claimAlternatives(byD, byAuthor []nostr.Filter) [][]nostr.Filter {
+	byKind := []nostr.Filter{{Kinds: []int{heartbeat.KindPromotion}}}
+	switch {
+	case len(byAuthor) == 0: // no provider but this one: nothing to ask by author
+		return [][]nostr.Filter{byD, byKind}
+	case len(byD) > claimDFilters && len(byAuthor) < len(byD):
+		return [][]nostr.Filter{byAuthor, byD, byKind}
+	}
+	return [][]nostr.Filter{byD, byAuthor, byKind}
 }
 
 // updateSubs sends the subscription again when the tracked sets changed,

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -83,4 +85,82 @@ func TestOtherProvidersTrafficNeverReachesTheAgent(t *testing.T) {
 	if got := rejected() - rejectedBefore; got != 0 {
 		t.Fatalf("events the ingest rejected (before any signature check) = %v, want 0: none of the four reached it", got)
 	}
+}
+
+// Claims are subscribed to by workload while the workloads fit in
+// claimDFilters filters, by the providers named beyond that (relays that
+// match filters by scanning them pay for every d tag on every event), and
+// by kind last.
+func TestClaimsByAuthorBeyondEightFilters(t *testing.T) {
+	byAuthor := []nostr.Filter{{Kinds: []int{heartbeat.KindPromotion}, Authors: []string{"p1", "p2"}}}
+	for _, tc := range []struct {
+		workloads  int
+		authorWins bool
+	}{{1, false}, {claimDFilters * claimWorkloads, false}, {claimDFilters*claimWorkloads + 1, true}, {100000, true}} {
+		c := chunker{size: claimWorkloads}
+		want := map[string]bool{}
+		for i := range tc.workloads {
+			want[fmt.Sprintf("w%d", i)] = true
+		}
+		c.sync(want)
+		var byD []nostr.Filter
+		for _, ch := range c.chunks {
+			byD = append(byD, heartbeat.ClaimsFilter(ch))
+		}
+		alts := claimAlternatives(byD, byAuthor)
+		first := "by workload"
+		if len(alts[0]) == 1 && len(alts[0][0].Authors) == 2 {
+			first = "by author"
+		}
+		if want := map[bool]string{false: "by workload", true: "by author"}[tc.authorWins]; first != want {
+			t.Errorf("%d workloads (%d filters by workload): first alternative %s, want %s", tc.workloads, len(byD), first, want)
+		}
+		if len(alts) != 3 || len(alts[2]) != 1 || len(alts[2][0].Authors) != 0 || len(alts[2][0].Tags) != 0 {
+			t.Errorf("%d workloads: last alternative %v, want claims by kind alone", tc.workloads, alts[len(alts)-1])
+		}
+	}
+}
+
+// With no provider named but this one, claims are never asked for by
+// author (an empty author list would ask for everyone's).
+func TestNoClaimsByAuthorForOurselvesAlone(t *testing.T) {
+	byD := make([]nostr.Filter, claimDFilters+1)
+	for i := range byD {
+		byD[i] = heartbeat.ClaimsFilter([]string{fmt.Sprintf("w%d", i)})
+	}
+	for _, alt := range claimAlternatives(byD, nil) {
+		for _, f := range alt {
+			if len(f.Authors) > 0 || (len(f.Tags) == 0 && len(alt) != 1) {
+				t.Fatalf("alternative %v: want claims by workload, then by kind alone", alt)
+			}
+		}
+	}
+	if alts := claimAlternatives(byD, nil); len(alts) != 2 || len(alts[0]) != len(byD) {
+		t.Fatalf("alternatives %v: want by workload first, by kind second", alts)
+	}
+}
+
+// Claims by author leave this provider out: its own claims would only come
+// back to be dropped.
+func TestOwnClaimsNotAskedFor(t *testing.T) {
+	a := &Agent{}
+	a.me.self = "self"
+	s := subscriptions{workloads: chunker{size: claimWorkloads}, providers: chunker{size: filterValues}}
+	ws := map[string]bool{}
+	for i := range claimDFilters*claimWorkloads + 1 {
+		ws[fmt.Sprintf("w%d", i)] = true
+	}
+	s.workloads.sync(ws)
+	s.providers.sync(map[string]bool{"self": true, "standby": true})
+	for _, it := range s.interests(a) {
+		if it.Name != "claims" {
+			continue
+		}
+		first := it.Alternatives[0]
+		if len(first) != 1 || !slices.Equal(first[0].Authors, []string{"standby"}) {
+			t.Fatalf("claims asked for by %v first, want by the standby alone", first)
+		}
+		return
+	}
+	t.Fatal("no claims interest")
 }

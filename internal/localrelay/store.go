@@ -30,10 +30,10 @@ type memStore struct {
 	// (key tagKey), so that a query of those tags reads the events that
 	// carry them instead of scanning the whole store, as strfry answers
 	// them from its tag index: the agent's batched claim reads (#d of 2,048
-	// workloads a query) and khatru's check for a NIP-09 deletion of every
-	// addressable event it takes (kind 5, #a of the event's address). At
-	// 100,000 workloads those scans made the relays the bottleneck of a
-	// mass retake.
+	// workloads a query) and khatru's checks for a NIP-09 deletion of every
+	// event it takes (kind 5 by the event's id or address). At 100,000
+	// workloads those scans made the relays the bottleneck of a mass
+	// retake.
 	byTag map[string][]*nostr.Event
 	// maxLimit is the inner store's clamp of a filter's limit.
 	maxLimit int
@@ -89,15 +89,19 @@ func (s *memStore) queryLocked(filter nostr.Filter) []*nostr.Event {
 	return out
 }
 
-// indexedTags are the tag names byTag indexes.
-const indexedTags = "dae"
+// indexedTags are the tag names byTag indexes. "#a" and "#e" are what
+// khatru v0.19.1 asks for in its NIP-09 checks (nostr.TagMap{"#e": ...}
+// for every event it takes, {"#a": ...} for every addressable one): a tag
+// name with the '#' kept, which no event has, so the checks never find a
+// deletion, but each scanned the whole store.
+var indexedTags = []string{"d", "a", "e", "#a", "#e"}
 
 // indexedIn returns the first of indexedTags the filter asks for, and its
 // values ("" when none).
 func indexedIn(f nostr.Filter) (name string, values []string) {
 	for _, n := range indexedTags {
-		if vs := f.Tags[string(n)]; len(vs) > 0 {
-			return string(n), vs
+		if vs := f.Tags[n]; len(vs) > 0 {
+			return n, vs
 		}
 	}
 	return "", nil
@@ -146,7 +150,7 @@ func newestFirst(a, b *nostr.Event) int {
 func tagKeys(ev *nostr.Event) []string {
 	var out []string
 	for _, t := range ev.Tags {
-		if len(t) >= 2 && len(t[0]) == 1 && strings.Contains(indexedTags, t[0]) {
+		if len(t) >= 2 && slices.Contains(indexedTags, t[0]) {
 			if k := tagKey(t[0], t[1]); !slices.Contains(out, k) {
 				out = append(out, k)
 			}

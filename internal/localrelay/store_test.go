@@ -83,7 +83,7 @@ func randomEvent(rng *rand.Rand, i int, ds []string) *nostr.Event {
 		Kind:      []int{1, 5, 30000, 38383, 38384}[rng.IntN(5)],
 	}
 	for range rng.IntN(4) { // none to three indexed tags, maybe one twice
-		ev.Tags = append(ev.Tags, nostr.Tag{string(indexedTags[rng.IntN(len(indexedTags))]), ds[rng.IntN(len(ds))]})
+		ev.Tags = append(ev.Tags, nostr.Tag{indexedTags[rng.IntN(len(indexedTags))], ds[rng.IntN(len(ds))]})
 	}
 	if rng.IntN(4) == 0 {
 		ev.Tags = append(ev.Tags, nostr.Tag{"t", fmt.Sprint(i % 2)})
@@ -94,7 +94,7 @@ func randomEvent(rng *rand.Rand, i int, ds []string) *nostr.Event {
 func randomTagFilter(rng *rand.Rand, ds []string) nostr.Filter {
 	f := nostr.Filter{Tags: nostr.TagMap{}}
 	for range 1 + rng.IntN(2) { // one or two indexed tags
-		name := string(indexedTags[rng.IntN(len(indexedTags))])
+		name := indexedTags[rng.IntN(len(indexedTags))]
 		for range 1 + rng.IntN(4) { // may list a value twice
 			f.Tags[name] = append(f.Tags[name], ds[rng.IntN(len(ds))])
 		}
