@@ -139,6 +139,10 @@ type LeaseSection struct {
 	// ClaimTimeout is how long a claim waits for relay feedback before it
 	// is withdrawn and retried. Default 30s.
 	ClaimTimeout time.Duration `toml:"claim_timeout"`
+	// ClaimWindow bounds the claims waiting for their publish's answer at
+	// once; further claim steps start as answers come (a mass takeover or
+	// retake flows at the relays' pace). 0: no bound. Default 256.
+	ClaimWindow int `toml:"claim_window"`
 }
 
 // HeartbeatSection is the [heartbeat] section.
@@ -325,6 +329,7 @@ func Default() Config {
 			ClaimRetryBase:           lc.ClaimRetryBase,
 			ClaimRetryMax:            lc.ClaimRetryMax,
 			ClaimTimeout:             lc.ClaimTimeout,
+			ClaimWindow:              lc.ClaimWindow,
 		},
 		Heartbeat: HeartbeatSection{Interval: lc.HeartbeatInterval, TTL: heartbeat.DefaultHeartbeatTTL},
 		Backend: BackendSection{Kind: "process", StopGrace: backend.DefaultProcessConfig().StopGrace,

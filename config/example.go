@@ -86,6 +86,9 @@ evict_without_standby = false
 claim_retry_base = "15s"
 claim_retry_max = "5m"
 claim_timeout = "30s"
+# At most this many claims wait for their publish's answer at once; more
+# claim steps start as answers come (0 = no bound).
+claim_window = 256
 
 [heartbeat]
 # Interval between our heartbeats; at most half of lease.stale.

@@ -26,5 +26,6 @@ func (c Config) LeaseConfig() lease.Config {
 		ClaimRetryBase:      l.ClaimRetryBase,
 		ClaimRetryMax:       l.ClaimRetryMax,
 		ClaimTimeout:        l.ClaimTimeout,
+		ClaimWindow:         l.ClaimWindow,
 	}
 }

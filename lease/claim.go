@@ -80,7 +80,7 @@ func (m *Machine) tickStandby(w *WorkloadSnapshot, now time.Time, out *[]Effect)
 			return // someone else is in the claim step
 		}
 	}
-	if !m.clockSuspect && !m.draining && m.takeoverDue(w, now) {
+	if !m.clockSuspect && !m.draining && m.claimSlot() && m.takeoverDue(w, now) {
 		m.promote(w, TriggerTakeover, out)
 	}
 }
@@ -96,9 +96,17 @@ func (m *Machine) promote(w *WorkloadSnapshot, trigger Trigger, out *[]Effect) {
 	m.publishClaim(w, out)
 }
 
+// publishClaim publishes w's claim, or, with every slot of ClaimWindow
+// taken, leaves it in the backoff phase due at once: each Tick tries again
+// (after the backoff's checks), and the attempt counts once published.
 func (m *Machine) publishClaim(w *WorkloadSnapshot, out *[]Effect) {
+	if !m.claimSlot() {
+		m.setPhase(w, PhaseBackoff)
+		w.PhaseAt = m.now
+		return
+	}
 	w.ClaimAttempt++
-	w.Phase = PhasePublishing
+	m.setPhase(w, PhasePublishing)
 	w.PhaseAt = m.now
 	w.ClaimFrom = m.now
 	*out = append(*out, PublishClaim{ID: w.Spec.ID, Epoch: w.Target})
@@ -108,8 +116,29 @@ func (m *Machine) publishClaim(w *WorkloadSnapshot, out *[]Effect) {
 // next attempt after a backoff staggered by rank.
 func (m *Machine) withdrawRetry(w *WorkloadSnapshot, out *[]Effect) {
 	*out = append(*out, WithdrawClaim{ID: w.Spec.ID, Epoch: w.Target})
-	w.Phase = PhaseBackoff
+	m.setPhase(w, PhaseBackoff)
 	w.PhaseAt = m.now.Add(m.cfg.ClaimBackoff(w.ClaimAttempt, w.rank))
+}
+
+// claimSlot reports whether a claim may be published now: fewer than
+// ClaimWindow of this provider's claims wait for their publish's answer
+// (always, with ClaimWindow 0). A claim step that finds no slot does not
+// begin (takeover, retake: the rule is checked again at the next Tick) or
+// waits in its backoff phase (a revocation's, a retry).
+func (m *Machine) claimSlot() bool {
+	return m.cfg.ClaimWindow <= 0 || m.publishing < m.cfg.ClaimWindow
+}
+
+// setPhase moves w to claim-step phase p, keeping the count of claims
+// awaiting their publish's answer.
+func (m *Machine) setPhase(w *WorkloadSnapshot, p ClaimPhase) {
+	if w.Phase == PhasePublishing {
+		m.publishing--
+	}
+	if p == PhasePublishing {
+		m.publishing++
+	}
+	w.Phase = p
 }
 
 // abortClaim leaves the claim step because someone else holds or claims a
@@ -175,7 +204,7 @@ func (m *Machine) ClaimPublished(now time.Time, a ClaimAck) []Effect {
 		m.withdrawRetry(w, &out)
 		return out
 	}
-	w.Phase = PhaseReading
+	m.setPhase(w, PhaseReading)
 	w.PhaseAt = m.now.Add(m.cfg.RelayDelay)
 	out = append(out, ReadClaims{ID: w.Spec.ID, Epoch: w.Target, At: w.PhaseAt})
 	return out

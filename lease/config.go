@@ -72,6 +72,14 @@ type Config struct {
 	// ClaimTimeout is how long the machine waits for ClaimPublished or
 	// ClaimsRead feedback before it withdraws and retries. Default 30 s.
 	ClaimTimeout time.Duration
+	// ClaimWindow bounds this provider's claims that wait for their
+	// publish's answer (ClaimPublished) at once; a claim step that would
+	// go beyond it starts (or retries) when one has answered. It keeps a
+	// mass takeover or retake (every workload of a failed provider, or of
+	// this one back from an outage) flowing at the pace the relays answer
+	// instead of queueing claims that time out before they are sent. 0:
+	// no bound. Default 256.
+	ClaimWindow int
 }
 
 // DefaultConfig returns the defaults documented on each Config field: two of
@@ -97,8 +105,15 @@ func DefaultConfig() Config {
 		ClaimRetryBase:    15 * time.Second,
 		ClaimRetryMax:     5 * time.Minute,
 		ClaimTimeout:      30 * time.Second,
+		ClaimWindow:       DefaultClaimWindow,
 	}
 }
+
+// DefaultClaimWindow is ClaimWindow's default: eight times the agent's 32
+// claim publishers, so that they never wait for work, while a claim waits
+// behind at most 255 others (a second at the 300 claims a second three
+// local relays took; BenchmarkAgentScale's retake).
+const DefaultClaimWindow = 256
 
 // SelfFencingTime is the longest a holder that lost relay quorum keeps running
 // its workload: T1 + T2 + Stale + MaxSkew.
@@ -213,6 +228,9 @@ func (c Config) Validate() error {
 	}
 	if c.RestartMax < c.RestartInitial {
 		return bad("lease.restart_backoff_max", c.RestartMax, "must be >= lease.restart_backoff_initial (%s)", c.RestartInitial)
+	}
+	if c.ClaimWindow < 0 {
+		return bad("lease.claim_window", c.ClaimWindow, "must be >= 0 (0: no bound)")
 	}
 	if c.ClaimRetryMax < c.ClaimRetryBase {
 		return bad("lease.claim_retry_max", c.ClaimRetryMax, "must be >= lease.claim_retry_base (%s)", c.ClaimRetryBase)

@@ -243,7 +243,10 @@
 //     rival, and ClaimsRead sees it there).
 //     The machine answers StartWorkload and AnnouncePromotion (won) or WithdrawClaim (retry after
 //     ClaimBackoff, driven by Tick). Feedback that never comes is timed out
-//     by Tick after ClaimTimeout. ReadClaims is the only effect meant for
+//     by Tick after ClaimTimeout. At most Config.ClaimWindow workloads wait
+//     for ClaimPublished at once: a claim step due beyond it begins (or
+//     retries) at a later Tick, once answers have freed a slot, so answer
+//     every PublishClaim, even with zero relays. ReadClaims is the only effect meant for
 //     later: reading is harmless, and ClaimsRead decides from the state the
 //     machine is in when the report arrives. Report each round's read
 //     before the next round's ClaimPublished (reads bounded well below

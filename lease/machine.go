@@ -46,6 +46,10 @@ type Machine struct {
 	// draining is set while the operator drains this node (SetDraining):
 	// it starts no claim step.
 	draining bool
+	// publishing counts the workloads in PhasePublishing: claims that
+	// wait for their publish's answer (Config.ClaimWindow bounds it).
+	// Derived from the workloads' phases (setPhase, add, Remove).
+	publishing int
 }
 
 // New returns an empty machine for provider self (a hex pubkey).
@@ -221,6 +225,9 @@ func (m *Machine) add(w *WorkloadSnapshot) {
 		w.ClaimAt = make([]time.Time, len(m.relays))
 	}
 	w.idx = len(m.list)
+	if w.Phase == PhasePublishing {
+		m.publishing++
+	}
 	m.list = append(m.list, w)
 	m.wake = append(m.wake, 0)
 	m.byID[w.Spec.ID] = w
@@ -321,6 +328,9 @@ func (m *Machine) Remove(id string) bool {
 		return false
 	}
 	delete(m.byID, id)
+	if w.Phase == PhasePublishing {
+		m.publishing--
+	}
 	i := w.idx
 	m.list = slices.Delete(m.list, i, i+1)
 	m.wake = slices.Delete(m.wake, i, i+1)
@@ -337,7 +347,8 @@ func (m *Machine) enter(w *WorkloadSnapshot, to State, out *[]Effect) {
 	w.Since = m.now
 	m.touch(w)
 	if to != StatePromoting {
-		w.Phase, w.PhaseAt, w.Target, w.ClaimAttempt, w.ClaimFrom, w.Trigger = PhaseNone, time.Time{}, 0, 0, time.Time{}, ""
+		m.setPhase(w, PhaseNone)
+		w.PhaseAt, w.Target, w.ClaimAttempt, w.ClaimFrom, w.Trigger = time.Time{}, 0, 0, time.Time{}, ""
 		w.RevokeBy = time.Time{}
 	}
 	if to != StateSyncing {

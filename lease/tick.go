@@ -39,7 +39,7 @@ func (m *Machine) tickOne(w *WorkloadSnapshot, now time.Time, self *ProviderSnap
 	case w.State.Holding():
 		m.tickHolder(w, now, self, out)
 	case w.State == StateEvicted:
-		if w.Holder == m.self && !m.awaitingSync && !m.clockSuspect && !m.draining && len(w.Rivals) == 0 && m.retakeDue(w, now) {
+		if w.Holder == m.self && !m.awaitingSync && !m.clockSuspect && !m.draining && len(w.Rivals) == 0 && m.claimSlot() && m.retakeDue(w, now) {
 			m.promote(w, TriggerRetake, out)
 		}
 	case w.State == StateStandby:

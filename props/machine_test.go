@@ -26,7 +26,10 @@ package props
 //	    have lost) and the sync may re-issue an issued AttemptRespawn;
 //	(f) AttemptRespawn is emitted only when due (At <= now), for the
 //	    workload's current attempt while Respawning, never while awaiting
-//	    relay sync.
+//	    relay sync;
+//	(g) at most ClaimWindow workloads (drawn: no bound, 1, 2 or the
+//	    default) wait for their claim publish's answer at once, and every
+//	    PublishClaim puts its workload in that phase.
 //
 // EnteredState effects must also chain: each workload's first From is its
 // state before the step and its last To is its state after.
@@ -77,6 +80,7 @@ func newMachineWorld(t *rapid.T) *machineWorld {
 	cfg := lease.DefaultConfig()
 	cfg.Relays = machineRelays()
 	cfg.EvictWithoutStandby = rapid.Bool().Draw(t, "evict_without_standby")
+	cfg.ClaimWindow = rapid.SampledFrom([]int{0, 1, 2, lease.DefaultClaimWindow}).Draw(t, "claim_window")
 	selfName := rapid.SampledFrom([]string{"alice", "bob", "carol"}).Draw(t, "self")
 	self := machineHexKey(selfName)
 	m, err := lease.New(cfg, self)
@@ -268,6 +272,22 @@ func (w *machineWorld) check(t *rapid.T, what string, isTick bool, before map[st
 		st, _ := w.m.State(he.ID)
 		if !st.Holding() {
 			t.Fatalf("%s: Held() lists %v in state %v", what, he, st)
+		}
+	}
+	publishing := 0
+	for _, ws := range w.m.Snapshot().Workloads {
+		if ws.Phase == lease.PhasePublishing {
+			publishing++
+		}
+	}
+	if w.cfg.ClaimWindow > 0 && publishing > w.cfg.ClaimWindow {
+		t.Fatalf("(g) %s: %d claims wait for their publish's answer, window %d", what, publishing, w.cfg.ClaimWindow)
+	}
+	for _, e := range effs {
+		if c, ok := e.(lease.PublishClaim); ok {
+			if ws, _ := w.m.Workload(c.ID); ws.Phase != lease.PhasePublishing {
+				t.Fatalf("(g) %s: %v, but the workload is in phase %q", what, e, ws.Phase)
+			}
 		}
 	}
 	w.lastTick = isTick
