@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -195,7 +196,7 @@ func TestNostrForwarder(t *testing.T) {
 func TestNostrForwarderRemembersVerifiedSignatures(t *testing.T) {
 	var v verifiedIDs
 	ev := func(i int, sig string) *nostr.Event {
-		return &nostr.Event{ID: string(rune('a'+i%26)) + string(rune(i)), Sig: sig}
+		return &nostr.Event{ID: fmt.Sprintf("%064x", i), Sig: sig}
 	}
 	v.add(ev(0, "good"))
 	if !v.ok(ev(0, "good")) || v.ok(ev(0, "forged")) || v.ok(ev(1, "good")) {
