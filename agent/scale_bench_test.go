@@ -76,7 +76,10 @@ import (
 //
 // SCALE_MEMORY_LIMIT_MIB sets the Go runtime's soft memory limit for the
 // run, as agent.memory_limit_mib does for run (docs/operations.md,
-// "Memory").
+// "Memory"). SCALE_HEAP_PROFILE=prefix writes heap profiles (see
+// writeHeapProfile, profileAtPeaks); SCALE_CPU_PROFILE=prefix a CPU profile
+// of the first minute of the cut and of the retake (profileCPU), and
+// RELAYTEST_CPUPROFILE_DIR=dir the relays' (internal/relaytest).
 //
 // Relays, proxies and queued grants are set up outside the timer. Only
 // workloads=1000 runs unless SCALE_BENCH_ALL=1 (10,000 and 100,000 take
@@ -752,15 +755,52 @@ func phasePeak(b *testing.B, sa *scaleAgent, n int, phase string, run func()) fl
 		b.Logf("reset the peak RSS: %v", err)
 	}
 	stop := profileAtPeaks(b, n, phase)
+	stopCPU := profileCPU(b, n, phase)
 	b.StartTimer()
 	sa.a.ResetStepMax()
 	run()
 	b.StopTimer()
+	stopCPU()
 	stop()
 	peak := peakRSSMiB()
 	writeHeapProfile(b, n, "."+phase)
 	return peak
 }
+
+// profileCPU, with SCALE_CPU_PROFILE set, writes a CPU profile of the
+// phase's first cpuProfileFor to $SCALE_CPU_PROFILE.<n>.<phase> (the
+// test's -cpuprofile covers the whole run, and a stopped run writes none);
+// the returned func ends it early when the phase ends first. Not with
+// -cpuprofile: the runtime takes one CPU profile at a time.
+func profileCPU(b *testing.B, n int, phase string) (stop func()) {
+	p := os.Getenv("SCALE_CPU_PROFILE")
+	if p == "" {
+		return func() {}
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%d.%s", p, n, phase))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatalf("SCALE_CPU_PROFILE: %v", err)
+	}
+	var once sync.Once
+	end := func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}
+	t := time.AfterFunc(cpuProfileFor, end)
+	return func() {
+		t.Stop()
+		end()
+	}
+}
+
+// cpuProfileFor bounds a phase's CPU profile (profileCPU).
+const cpuProfileFor = 60 * time.Second
 
 // writeHeapProfile writes the heap to $SCALE_HEAP_PROFILE.<n><suffix> when
 // that is set: once every workload is Live (no suffix) and once the cut's
