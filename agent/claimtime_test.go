@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nbd-wtf/go-nostr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/courier"
 	"provideragent/heartbeat"
@@ -174,4 +175,20 @@ func outboxEvent(t *testing.T, a *Agent, kind int) *nostr.Event {
 		t.Fatalf("outbox holds no kind %d event (%d rows)", kind, len(rs))
 	}
 	return found
+}
+
+// agent_claims_awaiting_answer shows a claim from its step until its
+// publish's answer.
+func TestClaimsAwaitingAnswerGauge(t *testing.T) {
+	t.Parallel()
+	a, t0 := inClaimStep(t, nostr.GeneratePrivateKey(), filepath.Join(t.TempDir(), "agent.db"), &recPool{})
+	a.refreshStatus(t0)
+	if got := testutil.ToFloat64(a.obs.met.claimsWaiting); got != 1 {
+		t.Fatalf("agent_claims_awaiting_answer in the claim step = %v, want 1", got)
+	}
+	feedCommit(t, a, t0.Add(200*time.Millisecond), input{claimAck: &lease.ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3}})
+	a.refreshStatus(t0.Add(200 * time.Millisecond))
+	if got := testutil.ToFloat64(a.obs.met.claimsWaiting); got != 0 {
+		t.Fatalf("agent_claims_awaiting_answer once answered = %v, want 0", got)
+	}
 }

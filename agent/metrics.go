@@ -25,6 +25,7 @@ type metrics struct {
 	eventsRejected *prometheus.CounterVec // reason
 	revocations    *prometheus.CounterVec // direction: sent, received
 	promotions     *prometheus.CounterVec // outcome
+	claimsWaiting  prometheus.Gauge       // claims awaiting their publish's answer (lease.claim_window bounds it)
 	respawns       prometheus.Counter
 	effects        *prometheus.CounterVec // type
 	stepErrors     prometheus.Counter
@@ -125,6 +126,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		promotions: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "agent_promotions_total", Help: "Promotion claims, by outcome (claimed, expired before it could be published, withdrawn, announced).",
 		}, []string{"outcome"}),
+		claimsWaiting: f.NewGauge(prometheus.GaugeOpts{
+			Name: "agent_claims_awaiting_answer", Help: "Promotion claims waiting for their publish's answer; at lease.claim_window further claim steps (takeovers, retakes, retries) wait for a slot.",
+		}),
 		respawns: f.NewCounter(prometheus.CounterOpts{
 			Name: "agent_respawns_total", Help: "Workload process respawn attempts.",
 		}),

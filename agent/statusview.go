@@ -116,6 +116,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 	for _, s := range lease.States {
 		a.obs.met.workloads.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
+	a.obs.met.claimsWaiting.Set(float64(a.machine().ClaimsAwaitingAnswer()))
 	sus, why := a.machine().ClockSuspect()
 	var ws []WorkloadStatus
 	a.view.with(func(v *statusView) {

@@ -129,6 +129,11 @@ func (m *Machine) claimSlot() bool {
 	return m.cfg.ClaimWindow <= 0 || m.publishing < m.cfg.ClaimWindow
 }
 
+// ClaimsAwaitingAnswer is the number of claims waiting for their
+// publish's answer (ClaimPublished or the claim step's timeout), at most
+// ClaimWindow: at the bound, further claim steps wait.
+func (m *Machine) ClaimsAwaitingAnswer() int { return m.publishing }
+
 // setPhase moves w to claim-step phase p, keeping the count of claims
 // awaiting their publish's answer.
 func (m *Machine) setPhase(w *WorkloadSnapshot, p ClaimPhase) {

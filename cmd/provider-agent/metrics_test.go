@@ -76,6 +76,8 @@ var documentedMetrics = []metricDoc{
 	{section: "agent", name: "agent_promotions_total", typ: "counter", labels: []string{"outcome"},
 		values: map[string][]string{"outcome": {"claimed", "expired", "withdrawn", "announced"}},
 		help:   "promotion claims made (claimed), not published because their claim step timed out while they waited for a publisher (expired: a queue of claims longer than the relays take in `claim_timeout`), withdrawn, and won (announced)"},
+	{section: "agent", name: "agent_claims_awaiting_answer", typ: "gauge",
+		help: "promotion claims waiting for their publish's answer; at `lease.claim_window` further claim steps (takeovers, retakes, retries) wait for a slot"},
 	{section: "agent", name: "agent_respawns_total", typ: "counter",
 		help: "workload process respawn attempts"},
 	{section: "agent", name: "agent_effects_total", typ: "counter", labels: []string{"type"},
