@@ -444,14 +444,20 @@ func TestRestorePrefersTheHint(t *testing.T) {
 
 // TestRestoreNeedsQuorumOfRelays: with fewer relays answering than the
 // quorum, an attempt fails (retrying until its context ends) instead of
-// calling the workload fresh. The attempt has 3 s: in 500 ms, under CI's
-// race run, one of the three relays had answered (2026-11-29).
+// calling the workload fresh. The pool connects to all three relays
+// first: under CI's race run, with the attempt begun at once, one relay
+// had answered within its 500 ms (2026-11-29), and the reason named one.
 func TestRestoreNeedsQuorumOfRelays(t *testing.T) {
 	w := newWorld(t)
 	r := w.restorer()
 	r.Quorum = 4
 	req := w.request("wl-quorum")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	for deadline := time.Now().Add(30 * time.Second); w.pool.Connected() < 3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 3 relays connected after 30 s", w.pool.Connected())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	out := r.Restore(ctx, req)
 	if out.Result.OK || out.Result.Fresh || !strings.Contains(out.Result.Reason, "3 relays answered, 4 needed") {
