@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -152,5 +153,103 @@ func TestClaimWindowCountRestored(t *testing.T) {
 	m.Remove("w0")
 	if m.publishing != 0 {
 		t.Fatalf("publishing after Remove = %d, want 0", m.publishing)
+	}
+}
+
+// The schedule that would wedge the window: every claim's answer is lost
+// (the agent dropped it unsent, or the relays never replied), and the
+// node reboots with the window full (the count must come back from the
+// persisted phases, neither zero nor stuck). A revocation that arrives
+// while the window is full waits; the lost claims' slots come back by the
+// claim step's timeout, the revocation then claims before its deadline
+// and never after it (its answer is lost too: back to standby), the
+// restored machine never has more than the window waiting, and the other
+// takeovers come once the standby has watched the silence since its
+// reboot (takeover_after).
+func TestClaimWindowLostAnswersAndReboot(t *testing.T) {
+	h := newHarness(t, "bob", func(c *Config) { c.ClaimWindow = 2 })
+	var list []WorkloadEpoch
+	for i := range 4 {
+		id := fmt.Sprintf("w%d", i)
+		h.track(0, warmSpec(id, "alice", "bob"))
+		list = append(list, WorkloadEpoch{ID: id, Epoch: 1})
+	}
+	h.track(0, warmSpec("r", "carol", "bob"))
+	h.hb(0, "alice", all3, list)
+	h.hb(0, "carol", all3, []WorkloadEpoch{{ID: "r", Epoch: 1}})
+	// Carol keeps r alive; alice goes silent and bob takes over two of
+	// her four, whose answers never come.
+	var d time.Duration
+	var first []string
+	for d = s; d <= 3600*s && first == nil; d += s {
+		if d%(60*s) == 0 {
+			h.hb(d, "bob", all3, []WorkloadEpoch{})
+			h.hb(d, "carol", all3, []WorkloadEpoch{{ID: "r", Epoch: 1}})
+		}
+		first = claimsPublished(h.tick(d))
+	}
+	if len(first) != 2 {
+		t.Fatalf("first claims: %v, want two", first)
+	}
+	// Carol revokes r naming bob while the window is full: the claim
+	// step waits in its backoff.
+	rev := Revocation{Workload: "r", Epoch: 1, Signer: key("carol"), Successor: key("bob"), QuorumAt: at(d)}
+	if got := claimsPublished(h.m.ObserveRevocation(at(d), rev)); len(got) != 0 {
+		t.Fatalf("claims on the revocation with the window full: %v, want none", got)
+	}
+	h.checkPublishing()
+	// Reboot: the restored machine has the same two claims awaiting
+	// answers that will never come (its process is new), and the same
+	// full window.
+	m, _, err := Restore(at(d), h.m.cfg, h.m.Snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.m = m
+	h.syncAll(d)
+	h.checkPublishing()
+	if h.m.publishing != 2 {
+		t.Fatalf("restored claims awaiting answers = %d, want 2", h.m.publishing)
+	}
+	if got := claimsPublished(h.tick(d + s)); len(got) != 0 {
+		t.Fatalf("claims right after the reboot: %v, want none (the window is still full)", got)
+	}
+	// No answer ever comes. The revocation's deadline passes while it
+	// waits: it must not claim after it. The lost claims time out and
+	// free their slots, and the other takeovers go on.
+	by := h.m.RevocationDeadline(rev)
+	claimed := map[string]time.Duration{}
+	for e := d + 2*s; e <= d+30*time.Minute; e += s {
+		if e%(60*s) == 0 {
+			h.hb(e, "bob", all3, []WorkloadEpoch{})
+			h.hb(e, "carol", all3, []WorkloadEpoch{{ID: "r", Epoch: 1}}) // r's holder stays alive
+		}
+		for _, id := range claimsPublished(h.tick(e)) {
+			if id == "r" && !at(e).Before(by) {
+				t.Fatalf("r claimed at %v, after its revocation's deadline %v", at(e), by)
+			}
+			if _, ok := claimed[id]; !ok {
+				claimed[id] = e
+			}
+		}
+		h.checkPublishing()
+		if h.m.publishing > 2 {
+			t.Fatalf("%d claims awaiting answers at %v, want at most 2", h.m.publishing, e)
+		}
+	}
+	t.Logf("claimed: %v; r's revocation deadline %v", claimed, by.Sub(t0))
+	if claimed["r"] == 0 || !at(claimed["r"]).Before(by) {
+		t.Fatalf("r claimed at %v, want once a lost claim's slot freed, before its revocation's deadline %v", claimed["r"], by.Sub(t0))
+	}
+	if h.state("r") != StateStandby {
+		t.Fatalf("r in state %v once its claim's answer was lost and its revocation's deadline passed, want standby", h.state("r"))
+	}
+	if h.state("r") != StateStandby {
+		t.Fatalf("r in state %v once its claim's answer was lost and its revocation's deadline passed, want standby", h.state("r"))
+	}
+	for _, e := range list {
+		if _, ok := claimed[e.ID]; !ok && !slices.Contains(first, e.ID) {
+			t.Fatalf("%s never claimed after the lost answers and the reboot (claimed %v)", e.ID, claimed)
+		}
 	}
 }
