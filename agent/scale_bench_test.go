@@ -713,8 +713,8 @@ func TestForeignPublisherChild(t *testing.T) {
 // the last one written: the heap of the highest peak, to read beside the steady
 // profile's (go tool pprof -base).
 func profileAtPeaks(b *testing.B, n int, phase string) (stop func()) {
-	p := os.Getenv("SCALE_HEAP_PROFILE")
-	if p == "" {
+	path, ok := profilePath("SCALE_HEAP_PROFILE", n, "."+phase+".peak")
+	if !ok {
 		return func() {}
 	}
 	done := make(chan struct{})
@@ -732,7 +732,7 @@ func profileAtPeaks(b *testing.B, n int, phase string) (stop func()) {
 			}
 			if r := rssMiB(); r > last+32 {
 				last = r
-				f, err := os.Create(fmt.Sprintf("%s.%d.%s.peak", p, n, phase))
+				f, err := os.Create(path)
 				if err != nil {
 					b.Error(err)
 					return
@@ -773,11 +773,11 @@ func phasePeak(b *testing.B, sa *scaleAgent, n int, phase string, run func()) fl
 // the returned func ends it early when the phase ends first. Not with
 // -cpuprofile: the runtime takes one CPU profile at a time.
 func profileCPU(b *testing.B, n int, phase string) (stop func()) {
-	p := os.Getenv("SCALE_CPU_PROFILE")
-	if p == "" {
+	path, ok := profilePath("SCALE_CPU_PROFILE", n, "."+phase)
+	if !ok {
 		return func() {}
 	}
-	f, err := os.Create(fmt.Sprintf("%s.%d.%s", p, n, phase))
+	f, err := os.Create(path)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -799,6 +799,16 @@ func profileCPU(b *testing.B, n int, phase string) (stop func()) {
 	}
 }
 
+// profilePath is the file of a profile asked for by environment variable
+// env (a path prefix): <prefix>.<n><suffix>; ok is false when env is unset.
+func profilePath(env string, n int, suffix string) (path string, ok bool) {
+	p := os.Getenv(env)
+	if p == "" {
+		return "", false
+	}
+	return fmt.Sprintf("%s.%d%s", p, n, suffix), true
+}
+
 // cpuProfileFor bounds a phase's CPU profile (profileCPU).
 const cpuProfileFor = 60 * time.Second
 
@@ -808,11 +818,11 @@ const cpuProfileFor = 60 * time.Second
 // (".retake"; -memprofile only sees the heap after the
 // agent stopped).
 func writeHeapProfile(b *testing.B, n int, suffix string) {
-	p := os.Getenv("SCALE_HEAP_PROFILE")
-	if p == "" {
+	path, ok := profilePath("SCALE_HEAP_PROFILE", n, suffix)
+	if !ok {
 		return
 	}
-	f, err := os.Create(fmt.Sprintf("%s.%d%s", p, n, suffix))
+	f, err := os.Create(path)
 	if err != nil {
 		b.Fatal(err)
 	}
