@@ -451,16 +451,20 @@ func TestRestoreNeedsQuorumOfRelays(t *testing.T) {
 	w := newWorld(t)
 	r := w.restorer()
 	r.Quorum = 4
+	// One try within the attempt: the reason reported is the last try's,
+	// and a try the attempt's deadline cuts short counts fewer answers
+	// than the relays gave (3 of 40 runs under -race and load).
+	r.Retry = time.Hour
 	req := w.request("wl-quorum")
 	for deadline := time.Now().Add(30 * time.Second); w.pool.Connected() < 3; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of 3 relays connected after 30 s", w.pool.Connected())
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	out := r.Restore(ctx, req)
-	if out.Result.OK || out.Result.Fresh || !strings.Contains(out.Result.Reason, "3 relays answered, 4 needed") {
+	if out.Result.OK || out.Result.Fresh || !strings.Contains(out.Result.Reason, "3 relays answered, 4 needed: unavailable (after 1 tries") {
 		t.Fatalf("Restore = %+v, want a failure: too few relays answered", out.Result)
 	}
 }
