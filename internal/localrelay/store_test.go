@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/fiatjaf/eventstore/slicestore"
 	"github.com/nbd-wtf/go-nostr"
 )
 
@@ -51,20 +52,104 @@ func TestQueryByTagMatchesTheScan(t *testing.T) {
 	}
 }
 
-// scan is the inner store's answer to f.
+// scan is the store's scan's answer to f.
 func scan(t *testing.T, s *memStore, f nostr.Filter) []*nostr.Event {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ch, err := s.inner.QueryEvents(context.Background(), f)
-	if err != nil {
-		t.Fatal(err)
+	return s.scanLocked(f)
+}
+
+// TestStoreAnswersAsSlicestore: after random saves, replacements and
+// deletions, the store holds what its indexes hold, and answers random
+// filters (kinds, authors, tags, since, until, limits) exactly as khatru's
+// slicestore holding the same events, whose order it keeps reversed.
+func TestStoreAnswersAsSlicestore(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			maxLimit := []int{0, 3, 50}[rng.IntN(3)]
+			s, err := newMemStore(maxLimit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds := []string{"a", "b", "c", ""}
+			var stored []*nostr.Event
+			for i := range 300 {
+				ev := randomEvent(rng, i, ds)
+				switch op := rng.IntN(10); {
+				case op < 5 && nostr.IsAddressableKind(ev.Kind):
+					_ = s.replace(ev)
+				case op < 8:
+					_ = s.save(ev)
+				case op < 9 && len(stored) > 0:
+					_ = s.save(stored[rng.IntN(len(stored))]) // a duplicate
+				case len(stored) > 0:
+					_ = s.delete(stored[rng.IntN(len(stored))])
+				}
+				stored = append(stored, ev)
+				ref := slicestore.SliceStore{MaxLimit: maxLimit}
+				if err := ref.Init(); err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range s.byID {
+					if err := ref.SaveEvent(context.Background(), e); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if len(s.timeline) != len(s.byID) || !slices.IsSortedFunc(s.timeline, oldestFirst) {
+					t.Fatalf("after %d operations: %d events in the timeline (sorted %v), %d by id", i+1,
+						len(s.timeline), slices.IsSortedFunc(s.timeline, oldestFirst), len(s.byID))
+				}
+				f := randomFilter(rng, ds)
+				ch, err := ref.QueryEvents(context.Background(), f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want []*nostr.Event
+				for e := range ch {
+					want = append(want, e)
+				}
+				if got := s.query(f); !slices.Equal(ids(got), ids(want)) {
+					t.Fatalf("after %d operations, filter %v: store gave %v, slicestore %v", i+1, f, ids(got), ids(want))
+				}
+			}
+		})
 	}
-	var out []*nostr.Event
-	for ev := range ch {
-		out = append(out, ev)
+}
+
+// randomFilter is a filter of any shape the relays are asked: by kind,
+// author, indexed or other tag, time range and limit.
+func randomFilter(rng *rand.Rand, ds []string) nostr.Filter {
+	f := nostr.Filter{}
+	if rng.IntN(3) == 0 {
+		f = randomTagFilter(rng, ds)
+	} else if rng.IntN(4) == 0 {
+		f.Tags = nostr.TagMap{"t": {"0"}}
 	}
-	return out
+	if rng.IntN(3) == 0 {
+		f.Kinds = []int{[]int{1, 5, 30000, 38383, 38384}[rng.IntN(5)]}
+	}
+	if rng.IntN(4) == 0 {
+		f.Authors = []string{"p2"}
+	}
+	if rng.IntN(2) == 0 {
+		since := nostr.Timestamp(995 + rng.IntN(30))
+		f.Since = &since
+	}
+	if rng.IntN(2) == 0 {
+		until := nostr.Timestamp(995 + rng.IntN(30))
+		f.Until = &until
+	}
+	switch rng.IntN(4) {
+	case 0:
+		f.Limit = 1 + rng.IntN(10)
+	case 1:
+		f.Limit = 1000
+	case 2:
+		f.LimitZero = true
+	}
+	return f
 }
 
 func ids(evs []*nostr.Event) []string {
