@@ -217,9 +217,22 @@ func (ta *testAgent) waitState(id string, want lease.State, epoch uint64, limit 
 // was accepted by at least M relays, and one heartbeat interval more for it
 // to come back: only then does ta's revocation of id carry quorum_at, which
 // its successor's claim by revocation needs (lease.RevocationDeadline).
+// For an agent in this process it also waits until the agent saw such a
+// heartbeat come back from M relays (its status row's QuorumAt): only then
+// does a revocation let the successor claim at once. Accepted is not seen:
+// under CI's race run the echo lagged a heartbeat interval, the revocation
+// carried no quorum time, and the standby waited for the takeover rule.
 func (ta *testAgent) waitListedOnQuorum(id string, limit time.Duration) {
 	ta.t.Helper()
 	waitListedOnQuorum(ta.t, ta.a.me.name, ta.log, id, ta.a.cfg.Lease, limit)
+	waitFor(ta.t, limit, ta.a.me.name+": a heartbeat listing "+id+" seen back from M relays (status quorum_at)", func() bool {
+		for _, w := range ta.a.Status().Workloads {
+			if w.ID == id && !w.QuorumAt.IsZero() {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // waitListedOnQuorum is testAgent.waitListedOnQuorum for any agent's

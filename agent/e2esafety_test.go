@@ -123,6 +123,10 @@ func TestDiskFullPrimaryStillFences(t *testing.T) {
 	}
 
 	refuseWrites(t, primary.a, false)
+	waitFor(t, 20*time.Second, "standby received the revocation", receivedRevocation(standby, "w1"))
+	if e, _ := standby.log.find(func(e Event) bool { return e.Kind == "received" && e.Workload == "w1" }); !strings.Contains(e.Detail, "may claim on it until") {
+		t.Fatalf("standby's received line %q, want one it may claim on (the revocation carries the holder's quorum time)", e.Detail)
+	}
 	standby.waitState("w1", lease.StateLive, 2, 40*time.Second)
 	if got := testutil.ToFloat64(standby.a.obs.met.revocations.WithLabelValues("received")); got < 1 {
 		t.Fatalf("standby revocations received = %v, want >= 1 (the handover came from the held revocation)", got)

@@ -76,6 +76,12 @@ type WorkloadStatus struct {
 	// of its standbys alive (no heartbeat within stale): if it fails, nobody
 	// takes over until one is back.
 	NoStandby bool `json:"no_standby,omitempty"`
+	// QuorumAt is, for a workload this provider holds, the creation time
+	// of its newest heartbeat since it began holding that came back from M
+	// relays: what a revocation would carry now. Absent: none has yet, so a
+	// standby could not claim on a revocation and would wait for the
+	// takeover rule (takeover_after of silence).
+	QuorumAt time.Time `json:"quorum_at,omitzero"`
 	// Role is "primary" when this agent holds (or is promoting to) the
 	// lease, "standby" otherwise ("" when read from the database).
 	Role string `json:"role"`

@@ -2,10 +2,12 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"provideragent/driver"
 	"provideragent/heartbeat"
+	"provideragent/lease"
 )
 
 // maxBatch bounds how many inputs one machine step folds into one commit.
@@ -239,7 +241,7 @@ func (a *Agent) feed(t *agentTurn, in input) {
 		r := heartbeat.RevocationInput(in.rev, w)
 		a.obs.met.revocations.WithLabelValues("received").Inc()
 		if r.Signer != a.me.self {
-			a.emit("received", r.Workload, "revocation of epoch %d from %s, successor %s", r.Epoch, short(r.Signer), short(r.Successor))
+			a.emit("received", r.Workload, "revocation of epoch %d from %s, successor %s%s", r.Epoch, short(r.Signer), short(r.Successor), claimOnRevocation(a.machine(), r, a.now()))
 		}
 		din.Revocation = &r
 	case in.grant != nil:
@@ -371,4 +373,22 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// claimOnRevocation says, for the event log, whether this provider may
+// claim on revocation r until its deadline (lease.RevocationDeadline), when
+// it is the successor: a revocation that carries no quorum time, or comes
+// after its deadline, leaves the standby to the takeover rule.
+func claimOnRevocation(m *lease.Machine, r lease.Revocation, now time.Time) string {
+	if r.Successor != m.Self() {
+		return ""
+	}
+	by := m.RevocationDeadline(r)
+	switch {
+	case by.IsZero():
+		return " (it names no time its holder had relay quorum: no claim on it, the takeover rule decides)"
+	case !now.Before(by):
+		return fmt.Sprintf(" (after its deadline %s: no claim on it, the takeover rule decides)", by.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf(" (may claim on it until %s)", by.UTC().Format(time.RFC3339))
 }

@@ -242,7 +242,11 @@ func (p *performer) Queue(e lease.Effect) {
 	switch e := e.(type) {
 	case lease.PublishRevocation:
 		a.obs.met.revocations.WithLabelValues("queued").Inc()
-		a.emit("revocation", e.ID, "revocation of epoch %d queued in the outbox (successor %s): %s", e.Epoch, short(e.Successor), e.Reason)
+		quorum := "its standby waits for the takeover rule: no heartbeat of this epoch came back from M relays"
+		if !e.QuorumAt.IsZero() {
+			quorum = "quorum at " + e.QuorumAt.UTC().Format(time.RFC3339)
+		}
+		a.emit("revocation", e.ID, "revocation of epoch %d queued in the outbox (successor %s, %s): %s", e.Epoch, short(e.Successor), quorum, e.Reason)
 	case lease.WithdrawClaim:
 		a.obs.met.promotions.WithLabelValues("withdrawn").Inc()
 		a.emit("claim", e.ID, "claim for epoch %d withdrawn: the withdrawn marker is queued in the outbox (none when no relay was sent the claim)", e.Epoch)

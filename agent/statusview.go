@@ -152,7 +152,7 @@ func (a *Agent) refreshStatus(now time.Time) {
 }
 
 // statusRow is workload id's row as the machine holds it (false: not
-// tracked). Status fills Running; refreshRows sets NoStandby.
+// tracked). Status fills Running; refreshRows sets NoStandby and QuorumAt.
 func (a *Agent) statusRow(id string) (WorkloadStatus, bool) {
 	w, ok := a.machine().Workload(id)
 	if !ok {
@@ -163,8 +163,8 @@ func (a *Agent) statusRow(id string) (WorkloadStatus, bool) {
 
 // refreshRows updates the rows of v (under its lock, machine goroutine)
 // and returns them: those of the workloads that changed state since the
-// last refresh, or all of them every statusRebuildEvery; NoStandby on
-// every row.
+// last refresh, or all of them every statusRebuildEvery; NoStandby and
+// QuorumAt on every row.
 func (a *Agent) refreshRows(v *statusView, now time.Time) []WorkloadStatus {
 	ws := v.status.Workloads
 	rebuild := v.idx == nil || now.Sub(a.m.status.built) >= statusRebuildEvery
@@ -207,6 +207,9 @@ func (a *Agent) refreshRows(v *statusView, now time.Time) []WorkloadStatus {
 	for i := range ws {
 		w := &ws[i]
 		w.NoStandby = w.Primary == a.me.self && lease.State(w.State).Holding() && len(w.Standbys) > 0 && !a.machine().StandbyAlive(w.ID)
+		if w.Primary == a.me.self {
+			w.QuorumAt = a.machine().QuorumAt(w.ID)
+		}
 	}
 	return ws
 }

@@ -652,3 +652,16 @@ func (m *Machine) quorumAt(w *WorkloadSnapshot) time.Time {
 	}
 	return q
 }
+
+// QuorumAt is the quorum time a revocation of workload id by this provider
+// would carry now (PublishRevocation.QuorumAt): zero when this provider
+// does not hold it, or none of its heartbeats since it began holding came
+// back from M relays; a standby then cannot claim on the revocation and
+// waits for the takeover rule.
+func (m *Machine) QuorumAt(id string) time.Time {
+	w := m.byID[id]
+	if w == nil || w.Holder != m.self || !w.State.Holding() {
+		return time.Time{}
+	}
+	return m.quorumAt(w)
+}

@@ -151,6 +151,12 @@ func TestRevocationCarriesTheHoldersLastQuorum(t *testing.T) {
 		h := newHarness(t, "alice", nil)
 		h.track(0, warmSpec("w1", "alice", "bob"))
 		h.beat("alice", 0, 300*s, 60*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
+		if got := h.m.QuorumAt("w1"); !got.Equal(at(300 * s)) {
+			t.Fatalf("QuorumAt(w1) while holding = %v, want +5m0s (what its revocation would carry)", got)
+		}
+		if got := h.m.QuorumAt("unknown"); !got.IsZero() {
+			t.Fatalf("QuorumAt(unknown) = %v, want zero", got)
+		}
 		// Only relay 1 still carries alice's beats: quorum (M=2) was last
 		// had with the beat at 300 s.
 		var got time.Time
@@ -170,10 +176,22 @@ func TestRevocationCarriesTheHoldersLastQuorum(t *testing.T) {
 		found := false
 		for d := 60 * s; d <= cfg.ProvisionTimeout+time.Minute && !found; d += 60 * s {
 			h.hb(d, "alice", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
+			if q := h.m.QuorumAt("w1"); !q.IsZero() {
+				t.Fatalf("QuorumAt(w1) at %v = %v with beats on one relay, want zero", d, q)
+			}
 			got, found = quorumAtOf(h.tick(d))
 		}
 		if !found || !got.IsZero() {
 			t.Fatalf("revocation QuorumAt = %v (found %v), want zero", got, found)
+		}
+	})
+	t.Run("a standby holds nothing to revoke", func(t *testing.T) {
+		h := newHarness(t, "bob", nil)
+		h.track(0, warmSpec("w1", "alice", "bob"))
+		h.beat("alice", 0, 120*s, 60*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
+		h.beat("bob", 0, 120*s, 60*s, nil)
+		if got := h.m.QuorumAt("w1"); !got.IsZero() {
+			t.Fatalf("standby's QuorumAt(w1) = %v, want zero", got)
 		}
 	})
 }
