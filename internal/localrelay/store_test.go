@@ -19,24 +19,11 @@ func TestQueryByTagMatchesTheScan(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
-			maxLimit := []int{0, 3, 50}[rng.IntN(3)]
-			s, err := newMemStore(maxLimit)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, _ := randomStore(t, rng)
 			ds := []string{"a", "b", "c", "d", "e", ""}
 			var stored []*nostr.Event
 			for i := range 300 {
-				ev := randomEvent(rng, i, ds)
-				switch op := rng.IntN(10); {
-				case op < 6 && nostr.IsAddressableKind(ev.Kind):
-					_ = s.replace(ev)
-				case op < 8:
-					_ = s.save(ev)
-				case len(stored) > 0:
-					_ = s.delete(stored[rng.IntN(len(stored))])
-				}
-				stored = append(stored, ev)
+				stored = randomChange(rng, s, stored, randomEvent(rng, i, ds))
 				f := randomTagFilter(rng, ds)
 				name, values := indexedIn(f)
 				if name == "" {
@@ -50,6 +37,35 @@ func TestQueryByTagMatchesTheScan(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randomStore is an empty store with a random clamp of limits (0: the
+// default).
+func randomStore(t *testing.T, rng *rand.Rand) (*memStore, int) {
+	t.Helper()
+	maxLimit := []int{0, 3, 50}[rng.IntN(3)]
+	s, err := newMemStore(maxLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, maxLimit
+}
+
+// randomChange replaces (when addressable), saves, saves again or deletes
+// an event of s at random (ev, or one of stored), and returns stored with
+// ev added.
+func randomChange(rng *rand.Rand, s *memStore, stored []*nostr.Event, ev *nostr.Event) []*nostr.Event {
+	switch op := rng.IntN(10); {
+	case op < 5 && nostr.IsAddressableKind(ev.Kind):
+		_ = s.replace(ev)
+	case op < 8:
+		_ = s.save(ev)
+	case op < 9 && len(stored) > 0:
+		_ = s.save(stored[rng.IntN(len(stored))]) // a duplicate
+	case len(stored) > 0:
+		_ = s.delete(stored[rng.IntN(len(stored))])
+	}
+	return append(stored, ev)
 }
 
 // scan is the store's scan's answer to f.
@@ -68,26 +84,11 @@ func TestStoreAnswersAsSlicestore(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 11))
-			maxLimit := []int{0, 3, 50}[rng.IntN(3)]
-			s, err := newMemStore(maxLimit)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, maxLimit := randomStore(t, rng)
 			ds := []string{"a", "b", "c", ""}
 			var stored []*nostr.Event
 			for i := range 300 {
-				ev := randomEvent(rng, i, ds)
-				switch op := rng.IntN(10); {
-				case op < 5 && nostr.IsAddressableKind(ev.Kind):
-					_ = s.replace(ev)
-				case op < 8:
-					_ = s.save(ev)
-				case op < 9 && len(stored) > 0:
-					_ = s.save(stored[rng.IntN(len(stored))]) // a duplicate
-				case len(stored) > 0:
-					_ = s.delete(stored[rng.IntN(len(stored))])
-				}
-				stored = append(stored, ev)
+				stored = randomChange(rng, s, stored, randomEvent(rng, i, ds))
 				ref := slicestore.SliceStore{MaxLimit: maxLimit}
 				if err := ref.Init(); err != nil {
 					t.Fatal(err)
@@ -121,34 +122,11 @@ func TestStoreAnswersAsSlicestore(t *testing.T) {
 // randomFilter is a filter of any shape the relays are asked: by kind,
 // author, indexed or other tag, time range and limit.
 func randomFilter(rng *rand.Rand, ds []string) nostr.Filter {
-	f := nostr.Filter{}
 	if rng.IntN(3) == 0 {
-		f = randomTagFilter(rng, ds)
-	} else if rng.IntN(4) == 0 {
-		f.Tags = nostr.TagMap{"t": {"0"}}
+		return randomTagFilter(rng, ds)
 	}
-	if rng.IntN(3) == 0 {
-		f.Kinds = []int{[]int{1, 5, 30000, 38383, 38384}[rng.IntN(5)]}
-	}
-	if rng.IntN(4) == 0 {
-		f.Authors = []string{"p2"}
-	}
-	if rng.IntN(2) == 0 {
-		since := nostr.Timestamp(995 + rng.IntN(30))
-		f.Since = &since
-	}
-	if rng.IntN(2) == 0 {
-		until := nostr.Timestamp(995 + rng.IntN(30))
-		f.Until = &until
-	}
-	switch rng.IntN(4) {
-	case 0:
-		f.Limit = 1 + rng.IntN(10)
-	case 1:
-		f.Limit = 1000
-	case 2:
-		f.LimitZero = true
-	}
+	f := nostr.Filter{Tags: nostr.TagMap{}}
+	randomBounds(rng, &f)
 	return f
 }
 
@@ -184,30 +162,36 @@ func randomTagFilter(rng *rand.Rand, ds []string) nostr.Filter {
 			f.Tags[name] = append(f.Tags[name], ds[rng.IntN(len(ds))])
 		}
 	}
+	randomBounds(rng, &f)
+	return f
+}
+
+// randomBounds adds to f at random a kind, an author, an unindexed tag, a
+// since and an until among the events' times (randomEvent), and a limit.
+func randomBounds(rng *rand.Rand, f *nostr.Filter) {
 	if rng.IntN(2) == 0 {
 		f.Kinds = []int{[]int{1, 5, 30000, 38383, 38384}[rng.IntN(5)]}
 	}
 	if rng.IntN(3) == 0 {
-		f.Authors = []string{"p1"}
+		f.Authors = []string{[]string{"p1", "p2"}[rng.IntN(2)]}
 	}
 	if rng.IntN(4) == 0 {
 		f.Tags["t"] = []string{"0"}
 	}
 	if rng.IntN(3) == 0 {
-		since := nostr.Timestamp(1000 + rng.IntN(20))
+		since := nostr.Timestamp(995 + rng.IntN(30))
 		f.Since = &since
 	}
 	if rng.IntN(3) == 0 {
-		until := nostr.Timestamp(1000 + rng.IntN(20))
+		until := nostr.Timestamp(995 + rng.IntN(30))
 		f.Until = &until
 	}
 	switch rng.IntN(4) {
 	case 0:
-		f.Limit = 1 + rng.IntN(5)
+		f.Limit = 1 + rng.IntN(10)
 	case 1:
 		f.LimitZero = true
 	case 2:
 		f.Limit = 1000
 	}
-	return f
 }
