@@ -66,6 +66,11 @@ func TestRunPodmanFailover(t *testing.T) {
 	t.Parallel()
 	image := backendtest.Busybox(t)
 	const grace = 2 * time.Second
+	// containerProcs finds a workload's processes by its id and epoch in
+	// every process's environment: an id of this test's own, since other
+	// tests run a "web-1" at epoch 2 beside it (CI counted one of theirs as
+	// the standby's container, 2026-11-29).
+	const id = "podman-failover"
 	p := newPair(t)
 	dirA, dirB, pubB, cfgA, cfgB := p.dirA, p.dirB, p.pubB, p.cfgA, p.cfgB
 	appendTo(t, cfgA, podmanSection(t, grace)) // fastConfig ends in [backend]
@@ -75,12 +80,12 @@ func TestRunPodmanFailover(t *testing.T) {
 			_, _ = backend.KillPodmanLeftovers(t.Context(), "podman", filepath.Join(d, "logs"), nil)
 		}
 	})
-	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "web-1", "--image", image,
+	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", id, "--image", image,
 		"--command", `echo "epoch $PROVIDER_AGENT_EPOCH up"; while :; do sleep 0.05; done`, "--standby", npubOf(t, pubB), "--publish")
 
 	a := startRun(t, "--config", cfgA)
 	b := startRun(t, "--config", cfgB)
-	waitPrimaryAndStandby(t, a, b, "web-1", 90*time.Second)
+	waitPrimaryAndStandby(t, a, b, id, 90*time.Second)
 	var first []int
 	deadline := time.Now().Add(60 * time.Second)
 	for len(first) == 0 {
@@ -88,7 +93,7 @@ func TestRunPodmanFailover(t *testing.T) {
 			t.Fatalf("no process of the primary's container (epoch 1) within 60 s")
 		}
 		time.Sleep(50 * time.Millisecond)
-		first = containerProcs("web-1", 1)
+		first = containerProcs(id, 1)
 	}
 
 	a.kill(t)
@@ -96,7 +101,7 @@ func TestRunPodmanFailover(t *testing.T) {
 	var gone, started time.Duration
 	for started == 0 {
 		now := time.Since(killed)
-		old, second := anyRunning(first), containerProcs("web-1", 2)
+		old, second := anyRunning(first), containerProcs(id, 2)
 		if old && len(second) > 0 {
 			t.Fatalf("%v after kill -9 of the primary, its container (%v) and the standby's (%v) both run", now, first, second)
 		}
@@ -116,11 +121,11 @@ func TestRunPodmanFailover(t *testing.T) {
 	}
 	t.Logf("after kill -9 of the primary agent: its container gone after %v, the standby's started after %v",
 		gone.Round(time.Millisecond), started.Round(time.Millisecond))
-	st := b.waitStatus(t, "web-1 live on the standby at epoch 2", 30*time.Second, func(st agent.Status) bool {
-		w, ok := workloadIn(st, "web-1")
+	st := b.waitStatus(t, id+" live on the standby at epoch 2", 30*time.Second, func(st agent.Status) bool {
+		w, ok := workloadIn(st, id)
 		return ok && w.State == "live" && w.Epoch == 2 && w.Running
 	})
-	if w, _ := workloadIn(st, "web-1"); w.Primary != pubB {
+	if w, _ := workloadIn(st, id); w.Primary != pubB {
 		t.Errorf("holder after the failover = %s, want the standby %s", w.Primary, pubB)
 	}
 	// podman run may still be creating the container when the supervisor
@@ -130,9 +135,9 @@ func TestRunPodmanFailover(t *testing.T) {
 	var log []byte
 	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		out, err = exec.Command("podman", "ps", "--filter", "label="+backend.PodmanLabelWorkload+"=web-1",
+		out, err = exec.Command("podman", "ps", "--filter", "label="+backend.PodmanLabelWorkload+"="+id,
 			"--filter", "label="+backend.PodmanLabelEpoch+"=2", "--format", "{{.Image}}").Output()
-		log, _ = os.ReadFile(filepath.Join(dirB, "logs", "web-1.log"))
+		log, _ = os.ReadFile(filepath.Join(dirB, "logs", id+".log"))
 		if (err == nil && strings.TrimSpace(string(out)) == image && strings.Contains(string(log), "epoch 2 up")) || time.Now().After(deadline) {
 			break
 		}
