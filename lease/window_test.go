@@ -39,12 +39,7 @@ func (h *harness) checkPublishing() {
 // others stay standbys meanwhile (their takeover rule is checked again).
 func TestClaimWindowBoundsClaimsAwaitingAnswers(t *testing.T) {
 	h := newHarness(t, "bob", func(c *Config) { c.ClaimWindow = 2 })
-	var list []WorkloadEpoch
-	for i := range 5 {
-		id := fmt.Sprintf("w%d", i)
-		h.track(0, warmSpec(id, "alice", "bob"))
-		list = append(list, WorkloadEpoch{ID: id, Epoch: 1})
-	}
+	list := h.trackHeldByAlice(5)
 	h.hb(0, "alice", all3, list)
 	var first []string
 	var d time.Duration
@@ -168,12 +163,7 @@ func TestClaimWindowCountRestored(t *testing.T) {
 // reboot (takeover_after).
 func TestClaimWindowLostAnswersAndReboot(t *testing.T) {
 	h := newHarness(t, "bob", func(c *Config) { c.ClaimWindow = 2 })
-	var list []WorkloadEpoch
-	for i := range 4 {
-		id := fmt.Sprintf("w%d", i)
-		h.track(0, warmSpec(id, "alice", "bob"))
-		list = append(list, WorkloadEpoch{ID: id, Epoch: 1})
-	}
+	list := h.trackHeldByAlice(4)
 	h.track(0, warmSpec("r", "carol", "bob"))
 	h.hb(0, "alice", all3, list)
 	h.hb(0, "carol", all3, []WorkloadEpoch{{ID: "r", Epoch: 1}})
@@ -252,4 +242,17 @@ func TestClaimWindowLostAnswersAndReboot(t *testing.T) {
 			t.Fatalf("%s never claimed after the lost answers and the reboot (claimed %v)", e.ID, claimed)
 		}
 	}
+}
+
+// trackHeldByAlice tracks n warm-standby workloads w0, w1, ... that alice
+// holds at epoch 1 with bob standing by, and returns what her heartbeats
+// list.
+func (h *harness) trackHeldByAlice(n int) []WorkloadEpoch {
+	var list []WorkloadEpoch
+	for i := range n {
+		id := fmt.Sprintf("w%d", i)
+		h.track(0, warmSpec(id, "alice", "bob"))
+		list = append(list, WorkloadEpoch{ID: id, Epoch: 1})
+	}
+	return list
 }
