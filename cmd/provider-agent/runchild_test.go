@@ -149,13 +149,17 @@ func (r *runChild) waitStatus(t *testing.T, what string, limit time.Duration, co
 }
 
 // waitPrimaryAndStandby waits until workload id is live and running on
-// primary and watched (state standby) by standby, and returns the
+// primary, listed on quorum (its /status quorum_at set, so a revocation
+// lets the standby claim at once), and watched (state standby) by standby;
+// it returns the
 // standby's /status document that showed it.
 func waitPrimaryAndStandby(t *testing.T, primary, standby *runChild, id string, limit time.Duration) agent.Status {
 	t.Helper()
-	primary.waitStatus(t, id+" live and running on the primary", limit, func(st agent.Status) bool {
+	// quorum_at: a heartbeat listing it came back from M relays, so a
+	// revocation from now on lets the standby claim at once.
+	primary.waitStatus(t, id+" live and running on the primary, listed on quorum (quorum_at)", limit, func(st agent.Status) bool {
 		w, ok := workloadIn(st, id)
-		return ok && w.State == "live" && w.Running
+		return ok && w.State == "live" && w.Running && !w.QuorumAt.IsZero()
 	})
 	return standby.waitStatus(t, id+" watched by the standby", limit, func(st agent.Status) bool {
 		w, ok := workloadIn(st, id)
