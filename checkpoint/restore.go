@@ -218,6 +218,9 @@ func (r *Restorer) now() time.Time {
 func (r *Restorer) try(ctx context.Context, req RestoreRequest) (RestoreOutcome, error) {
 	var out RestoreOutcome
 	recs, err := r.query(ctx, req, &out)
+	if errors.Is(err, errUnavailable) && req.Hint != "" {
+		return r.hintWithoutRecords(ctx, req, out, err)
+	}
 	if err != nil {
 		return out, err
 	}
@@ -366,6 +369,39 @@ func recordCandidate(rec *heartbeat.CheckpointRecord) candidate {
 		what:  fmt.Sprintf("epoch %d seq %d (record %s by %s)", rec.Epoch, rec.Seq, short(rec.EventID), short(rec.Signer)),
 		label: rec.EventID,
 	}
+}
+
+// hintWithoutRecords tries the revocation's state_uri when too few relays
+// answered the records query (queryErr): the holder's last word on its
+// state, in a revocation whose signer the ingest checked, needs no record
+// to be restored (with the records, the hint is tried first anyway), and
+// without it a planned move whose successor reads relays under load
+// loses the final state (a best-effort restore that fails starts from
+// nothing). Its author must still be a known holder of an earlier epoch.
+// When it cannot be placed, the try fails with queryErr (and why the hint
+// could not be placed), to be retried.
+func (r *Restorer) hintWithoutRecords(ctx context.Context, req RestoreRequest, out RestoreOutcome, queryErr error) (RestoreOutcome, error) {
+	ref, err := uploader.ParseBlossomURI(req.Hint)
+	if err == nil {
+		if why := r.hintRefusal(req, ref); why != "" {
+			err = errors.New(why)
+		}
+	}
+	if err != nil {
+		out.Refused = append(out.Refused, lease.CheckpointRefusal{EventID: "hint", Reason: RefuseBadHint, Detail: err.Error()})
+		return out, fmt.Errorf("%w; the revocation's state_uri refused: %v", queryErr, err)
+	}
+	c := candidate{ref: ref, what: "the revocation's state_uri " + short(ref.SHA256), label: "hint"}
+	err = r.fetchAndPlace(ctx, req, c, &out)
+	if err == nil {
+		out.Result.OK = true
+		out.Result.From = fmt.Sprintf("%s, without its record (%v)", c.what, queryErr)
+		return out, nil
+	}
+	if reason := blobRefusal(err); reason != "" {
+		out.Refused = append(out.Refused, lease.CheckpointRefusal{EventID: c.label, Reason: reason, Detail: err.Error()})
+	}
+	return out, fmt.Errorf("%w; %s: %v", queryErr, c.what, err)
 }
 
 // hintRefusal says why a revocation's state_uri that no usable record

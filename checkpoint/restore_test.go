@@ -469,6 +469,42 @@ func TestRestoreNeedsQuorumOfRelays(t *testing.T) {
 	}
 }
 
+// TestRestoreHintWithoutQuorumOfRelays: when too few relays answer the
+// records query, the revocation's state_uri by epoch 1's holder is still
+// restored (a planned move's successor under relay load kept its final
+// state: the fleet's drain at 48 providers lost two counters' state
+// without it, 2026-11-29); a hint by anyone else is not, and the attempt
+// fails as without a hint.
+func TestRestoreHintWithoutQuorumOfRelays(t *testing.T) {
+	needRoot(t)
+	w := newWorld(t)
+	b := &blobs{dir: t.TempDir()}
+	final := []byte("counter=11 (final) ........")
+	sha, size, _ := b.put(t, "wl-hint-q", final)
+	b.start(t)
+	r := w.restorer()
+	r.Quorum = 4
+
+	req := w.request("wl-hint-q")
+	req.Hint = uploader.BlossomURI(sha, "json", []string{b.url}, w.a.PublicKey(), size)
+	out := restore(t, r, req)
+	if !out.Result.OK || out.Record != nil || out.StateURI != req.Hint ||
+		!strings.Contains(out.Result.From, "without its record (query checkpoint records:") {
+		t.Fatalf("Restore = %+v (record %v, state %q), want the hint restored without its record", out.Result, out.Record, out.StateURI)
+	}
+	placed(t, req, final)
+
+	r.Retry = time.Hour // one try: the reason is that try's
+	req = w.request("wl-hint-q")
+	req.Hint = uploader.BlossomURI(sha, "json", []string{b.url}, w.c.PublicKey(), size)
+	out = restore(t, r, req)
+	if out.Result.OK || out.Result.Fresh || !strings.Contains(out.Result.Reason, "relays answered, 4 needed: unavailable; the revocation's state_uri refused: no usable record") ||
+		!refusedFor(out, "hint", checkpoint.RefuseBadHint) {
+		t.Fatalf("Restore with a hint by a non-holder = %+v (refused %+v), want a failure: too few relays, the hint refused", out.Result, out.Refused)
+	}
+	onlyEntries(t, req.Dir.Path)
+}
+
 // TestRestoreSeed: a grant's state_uri (a re-grant naming the state to
 // start from) is restored when no record of the grant exists; a record,
 // once there, wins over it.
