@@ -45,11 +45,14 @@
 //	    that need them (stops and reports may run first; see BeforeCommit); a
 //	    restarted holder does not resume Live before M relays synced with no
 //	    higher epoch seen.
-//	11  No Provisioning forever: a workload that reaches no quorum within
-//	    ProvisionTimeout fails with a reason; one whose required restore
-//	    has not placed a checkpoint by then is evicted instead (handed
-//	    on, and taken back by the retake rule): a Blossom outage is not
-//	    forever, and each attempt stays bounded.
+//	11  No Provisioning forever: a workload that reaches no quorum (or,
+//	    restarted, no relay sync) within ProvisionTimeout is evicted if
+//	    quorum loss would evict it (rule 6: warm-standby, or
+//	    EvictWithoutStandby), else fails with a reason; one whose required
+//	    restore has not placed a checkpoint by then is evicted too. An
+//	    evicted one is handed on and may be taken back by the retake rule:
+//	    a relay or Blossom outage is not forever, and each attempt stays
+//	    bounded.
 //
 // Why rule 6 evicts a holder with no standby alive: once it goes silent,
 // the other members of its lease may start the workload. A standby (the
@@ -177,11 +180,14 @@
 //	                         │                    │                        │
 //	                         │ provision_timeout  │ process exit           │ T1+T2 after loss
 //	                         v                    v                        v
-//	                       failed          respawning ──ok──> live      evicted (warm-standby, or
+//	                  evicted*            respawning ──ok──> live      evicted (warm-standby, or
 //	                                          │ exhausted                 │      evict_without_standby;
 //	                                          v                           │      else quorum report only)
 //	                                        failed                        v higher epoch seen
 //	                                                                    fenced
+//
+// *at provision_timeout: evicted when quorum loss would evict it (or its
+// required restore placed nothing), else failed (rule 11).
 //
 // A successful respawn returns to provisioning instead of live when the
 // workload never was live at its epoch, so rule 11 still bounds it.

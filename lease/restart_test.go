@@ -41,8 +41,9 @@ func TestRestoreReissuesStopForUnheldWorkloads(t *testing.T) {
 			return h
 		}, StateFenced, true},
 		{"failed", func(t *testing.T) *harness {
+			// (With a standby, the provision timeout evicts instead.)
 			h := newHarness(t, "alice", nil)
-			h.track(0, warmSpec("w1", "alice", "bob"))
+			h.track(0, warmSpec("w1", "alice"))
 			h.tick(cfg.ProvisionTimeout)
 			return h
 		}, StateFailed, true},

@@ -545,6 +545,17 @@ func TestRule10_RestoredLiveWaitsForRelaySync(t *testing.T) {
 		h.m.RelaySynced(at(2002*s), "wss://r1.test")
 		h.wantEffects("RelaySynced", h.m.RelaySynced(at(2002*s), "wss://r2.test"))
 	})
+	t.Run("no sync within provision_timeout evicts a warm-standby workload", func(t *testing.T) {
+		h := liveAlice(t, warmSpec("w1", "alice", "bob"), 300*s, nil)
+		restoreJSON(t, h, 310*s)
+		cfg := h.m.Config()
+		h.beat("alice", 320*s, 310*s+cfg.ProvisionTimeout-s, 60*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
+		h.wantState("w1", StateSyncing)
+		effs := h.tick(310*s + cfg.ProvisionTimeout)
+		if h.state("w1") != StateEvicted || hasEffect[Failed](effs) || !hasEffect[PublishRevocation](effs) {
+			t.Fatalf("Tick(sync timeout) = %v, want evicted and handed to bob", render(effs))
+		}
+	})
 	t.Run("no sync within provision_timeout fails", func(t *testing.T) {
 		h := liveAlice(t, warmSpec("w1", "alice"), 300*s, nil)
 		restoreJSON(t, h, 310*s)
@@ -568,6 +579,55 @@ func TestRule11_ProvisionTimeout(t *testing.T) {
 		"entered w1 provisioning -> failed epoch=1",
 		`stop w1 epoch=1 reason="provision timeout: no relay quorum within 5m0s"`,
 		`failed w1 epoch=1 reason="provision timeout: no relay quorum within 5m0s"`)
+}
+
+// TestRule11_ProvisionTimeoutEvictsWhatQuorumLossWould: a workload that
+// quorum loss evicts (warm-standby, or evict_without_standby) and that
+// reaches no relay quorum within ProvisionTimeout is evicted (stopped,
+// handed to its standby), not failed for good, as a Live one that loses
+// quorum would be: a relay outage just after a claim is not forever.
+// Nobody claims it: alice takes it back by the retake rule.
+func TestRule11_ProvisionTimeoutEvictsWhatQuorumLossWould(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	h.track(0, warmSpec("w1", "alice", "bob"))
+	h.hb(10*s, "alice", []int{1}, []WorkloadEpoch{{ID: "w1", Epoch: 1}}) // one relay is not quorum
+	cfg := h.m.Config()
+	h.wantEffects("Tick(before timeout)", h.tick(cfg.ProvisionTimeout-1))
+	effs := h.tick(cfg.ProvisionTimeout)
+	if hasEffect[Failed](effs) || h.state("w1") != StateEvicted || !hasEffect[StopWorkload](effs) {
+		t.Fatalf("Tick(provision timeout) = %v, want evicted (not failed) and stopped", render(effs))
+	}
+	revoked := false
+	for _, e := range effs {
+		if r, ok := e.(PublishRevocation); ok {
+			revoked = r.Successor == key("bob") && r.Reason == "provision timeout: no relay quorum within 5m0s"
+		}
+	}
+	if !revoked {
+		t.Fatalf("Tick(provision timeout) = %v, want a revocation naming bob, saying why", render(effs))
+	}
+	back := cfg.ProvisionTimeout
+	took := time.Duration(0)
+	for d := back; d <= back+2*cfg.TakeoverAfter && took == 0; d += s {
+		if (d-back)%(60*s) == 0 {
+			h.hb(d, "alice", all3, []WorkloadEpoch{})
+		}
+		if hasEffect[PublishClaim](h.tick(d)) {
+			took = d
+		}
+	}
+	if took == 0 {
+		t.Fatalf("alice never took the workload back after its provision timeout")
+	}
+
+	// Without a standby, with evict_without_standby: evicted and stopped,
+	// nobody to hand it to.
+	h = newHarness(t, "alice", func(c *Config) { c.EvictWithoutStandby = true })
+	h.track(0, warmSpec("w1", "alice"))
+	effs = h.tick(cfg.ProvisionTimeout)
+	if hasEffect[Failed](effs) || hasEffect[PublishRevocation](effs) || !hasEffect[StopWorkload](effs) || h.state("w1") != StateEvicted {
+		t.Fatalf("Tick(provision timeout, evict_without_standby) = %v, want evicted and stopped", render(effs))
+	}
 }
 
 func TestRule11_RespawnDuringProvisioningStaysBounded(t *testing.T) {

@@ -27,8 +27,9 @@ const (
 	// StateRespawning: the workload process exited and a respawn is
 	// scheduled or in progress (rule 5).
 	StateRespawning State = "respawning"
-	// StateFailed (terminal): provisioning timed out, relay sync timed out,
-	// or the restart policy is exhausted. A Failed effect says why.
+	// StateFailed (terminal): provisioning or relay sync timed out for a
+	// workload quorum loss does not evict (rule 11), or the restart policy
+	// is exhausted. A Failed effect says why.
 	StateFailed State = "failed"
 	// StateStandby: this provider is a standby; it watches the holder's
 	// heartbeats and the revocations for the workload.

@@ -170,11 +170,10 @@ func (m *Machine) tickHolder(w *WorkloadSnapshot, now time.Time, self *ProviderS
 			// and come back by the retake rule. Each attempt stays bounded
 			// by provision_timeout (rule 11).
 			why := fmt.Sprintf("restore %s: no checkpoint restored within provision_timeout %v: %s", w.Spec.Checkpoint.Mode(), m.cfg.ProvisionTimeout, w.RestoreWhy)
-			m.enter(w, StateEvicted, out)
-			m.handOff(w, w.Epoch, why, out)
-			w.RestoreWhy = why + "; handed on, this provider may take it back after takeover_after"
+			m.handOn(w, why, out)
+			w.RestoreWhy = why + "; " + handedOn
 		case !now.Before(w.Since.Add(m.cfg.ProvisionTimeout)):
-			m.giveUp(w, fmt.Sprintf("provision timeout: no relay quorum within %v", m.cfg.ProvisionTimeout), out)
+			m.relayTimeout(w, fmt.Sprintf("provision timeout: no relay quorum within %v", m.cfg.ProvisionTimeout), out)
 		}
 	case StateLive:
 		if has {
@@ -201,7 +200,7 @@ func (m *Machine) tickHolder(w *WorkloadSnapshot, now time.Time, self *ProviderS
 		case evictDue:
 			m.evict(w, lost, out)
 		case !now.Before(w.Since.Add(m.cfg.ProvisionTimeout)):
-			m.giveUp(w, fmt.Sprintf("relay sync timeout: fewer than %d relays synced within %v", m.cfg.M, m.cfg.ProvisionTimeout), out)
+			m.relayTimeout(w, fmt.Sprintf("relay sync timeout: fewer than %d relays synced within %v", m.cfg.M, m.cfg.ProvisionTimeout), out)
 		}
 	}
 }
@@ -337,8 +336,31 @@ func (m *Machine) handOff(w *WorkloadSnapshot, epoch uint64, reason string, out 
 
 // evict fences the workload after quorum loss and hands it off (rule 7).
 func (m *Machine) evict(w *WorkloadSnapshot, lost time.Time, out *[]Effect) {
+	m.handOn(w, fmt.Sprintf("relay quorum lost at %s", lost.Format(time.RFC3339)), out)
+}
+
+// handedOn is what an eviction leaves this provider (the retake rule).
+const handedOn = "handed on, this provider may take it back after takeover_after"
+
+// handOn evicts the workload: stops it and hands it off; unlike a
+// failure, the retake rule may bring it back here.
+func (m *Machine) handOn(w *WorkloadSnapshot, reason string, out *[]Effect) {
 	m.enter(w, StateEvicted, out)
-	m.handOff(w, w.Epoch, fmt.Sprintf("relay quorum lost at %s", lost.Format(time.RFC3339)), out)
+	m.handOff(w, w.Epoch, reason, out)
+}
+
+// relayTimeout ends a holding that reached no relay quorum (Provisioning)
+// or no relay sync (Syncing) within provision_timeout (rule 11). A
+// workload quorum loss evicts (warm-standby, or evict_without_standby) is
+// evicted, as a Live one would be: a relay outage just after a claim is
+// not forever, and the retake rule may bring it back. One that quorum loss
+// does not evict fails here for good, as before.
+func (m *Machine) relayTimeout(w *WorkloadSnapshot, reason string, out *[]Effect) {
+	if !m.evicting(w) {
+		m.giveUp(w, reason, out)
+		return
+	}
+	m.handOn(w, reason, out)
 }
 
 // giveUp fails the workload here for good, stopping it and handing it off.

@@ -66,7 +66,7 @@ type Assumptions struct {
 // ClaimRetention is how long a relay keeping every claim it accepted
 // satisfies the storage assumption without knowing anything of its
 // claimers: a claimer is Live or has fenced itself (evicted, T1+T2 after
-// its claim began, or given up at ProvisionTimeout) within a claim step
+// its claim began, or evicted or given up at ProvisionTimeout) within a claim step
 // (2*ClaimTimeout) and T1+T2 of it, and is then heard for ClaimsKeptLive;
 // a stop takes StopGrace more.
 func (a Assumptions) ClaimRetention(cfg lease.Config) time.Duration {
