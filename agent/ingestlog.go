@@ -67,11 +67,13 @@ func (a *Agent) ownGrant(ev *nostr.Event) bool {
 
 // logRejected logs an event the ingest refused: at WARN, with the reason,
 // when it is a lease grant from a trusted issuer (so an operator learns why
-// a grant they published is not applied), at DEBUG otherwise.
+// a grant they published is not applied), at DEBUG otherwise, and for a
+// grant that names other providers only (not_named: a relay that ignores
+// #p on live events sends them all).
 func (a *Agent) logRejected(re relay.Received, now time.Time, err error) {
 	reason := heartbeat.ReasonOf(err)
 	ev := re.Event
-	if ev.Kind == heartbeat.KindLeaseGrant && a.inbound.policy.AllowedIssuer(ev.PubKey) && reason != heartbeat.ReasonCanceled {
+	if ev.Kind == heartbeat.KindLeaseGrant && a.inbound.policy.AllowedIssuer(ev.PubKey) && reason != heartbeat.ReasonCanceled && reason != heartbeat.ReasonNotNamed {
 		if ok, held := a.inbound.log.allow(ev.ID, reason, now); ok {
 			args := []any{"relay", re.Relay, "event", ev.ID, "issuer", ev.PubKey, "workload", tagValue(ev, "workload"), "reason", reason, "err", err}
 			if held > 0 {

@@ -141,7 +141,7 @@ func (a *Agent) openData(ctx context.Context) error {
 // subscriptions of the restored leases, the verifying ingest, and the
 // subscription cursor.
 func (a *Agent) initInbound(ctx context.Context) error {
-	a.inbound.policy = newSignerPolicy(a.cfg.TrustedIssuers)
+	a.inbound.policy = newSignerPolicy(a.me.self, a.cfg.TrustedIssuers)
 	a.refreshPolicy(a.machine().IDs())
 	a.m.subs.refresh(a)
 	icfg := a.cfg.Ingest

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"sync"
 
 	"provideragent/heartbeat"
@@ -10,6 +11,7 @@ import (
 // table that the machine goroutine keeps current; ingest goroutines read it.
 type signerPolicy struct {
 	issuers map[string]bool
+	self    string // this provider (hex): the grants it takes name it
 
 	mu        sync.RWMutex
 	workloads map[string]policyEntry
@@ -24,7 +26,15 @@ type policyEntry struct {
 var (
 	_ heartbeat.SignerPolicy = (*signerPolicy)(nil)
 	_ heartbeat.Tracker      = (*signerPolicy)(nil)
+	_ heartbeat.Addressee    = (*signerPolicy)(nil)
 )
+
+// Named reports whether a lease grant naming primary and standbys names
+// this provider: the ingest refuses the others before their signature
+// check (the machine would refuse them anyway: lease.ErrNotNamed).
+func (p *signerPolicy) Named(primary string, standbys []string) bool {
+	return primary == p.self || slices.Contains(standbys, p.self)
+}
 
 // Tracks reports whether revocations and claims for the workload can still
 // matter: it is tracked and not in a terminal state (the machine ignores
@@ -36,8 +46,8 @@ func (p *signerPolicy) Tracks(id string) bool {
 	return ok && !e.done
 }
 
-func newSignerPolicy(issuers []string) *signerPolicy {
-	p := &signerPolicy{issuers: map[string]bool{}, workloads: map[string]policyEntry{}}
+func newSignerPolicy(self string, issuers []string) *signerPolicy {
+	p := &signerPolicy{issuers: map[string]bool{}, self: self, workloads: map[string]policyEntry{}}
 	for _, k := range issuers {
 		p.issuers[k] = true
 	}

@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +34,14 @@ type fakePolicy struct {
 	members map[string]map[string]bool // workload -> hex -> member
 	issuers map[string]bool
 	done    map[string]bool // finished workloads (Tracker)
+	self    string          // "": every grant names this provider (Addressee)
+}
+
+// Named implements Addressee.
+func (p *fakePolicy) Named(primary string, standbys []string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.self == "" || primary == p.self || slices.Contains(standbys, p.self)
 }
 
 // Tracks implements Tracker.

@@ -475,6 +475,17 @@ type Tracker interface {
 	Tracks(workloadID string) bool
 }
 
+// Addressee is optionally implemented by a SignerPolicy: Named reports
+// whether a lease grant with this primary and these standbys names this
+// provider. Grants that do not are refused (not_named) before any
+// signature check: @nostr-relay/core matches live events on ids, authors,
+// kinds and times only, so it sends every grant of a trusted issuer to
+// every provider that subscribes to its own (a fleet's 10,000 grants to
+// each of its providers).
+type Addressee interface {
+	Named(primary string, standbys []string) bool
+}
+
 // signerRules applies the signer rules that depend on lease state (before
 // the signature check, and again on every delivery in finish).
 func (in *Ingestor) signerRules(res Ingested) *RejectError {
@@ -501,8 +512,12 @@ func (in *Ingestor) signerRules(res Ingested) *RejectError {
 			return reject(ReasonUnknownWorkload, "promotion of finished workload %.64q", p.WorkloadID)
 		}
 	case res.LeaseGrant != nil:
-		if !in.policy.AllowedIssuer(res.LeaseGrant.Issuer) {
+		g := res.LeaseGrant
+		if !in.policy.AllowedIssuer(g.Issuer) {
 			return reject(ReasonWrongSigner, "lease grant from an issuer that is not allowed")
+		}
+		if a, ok := in.policy.(Addressee); ok && !a.Named(g.Spec.Primary, g.Spec.Standbys) {
+			return reject(ReasonNotNamed, "lease grant of %.64q names this provider neither as primary nor as standby", g.Spec.ID)
 		}
 	case res.Checkpoint != nil:
 		c := res.Checkpoint

@@ -603,8 +603,20 @@ func TestIngestSignerRulesBeforeSignature(t *testing.T) {
 	pol.setWorkload("w1", p.PublicKey(), s.PublicKey())
 	pol.setWorkload("w2", p.PublicKey(), s.PublicKey())
 	pol.done["w2"] = true
+	issuer, other := testKeys(t, "i"), testKeys(t, "o")
+	pol.issuers[issuer.PublicKey()] = true
+	pol.self = s.PublicKey()
 	in, _ := newTestIngestor(t, DefaultConfig(), pol)
 	ctx := context.Background()
+	grant := func(primary string, standbys ...string) *nostr.Event {
+		ev, err := BuildLeaseGrant(issuer, LeaseGrantParams{WorkloadID: "g", Primary: primary, Standbys: standbys,
+			Relays: []string{"wss://r1"}, Quorum: 1, Replication: lease.ReplicationWarmStandby, RestartPolicy: lease.RestartPolicy{Policy: lease.RestartOnFailure},
+			Command: []string{"run"}, At: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
 	claim := func(k *identity.Keys, id string) *nostr.Event {
 		ev, err := BuildPromotion(k, PromotionParams{WorkloadID: id, At: t0, Epoch: 2, Status: ClaimActive})
 		if err != nil {
@@ -629,6 +641,7 @@ func TestIngestSignerRulesBeforeSignature(t *testing.T) {
 		{"claim for a finished workload", claim(s, "w2"), ReasonUnknownWorkload},
 		{"revocation for a finished workload", rev(p, "w2"), ReasonUnknownWorkload},
 		{"revocation for an unknown workload", rev(p, "w3"), ReasonUnknownWorkload},
+		{"grant naming others only", grant(p.PublicKey(), other.PublicKey()), ReasonNotNamed},
 	} {
 		if _, err := in.Ingest(ctx, t0, tc.ev); ReasonOf(err) != tc.want {
 			t.Errorf("Ingest(%s) = %v, want %s", tc.name, err, tc.want)
@@ -642,5 +655,10 @@ func TestIngestSignerRulesBeforeSignature(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(in.m.sigChecks); got != 1 {
 		t.Fatalf("signature checks = %v, want 1", got)
+	}
+	for _, g := range []*nostr.Event{grant(s.PublicKey(), other.PublicKey()), grant(p.PublicKey(), other.PublicKey(), s.PublicKey())} {
+		if _, err := in.Ingest(ctx, t0, g); err != nil {
+			t.Fatalf("Ingest(grant naming this provider) = %v, want accepted", err)
+		}
 	}
 }

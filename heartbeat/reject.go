@@ -37,6 +37,10 @@ const (
 	// ReasonUnknownWorkload: a revocation for a workload whose primary the
 	// policy does not know.
 	ReasonUnknownWorkload RejectReason = "unknown_workload"
+	// ReasonNotNamed: a lease grant that names this provider neither as
+	// primary nor as standby (a relay that ignores the #p filter on live
+	// events sends every grant to every provider).
+	ReasonNotNamed RejectReason = "not_named"
 	// ReasonCanceled: the context ended while waiting for a concurrent
 	// verification of the same event.
 	ReasonCanceled RejectReason = "canceled"
@@ -46,7 +50,7 @@ const (
 var AllReasons = []RejectReason{
 	ReasonMalformed, ReasonTooLarge, ReasonBadKind, ReasonFuture, ReasonStale,
 	ReasonExpired, ReasonBadTags, ReasonBadID, ReasonBadSig, ReasonDecode,
-	ReasonWrongSigner, ReasonUnknownWorkload, ReasonCanceled,
+	ReasonWrongSigner, ReasonUnknownWorkload, ReasonNotNamed, ReasonCanceled,
 }
 
 // ErrRejected is wrapped by every RejectError, so errors.Is(err, ErrRejected)
