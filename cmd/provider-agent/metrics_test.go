@@ -48,7 +48,7 @@ type metricDoc struct {
 
 var (
 	states       = []string{"standby", "promoting", "provisioning", "syncing", "live", "suspect", "respawning", "evicted", "fenced", "failed", "expired"}
-	rejectReason = []string{"malformed", "too_large", "bad_kind", "future", "stale", "expired", "bad_tags", "bad_id", "bad_sig", "decode", "wrong_signer", "unknown_workload", "canceled"}
+	rejectReason = []string{"malformed", "too_large", "bad_kind", "future", "stale", "expired", "bad_tags", "bad_id", "bad_sig", "decode", "wrong_signer", "unknown_workload", "not_named", "canceled"}
 	wireKinds    = []string{"heartbeat", "heartbeat_ephemeral", "heartbeat_shard", "revocation", "promotion", "lease_grant", "checkpoint"}
 )
 
