@@ -213,3 +213,22 @@ func hasEffect[T Effect](effs []Effect) bool {
 	}
 	return false
 }
+
+// aliceRetakes ticks every second from back, alice beating (listing
+// nothing) on every relay every minute, until alice's machine claims the
+// workload back (the retake rule), within 2 x TakeoverAfter; it returns
+// when, and fails the test ("alice never took the workload back " + what)
+// otherwise.
+func (h *harness) aliceRetakes(back time.Duration, what string) time.Duration {
+	h.t.Helper()
+	for d := back; d <= back+2*h.m.Config().TakeoverAfter; d += s {
+		if (d-back)%(60*s) == 0 {
+			h.hb(d, "alice", all3, []WorkloadEpoch{})
+		}
+		if hasEffect[PublishClaim](h.tick(d)) {
+			return d
+		}
+	}
+	h.t.Fatalf("alice never took the workload back %s", what)
+	return 0
+}

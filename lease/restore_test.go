@@ -115,19 +115,7 @@ func TestRequiredRestoreRetriesUntilProvisionTimeout(t *testing.T) {
 		t.Fatalf("RestoreWhy = %q, want it to say the workload was handed on", ws.RestoreWhy)
 	}
 	// Nobody claims: alice takes it back at epoch 2 and restores again.
-	back := cfg.ProvisionTimeout
-	var took time.Duration
-	for d := back; d <= back+2*cfg.TakeoverAfter && took == 0; d += s {
-		if (d-back)%(60*s) == 0 {
-			h.hb(d, "alice", all3, []WorkloadEpoch{})
-		}
-		if hasEffect[PublishClaim](h.tick(d)) {
-			took = d
-		}
-	}
-	if took == 0 {
-		t.Fatalf("alice never took the workload back after the restore timed out")
-	}
+	took := h.aliceRetakes(cfg.ProvisionTimeout, "after the restore timed out")
 	h.m.ClaimPublished(at(took+s), ClaimAck{Workload: "w1", Epoch: 2, Accepted: 3})
 	effs = h.m.ClaimsRead(at(took+s+cfg.RelayDelay), ClaimRead{Workload: "w1", Epoch: 2, Relays: 3})
 	if !hasEffect[RestoreCheckpoint](effs) || hasEffect[StartWorkload](effs) {

@@ -606,19 +606,7 @@ func TestRule11_ProvisionTimeoutEvictsWhatQuorumLossWould(t *testing.T) {
 	if !revoked {
 		t.Fatalf("Tick(provision timeout) = %v, want a revocation naming bob, saying why", render(effs))
 	}
-	back := cfg.ProvisionTimeout
-	took := time.Duration(0)
-	for d := back; d <= back+2*cfg.TakeoverAfter && took == 0; d += s {
-		if (d-back)%(60*s) == 0 {
-			h.hb(d, "alice", all3, []WorkloadEpoch{})
-		}
-		if hasEffect[PublishClaim](h.tick(d)) {
-			took = d
-		}
-	}
-	if took == 0 {
-		t.Fatalf("alice never took the workload back after its provision timeout")
-	}
+	h.aliceRetakes(cfg.ProvisionTimeout, "after its provision timeout")
 
 	// Without a standby, with evict_without_standby: evicted and stopped,
 	// nobody to hand it to.
