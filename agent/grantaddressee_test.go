@@ -14,7 +14,6 @@ import (
 	"provideragent/internal/logcapture"
 	"provideragent/internal/relaytest"
 	"provideragent/lease"
-	"provideragent/relay"
 )
 
 // TestGrantsForOthersRefusedQuietly: @nostr-relay/core ignores the #p
@@ -37,13 +36,7 @@ func TestGrantsForOthersRefusedQuietly(t *testing.T) {
 	ta := startAgent(t, agentOpts{name: "agent", lcfg: lcfg, issuers: []string{issuer.PublicKey()}, logger: slog.New(logs)})
 	waitFor(t, 10*time.Second, "agent connected", func() bool { return eoseCount(ta.a.pool) == 3 })
 
-	cfg := relay.DefaultConfig()
-	cfg.URLs = urls
-	pool, err := relay.New(cfg, relay.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := clientPool(t, urls)
 	grant := func(id, primary string) {
 		ev, err := heartbeat.BuildLeaseGrant(issuer, heartbeat.LeaseGrantParams{
 			WorkloadID: id, Primary: primary, Relays: urls, Quorum: 2, Replication: lease.ReplicationNone,

@@ -291,13 +291,7 @@ func TestBeatsFitEveryRelaysAdvertisedLimits(t *testing.T) {
 	defer stop()
 	waitFor(t, 60*time.Second, "1000 workloads Live", func() bool { return liveCount(a) == n })
 
-	qcfg := relay.DefaultConfig()
-	qcfg.URLs = urls
-	qpool, err := relay.New(qcfg, relay.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qpool.Close()
+	qpool := clientPool(t, urls)
 	ours := nostr.Filter{Kinds: []int{heartbeat.KindHeartbeat, heartbeat.KindHeartbeatShard}, Authors: []string{a.me.self}}
 	var latest map[string][]nostr.Event // relay -> the events of its newest whole beat
 	waitFor(t, 30*time.Second, "a beat listing all 1,000 workloads on the first two relays", func() bool {

@@ -11,6 +11,7 @@ import (
 
 	"provideragent/internal/sqlitedb"
 	"provideragent/lease"
+	"provideragent/relay"
 )
 
 func openTestDB(ctx context.Context, path string) (*sql.DB, error) {
@@ -88,4 +89,19 @@ func testAgentConfig(relays []string, secretKey, name string) Config {
 	c.Courier.ForwardTimeout = 5 * time.Second
 	c.Courier.ClaimTimeout = 6 * time.Second
 	return c
+}
+
+// clientPool is a relay pool of the default configuration over urls (a
+// client beside the agent: to publish or query), closed when the test
+// ends.
+func clientPool(tb testing.TB, urls []string) *relay.Pool {
+	tb.Helper()
+	cfg := relay.DefaultConfig()
+	cfg.URLs = urls
+	p, err := relay.New(cfg, relay.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	return p
 }

@@ -13,7 +13,6 @@ import (
 	"provideragent/identity"
 	"provideragent/internal/relaytest"
 	"provideragent/lease"
-	"provideragent/relay"
 )
 
 // The agent subscribes only to what its leases need, over
@@ -35,13 +34,7 @@ func TestOtherProvidersTrafficNeverReachesTheAgent(t *testing.T) {
 	ta.waitState("w1", lease.StateLive, 1, 15*time.Second)
 	time.Sleep(3 * subsEvery) // the subscription, updated at most every subsEvery, names w1's standby
 
-	qcfg := relay.DefaultConfig()
-	qcfg.URLs = urls
-	pub, err := relay.New(qcfg, relay.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := clientPool(t, urls)
 	publish := func(what string, ev *nostr.Event, err error) {
 		t.Helper()
 		if err != nil {
