@@ -413,6 +413,10 @@ func (n *LeaseNode) finishRestore(now time.Time, rd *restoreRead) {
 		env.Logf("  record %s refused: %s (%s)", r.EventID, r.Reason, r.Detail)
 	}
 	switch {
+	case rd.read < need && n.restoreHint(req, &res):
+		// The revocation's state_uri, without its record (as
+		// checkpoint.Restorer): its author held an earlier epoch.
+		env.Logf("restored epoch %d from the revocation's state_uri without its record (read %d of %d relays, need %d)", req.Epoch, rd.read, n.cfg.N, need)
 	case rd.read < need:
 		res.Reason = fmt.Sprintf("read %d of %d relays, need %d", rd.read, n.cfg.N, need)
 	case req.Evidence.Ahead(usable, refused):
@@ -447,6 +451,24 @@ func (n *LeaseNode) finishRestore(now time.Time, rd *restoreRead) {
 	n.step(now, driver.Input{Restored: &res}, false)
 }
 
+// restoreHint places the blob the revocation's state_uri names when its
+// author held an epoch before the restored one (checkpoint.Restorer's rule
+// for a hint no record names), and reports whether it did.
+func (n *LeaseNode) restoreHint(req lease.RestoreCheckpoint, res *lease.RestoreResult) bool {
+	blob, author, ok := stateURIBlob(req.Hint)
+	if !ok || !slices.ContainsFunc(req.Holders, func(h lease.EpochHolder) bool { return h.Holder == author && h.Epoch < req.Epoch }) {
+		return false
+	}
+	v, ok := n.env.FetchBlob(blob)
+	if !ok {
+		return false
+	}
+	n.place(req, v)
+	res.OK, res.From = true, req.Hint
+	n.note(CheckpointNote{What: NoteRestored, Workload: req.ID, Epoch: req.Epoch, Value: v, Blob: blob})
+	return true
+}
+
 // restoreRecord places the value of the newest usable record, fetched
 // from the blob servers (res fails when they do not serve it).
 func (n *LeaseNode) restoreRecord(req lease.RestoreCheckpoint, usable []lease.CheckpointCandidate, res *lease.RestoreResult) {
@@ -462,7 +484,7 @@ func (n *LeaseNode) restoreRecord(req lease.RestoreCheckpoint, usable []lease.Ch
 	res.OK, res.From = true, eventID(ev.ID)
 	n.note(CheckpointNote{What: NoteRestored, Workload: req.ID, Epoch: req.Epoch, Value: v, Record: ev, Blob: b.Manifest})
 	hint := ""
-	if req.Hint != "" && req.Hint != stateURI(ev.ID) {
+	if req.Hint != "" && req.Hint != stateURI(ev) {
 		hint = fmt.Sprintf(" (the revocation named %s)", req.Hint)
 	}
 	env.Logf("restored epoch %d from %s's record of epoch %d seq %d: value %d%s", req.Epoch, n.name(ProviderKey(ev.Author)), b.Epoch, b.Seq, v, hint)
@@ -481,5 +503,18 @@ func (n *LeaseNode) place(req lease.RestoreCheckpoint, v uint64) {
 func eventID(id EventID) string { return fmt.Sprintf("%016x", uint64(id)) }
 
 // stateURI names a checkpoint record (what a revocation's state_uri
-// carries: the agent's BUD-10 URI of its manifest).
-func stateURI(id EventID) string { return "sim:checkpoint:" + eventID(id) }
+// carries: the agent's BUD-10 URI of its manifest, whose "as" is its
+// author): the record's id, its blob and its author's key.
+func stateURI(rec *Event) string {
+	return "sim:checkpoint:" + eventID(rec.ID) + ":" + rec.Body.(LeaseCheckpoint).Manifest + ":" + ProviderKey(rec.Author)
+}
+
+// stateURIBlob is the blob and the author a stateURI names (ok false for
+// anything else).
+func stateURIBlob(uri string) (blob, author string, ok bool) {
+	parts := strings.Split(uri, ":")
+	if len(parts) != 5 || parts[0] != "sim" || parts[1] != "checkpoint" {
+		return "", "", false
+	}
+	return parts[3], parts[4], true
+}

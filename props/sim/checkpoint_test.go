@@ -201,6 +201,39 @@ func TestMoveHandsOverTheFinalValue(t *testing.T) {
 	}
 }
 
+// A planned move's successor that loses two of its three relays as it
+// begins restoring reads too few relays for the records, and restores the
+// revocation's state_uri without them (as checkpoint.Restorer does since
+// the fleet's drain lost two best-effort counters that way): it starts
+// from the final value, under best-effort too, and the checkers see the
+// restore's lineage (the blob's author held the epoch Live) and RPO 0.
+func TestMoveRestoresTheHintWithoutRecords(t *testing.T) {
+	for _, mode := range []lease.RestoreMode{lease.RestoreBestEffort, lease.RestoreRequired} {
+		for seed := uint64(1); seed <= 5; seed++ {
+			t.Run(fmt.Sprint(mode, " seed ", seed), func(t *testing.T) {
+				s := durableWorld(t, 2, mode, seed)
+				s.RunFor(5*time.Minute + 7*time.Second)
+				s.Move(0, "w")
+				if s.RunWhile(s.Now()+time.Hour, func() bool { return !restoring(s, 1) }) < 0 {
+					t.Fatalf("P1 never restored\n%s", FormatTimeline(s.Timeline()))
+				}
+				s.Partition(1, 1)
+				s.Partition(1, 2)
+				s.RunWhile(s.Now()+time.Hour, func() bool { return len(notes(s, 1, NoteStarted)) == 0 })
+				wantNoViolation(t, s)
+				mv, rs, st := notes(s, 0, NoteMoved), notes(s, 1, NoteRestored), notes(s, 1, NoteStarted)
+				if len(mv) != 1 || len(rs) != 1 || rs[0].Record != nil || len(st) != 1 || st[0].Epoch != 2 || st[0].Value != mv[0].Value {
+					t.Fatalf("P0 moved %+v, P1 restored %+v and started %+v: want the final value restored from the hint\n%s", mv, rs, st, FormatTimeline(s.Timeline()))
+				}
+				s.Heal(1, 1)
+				s.Heal(1, 2)
+				s.RunFor(10 * time.Minute)
+				wantNoViolation(t, s)
+			})
+		}
+	}
+}
+
 // A move whose final record cannot reach M relays is aborted: the copy
 // starts again at the same epoch from the final value, and nothing was
 // handed over.

@@ -107,7 +107,7 @@ func (n *LeaseNode) movePublished(now time.Time, mv *moveOp, ok bool) {
 	case mv.acks >= n.cfg.M:
 		mv.done = true
 		s := n.sh.Begin(now)
-		err := s.HandOver(lease.Handover{Workload: mv.workload, Epoch: mv.epoch, StateURI: stateURI(mv.rec.ID), Reason: "planned move"})
+		err := s.HandOver(lease.Handover{Workload: mv.workload, Epoch: mv.epoch, StateURI: stateURI(mv.rec), Reason: "planned move"})
 		n.commit(s)
 		if err != nil {
 			n.abortMove(mv, fmt.Sprintf("hand over: %v", err))
