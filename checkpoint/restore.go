@@ -177,6 +177,7 @@ func (r *Restorer) Restore(ctx context.Context, req RestoreRequest) RestoreOutco
 	if retry <= 0 {
 		retry = time.Second
 	}
+	var whole error // the newest failed try that the attempt's end did not cut short
 	for try := 1; ; try++ {
 		out, err := r.try(ctx, req)
 		out.Result.Workload, out.Result.Epoch, out.Result.Attempt = base.Workload, base.Epoch, base.Attempt
@@ -187,13 +188,18 @@ func (r *Restorer) Restore(ctx context.Context, req RestoreRequest) RestoreOutco
 			}
 			return out
 		}
+		if ctx.Err() == nil || whole == nil {
+			whole = err
+		}
 		r.logger().Warn("checkpoint restore: retrying", "workload", req.ID, "epoch", req.Epoch, "try", try, "err", err)
 		t := time.NewTimer(retry)
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			// A try the attempt's end cut short counts fewer relays than
+			// answered before: the reason is the last whole try's.
 			out.Result.OK, out.Result.Fresh = false, false
-			out.Result.Reason = fmt.Sprintf("%v (after %d tries: %v)", err, try, context.Cause(ctx))
+			out.Result.Reason = fmt.Sprintf("%v (after %d tries: %v)", whole, try, context.Cause(ctx))
 			return out
 		case <-t.C:
 		}
