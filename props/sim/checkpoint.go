@@ -413,10 +413,11 @@ func (n *LeaseNode) finishRestore(now time.Time, rd *restoreRead) {
 		env.Logf("  record %s refused: %s (%s)", r.EventID, r.Reason, r.Detail)
 	}
 	switch {
-	case rd.read < need && n.restoreHint(req, &res):
-		// The revocation's state_uri, without its record (as
-		// checkpoint.Restorer): its author held an earlier epoch.
-		env.Logf("restored epoch %d from the revocation's state_uri without its record (read %d of %d relays, need %d)", req.Epoch, rd.read, n.cfg.N, need)
+	case n.restoreHint(req, &res):
+		// The revocation's state_uri first, with or without its record,
+		// as checkpoint.Restorer tries it: its author held an earlier
+		// epoch.
+		env.Logf("restored epoch %d from the revocation's state_uri (read %d of %d relays, need %d)", req.Epoch, rd.read, n.cfg.N, need)
 	case rd.read < need:
 		res.Reason = fmt.Sprintf("read %d of %d relays, need %d", rd.read, n.cfg.N, need)
 	case req.Evidence.Ahead(usable, refused):
@@ -452,8 +453,10 @@ func (n *LeaseNode) finishRestore(now time.Time, rd *restoreRead) {
 }
 
 // restoreHint places the blob the revocation's state_uri names when its
-// author held an epoch before the restored one (checkpoint.Restorer's rule
-// for a hint no record names), and reports whether it did.
+// author held an epoch before the restored one, and reports whether it
+// did: checkpoint.Restorer tries the hint before any record, and without
+// the records when too few relays answer (its rule for a hint no record
+// names; a record naming it is the same blob).
 func (n *LeaseNode) restoreHint(req lease.RestoreCheckpoint, res *lease.RestoreResult) bool {
 	blob, author, ok := stateURIBlob(req.Hint)
 	if !ok || !slices.ContainsFunc(req.Holders, func(h lease.EpochHolder) bool { return h.Holder == author && h.Epoch < req.Epoch }) {
