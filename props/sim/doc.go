@@ -15,7 +15,10 @@
 // Durable workloads (a lease with a checkpoint policy): a LeaseNode's copy
 // is a counter that checkpoints to a file on the node's disk and, while its
 // machine holds the workload Live, publishes checkpoint records (read by
-// query, never subscribed to); a new epoch restores through lease's
-// SelectCheckpoints; Sim.Move is the operator's planned move. Nodes keep a
+// query, never subscribed to); a new epoch restores as checkpoint.Restorer
+// does: the revocation's state_uri first when its author held an earlier
+// epoch (with or without the records, which too few relays may answer),
+// else the records through lease's SelectCheckpoints, or the checkpoint
+// its holder's heartbeats named; Sim.Move is the operator's planned move. Nodes keep a
 // CheckpointJournal that CheckpointLineage and MoveLosesNothing read.
 package sim
