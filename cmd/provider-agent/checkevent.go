@@ -38,8 +38,9 @@ signature. It prints one line per event:
   event 2 (kind 38385, id bb27f8b48b6a): refused unknown_workload: revocation for unknown or finished workload "web-1"
 
 The verdict depends on a context, which the flags give: the receiver's
-clock (--now), the issuers it trusts (lease grants), and the workloads it
-tracks. A workload's holder alone may revoke it; its members (holder,
+clock (--now), the issuers it trusts (lease grants), its own key (--self:
+a grant that names it neither as primary nor as standby is refused,
+not_named), and the workloads it tracks. A workload's holder alone may revoke it; its members (holder,
 primary and standbys) alone may claim it or publish checkpoint records.
 --context FILE reads a context in the form of the vector files' "context"
 object (testdata/vectors); the flags then override it.
@@ -75,6 +76,7 @@ func runCheckEvent(ctx context.Context, args []string, stdin io.Reader, stdout i
 	contextFile := fs.String("context", "", "read the context from `FILE` (a vector file's \"context\" object); the flags override it")
 	now := fs.String("now", "", "the receiver's clock: unix seconds or RFC 3339 (default: the current time)")
 	var issuers, workloads, finished stringList
+	self := fs.String("self", "", "the receiver's own `KEY` (hex or npub): a lease grant that names it neither as primary nor as standby is refused (not_named)")
 	fs.Var(&issuers, "trusted-issuer", "a `KEY` (hex or npub) whose lease grants are accepted (repeatable)")
 	fs.Var(&workloads, "workload", "a tracked workload, `ID=HOLDER[,MEMBER...]`: its current holder, then the lease's other providers (keys hex or npub; repeatable)")
 	fs.Var(&finished, "finished", "a tracked workload `ID` that has finished (repeatable)")
@@ -84,7 +86,7 @@ func runCheckEvent(ctx context.Context, args []string, stdin io.Reader, stdout i
 	if _, err := parseArgs(fs, args, 0, ""); err != nil {
 		return err
 	}
-	c, err := checkContext(*contextFile, *now, issuers, workloads, finished, *stale, *maxSkew)
+	c, err := checkContext(*contextFile, *now, *self, issuers, workloads, finished, *stale, *maxSkew)
 	if err != nil {
 		return err
 	}
@@ -149,7 +151,7 @@ func refusalText(err error) string {
 }
 
 // checkContext builds the judging context: --context's, then the flags.
-func checkContext(file, now string, issuers, workloads, finished []string, stale, maxSkew time.Duration) (conformance.Context, error) {
+func checkContext(file, now, self string, issuers, workloads, finished []string, stale, maxSkew time.Duration) (conformance.Context, error) {
 	c := conformance.Context{Now: time.Now().Unix(), Limits: conformance.DefaultLimits()}
 	if file != "" {
 		b, err := os.ReadFile(file)
@@ -170,6 +172,9 @@ func checkContext(file, now string, issuers, workloads, finished []string, stale
 		c.Now = t
 	}
 	c.TrustedIssuers = append(c.TrustedIssuers, issuers...)
+	if self != "" {
+		c.Self = self
+	}
 	for _, w := range workloads {
 		id, keys, ok := strings.Cut(w, "=")
 		if !ok || id == "" || keys == "" {

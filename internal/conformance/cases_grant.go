@@ -82,6 +82,10 @@ func (g *generator) grantFile() {
 		about: "The example's lease, signed by a key the receiver does not trust."})
 	g.add(f, vcase{name: "signed-by-primary", want: heartbeat.ReasonWrongSigner, ev: build(primary, nil),
 		about: "Signed by the primary, which is not a trusted issuer: naming a provider in a lease does not make it an issuer."})
+	g.add(f, vcase{name: "names-another-provider", want: heartbeat.ReasonNotNamed, ev: grant, ctx: g.contextWith(func(c *Context) { c.Self = stranger.Public }),
+		about: "The example, judged by a provider it names neither as primary nor as standby (context self): a relay that ignores #p on live events delivers it anyway; refused before the signature check."})
+	g.add(f, vcase{name: "names-the-receiver", ev: grant, ctx: g.contextWith(func(c *Context) { c.Self = standby.Public }),
+		about: "The example, judged by its standby (context self)."})
 	g.add(f, vcase{name: "trusted-as-npub", ev: grant, ctx: g.contextWith(func(c *Context) {
 		npub, _ := identity.NpubOfHex(issuer.Public)
 		c.TrustedIssuers = []string{npub}

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"provideragent/heartbeat"
@@ -18,6 +19,11 @@ type Context struct {
 	// TrustedIssuers are the public keys (hex, or npub on input) whose
 	// lease grants are accepted.
 	TrustedIssuers []string `json:"trusted_issuers"`
+	// Self is the receiver's own public key (hex, or npub on input): a
+	// lease grant that names it neither as primary nor as standby is
+	// refused (not_named). Empty: grants are judged as if they named the
+	// receiver.
+	Self string `json:"self,omitempty"`
 	// Workloads are the workloads the receiver tracks.
 	Workloads []Workload `json:"workloads"`
 	// Limits are the receiver's ingest limits.
@@ -84,6 +90,7 @@ func (l Limits) config() (heartbeat.Config, error) {
 // issuers for grants, and finished workloads not tracked.
 type policy struct {
 	issuers   map[string]bool
+	self      string // "": every grant names the receiver
 	workloads map[string]policyWorkload
 }
 
@@ -96,6 +103,7 @@ type policyWorkload struct {
 var (
 	_ heartbeat.SignerPolicy = (*policy)(nil)
 	_ heartbeat.Tracker      = (*policy)(nil)
+	_ heartbeat.Addressee    = (*policy)(nil)
 )
 
 // newPolicy checks c's keys and workloads and returns its policy.
@@ -107,6 +115,13 @@ func newPolicy(c Context) (*policy, error) {
 			return nil, fmt.Errorf("trusted_issuers[%d]: %w", i, err)
 		}
 		p.issuers[h] = true
+	}
+	if c.Self != "" {
+		h, err := identity.ParsePublicKey(c.Self)
+		if err != nil {
+			return nil, fmt.Errorf("self: %w", err)
+		}
+		p.self = h
 	}
 	for i, w := range c.Workloads {
 		if err := heartbeat.ValidateWorkloadID(w.ID); err != nil {
@@ -138,6 +153,12 @@ func (p *policy) CurrentPrimary(id string) (string, bool) {
 }
 
 func (p *policy) IsMember(id, pubkey string) bool { return p.workloads[id].members[pubkey] }
+
+// Named implements heartbeat.Addressee: a grant names the receiver when
+// the context gives no Self, or Self is its primary or a standby.
+func (p *policy) Named(primary string, standbys []string) bool {
+	return p.self == "" || primary == p.self || slices.Contains(standbys, p.self)
+}
 
 func (p *policy) AllowedIssuer(pubkey string) bool { return p.issuers[pubkey] }
 
