@@ -22,6 +22,12 @@ func TestRestartDuringRelayOutageHandsOn(t *testing.T) {
 	t.Parallel()
 	rs, urls := relaytest.StartN(t, 3)
 	lcfg := lease.DemoConfig(urls)
+	// Quorum loss's own eviction (T1+T2 after the quorum the holder had
+	// before its restart) must come well after the provision timeout
+	// (5 s after the restart), or it evicts first, as it did before rule
+	// 11 changed: T2 20 s (takeover_after above its floor, 30 s).
+	lcfg.T2 = 20 * time.Second
+	lcfg.TakeoverAfter = 30 * time.Second
 	proxies, dial := cutProxies(t, rs, urls, 2)
 	key := nostr.GeneratePrivateKey()
 	dbPath := filepath.Join(t.TempDir(), "primary.db")
