@@ -1,10 +1,10 @@
 package agent
 
 import (
-	"slices"
 	"sync"
 
 	"provideragent/heartbeat"
+	"provideragent/lease"
 )
 
 // signerPolicy answers heartbeat's signer rules from a copy of the lease
@@ -29,12 +29,10 @@ var (
 	_ heartbeat.Addressee    = (*signerPolicy)(nil)
 )
 
-// Named reports whether a lease grant naming primary and standbys names
-// this provider: the ingest refuses the others before their signature
-// check (the machine would refuse them anyway: lease.ErrNotNamed).
-func (p *signerPolicy) Named(primary string, standbys []string) bool {
-	return primary == p.self || slices.Contains(standbys, p.self)
-}
+// Named reports whether a lease grant's spec names this provider: the
+// ingest refuses the others before their signature check (the machine
+// would refuse them anyway: lease.ErrNotNamed).
+func (p *signerPolicy) Named(spec lease.Spec) bool { return spec.Names(p.self) }
 
 // Tracks reports whether revocations and claims for the workload can still
 // matter: it is tracked and not in a terminal state (the machine ignores

@@ -3,7 +3,6 @@ package heartbeat
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/nbd-wtf/go-nostr"
 
 	"provideragent/identity"
+	"provideragent/lease"
 )
 
 // testKeys returns deterministic keys named by a string.
@@ -38,10 +38,10 @@ type fakePolicy struct {
 }
 
 // Named implements Addressee.
-func (p *fakePolicy) Named(primary string, standbys []string) bool {
+func (p *fakePolicy) Named(spec lease.Spec) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.self == "" || primary == p.self || slices.Contains(standbys, p.self)
+	return p.self == "" || spec.Names(p.self)
 }
 
 // Tracks implements Tracker.

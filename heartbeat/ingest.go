@@ -476,14 +476,13 @@ type Tracker interface {
 }
 
 // Addressee is optionally implemented by a SignerPolicy: Named reports
-// whether a lease grant with this primary and these standbys names this
-// provider. Grants that do not are refused (not_named) before any
+// whether a lease grant's spec names this provider (lease.Spec.Names). Grants that do not are refused (not_named) before any
 // signature check: @nostr-relay/core matches live events on ids, authors,
 // kinds and times only, so it sends every grant of a trusted issuer to
 // every provider that subscribes to its own (a fleet's 10,000 grants to
 // each of its providers).
 type Addressee interface {
-	Named(primary string, standbys []string) bool
+	Named(spec lease.Spec) bool
 }
 
 // signerRules applies the signer rules that depend on lease state (before
@@ -516,7 +515,7 @@ func (in *Ingestor) signerRules(res Ingested) *RejectError {
 		if !in.policy.AllowedIssuer(g.Issuer) {
 			return reject(ReasonWrongSigner, "lease grant from an issuer that is not allowed")
 		}
-		if a, ok := in.policy.(Addressee); ok && !a.Named(g.Spec.Primary, g.Spec.Standbys) {
+		if a, ok := in.policy.(Addressee); ok && !a.Named(g.Spec) {
 			return reject(ReasonNotNamed, "lease grant of %.64q names this provider neither as primary nor as standby", g.Spec.ID)
 		}
 	case res.Checkpoint != nil:

@@ -2,11 +2,11 @@ package conformance
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"provideragent/heartbeat"
 	"provideragent/identity"
+	"provideragent/lease"
 )
 
 // Context is what a receiver's verdict on an event depends on besides the
@@ -156,9 +156,7 @@ func (p *policy) IsMember(id, pubkey string) bool { return p.workloads[id].membe
 
 // Named implements heartbeat.Addressee: a grant names the receiver when
 // the context gives no Self, or Self is its primary or a standby.
-func (p *policy) Named(primary string, standbys []string) bool {
-	return p.self == "" || primary == p.self || slices.Contains(standbys, p.self)
-}
+func (p *policy) Named(spec lease.Spec) bool { return p.self == "" || spec.Names(p.self) }
 
 func (p *policy) AllowedIssuer(pubkey string) bool { return p.issuers[pubkey] }
 
