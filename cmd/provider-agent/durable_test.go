@@ -161,8 +161,8 @@ func lastPublished(t *testing.T, relays []string, holder, keyFile, workload stri
 }
 
 // durablePair is two real agents on relays, a primary and its standby,
-// the counter workload granted durable by the primary (restore required,
-// the given checkpoint servers), its starts logged to starts.
+// the counter workload granted durable by the primary (with the given
+// restore flags and checkpoint servers), its starts logged to starts.
 type durablePair struct {
 	a, b       *runChild
 	cfgA, cfgB string
@@ -171,9 +171,13 @@ type durablePair struct {
 	starts     string
 }
 
+// requiredRestore are the grant's restore flags of most durable tests:
+// the counter may not start without its checkpoint.
+var requiredRestore = []string{"--restore", "required", "--restore-timeout", "3s"}
+
 // startDurablePair starts it and returns once the primary published four
 // checkpoints.
-func startDurablePair(t *testing.T, tmp string, relays []string, servers ...string) *durablePair {
+func startDurablePair(t *testing.T, tmp string, relays, restore []string, servers ...string) *durablePair {
 	t.Helper()
 	d := &durablePair{starts: filepath.Join(sharedDir(t), "starts")}
 	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
@@ -183,7 +187,8 @@ func startDurablePair(t *testing.T, tmp string, relays []string, servers ...stri
 	d.cfgA = fastConfig(t, tmp, dirA, "127.0.0.1:0", relays, 2)
 	d.cfgB = fastConfig(t, tmp, dirB, "127.0.0.1:0", relays, 2, npubOf(t, d.pubA))
 	args := []string{"workloads", "grant", "--config", d.cfgA, "--id", "ctr", "--command", counterLine(d.starts),
-		"--standby", npubOf(t, d.pubB), "--publish", "--restore", "required", "--restore-timeout", "3s"}
+		"--standby", npubOf(t, d.pubB), "--publish"}
+	args = append(args, restore...)
 	for _, s := range servers {
 		args = append(args, "--checkpoint-server", s)
 	}
@@ -221,7 +226,7 @@ func TestDurableKill9AndMove(t *testing.T) {
 		relays = append(relays, relaytest.Start(t).URL())
 	}
 	blobs := devblossomtest.Start(t, devblossom.Options{Dir: filepath.Join(tmp, "blobs")})
-	d := startDurablePair(t, tmp, relays, blobs.URL())
+	d := startDurablePair(t, tmp, relays, requiredRestore, blobs.URL())
 	a, b, cfgA, cfgB, pubA, starts := d.a, d.b, d.cfgA, d.cfgB, d.pubA, d.starts
 	a.kill(t)
 	killed := time.Now()

@@ -53,7 +53,7 @@ func TestRequiredRestoreOutlivesABlossomOutage(t *testing.T) {
 	}
 	dirs := []string{filepath.Join(tmp, "blobs1"), filepath.Join(tmp, "blobs2")}
 	servers := []*devblossom.Server{blossomAt(t, dirs[0], "127.0.0.1:0"), blossomAt(t, dirs[1], "127.0.0.1:0")}
-	d := startDurablePair(t, tmp, relays, servers[0].URL(), servers[1].URL())
+	d := startDurablePair(t, tmp, relays, requiredRestore, servers[0].URL(), servers[1].URL())
 	a, b, pubA, starts := d.a, d.b, d.pubA, d.starts
 	a.kill(t)
 	_, lastValue := lastPublished(t, relays, pubA, d.keyA, "ctr", 1)

@@ -56,6 +56,29 @@ func (r *Relay) holdWrite(ctx context.Context, _ *nostr.Event) (bool, string) {
 	return true, "error: connection closed before the write was answered"
 }
 
+// delayQuery holds a REQ's filter that asks for one of QueryDelayKinds
+// (any, when none are named) for QueryDelay before the relay queries its
+// store: khatru handles each message in a goroutine of its own, so only
+// this REQ's answer waits.
+func (r *Relay) delayQuery(ctx context.Context, f nostr.Filter) (bool, string) {
+	if len(r.opts.QueryDelayKinds) > 0 && !slices.ContainsFunc(f.Kinds, func(k int) bool { return slices.Contains(r.opts.QueryDelayKinds, k) }) {
+		return false, ""
+	}
+	ws := khatru.GetConnection(ctx)
+	var wsDone <-chan struct{}
+	if ws != nil {
+		wsDone = ws.Context.Done()
+	}
+	t := time.NewTimer(r.opts.QueryDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-wsDone:
+	case <-r.ctx.Done():
+	}
+	return false, ""
+}
+
 // closedFault ends subscriptions with the configured CLOSED reason. khatru
 // calls it once per filter; a subscription is counted once.
 func (r *Relay) closedFault(ctx context.Context, _ nostr.Filter) (bool, string) {

@@ -59,6 +59,14 @@ type Options struct {
 	HoldOK bool
 	// WriteDelay delays every OK by this long (default 0).
 	WriteDelay time.Duration
+	// QueryDelay answers a REQ (its stored events and EOSE) this long
+	// late when one of its filters asks for a kind in QueryDelayKinds (any
+	// REQ when that is empty): a relay under load that takes and forwards
+	// events but answers stored queries slowly. Live events still reach
+	// the relay's other subscriptions at once.
+	QueryDelay time.Duration
+	// QueryDelayKinds are the kinds QueryDelay applies to.
+	QueryDelayKinds []int
 
 	// RequireAuth sends a NIP-42 AUTH challenge on connect and fails REQ and
 	// EVENT from an unauthenticated connection with "auth-required: ...".
@@ -168,6 +176,7 @@ func (o Options) Validate() error {
 		show any
 	}{
 		{"WriteDelay", int64(o.WriteDelay), o.WriteDelay},
+		{"QueryDelay", int64(o.QueryDelay), o.QueryDelay},
 		{"ClosedAfter", int64(o.ClosedAfter), o.ClosedAfter},
 		{"ClosedTimes", int64(o.ClosedTimes), o.ClosedTimes},
 		{"WriteTimeout", int64(o.WriteTimeout), o.WriteTimeout},
@@ -190,6 +199,9 @@ func (o Options) Validate() error {
 	}
 	if o.ServiceURL != "" && !strings.HasPrefix(o.ServiceURL, "ws://") && !strings.HasPrefix(o.ServiceURL, "wss://") {
 		return fmt.Errorf("%w: ServiceURL = %q, want ws://host or wss://host", ErrInvalidOptions, o.ServiceURL)
+	}
+	if len(o.QueryDelayKinds) > 0 && o.QueryDelay == 0 {
+		return fmt.Errorf("%w: QueryDelayKinds = %v needs QueryDelay", ErrInvalidOptions, o.QueryDelayKinds)
 	}
 	if len(o.AuthAllow) > 0 && !o.RequireAuth {
 		return fmt.Errorf("%w: AuthAllow = %v needs RequireAuth", ErrInvalidOptions, o.AuthAllow)

@@ -477,6 +477,9 @@ func (r *Relay) buildKhatru() *khatru.Relay {
 	if r.opts.ClosedReason != "" {
 		kr.RejectFilter = append(kr.RejectFilter, r.closedFault)
 	}
+	if r.opts.QueryDelay > 0 {
+		kr.RejectFilter = append(kr.RejectFilter, r.delayQuery)
+	}
 	kr.OnDisconnect = append(kr.OnDisconnect, func(ctx context.Context) {
 		ws := khatru.GetConnection(ctx)
 		if r.limiter != nil {

@@ -87,6 +87,8 @@ func TestValidate(t *testing.T) {
 		{"zero", localrelay.Options{}, true},
 		{"faults", localrelay.Options{RejectWrites: true, ClosedReason: "error: x", ClosedAfter: time.Second, Forge: true, FutureShift: time.Hour, InjectKey: testKey}, true},
 		{"negative delay", localrelay.Options{WriteDelay: -1}, false},
+		{"negative query delay", localrelay.Options{QueryDelay: -1}, false},
+		{"query delay kinds without a delay", localrelay.Options{QueryDelayKinds: []int{7}}, false},
 		{"negative closed times", localrelay.Options{ClosedTimes: -1}, false},
 		{"negative limit", localrelay.Options{Limits: localrelay.Limits{MaxLimit: -1}}, false},
 		{"allow without auth", localrelay.Options{AuthAllow: []string{strings.Repeat("ab", 32)}}, false},
@@ -194,6 +196,25 @@ func TestSendClosed(t *testing.T) {
 				t.Fatalf("second subscription end = %v, want EOSE=%v", end, !permanent)
 			}
 		})
+	}
+}
+
+// TestQueryDelay: a REQ for a delayed kind is answered after one for
+// another kind sent after it, and is still answered (with what the relay
+// stored).
+func TestQueryDelay(t *testing.T) {
+	r := relaytest.Start(t, "--query-delay", "1s", "--query-delay-kinds", "7")
+	c := relaytest.Dial(t, r.URL())
+	publish(t, c, signed(t, testKey, 7, "stored", time.Now()))
+	subscribe(c, "slow", nostr.Filter{Kinds: []int{7}})
+	subscribe(c, "fast", nostr.Filter{Kinds: []int{1}})
+	eose, ok := next(t, c).(*nostr.EOSEEnvelope)
+	if !ok || string(*eose) != "fast" {
+		t.Fatalf("first answer = %v, want EOSE of the REQ for kind 1", eose)
+	}
+	evs, end := collect(t, c, "slow")
+	if e, ok := end.(*nostr.EOSEEnvelope); !ok || string(*e) != "slow" || len(evs) != 1 {
+		t.Fatalf("the delayed REQ's answer = %d events, %v; want the stored event and its EOSE", len(evs), end)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -54,11 +55,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		verbose   = fs.Bool("v", false, "log at debug level to stderr")
 		authAllow = fs.String("auth-allow", "", "comma-separated hex pubkeys allowed after AUTH (needs --require-auth)")
 		cpuProf   = fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file (written at exit)")
+		slowKinds = fs.String("query-delay-kinds", "", "comma-separated kinds --query-delay applies to (default: every REQ)")
 	)
 	fs.BoolVar(&o.RejectWrites, "reject-writes", false, "answer every EVENT with OK false")
 	fs.StringVar(&o.RejectReason, "reject-reason", localrelay.DefaultRejectReason, "OK reason for --reject-writes")
 	fs.BoolVar(&o.HoldOK, "hold-ok", false, "never answer an EVENT until the connection closes")
 	fs.DurationVar(&o.WriteDelay, "write-delay", 0, "delay every OK by this long")
+	fs.DurationVar(&o.QueryDelay, "query-delay", 0, "answer REQs (stored events and EOSE) this long late; live events are not delayed")
 	fs.BoolVar(&o.RequireAuth, "require-auth", false, "require NIP-42 AUTH for REQ and EVENT")
 	fs.StringVar(&o.ClosedReason, "send-closed", "", "end subscriptions with CLOSED and this reason (e.g. 'blocked: no' or 'error: later')")
 	fs.DurationVar(&o.ClosedAfter, "closed-after", 0, "send the CLOSED this long after the REQ (0: reject the REQ at once)")
@@ -90,6 +93,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	if *authAllow != "" {
 		o.AuthAllow = strings.Split(*authAllow, ",")
+	}
+	if *slowKinds != "" {
+		for _, s := range strings.Split(*slowKinds, ",") {
+			k, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || k < 0 || k > 65535 {
+				return fmt.Errorf("--query-delay-kinds: %q is not a kind (0-65535)", s)
+			}
+			o.QueryDelayKinds = append(o.QueryDelayKinds, k)
+		}
 	}
 	level := slog.LevelInfo
 	if *verbose {
