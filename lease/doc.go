@@ -187,7 +187,8 @@
 //	                                                                    fenced
 //
 // *at provision_timeout: evicted when quorum loss would evict it (or its
-// required restore placed nothing), else failed (rule 11).
+// required restore placed nothing), else failed (rule 11); a best-effort
+// restore still running then starts the workload without a checkpoint.
 //
 // A successful respawn returns to provisioning instead of live when the
 // workload never was live at its epoch, so rule 11 still bounds it.

@@ -123,6 +123,27 @@ func TestRequiredRestoreRetriesUntilProvisionTimeout(t *testing.T) {
 	}
 }
 
+// A best-effort restore still running at provision_timeout (its
+// restore_timeout is longer) ends as its own timeout would: the workload
+// starts without a checkpoint, and is not handed on. It was handed on
+// unrun, and so by each next holder: with two of three relays answering
+// record queries late, the real binary's epochs climbed every
+// provision_timeout and nobody ran the counter.
+func TestBestEffortRestoreEndsAtProvisionTimeout(t *testing.T) {
+	h := newHarness(t, "alice", nil)
+	cfg := h.m.Config()
+	sp := durableSpec(RestoreBestEffort, "alice", "bob")
+	sp.Checkpoint.RestoreTimeout = cfg.ProvisionTimeout + 10*time.Minute
+	h.track(0, sp)
+	h.beat("alice", 1*s, cfg.ProvisionTimeout-s, 10*s, []WorkloadEpoch{{ID: "w1", Epoch: 1}})
+	h.wantEffects("Tick(provision timeout)", h.tick(cfg.ProvisionTimeout),
+		`restore-report w1 epoch=1 phase=fresh reason="started without a checkpoint (best-effort): no checkpoint restored within provision_timeout 5m0s: "`,
+		"start w1 epoch=1", "entered w1 provisioning -> live epoch=1")
+	if hasEffect[PublishRevocation](h.tick(cfg.ProvisionTimeout + s)) || h.state("w1") != StateLive {
+		t.Fatalf("after the provision timeout: state %s, want live and no revocation", h.state("w1"))
+	}
+}
+
 // A standby's won claim restores from the revocation's state_uri and the
 // epochs it knows the holders of, then announces; the start waits.
 func TestWonClaimRestores(t *testing.T) {

@@ -163,6 +163,14 @@ func (m *Machine) tickHolder(w *WorkloadSnapshot, now time.Time, self *ProviderS
 			m.becomeLive(w, out)
 		case evictDue:
 			m.evict(w, lost, out)
+		case !now.Before(w.Since.Add(m.cfg.ProvisionTimeout)) && restoring && has && !m.awaitingSync && w.Spec.Checkpoint.Mode() == RestoreBestEffort:
+			// A best-effort restore still running at provision_timeout (a
+			// restore_timeout longer than it) ends as its own timeout
+			// would: the workload starts without a checkpoint. Handed on,
+			// it stayed unrun, and so with each next holder while the
+			// records could not be read.
+			m.restoreFailed(w, fmt.Sprintf("no checkpoint restored within provision_timeout %v: %s", m.cfg.ProvisionTimeout, w.RestoreWhy), out)
+			m.becomeLive(w, out)
 		case !now.Before(w.Since.Add(m.cfg.ProvisionTimeout)) && restoring:
 			// A required restore that found no usable checkpoint in time
 			// (every server down, records not yet back) is no reason to
