@@ -139,7 +139,7 @@ func TestBestEffortRestoreEndsAtProvisionTimeout(t *testing.T) {
 	h.wantEffects("Tick(provision timeout)", h.tick(cfg.ProvisionTimeout),
 		`restore-report w1 epoch=1 phase=fresh reason="started without a checkpoint (best-effort): no checkpoint restored within provision_timeout 5m0s: "`,
 		"start w1 epoch=1", "entered w1 provisioning -> live epoch=1")
-	if hasEffect[PublishRevocation](h.tick(cfg.ProvisionTimeout + s)) || h.state("w1") != StateLive {
+	if hasEffect[PublishRevocation](h.tick(cfg.ProvisionTimeout+s)) || h.state("w1") != StateLive {
 		t.Fatalf("after the provision timeout: state %s, want live and no revocation", h.state("w1"))
 	}
 }
