@@ -89,6 +89,7 @@ type fleetOpts struct {
 	profile              fleetProfile
 	rest                 time.Duration // the at-rest window
 	rack, drain          int           // providers killed at once; drained one after another
+	peers                int           // a primary's standbys come from this many providers after it (0: from all)
 	rateLimit            bool          // the khatru relay rate-limits per key and per connection
 	// record runs the agents built with -tags fleetbench: workloads other
 	// than the durable counters are recorded starts and stops, not
@@ -101,8 +102,14 @@ func fleetRack(i, n int) int { return i / n }
 
 // placeFleet places workload k: its primary, and two standbys on other
 // racks than the primary's, each provider taking about as many rank-0 and
-// rank-1 standbys as any other.
-func placeFleet(k, providers, rackSize int) (primary, s1, s2 int) {
+// rank-1 standbys as any other. With peers > 0 a primary's standbys are
+// drawn from a window of peers providers after it on other racks (ring
+// order), not from every provider: each provider then follows about peers
+// others, and a relay sends each beat to about peers followers instead of
+// to nearly every provider (its egress O(P x peers), not O(P^2)); the
+// load stays even, each provider standing by for the same number of
+// workloads.
+func placeFleet(k, providers, rackSize, peers int) (primary, s1, s2 int) {
 	primary = k % providers
 	round := k / providers
 	var others []int
@@ -111,6 +118,14 @@ func placeFleet(k, providers, rackSize int) (primary, s1, s2 int) {
 		if fleetRack(c, rackSize) != fleetRack(primary, rackSize) {
 			others = append(others, c)
 		}
+	}
+	if peers > 1 && peers < len(others) {
+		// Ring order skips the primary's own rack, so the others of every
+		// primary of a rack begin at the next rack's first provider:
+		// shifted by the primary's place in its rack, each provider is in
+		// exactly peers windows.
+		at := primary % rackSize
+		others = append(others[at:], others[:at]...)[:peers]
 	}
 	n := len(others)
 	s1 = others[round%n]
@@ -361,7 +376,7 @@ func (f *fleet) grantAll(durable func(primary int) bool) {
 	defer pace.Stop()
 	for k := range f.o.workloads {
 		<-pace.C
-		pi, s1, s2 := placeFleet(k, f.o.providers, rackSize)
+		pi, s1, s2 := placeFleet(k, f.o.providers, rackSize, f.o.peers)
 		w := &fleetWorkload{id: fmt.Sprintf("w%05d", k), primary: pi, s1: s1, s2: s2, durable: durable(pi), epoch: 1, holder: pi}
 		line := plainLine(w.id, pi < f.o.rack)
 		var ckpt *lease.CheckpointPolicy
@@ -733,5 +748,42 @@ func (f *fleet) waitView(what string, limit time.Duration, every time.Duration, 
 			nextLog = nextLog.Add(30 * time.Second)
 		}
 		time.Sleep(every)
+	}
+}
+
+// TestPlaceFleetSpreadsEvenly: every provider stands by at rank 0 and at
+// rank 1 for about as many workloads as any other, never beside a member
+// of its own rack; with a peer window each provider follows at most that
+// many others.
+func TestPlaceFleetSpreadsEvenly(t *testing.T) {
+	for _, tt := range []struct{ providers, workloads, rack, peers int }{
+		{12, 300, 1, 0}, {24, 1200, 2, 0}, {24, 1200, 2, 6}, {100, 10000, 10, 8}, {100, 10000, 10, 0},
+	} {
+		rank0, rank1 := make([]int, tt.providers), make([]int, tt.providers)
+		follows := make([]map[int]bool, tt.providers)
+		for k := range tt.workloads {
+			p, s1, s2 := placeFleet(k, tt.providers, tt.rack, tt.peers)
+			if s1 == s2 || fleetRack(s1, tt.rack) == fleetRack(p, tt.rack) || fleetRack(s2, tt.rack) == fleetRack(p, tt.rack) {
+				t.Fatalf("%+v: workload %d placed %d, %d, %d: want two standbys on other racks", tt, k, p, s1, s2)
+			}
+			rank0[s1]++
+			rank1[s2]++
+			for _, s := range []int{s1, s2} {
+				if follows[s] == nil {
+					follows[s] = map[int]bool{}
+				}
+				follows[s][p] = true
+			}
+		}
+		for _, counts := range [][]int{rank0, rank1} {
+			if lo, hi := slices.Min(counts), slices.Max(counts); hi-lo > 1+tt.workloads/tt.providers/10 {
+				t.Errorf("%+v: standbys per provider from %d to %d: want about even", tt, lo, hi)
+			}
+		}
+		for i, f := range follows {
+			if tt.peers > 0 && len(f) > tt.peers {
+				t.Errorf("%+v: provider %d follows %d providers, want at most %d", tt, i, len(f), tt.peers)
+			}
+		}
 	}
 }

@@ -43,8 +43,12 @@ func (r *fleetResult) log(tb testing.TB) {
 	if o.record {
 		how = "recorded starts and stops, durable counters processes"
 	}
-	w("fleet: %d providers, %d workloads (primary + 2 standbys each; %s), profile %s (heartbeat %v, takeover_after %v), relays strfry-emulated, khatru (rate limit %v), @nostr-relay/core; quorum 2",
-		o.providers, o.workloads, how, o.profile.name, o.profile.lt.Heartbeat, o.profile.lt.TakeoverAfter, o.rateLimit)
+	placement := "standbys from every provider"
+	if o.peers > 0 {
+		placement = fmt.Sprintf("standbys from the next %d providers", o.peers)
+	}
+	w("fleet: %d providers, %d workloads (primary + 2 standbys each, %s; %s), profile %s (heartbeat %v, takeover_after %v), relays strfry-emulated, khatru (rate limit %v), @nostr-relay/core; quorum 2",
+		o.providers, o.workloads, placement, how, o.profile.name, o.profile.lt.Heartbeat, o.profile.lt.TakeoverAfter, o.rateLimit)
 	w("| phase | figure | value |")
 	w("|---|---|---|")
 	w("| start | all Live and watched after the first grant (%d grants a second) | %.1f s |", o.grantRate(), secs(r.toAllLive))
