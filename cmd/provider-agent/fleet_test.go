@@ -27,6 +27,7 @@ var (
 	fleetRecordFlag    = flag.String("fleet.record", "", "BenchmarkFleet/TestFleet: 1 to record the starts and stops of workloads other than the durable counters and the rack's instead of running them, 0 to run every workload as a process (env FLEET_RECORD; default 1; needed past about 3,000 workloads on 23 GiB, and keeps a small fleet's start light on two cores)")
 	fleetDrainFlag     = flag.Int("fleet.drain", 0, "BenchmarkFleet/TestFleet: providers drained one after another (env FLEET_DRAIN; default 10 % of the providers, at least one)")
 	fleetPeersFlag     = flag.Int("fleet.peers", 0, "BenchmarkFleet/TestFleet: a primary's standbys are drawn from the next this many providers on other racks (env FLEET_PEERS; default 0: from every provider, so that every provider follows nearly every other)")
+	fleetGrantRateFlag = flag.Int("fleet.grantrate", 0, "BenchmarkFleet/TestFleet: grants published a second (env FLEET_GRANT_RATE; default 400 in record mode, else 40)")
 	fleetRateFlag      = flag.String("fleet.ratelimit", "", "BenchmarkFleet/TestFleet: 1 to have the khatru relay rate-limit per key and connection (env FLEET_RATELIMIT; default 1)")
 )
 
@@ -90,6 +91,7 @@ func fleetOptsFromEnv(tb testing.TB, profile fleetProfile) fleetOpts {
 		tb.Fatalf("a fleet of %d providers and %d workloads: want at least 4 providers and a workload each", o.providers, o.workloads)
 	}
 	o.peers = num(*fleetPeersFlag, "FLEET_PEERS", 0)
+	o.grantsPerSecond = num(*fleetGrantRateFlag, "FLEET_GRANT_RATE", 0)
 	o.rack = max(1, int(math.Round(float64(o.providers)/10)))
 	o.drain = min(num(*fleetDrainFlag, "FLEET_DRAIN", o.rack), o.providers-o.rack)
 	return o

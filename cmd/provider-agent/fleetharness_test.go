@@ -90,6 +90,7 @@ type fleetOpts struct {
 	rest                 time.Duration // the at-rest window
 	rack, drain          int           // providers killed at once; drained one after another
 	peers                int           // a primary's standbys come from this many providers after it (0: from all)
+	grantsPerSecond      int           // the grants' pace (0: grantRate, or grantRateRecorded in record mode)
 	rateLimit            bool          // the khatru relay rate-limits per key and per connection
 	// record runs the agents built with -tags fleetbench: workloads other
 	// than the durable counters are recorded starts and stops, not
@@ -319,6 +320,9 @@ const grantRate = 40
 const grantRateRecorded = 400
 
 func (o fleetOpts) grantRate() int {
+	if o.grantsPerSecond > 0 {
+		return o.grantsPerSecond
+	}
 	if o.record {
 		return grantRateRecorded
 	}
