@@ -33,17 +33,13 @@ import (
 // only after the primary fenced itself.
 func TestHiddenQuorumBeatNoSecondWriter(t *testing.T) {
 	t.Parallel()
-	tmp := t.TempDir()
 	relays, urls := relaytest.StartN(t, 3)
 	a0, a1 := proxyTo(t, relays[0]), proxyTo(t, relays[1]) // the primary's paths to R0, R1
 	b0, b2 := proxyTo(t, relays[0]), proxyTo(t, relays[2]) // the standby's paths to R0, R2
 	lt := leaseTimings{T1: 3 * time.Second, T2: 5 * time.Second, Stale: 6 * time.Second, MaxSkew: time.Second,
 		RelayDelay: time.Second, ProvisionTimeout: 8 * time.Second, TakeoverAfter: 20 * time.Second, Heartbeat: 3 * time.Second}
-	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
-	pubA := newKey(t, filepath.Join(dirA, "identity.key"))
-	pubB := newKey(t, filepath.Join(dirB, "identity.key"))
-	cfgA := timedConfig(t, lt, tmp, dirA, "127.0.0.1:0", urls, 2)
-	cfgB := timedConfig(t, lt, tmp, dirB, "127.0.0.1:0", urls, 2, npubOf(t, pubA))
+	p := newTimedPair(t, lt, urls)
+	cfgA, cfgB, pubA, pubB := p.cfgA, p.cfgB, p.pubA, p.pubB
 	appendTo(t, cfgA, "stop_grace = \"2s\"\n"+dialVia(urls, map[int]*cutproxy.Proxy{0: a0, 1: a1}))
 	appendTo(t, cfgB, "stop_grace = \"2s\"\n"+dialVia(urls, map[int]*cutproxy.Proxy{0: b0, 2: b2}))
 	out := filepath.Join(sharedDir(t), "writes.txt")

@@ -29,16 +29,12 @@ import (
 // timeout and does not decide instead.
 func TestRestartBehindCutRelaysHandsOn(t *testing.T) {
 	t.Parallel()
-	tmp := t.TempDir()
 	relays, urls := relaytest.StartN(t, 3)
 	cut := map[int]*cutproxy.Proxy{0: proxyTo(t, relays[0]), 1: proxyTo(t, relays[1])}
 	lt := demoTimings
 	lt.T2, lt.TakeoverAfter = 20*time.Second, 30*time.Second
-	dirA, dirB := filepath.Join(tmp, "primary"), filepath.Join(tmp, "standby")
-	pubA := newKey(t, filepath.Join(dirA, "identity.key"))
-	pubB := newKey(t, filepath.Join(dirB, "identity.key"))
-	cfgA := timedConfig(t, lt, tmp, dirA, "127.0.0.1:0", urls, 2)
-	cfgB := timedConfig(t, lt, tmp, dirB, "127.0.0.1:0", urls, 2, npubOf(t, pubA))
+	p := newTimedPair(t, lt, urls)
+	cfgA, cfgB, pubA, pubB := p.cfgA, p.cfgB, p.pubA, p.pubB
 	appendTo(t, cfgA, dialVia(urls, cut))
 	out := filepath.Join(sharedDir(t), "writes.txt")
 	must(t, nil, "workloads", "grant", "--config", cfgA, "--id", "w1", "--command", appendLoop(out, "a"),

@@ -178,15 +178,22 @@ type pair struct {
 // newPair makes a pair's relays, keys and configs.
 func newPair(t *testing.T) pair {
 	t.Helper()
-	p := pair{tmp: t.TempDir()}
+	var relays []string
 	for range 3 {
-		p.relays = append(p.relays, relaytest.Start(t).URL())
+		relays = append(relays, relaytest.Start(t).URL())
 	}
+	return newTimedPair(t, demoTimings, relays)
+}
+
+// newTimedPair is a pair on the given relays with the given lease timings.
+func newTimedPair(t *testing.T, lt leaseTimings, relays []string) pair {
+	t.Helper()
+	p := pair{tmp: t.TempDir(), relays: relays}
 	p.dirA, p.dirB = filepath.Join(p.tmp, "primary"), filepath.Join(p.tmp, "standby")
 	p.pubA = newKey(t, filepath.Join(p.dirA, "identity.key"))
 	p.pubB = newKey(t, filepath.Join(p.dirB, "identity.key"))
-	p.cfgA = fastConfig(t, p.tmp, p.dirA, "127.0.0.1:0", p.relays, 2)
-	p.cfgB = fastConfig(t, p.tmp, p.dirB, "127.0.0.1:0", p.relays, 2, npubOf(t, p.pubA))
+	p.cfgA = timedConfig(t, lt, p.tmp, p.dirA, "127.0.0.1:0", p.relays, 2)
+	p.cfgB = timedConfig(t, lt, p.tmp, p.dirB, "127.0.0.1:0", p.relays, 2, npubOf(t, p.pubA))
 	return p
 }
 
