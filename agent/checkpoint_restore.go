@@ -68,6 +68,18 @@ func (d *durables) cancelRestore(id string) {
 	})
 }
 
+// cancelRestoreAttempt cancels the workload's restore attempt in flight
+// that the machine asked for (attempt 1 and up), if any; a restarted run's
+// own recovery (attempt 0, in its start's preparation) is left alone.
+func (d *durables) cancelRestoreAttempt(id string) {
+	d.books.with(func(b *durableBooks) {
+		if run := b.restores[id]; run != nil && run.attempt > 0 {
+			run.cancel()
+			delete(b.restores, id)
+		}
+	})
+}
+
 // restoreJob is a restore attempt's request, and why the grant's
 // checkpoint key could not be opened (nil when it was, or there is none).
 type restoreJob struct {

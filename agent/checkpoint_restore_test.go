@@ -107,3 +107,31 @@ func TestBadCopyCountedPerServer(t *testing.T) {
 		t.Errorf("WARN lines %+v, want one naming %s, the manifest %s and bc1", lines, bad, pub.Manifest)
 	}
 }
+
+// TestStartCancelsTheRestoreInFlight: a start ends the workload's restore
+// in flight. The machine starts a workload whose best-effort restore it
+// ended at provision_timeout (a restore_timeout longer than it) while the
+// attempt still runs, and nothing the attempt fetches may be placed once
+// the workload runs: it could overwrite the run's own checkpoint.
+func TestStartCancelsTheRestoreInFlight(t *testing.T) {
+	t.Parallel()
+	_, urls := relaytest.StartN(t, 3)
+	ag := startAgent(t, agentOpts{name: "solo", lcfg: lease.DemoConfig(urls)})
+	ctx, done := ag.a.ckpt.beginRestore(context.Background(), lease.RestoreCheckpoint{ID: "w1", Epoch: 1, Attempt: 1, Timeout: time.Minute})
+	defer done()
+	ag.a.m.perf.Start(lease.StartWorkload{ID: "w1", Epoch: 1})
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the restore attempt in flight still runs after the workload's start")
+	}
+	// A restarted run's own recovery (attempt 0) runs in its start's
+	// preparation: another start leaves it alone.
+	ctx, done = ag.a.ckpt.beginRestore(context.Background(), lease.RestoreCheckpoint{ID: "w2", Epoch: 1, Timeout: time.Minute})
+	defer done()
+	ag.a.m.perf.Start(lease.StartWorkload{ID: "w2", Epoch: 1})
+	time.Sleep(100 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatal("a start cancelled a restarted run's own recovery")
+	}
+}

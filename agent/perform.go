@@ -208,6 +208,10 @@ func (p *performer) Record(e lease.Effect) {
 }
 
 func (p *performer) Start(e lease.StartWorkload) {
+	// A restore attempt the machine ended without its answer (a
+	// best-effort one still running at provision_timeout) places nothing
+	// once the workload runs: it could overwrite the run's own checkpoint.
+	p.a.ckpt.cancelRestoreAttempt(e.ID)
 	w, _ := p.a.machine().Workload(e.ID)
 	p.a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
 	p.a.sh.Enqueue(p.ctx, driver.Op{Kind: driver.OpStart, Workload: e.ID, Epoch: e.Epoch, Command: w.Spec.Command, Prepare: p.a.ckpt.localRecovery(w)})
