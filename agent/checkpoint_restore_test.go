@@ -5,12 +5,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"provideragent/checkpoint"
+	"provideragent/heartbeat"
 	"provideragent/internal/devblossom"
 	"provideragent/internal/devblossom/devblossomtest"
 	"provideragent/internal/logcapture"
@@ -108,30 +110,31 @@ func TestBadCopyCountedPerServer(t *testing.T) {
 	}
 }
 
-// TestStartCancelsTheRestoreInFlight: a start ends the workload's restore
-// in flight. The machine starts a workload whose best-effort restore it
-// ended at provision_timeout (a restore_timeout longer than it) while the
-// attempt still runs, and nothing the attempt fetches may be placed once
-// the workload runs: it could overwrite the run's own checkpoint.
+// TestStartCancelsTheRestoreInFlight: a best-effort restore still running
+// at provision_timeout (its restore_timeout is longer) is ended by the
+// machine, which starts the workload; the start cancels the attempt, so
+// that nothing it fetches is placed once the workload runs. The three
+// relays answer record queries 2 minutes late: the attempt would go on
+// for most of its minute; it ends with the start, at the demo's 5 s
+// provision timeout.
 func TestStartCancelsTheRestoreInFlight(t *testing.T) {
 	t.Parallel()
-	_, urls := relaytest.StartN(t, 3)
-	ag := startAgent(t, agentOpts{name: "solo", lcfg: lease.DemoConfig(urls)})
-	ctx, done := ag.a.ckpt.beginRestore(context.Background(), lease.RestoreCheckpoint{ID: "w1", Epoch: 1, Attempt: 1, Timeout: time.Minute})
-	defer done()
-	ag.a.m.perf.Start(lease.StartWorkload{ID: "w1", Epoch: 1})
-	select {
-	case <-ctx.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the restore attempt in flight still runs after the workload's start")
+	slow := []string{"--query-delay", "2m", "--query-delay-kinds", strconv.Itoa(heartbeat.KindCheckpoint)}
+	var urls []string
+	for range 3 {
+		urls = append(urls, relaytest.Start(t, slow...).URL())
 	}
-	// A restarted run's own recovery (attempt 0) runs in its start's
-	// preparation: another start leaves it alone.
-	ctx, done = ag.a.ckpt.beginRestore(context.Background(), lease.RestoreCheckpoint{ID: "w2", Epoch: 1, Timeout: time.Minute})
-	defer done()
-	ag.a.m.perf.Start(lease.StartWorkload{ID: "w2", Epoch: 1})
-	time.Sleep(100 * time.Millisecond)
-	if ctx.Err() != nil {
-		t.Fatal("a start cancelled a restarted run's own recovery")
-	}
+	lcfg := lease.DemoConfig(urls)
+	logs := logcapture.New(slog.LevelWarn)
+	ag := startAgent(t, agentOpts{name: "solo", lcfg: lcfg, logger: slog.New(logs)})
+	spec := soloSpec("w1", ag.pub)
+	spec.Relays, spec.Quorum = lcfg.Relays, lcfg.M
+	spec.Checkpoint = &lease.CheckpointPolicy{Servers: []string{"http://127.0.0.1:9"}, Restore: lease.RestoreBestEffort, RestoreTimeout: time.Minute}
+	ag.a.Track(context.Background(), spec)
+	ag.waitState("w1", lease.StateLive, 1, lcfg.ProvisionTimeout+15*time.Second)
+	live := time.Now()
+	waitFor(t, 15*time.Second, "the restore attempt ended by the start", func() bool {
+		return len(logs.Find("checkpoint restore failed")) > 0
+	})
+	t.Logf("the attempt ended %v after the workload went live: %v", time.Since(live).Round(time.Millisecond), logs.Find("checkpoint restore failed")[0])
 }
