@@ -142,6 +142,12 @@ func TestBestEffortRestoreEndsAtProvisionTimeout(t *testing.T) {
 	if hasEffect[PublishRevocation](h.tick(cfg.ProvisionTimeout+s)) || h.state("w1") != StateLive {
 		t.Fatalf("after the provision timeout: state %s, want live and no revocation", h.state("w1"))
 	}
+	// The attempt's answer arriving late (a slow relay, a delivery held
+	// up) changes nothing: the run started without it.
+	h.wantEffects("Restored(late)", h.m.Restored(at(cfg.ProvisionTimeout+2*s), RestoreResult{Workload: "w1", Epoch: 1, Attempt: 1, OK: true, From: "a late record"}))
+	if ws, _ := h.m.Workload("w1"); ws.State != StateLive || ws.Restore != RestoreFresh {
+		t.Fatalf("after the late answer: %s, restore %s; want live, fresh", ws.State, ws.Restore)
+	}
 }
 
 // A standby's won claim restores from the revocation's state_uri and the

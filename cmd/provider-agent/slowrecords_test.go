@@ -46,12 +46,29 @@ func TestMoveRestoresTheHintFromSlowRelays(t *testing.T) {
 	}
 }
 
+// moveFromSlowRelays runs the test with the grant's restore timeout. One
+// longer than provision_timeout (5 s) is ended by the primary's machine,
+// which starts the counter of epoch 1 without a checkpoint: the start
+// cancels the attempt still in flight (it says "context canceled", where
+// its own deadline would say "deadline exceeded" 2 s later), so that
+// nothing it fetches is placed under the running counter.
 func moveFromSlowRelays(t *testing.T, restoreTimeout string) {
 	tmp := t.TempDir()
 	slow := []string{"--query-delay", "6s", "--query-delay-kinds", strconv.Itoa(heartbeat.KindCheckpoint)}
 	relays := []string{relaytest.Start(t, slow...).URL(), relaytest.Start(t, slow...).URL(), relaytest.Start(t).URL()}
 	blobs := devblossomtest.Start(t, devblossom.Options{Dir: filepath.Join(tmp, "blobs")})
 	d := startDurablePair(t, tmp, relays, []string{"--restore", "best-effort", "--restore-timeout", restoreTimeout}, blobs.URL())
+	if rt, _ := time.ParseDuration(restoreTimeout); rt > demoTimings.ProvisionTimeout {
+		ended := ""
+		for _, l := range strings.Split(d.a.stderr.String(), "\n") {
+			if strings.Contains(l, `msg="checkpoint restore failed"`) && strings.Contains(l, "epoch=1 ") {
+				ended = l
+			}
+		}
+		if !strings.Contains(ended, "context canceled") {
+			t.Errorf("the primary's restore of epoch 1 ended %q, want it cancelled by the counter's start at provision_timeout", ended)
+		}
+	}
 
 	moved := time.Now()
 	res := must(t, nil, "workloads", "move", "ctr", "--config", d.cfgA, "--wait")
