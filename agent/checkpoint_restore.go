@@ -57,23 +57,16 @@ func (d *durables) beginRestore(ctx context.Context, e lease.RestoreCheckpoint) 
 	}
 }
 
-// cancelRestore cancels the workload's restore in flight, if any: a stop
-// never waits for a download, and nothing is placed after it.
-func (d *durables) cancelRestore(id string) {
+// cancelRestore cancels the workload's restore in flight whose attempt is
+// at least from (0: any), if any. A stop cancels any (it never waits for a
+// download, and nothing is placed after it); a start cancels the
+// machine's attempts (1 and up: one the machine ended without its answer,
+// a best-effort one still running at provision_timeout, must place
+// nothing under the run) and leaves a restarted run's own recovery
+// (attempt 0, in that start's preparation) alone.
+func (d *durables) cancelRestore(id string, from int) {
 	d.books.with(func(b *durableBooks) {
-		if run := b.restores[id]; run != nil {
-			run.cancel()
-			delete(b.restores, id)
-		}
-	})
-}
-
-// cancelRestoreAttempt cancels the workload's restore attempt in flight
-// that the machine asked for (attempt 1 and up), if any; a restarted run's
-// own recovery (attempt 0, in its start's preparation) is left alone.
-func (d *durables) cancelRestoreAttempt(id string) {
-	d.books.with(func(b *durableBooks) {
-		if run := b.restores[id]; run != nil && run.attempt > 0 {
+		if run := b.restores[id]; run != nil && run.attempt >= from {
 			run.cancel()
 			delete(b.restores, id)
 		}

@@ -208,10 +208,10 @@ func (p *performer) Record(e lease.Effect) {
 }
 
 func (p *performer) Start(e lease.StartWorkload) {
-	// A restore attempt the machine ended without its answer (a
-	// best-effort one still running at provision_timeout) places nothing
-	// once the workload runs: it could overwrite the run's own checkpoint.
-	p.a.ckpt.cancelRestoreAttempt(e.ID)
+	// A restore attempt the machine ended without its answer places
+	// nothing once the workload runs: it could overwrite the run's own
+	// checkpoint.
+	p.a.ckpt.cancelRestore(e.ID, 1)
 	w, _ := p.a.machine().Workload(e.ID)
 	p.a.emit("start", e.ID, "start workload process at epoch %d", e.Epoch)
 	p.a.sh.Enqueue(p.ctx, driver.Op{Kind: driver.OpStart, Workload: e.ID, Epoch: e.Epoch, Command: w.Spec.Command, Prepare: p.a.ckpt.localRecovery(w)})
@@ -220,7 +220,7 @@ func (p *performer) Start(e lease.StartWorkload) {
 
 func (p *performer) Stop(e lease.StopWorkload) {
 	a := p.a
-	a.ckpt.cancelRestore(e.ID)
+	a.ckpt.cancelRestore(e.ID, 0)
 	a.ckpt.unwatch(e.ID)
 	if a.sh.Fenced(e.ID) {
 		// Repeated stops (Restore re-issues one for every workload not
